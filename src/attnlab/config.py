@@ -1,0 +1,185 @@
+"""Frozen, validated model configuration and presets.
+
+One dataclass, :class:`ModelConfig`, describes every model family attnlab builds. Only
+``attnlab.models.build_model`` reads it; leaf modules in ``attnlab.nn`` take explicit arguments.
+Names follow Vaswani et al. (2017): ``d_model, n_heads, d_head, d_ff, n_layers, vocab_size,
+max_len, dropout``.
+
+Glossary of ``kind``:
+    decoder_lm        GPT-like decoder-only language model (000 "Transformer Decoder").
+    encoder_decoder   Vaswani encoder-decoder, teacher forcing (000/003/004).
+    classifier        BERT-like encoder-only classifier, CLS or mean pooling (003).
+    encoder           a bare Transformer encoder producing contextual vectors (000).
+    rnn_lm            the simple RNN language model of 000: h_t = sigma(W h_{t-1} + U x_t).
+    lstm_seq2seq      Sutskever et al. LSTM encoder-decoder; with ``rnn_attention`` set, the
+                      Bahdanau (additive) or Luong (dot/general) attention decoder of 004 eq. 4-8.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Literal
+
+ModelKind = Literal[
+    "decoder_lm", "encoder_decoder", "classifier", "encoder", "rnn_lm", "lstm_seq2seq"
+]
+TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder", "classifier", "encoder")
+RECURRENT_KINDS = ("rnn_lm", "lstm_seq2seq")
+LM_KINDS = ("decoder_lm", "rnn_lm")
+SEQ2SEQ_KINDS = ("encoder_decoder", "lstm_seq2seq")
+
+_CHOICES: dict[str, tuple[Any, ...]] = {
+    "kind": TRANSFORMER_KINDS + RECURRENT_KINDS,
+    "positional": ("learned", "sinusoidal", "concat", "rotary", "none"),
+    "norm": ("layernorm", "rmsnorm"),
+    "norm_placement": ("pre", "post"),
+    "activation": ("relu", "gelu", "relu2"),
+    "attention": ("softmax", "hardmax"),
+    "pooling": ("cls", "mean"),
+    "rnn_attention": ("none", "additive", "dot", "general"),
+}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Hyperparameters of one model. Validated on construction; derived sizes are properties."""
+
+    kind: str = "decoder_lm"
+    vocab_size: int = 256
+    tgt_vocab_size: int | None = None  # encoder-decoder with a separate target vocabulary
+    n_classes: int | None = None  # classifier only
+    d_model: int = 128
+    n_heads: int = 4
+    d_head: int | None = None  # d_k = d_q per head; default d_model // n_heads
+    d_v: int | None = None  # value width per head; default d_head
+    n_layers: int = 2  # decoder-only / encoder-only depth, and encoder depth of seq2seq
+    n_decoder_layers: int | None = None  # seq2seq decoder depth; default n_layers
+    d_ff: int | None = None  # feed-forward hidden width; default ffn_mult * d_model
+    ffn_mult: float = 4.0  # 000 uses 5x, Vaswani 4x
+    max_len: int = 256  # longest sequence the model accepts (learned table size)
+    dropout: float = 0.0
+    positional: str = "learned"
+    norm: str = "layernorm"
+    norm_placement: str = "pre"  # "pre": f(LN(h)) + h, "post": LN(f(h) + h)  (000 Add & Norm)
+    norm_eps: float = 1e-5
+    activation: str = "relu"
+    bias: bool = True
+    attention: str = "softmax"  # row activation a(.) of 004 eq. 9: soft or hard attention
+    scale_logits: bool = True  # divide Q K^T by sqrt(d_head); off only for experiments
+    qk_norm: bool = False  # RMS-normalise queries and keys per head (a modern stabiliser)
+    out_proj: bool = True  # W^O after concatenating heads (002 omits it)
+    tie_embeddings: bool = True  # decoder LM: lm_head.weight = tok_emb.weight
+    final_norm: bool = True  # a norm after the last block (needed for pre-norm)
+    embed_scale: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani 3.4)
+    rope_base: float = 10000.0
+    pooling: str = "cls"  # classifier: "cls" token or "mean" over non-padding
+    # Recurrent families.
+    rnn_attention: str = "none"  # lstm_seq2seq: "additive" = Bahdanau (004 eq. 4-8)
+    reverse_source: bool = False  # Sutskever et al.: feed x_{T:1} to the encoder (004)
+    bidirectional: bool = False  # bidirectional LSTM encoder
+    d_attn: int | None = None  # additive attention width; default d_model
+    pad_id: int = 0  # padding token id of the (source and target) vocabulary
+
+    def __post_init__(self) -> None:
+        for name, choices in _CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(
+                    f"ModelConfig.{name}={getattr(self, name)!r} is not one of {list(choices)}"
+                )
+        _positive(self, "vocab_size", "d_model", "n_heads", "n_layers", "max_len")
+        if self.d_head is None and self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
+                f"(or set d_head explicitly); try n_heads in {_divisors(self.d_model)}"
+            )
+        for name in ("d_head", "d_v", "n_decoder_layers", "d_ff", "tgt_vocab_size", "d_attn"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, int) or value <= 0):
+                raise ValueError(f"ModelConfig.{name}={value!r} must be a positive int or None")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"ModelConfig.dropout={self.dropout} must be in [0, 1)")
+        if self.ffn_mult <= 0:
+            raise ValueError(f"ModelConfig.ffn_mult={self.ffn_mult} must be > 0")
+        if self.kind == "classifier" and (self.n_classes is None or self.n_classes < 2):
+            raise ValueError("a classifier needs n_classes >= 2")
+        if self.positional == "rotary" and self.head_dim % 2:
+            raise ValueError(f"rotary positions need an even d_head, got {self.head_dim}")
+        if self.positional == "concat" and self.kind in RECURRENT_KINDS:
+            raise ValueError("positional='concat' applies to Transformer models only")
+        if not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"pad_id={self.pad_id} must be a token id below {self.vocab_size}")
+
+    # Derived sizes -------------------------------------------------------------------------
+    @property
+    def head_dim(self) -> int:
+        """d_k = d_q of one head."""
+        return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def value_dim(self) -> int:
+        """d_v of one head."""
+        return self.d_v if self.d_v is not None else self.head_dim
+
+    @property
+    def ff_dim(self) -> int:
+        return self.d_ff if self.d_ff is not None else int(round(self.ffn_mult * self.d_model))
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_decoder_layers if self.n_decoder_layers is not None else self.n_layers
+
+    @property
+    def target_vocab_size(self) -> int:
+        return self.tgt_vocab_size if self.tgt_vocab_size is not None else self.vocab_size
+
+    @property
+    def attn_dim(self) -> int:
+        return self.d_attn if self.d_attn is not None else self.d_model
+
+    # Serialisation -------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
+        return from_dict(cls, data)
+
+    def replace(self, **changes: Any) -> ModelConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def from_dict(cls: type, data: dict[str, Any]):
+    """Build dataclass ``cls`` from a plain dict; unknown keys are an error listing valid ones."""
+    if not isinstance(data, dict):
+        raise TypeError(f"{cls.__name__} settings must be a table/dict, got {type(data).__name__}")
+    valid = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(data) - set(valid))
+    if unknown:
+        raise ValueError(
+            f"unknown {cls.__name__} key(s) {unknown}; valid keys are: {', '.join(valid)}"
+        )
+    try:
+        return cls(**data)
+    except TypeError as err:  # e.g. wrong value types reaching int comparisons
+        raise ValueError(f"bad {cls.__name__} value: {err}") from None
+
+
+def _positive(cfg: ModelConfig, *names: str) -> None:
+    for name in names:
+        value = getattr(cfg, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise ValueError(f"ModelConfig.{name}={value!r} must be a positive int")
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, min(n, 64) + 1) if n % k == 0]
+
+
+# Presets: plain dicts of ModelConfig fields. Build with ModelConfig(**PRESETS[name], vocab_size=V).
+PRESETS: dict[str, dict[str, Any]] = {
+    "tiny": dict(d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=64),  # tests, seconds
+    "small": dict(d_model=128, n_heads=4, n_layers=4, max_len=256),
+    "base": dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048, max_len=512, dropout=0.1,
+                 positional="sinusoidal", norm_placement="post", embed_scale=True),  # Vaswani
+}

@@ -1,0 +1,153 @@
+"""The three model interfaces every family implements (language model, seq2seq, classifier).
+
+Training, generation, plots and benchmarks talk to models only through these, so they never branch
+on the family (Transformer or recurrent).
+
+Shapes: B batch, T target/query length, S source/key length, V vocabulary, C classes.
+Masks passed to models are key padding masks of shape (B, S), True = a real token (may attend).
+
+Decoding caches: ``new_cache`` returns a mutable object that ``forward``/``decode`` update in place
+when given ``cache=``; calls with a cache process only the new tokens. Every cache has ``length``
+(tokens consumed so far) and ``reorder(index)`` (select batch rows, for beam search).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+import torch
+from torch import Tensor, nn
+
+
+class LayerAttention(NamedTuple):
+    """Attention weights of one layer, each (B, H, T, S) or None when the layer has no such part."""
+
+    self_attn: Tensor | None
+    cross_attn: Tensor | None
+
+
+class ModelOutput(NamedTuple):
+    """What every model forward returns: logits, and per-layer weights only when asked."""
+
+    logits: Tensor  # (B, T, V) for LMs and decoders, (B, C) for classifiers
+    attentions: tuple[LayerAttention, ...] | None = None
+
+
+class DecodeCache(Protocol):
+    length: int
+
+    def reorder(self, index: Tensor) -> None: ...
+
+
+class Encoded(NamedTuple):
+    """An encoded source: memory (B, S, D_mem), its padding mask (B, S), and the source ids."""
+
+    memory: Tensor
+    src_mask: Tensor
+    src: Tensor
+
+
+class LanguageModel(nn.Module):
+    """p(w_t | w_{<t}) over a vocabulary (000 eq. w_t ~ softmax(f(w_{1:t-1})))."""
+
+    vocab_size: int
+    max_len: int | None  # context window; None = unbounded (recurrent)
+
+    def forward(
+        self,
+        ids: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        positions: Tensor | None = None,
+        cache: DecodeCache | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """ids (B, T) -> logits (B, T, V). ``positions`` (B, T) override 0..T-1 (left padding)."""
+        raise NotImplementedError
+
+    def new_cache(self, batch_size: int, max_len: int) -> DecodeCache:
+        raise NotImplementedError
+
+
+class Seq2SeqModel(nn.Module):
+    """p(y_{1:L} | x_{1:T}) = prod_l p(y_l | y_{<l}, x) (004 eq. 1), teacher-forced or stepwise."""
+
+    vocab_size: int  # source vocabulary
+    tgt_vocab_size: int
+    max_len: int | None
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Encoded:
+        raise NotImplementedError
+
+    def decode(
+        self,
+        tgt_in: Tensor,
+        encoded: Encoded,
+        *,
+        tgt_mask: Tensor | None = None,
+        cache: DecodeCache | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """tgt_in (B, T) shifted-right target ids -> logits (B, T, V_tgt)."""
+        raise NotImplementedError
+
+    def new_cache(self, encoded: Encoded, max_len: int) -> DecodeCache:
+        raise NotImplementedError
+
+    def forward(
+        self,
+        src: Tensor,
+        tgt_in: Tensor,
+        *,
+        src_mask: Tensor | None = None,
+        tgt_mask: Tensor | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """Teacher forcing: decode(tgt_in, encode(src)); logits (B, T, V_tgt)."""
+        return self.decode(tgt_in, self.encode(src, src_mask), tgt_mask=tgt_mask,
+                           need_weights=need_weights)
+
+
+class Classifier(nn.Module):
+    """p(c | x_{1:T}) from an encoder (003 "Encoder-only Models")."""
+
+    vocab_size: int
+    n_classes: int
+    max_len: int | None
+
+    def forward(
+        self, ids: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False
+    ) -> ModelOutput:
+        """ids (B, T) -> logits (B, C)."""
+        raise NotImplementedError
+
+
+def check_ids(ids: Tensor, vocab_size: int, name: str = "ids", max_len: int | None = None) -> None:
+    """Validate a (B, T) batch of token ids at a model boundary with messages that name the fix."""
+    if not isinstance(ids, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
+    if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+        raise TypeError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+    if ids.dim() != 2:
+        raise ValueError(f"{name} must have shape (B, T), got {tuple(ids.shape)}")
+    if ids.size(1) == 0:
+        raise ValueError(f"{name} is an empty sequence (T=0); give at least one token")
+    if max_len is not None and ids.size(1) > max_len:
+        raise ValueError(
+            f"{name} has length {ids.size(1)} but the model accepts at most max_len={max_len}"
+        )
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
+        bad = int(ids.max()) if int(ids.max()) >= vocab_size else int(ids.min())
+        raise ValueError(f"{name} contains token id {bad} outside the vocabulary [0, {vocab_size})")
+
+
+def check_padding_mask(mask: Tensor | None, ids: Tensor, name: str = "key_padding_mask") -> None:
+    """A key padding mask must be boolean (B, S) with True = real token."""
+    if mask is None:
+        return
+    if mask.dtype != torch.bool:
+        raise TypeError(f"{name} must be a bool tensor (True = real token), got {mask.dtype}")
+    if mask.shape != ids.shape:
+        raise ValueError(
+            f"{name} has shape {tuple(mask.shape)} but the ids have shape {tuple(ids.shape)}"
+        )

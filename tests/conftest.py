@@ -1,0 +1,32 @@
+"""Shared fixtures: a fixed seed for every test, thread settings, tiny configs."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import numpy as np
+import pytest
+import torch
+
+# Two xdist workers share two cores: one intra-op thread each avoids oversubscription.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
+
+SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    random.seed(0)
+    np.random.seed(0)
+    torch.manual_seed(0)
+    yield
+
+
+@pytest.fixture
+def tinyshakespeare() -> str:
+    path = os.path.join(SHARED_DATA, "tinyshakespeare.txt")
+    if not os.path.exists(path):
+        pytest.skip("../shared/data/tinyshakespeare.txt not present")
+    return path
