@@ -1,0 +1,63 @@
+"""The ``attnlab`` command: argparse subcommands mapped to plain library functions.
+
+Each subcommand lives in its own module exposing ``register(subparsers)``; the module adds a
+parser and sets ``func`` to a function taking the parsed ``argparse.Namespace`` and returning an
+exit code. This file only dispatches and turns errors into one-paragraph messages.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import textwrap
+
+from attnlab.errors import UserError
+
+# Subcommand modules, in the order --help lists them. A module that is missing is skipped.
+SUBCOMMANDS = ("demo", "train", "evaluate", "generate", "plot", "bench", "experiment", "export")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="attnlab",
+        description="Self-attention and Transformers from first principles: train, evaluate, "
+        "generate, plot, benchmark and run the notes' experiments.",
+    )
+    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"attnlab.cli.{name}_cmd")
+        except ModuleNotFoundError as err:
+            if err.name == f"attnlab.cli.{name}_cmd":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 1
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("attnlab: interrupted", file=sys.stderr)
+        return 130
+    except (UserError, ValueError, TypeError, FileNotFoundError, PermissionError, OSError) as err:
+        if args.debug:
+            raise
+        print(format_error(err), file=sys.stderr)
+        return getattr(err, "exit_code", 2)
+
+
+def format_error(err: BaseException) -> str:
+    """One readable paragraph: what went wrong, from the error's own message."""
+    kind = "error" if isinstance(err, UserError) else type(err).__name__
+    text = str(err) or repr(err)
+    body = textwrap.fill(f"attnlab: {kind}: {text}", width=100, subsequent_indent="  ")
+    return body + "\n  (run with --debug for the full traceback)"

@@ -1,0 +1,50 @@
+"""Decoding state of a Transformer decoder: one KV cache per layer, the key padding mask of every
+cached position, and (encoder-decoder) the cross-attention keys/values computed once per source."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from attnlab.nn.cache import KVCache
+
+
+class TransformerCache:
+    """Mutable decoding state; models update it in place when called with ``cache=``."""
+
+    def __init__(self, layers: list[KVCache], batch_size: int, max_len: int,
+                 device: torch.device | None = None):
+        self.layers = layers
+        # key_mask[b, j]: position j of row b is a real token (False for left padding).
+        self.key_mask = torch.ones(batch_size, max_len, dtype=torch.bool, device=device)
+        self.has_padding = False
+        self.memory_kv: list[tuple[Tensor, Tensor]] | None = None  # per decoder layer
+        self.src_mask: Tensor | None = None  # (B, S)
+
+    @property
+    def length(self) -> int:
+        return self.layers[0].length
+
+    @property
+    def max_len(self) -> int:
+        return self.layers[0].max_len
+
+    def record_keys(self, key_padding_mask: Tensor | None, t: int) -> Tensor | None:
+        """Store the padding mask of the T new positions; return the (B, 1, 1, S) mask to use."""
+        start = self.length
+        if key_padding_mask is not None:
+            self.key_mask[:, start:start + t] = key_padding_mask
+            self.has_padding = self.has_padding or not bool(key_padding_mask.all())
+        if not self.has_padding:
+            return None
+        return self.key_mask[:, None, None, :start + t]  # (B, 1, 1, S)
+
+    def reorder(self, index: Tensor) -> None:
+        for layer in self.layers:
+            layer.reorder(index)
+        self.key_mask = self.key_mask.index_select(0, index)
+        if self.memory_kv is not None:
+            self.memory_kv = [(k.index_select(0, index), v.index_select(0, index))
+                              for k, v in self.memory_kv]
+        if self.src_mask is not None:
+            self.src_mask = self.src_mask.index_select(0, index)

@@ -1,0 +1,99 @@
+"""Encoder-only models: the Transformer encoder (000) and a BERT-like classifier (003).
+
+Shapes: B batch, T length, D d_model, C classes, H heads.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from torch import Tensor, nn
+
+from attnlab.config import ModelConfig
+from attnlab.models.base import (
+    Classifier,
+    LayerAttention,
+    ModelOutput,
+    check_ids,
+    check_padding_mask,
+)
+from attnlab.models.layers import (
+    Embeddings,
+    init_weights,
+    key_mask,
+    make_encoder_block,
+    make_final_norm,
+)
+
+
+class EncoderOutput(NamedTuple):
+    hidden: Tensor  # (B, T, D) contextual representations h_{1:n}
+    attentions: tuple[LayerAttention, ...] | None
+
+
+class EncoderStack(nn.Module):
+    """A stack of encoder blocks plus an optional final norm, on embeddings (B, T, D)."""
+
+    def __init__(self, blocks: list[nn.Module], final_norm: nn.Module):
+        super().__init__()
+        self.blocks = nn.ModuleList(blocks)
+        self.final_norm = final_norm
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, *, positions: Tensor | None = None,
+                need_weights: bool = False) -> EncoderOutput:
+        weights = []
+        for block in self.blocks:
+            x, w, _ = block(x, mask, positions=positions, need_weights=need_weights)
+            weights.append(LayerAttention(w, None))
+        return EncoderOutput(self.final_norm(x), tuple(weights) if need_weights else None)
+
+
+class TransformerEncoder(nn.Module):
+    """h^(x)_{1:n} = TransformerEncoder(w_{1:n}): embed, add positions, apply N encoder blocks
+    with no future mask (000 "Transformer Encoder")."""
+
+    def __init__(self, cfg: ModelConfig, vocab_size: int | None = None):
+        super().__init__()
+        self.vocab_size = vocab_size or cfg.vocab_size
+        self.max_len = cfg.max_len
+        self.embed = Embeddings(self.vocab_size, cfg)
+        blocks = [make_encoder_block(cfg, self.embed.rotary) for _ in range(cfg.n_layers)]
+        self.stack = EncoderStack(blocks, make_final_norm(cfg))
+        init_weights(self, cfg.n_layers)
+
+    def forward(self, ids: Tensor, *, key_padding_mask: Tensor | None = None,
+                need_weights: bool = False) -> EncoderOutput:
+        """ids (B, T), key_padding_mask (B, T) True = real -> hidden (B, T, D)."""
+        check_ids(ids, self.vocab_size, "source ids" , self.max_len)
+        check_padding_mask(key_padding_mask, ids)
+        return self.stack(self.embed(ids), key_mask(key_padding_mask), need_weights=need_weights)
+
+
+class EncoderClassifier(Classifier):
+    """BERT-like classifier: p(c | x) = softmax(W pool(TransformerEncoder(x)) + b).
+
+    pooling "cls": the representation of position 0 (the data layer puts a <bos>/CLS token there);
+    "mean": the average over non-padding positions.
+    """
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.vocab_size, self.n_classes, self.max_len = cfg.vocab_size, cfg.n_classes, cfg.max_len
+        self.pooling = cfg.pooling
+        self.encoder = TransformerEncoder(cfg)
+        self.head = nn.Linear(cfg.d_model, cfg.n_classes)
+        nn.init.normal_(self.head.weight, 0.0, 0.02)
+        nn.init.zeros_(self.head.bias)
+
+    def forward(self, ids: Tensor, *, key_padding_mask: Tensor | None = None,
+                need_weights: bool = False) -> ModelOutput:
+        hidden, attentions = self.encoder(ids, key_padding_mask=key_padding_mask,
+                                          need_weights=need_weights)  # (B, T, D)
+        if self.pooling == "cls":
+            pooled = hidden[:, 0]  # (B, D)
+        elif key_padding_mask is None:
+            pooled = hidden.mean(dim=1)  # (B, D)
+        else:
+            m = key_padding_mask.unsqueeze(-1).to(hidden.dtype)  # (B, T, 1)
+            pooled = (hidden * m).sum(1) / m.sum(1).clamp_min(1.0)  # (B, D)
+        return ModelOutput(self.head(pooled), attentions)  # (B, C)

@@ -1,0 +1,98 @@
+"""The decoder-only Transformer language model (000 "Transformer Decoder"; GPT-2).
+
+w_t ~ softmax(f(w_{1:t-1})): embed, add positions, N causal blocks, a final norm, then the
+"Linear + Softmax" head of 003 (the softmax is left to the loss / the sampler; we return logits).
+With ``tie_embeddings`` the head reuses the embedding matrix E (Press & Wolf 2017).
+
+Shapes: B batch, T new tokens, S = cached + new tokens, D d_model, V vocabulary, H heads.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.config import ModelConfig
+from attnlab.models.base import (
+    LanguageModel,
+    LayerAttention,
+    ModelOutput,
+    check_ids,
+    check_padding_mask,
+)
+from attnlab.models.cache import TransformerCache
+from attnlab.models.layers import (
+    Embeddings,
+    init_weights,
+    key_mask,
+    make_causal_block,
+    make_final_norm,
+)
+from attnlab.nn.cache import KVCache
+
+
+class DecoderLM(LanguageModel):
+    """GPT-like decoder-only LM: logits (B, T, V) for the next token at every position."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.vocab_size, self.max_len = cfg.vocab_size, cfg.max_len
+        self.embed = Embeddings(cfg.vocab_size, cfg)
+        self.blocks = nn.ModuleList(
+            make_causal_block(cfg, self.embed.rotary) for _ in range(cfg.n_layers)
+        )
+        self.final_norm = make_final_norm(cfg)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        init_weights(self, cfg.n_layers)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.tok_emb.weight
+
+    def forward(
+        self,
+        ids: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        positions: Tensor | None = None,
+        cache: TransformerCache | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """ids (B, T) -> logits (B, T, V).
+
+        key_padding_mask (B, T): True = real token (left padding in batched generation).
+        positions (T,) or (B, T): absolute positions (default: cache length + 0..T-1).
+        cache: from :meth:`new_cache`; updated in place, so the next call passes only new tokens.
+        """
+        offset = cache.length if cache is not None else 0
+        check_ids(ids, self.vocab_size, "ids")
+        check_padding_mask(key_padding_mask, ids)
+        if offset + ids.size(1) > self.max_len:
+            raise ValueError(
+                f"sequence of length {offset + ids.size(1)} exceeds the model's context window "
+                f"max_len={self.max_len}; crop the input to its last {self.max_len} tokens"
+            )
+        if positions is None:
+            positions = torch.arange(offset, offset + ids.size(1), device=ids.device)
+        x = self.embed(ids, positions)  # (B, T, D)
+        if cache is not None:
+            mask = cache.record_keys(key_padding_mask, ids.size(1))
+        else:
+            mask = key_mask(key_padding_mask)  # (B, 1, 1, T) or None
+        weights = []
+        for i, block in enumerate(self.blocks):
+            layer_cache = cache.layers[i] if cache is not None else None
+            x, w, _ = block(x, mask, positions=positions, cache=layer_cache,
+                            need_weights=need_weights)
+            weights.append(LayerAttention(w, None))
+        logits = self.lm_head(self.final_norm(x))  # (B, T, V)
+        return ModelOutput(logits, tuple(weights) if need_weights else None)
+
+    def new_cache(self, batch_size: int, max_len: int | None = None) -> TransformerCache:
+        max_len = max_len or self.max_len
+        param = self.lm_head.weight
+        layers = [
+            KVCache(batch_size, self.cfg.n_heads, max_len, self.cfg.head_dim, self.cfg.value_dim,
+                    dtype=param.dtype, device=param.device)
+            for _ in self.blocks
+        ]
+        return TransformerCache(layers, batch_size, max_len, param.device)

@@ -1,0 +1,119 @@
+"""The Transformer encoder-decoder (Vaswani et al. 2017; 000 "Transformer Encoder-Decoder"; 003).
+
+h^(x) = TransformerEncoder(x_{1:n}); the decoder runs masked self-attention over the shifted-right
+target y_{<l} ("teacher forcing": tgt_in = [<bos>, y_1, ..., y_{L-1}]), cross-attention from its
+states to h^(x), and a feed-forward net, then a linear head over the target vocabulary.
+
+Shapes: B batch, S source length, T target length, D d_model, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.config import ModelConfig
+from attnlab.models.base import (
+    Encoded,
+    LayerAttention,
+    ModelOutput,
+    Seq2SeqModel,
+    check_ids,
+    check_padding_mask,
+)
+from attnlab.models.cache import TransformerCache
+from attnlab.models.encoder import TransformerEncoder
+from attnlab.models.layers import (
+    Embeddings,
+    init_weights,
+    key_mask,
+    make_decoder_block,
+    make_final_norm,
+)
+from attnlab.nn.cache import KVCache
+
+
+class TransformerEncoderDecoder(Seq2SeqModel):
+    """Encoder-decoder Transformer with source and target padding masks."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.cfg = cfg
+        self.vocab_size, self.tgt_vocab_size = cfg.vocab_size, cfg.target_vocab_size
+        self.max_len = cfg.max_len
+        self.encoder = TransformerEncoder(cfg)
+        self.tgt_embed = Embeddings(self.tgt_vocab_size, cfg)
+        self.blocks = nn.ModuleList(
+            make_decoder_block(cfg, self.tgt_embed.rotary) for _ in range(cfg.decoder_layers)
+        )
+        self.final_norm = make_final_norm(cfg)
+        self.lm_head = nn.Linear(cfg.d_model, self.tgt_vocab_size, bias=False)
+        init_weights(self, cfg.n_layers + cfg.decoder_layers)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.tgt_embed.tok_emb.weight
+
+    def encode(self, src: Tensor, src_mask: Tensor | None = None) -> Encoded:
+        """src (B, S) -> memory (B, S, D). src_mask (B, S): True = real token."""
+        check_ids(src, self.vocab_size, "source ids", self.max_len)
+        check_padding_mask(src_mask, src, "src_mask")
+        if src_mask is None:
+            src_mask = torch.ones_like(src, dtype=torch.bool)
+        elif not bool(src_mask.any(dim=1).all()):
+            raise ValueError("a source sequence is entirely padding; every source needs a token")
+        memory = self.encoder(src, key_padding_mask=src_mask).hidden
+        return Encoded(memory, src_mask, src)
+
+    def decode(
+        self,
+        tgt_in: Tensor,
+        encoded: Encoded,
+        *,
+        tgt_mask: Tensor | None = None,
+        cache: TransformerCache | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """tgt_in (B, T) shifted-right target ids -> logits (B, T, V).
+
+        tgt_mask (B, T) True = real token. The future mask is always applied. With a ``cache``
+        only the new target tokens are given and cross-attention keys/values are reused.
+        """
+        offset = cache.length if cache is not None else 0
+        check_ids(tgt_in, self.tgt_vocab_size, "target ids")
+        check_padding_mask(tgt_mask, tgt_in, "tgt_mask")
+        if offset + tgt_in.size(1) > self.max_len:
+            raise ValueError(f"target length {offset + tgt_in.size(1)} exceeds max_len="
+                             f"{self.max_len}")
+        positions = torch.arange(offset, offset + tgt_in.size(1), device=tgt_in.device)
+        x = self.tgt_embed(tgt_in, positions)  # (B, T, D)
+        src_mask = cache.src_mask if cache is not None else encoded.src_mask
+        cross_mask = key_mask(src_mask)  # (B, 1, 1, S)
+        if cache is not None:
+            self_mask = cache.record_keys(tgt_mask, tgt_in.size(1))
+            if cache.memory_kv is None:
+                cache.memory_kv = [b.cross_attn.project_memory(encoded.memory) for b in self.blocks]
+        else:
+            self_mask = key_mask(tgt_mask)
+        weights = []
+        for i, block in enumerate(self.blocks):
+            x, sw, cw = block(
+                x, encoded.memory, self_mask=self_mask, cross_mask=cross_mask,
+                positions=positions, cache=cache.layers[i] if cache is not None else None,
+                memory_kv=cache.memory_kv[i] if cache is not None else None,
+                need_weights=need_weights,
+            )
+            weights.append(LayerAttention(sw, cw))
+        logits = self.lm_head(self.final_norm(x))  # (B, T, V)
+        return ModelOutput(logits, tuple(weights) if need_weights else None)
+
+    def new_cache(self, encoded: Encoded, max_len: int | None = None) -> TransformerCache:
+        max_len = max_len or self.max_len
+        b = encoded.memory.size(0)
+        param = self.lm_head.weight
+        layers = [
+            KVCache(b, self.cfg.n_heads, max_len, self.cfg.head_dim, self.cfg.value_dim,
+                    dtype=param.dtype, device=param.device)
+            for _ in self.blocks
+        ]
+        cache = TransformerCache(layers, b, max_len, param.device)
+        cache.src_mask = encoded.src_mask
+        return cache

@@ -1,0 +1,30 @@
+"""The notes' mechanisms as small modules: attention, masks, positions, norms, blocks."""
+
+from attnlab.nn.attention import (
+    AttentionOutput,
+    basic_self_attention,
+    hardmax,
+    scaled_dot_product_attention,
+)
+from attnlab.nn.blocks import BlockOutput, CausalBlock, DecoderBlock, EncoderBlock
+from attnlab.nn.cache import KVCache
+from attnlab.nn.feedforward import FeedForward
+from attnlab.nn.masks import causal_mask, combine_masks, padding_mask
+from attnlab.nn.multihead import CrossAttention, LoopMultiHeadAttention, SelfAttention
+from attnlab.nn.norms import LayerNorm, RMSNorm
+from attnlab.nn.positional import (
+    ConcatPositions,
+    LearnedPositions,
+    NoPositions,
+    RotaryPositions,
+    SinusoidalPositions,
+    sinusoidal_table,
+)
+
+__all__ = [
+    "AttentionOutput", "BlockOutput", "CausalBlock", "ConcatPositions", "CrossAttention",
+    "DecoderBlock", "EncoderBlock", "FeedForward", "KVCache", "LayerNorm", "LearnedPositions",
+    "LoopMultiHeadAttention", "NoPositions", "RMSNorm", "RotaryPositions", "SelfAttention",
+    "SinusoidalPositions", "basic_self_attention", "causal_mask", "combine_masks", "hardmax",
+    "padding_mask", "scaled_dot_product_attention", "sinusoidal_table",
+]

@@ -1,0 +1,120 @@
+"""Transformer blocks: encoder block, decoder block, decoder-only (causal) block.
+
+Each sublayer f (attention or feed-forward) is wrapped in a residual connection and a norm, with the
+placement chosen by one switch, ``norm_first`` (000 "Add & Norm"):
+
+    pre-norm   h = f(LN(h)) + h          (Xiong et al. 2020: better gradients at initialisation)
+    post-norm  h = LN(f(h) + h)          (Vaswani et al. 2017; 004 "Add&Norm")
+
+Shapes: B batch, T target/query length, S source/key length, D d_model, H heads.
+Blocks receive their parts (attention, feed-forward, norms) ready-made; ``attnlab.models`` builds
+them. Dropout is applied to each sublayer's output before the residual add (Vaswani 5.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+from torch import Tensor, nn
+
+from attnlab.nn.attention import AttentionOutput
+from attnlab.nn.cache import KVCache
+from attnlab.nn.feedforward import FeedForward
+from attnlab.nn.multihead import CrossAttention, SelfAttention
+
+
+class BlockOutput(NamedTuple):
+    x: Tensor  # (B, T, D) the residual stream after the block
+    self_weights: Tensor | None  # (B, H, T, S) when requested
+    cross_weights: Tensor | None  # (B, H, T, S_src) when requested (decoder blocks)
+
+
+class _Residual(nn.Module):
+    """The residual + norm wiring shared by all blocks."""
+
+    norm_first: bool
+
+    def _add_norm(self, x: Tensor, norm: nn.Module, sublayer: Callable[[Tensor], AttentionOutput]):
+        """Pre-norm: x + f(LN(x)); post-norm: LN(x + f(x)). Returns (new x, weights or None)."""
+        if self.norm_first:
+            out = sublayer(norm(x))
+            return x + self.drop(out.out), out.weights
+        out = sublayer(x)
+        return norm(x + self.drop(out.out)), out.weights
+
+    def _ffn(self, h: Tensor) -> AttentionOutput:
+        return AttentionOutput(self.ffn(h), None)
+
+
+class EncoderBlock(_Residual):
+    """Self-attention + Add & Norm, then feed-forward + Add & Norm (000 "Transformer Encoder")."""
+
+    causal = False  # the encoder sees the whole sequence
+
+    def __init__(self, *, self_attn: SelfAttention, ffn: FeedForward, self_attn_norm: nn.Module,
+                 ffn_norm: nn.Module, norm_first: bool = True, dropout: float = 0.0):
+        super().__init__()
+        self.self_attn, self.ffn = self_attn, ffn
+        self.self_attn_norm, self.ffn_norm = self_attn_norm, ffn_norm
+        self.norm_first = norm_first
+        self.drop = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> BlockOutput:
+        """x: (B, T, D); mask broadcastable to (B, H, T, S) -> BlockOutput with x (B, T, D)."""
+        x, weights = self._add_norm(x, self.self_attn_norm, lambda h: self.self_attn(
+            h, mask, causal=self.causal, positions=positions, cache=cache,
+            need_weights=need_weights))
+        x, _ = self._add_norm(x, self.ffn_norm, self._ffn)
+        return BlockOutput(x, weights, None)
+
+
+class CausalBlock(EncoderBlock):
+    """The decoder-only (GPT) block: an encoder block with the future mask (000)."""
+
+    causal = True
+
+
+class DecoderBlock(_Residual):
+    """Masked self-attention, cross-attention to the encoder output, feed-forward; each with
+    Add & Norm (000 "Transformer Encoder-Decoder"; 003 "Decoder")."""
+
+    def __init__(self, *, self_attn: SelfAttention, cross_attn: CrossAttention, ffn: FeedForward,
+                 self_attn_norm: nn.Module, cross_attn_norm: nn.Module, ffn_norm: nn.Module,
+                 norm_first: bool = True, dropout: float = 0.0):
+        super().__init__()
+        self.self_attn, self.cross_attn, self.ffn = self_attn, cross_attn, ffn
+        self.self_attn_norm, self.cross_attn_norm = self_attn_norm, cross_attn_norm
+        self.ffn_norm = ffn_norm
+        self.norm_first = norm_first
+        self.drop = nn.Dropout(dropout)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None,
+        *,
+        self_mask: Tensor | None = None,
+        cross_mask: Tensor | None = None,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        memory_kv: tuple[Tensor, Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> BlockOutput:
+        """x: (B, T, D) target stream; memory: (B, S, D) encoder output (or its projected
+        ``memory_kv``); self_mask ~ (B, H, T, T), cross_mask ~ (B, H, T, S)."""
+        x, self_w = self._add_norm(x, self.self_attn_norm, lambda h: self.self_attn(
+            h, self_mask, causal=True, positions=positions, cache=cache,
+            need_weights=need_weights))
+        x, cross_w = self._add_norm(x, self.cross_attn_norm, lambda h: self.cross_attn(
+            h, memory, cross_mask, memory_kv=memory_kv, need_weights=need_weights))
+        x, _ = self._add_norm(x, self.ffn_norm, self._ffn)
+        return BlockOutput(x, self_w, cross_w)

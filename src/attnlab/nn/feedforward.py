@@ -1,0 +1,40 @@
+"""The position-wise feed-forward network (000 "Elementwise nonlinearity"; 003; 004).
+
+h_FF = W2 ReLU(W1 h + b1) + b2, applied to every position independently.
+Shapes: (B, T, D) -> (B, T, D) with hidden width F (000 uses F = 5D, Vaswani F = 4D).
+
+Without this nonlinearity stacked attention layers collapse to one attention-weighted linear map
+(000; shown numerically in the tests and in ``attnlab experiment nonlinearity``).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+
+def relu_squared(x: Tensor) -> Tensor:
+    """ReLU(x)^2 (So et al. 2021, "Primer"): a cheap, strong modern alternative."""
+    return torch.square(F.relu(x))
+
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "relu2": relu_squared}
+
+
+class FeedForward(nn.Module):
+    """W2 a(W1 h + b1) + b2 with a in {ReLU (000), GELU, ReLU^2}."""
+
+    def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", bias: bool = True,
+                 dropout: float = 0.0):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"unknown activation {activation!r}; choose from {list(ACTIVATIONS)}")
+        self.activation = activation
+        self.up = nn.Linear(d_model, d_ff, bias=bias)  # W1, b1
+        self.down = nn.Linear(d_ff, d_model, bias=bias)  # W2, b2
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, h: Tensor) -> Tensor:
+        """h: (B, T, D) -> (B, T, D)."""
+        return self.down(self.dropout(ACTIVATIONS[self.activation](self.up(h))))

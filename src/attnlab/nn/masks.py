@@ -1,0 +1,69 @@
+"""Attention masks: one convention everywhere.
+
+A mask is a bool tensor broadcastable to (B, H, T, S); **True = the query may attend to the key**
+(the convention of ``torch.nn.functional.scaled_dot_product_attention``). 004 writes it as
+M in {0, 1}^{N x M} with M_ij = 0 forcing A_ij = 0; our ``True`` is its 1.
+
+Shapes: B batch, H heads, T query length, S key length.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+
+def causal_mask(t: int, s: int | None = None, device: torch.device | None = None) -> Tensor:
+    """Future mask of 000: alpha_ij = 0 for j > i. Returns (T, S) bool.
+
+    When the queries are the *last* T of S positions (decoding with a KV cache, T < S) the mask is
+    aligned bottom-right: query i sits at absolute position S - T + i and sees keys j <= S - T + i.
+    """
+    s = t if s is None else s
+    if s < t:
+        raise ValueError(f"a causal mask needs at least as many keys as queries, got T={t} S={s}")
+    rows = torch.arange(t, device=device).unsqueeze(1) + (s - t)  # (T, 1) absolute positions
+    cols = torch.arange(s, device=device).unsqueeze(0)  # (1, S)
+    return cols <= rows  # (T, S)
+
+
+def padding_mask(key_padding_mask: Tensor) -> Tensor:
+    """Key padding mask (B, S) with True = real token -> attention mask (B, 1, 1, S)."""
+    if key_padding_mask.dim() != 2:
+        raise ValueError(
+            f"key padding mask must be (B, S), got shape {tuple(key_padding_mask.shape)}"
+        )
+    return key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+
+
+def combine_masks(*masks: Tensor | None) -> Tensor | None:
+    """Logical AND of broadcastable bool masks; None entries mean "no constraint"."""
+    out: Tensor | None = None
+    for m in masks:
+        if m is None:
+            continue
+        out = m if out is None else out & m
+    return out
+
+
+def check_mask(mask: Tensor, b: int, h: int, t: int, s: int) -> Tensor:
+    """Validate a user mask against scores (B, H, T, S); return it as a 4-D bool tensor."""
+    if not isinstance(mask, Tensor):
+        raise TypeError(f"mask must be a torch.Tensor, got {type(mask).__name__}")
+    if mask.dtype != torch.bool:
+        raise TypeError(
+            f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}; "
+            "convert a {0,1} matrix with mask.bool()"
+        )
+    if mask.dim() > 4:
+        raise ValueError(f"mask has {mask.dim()} dims; it must broadcast to (B, H, T, S)")
+    try:
+        torch.broadcast_shapes(mask.shape, (b, h, t, s))
+    except RuntimeError:
+        raise ValueError(
+            f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores "
+            f"(B, H, T, S) = {(b, h, t, s)}"
+        ) from None
+    while mask.dim() < 4:
+        mask = mask.unsqueeze(0)
+    return mask

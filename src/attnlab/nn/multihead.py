@@ -1,0 +1,258 @@
+"""Multi-head attention: self-attention with a fused QKV projection, cross-attention, a loop form.
+
+MultiHead(X, M) = Concat(head_1, ..., head_H) W^O,  head_h = Attention(X W_q^h, M W_k^h, M W_v^h)
+(004 eq. 13; 000 "Multi-head Self-Attention" with W^O = O; 003 "Computation").
+
+Shapes: B batch, T query length, S key length, D d_model (input width), H heads,
+Dk = d_q = d_k per head, Dv per head, Do output width (d_out).
+
+* :class:`SelfAttention` computes Q, K, V with **one** matmul against the stacked matrix
+  [W_q | W_k | W_v] (003's "stack all the weight matrices into one"), reshapes to heads and runs all
+  heads as one batched attention (000: "no more expensive than single-head").
+* :class:`CrossAttention` projects queries from x and keys/values from the memory separately
+  (000 "Cross-Attention"); the memory projection can be computed once and reused per decode step.
+* :class:`LoopMultiHeadAttention` is the literal per-head loop, used to show both forms agree.
+* ``out_proj=False`` gives 002's concatenation-only variant (then Do = H * Dv).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.nn.attention import AttentionOutput, scaled_dot_product_attention
+from attnlab.nn.cache import KVCache
+from attnlab.nn.norms import RMSNorm
+from attnlab.nn.positional import RotaryPositions, default_positions
+
+
+class _HeadsMixin(nn.Module):
+    """Shared head bookkeeping: split (B, L, H*Dh) <-> (B, H, L, Dh), the attention call, W^O."""
+
+    def _init_heads(self, d_model, n_heads, d_head, d_v, d_out, bias, out_proj, dropout,
+                    activation, scale, qk_norm, rotary):
+        if d_head is None and d_model % n_heads:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by n_heads={n_heads}; "
+                "choose n_heads dividing d_model or pass d_head explicitly"
+            )
+        self.d_model, self.n_heads = d_model, n_heads
+        self.d_head = d_head if d_head is not None else d_model // n_heads
+        self.d_v = d_v if d_v is not None else self.d_head
+        self.d_out = d_out if d_out is not None else (d_model if out_proj else n_heads * self.d_v)
+        if not out_proj and self.d_out != n_heads * self.d_v:
+            raise ValueError(
+                f"without an output projection the width is H*Dv={n_heads * self.d_v}, "
+                f"not d_out={self.d_out}"
+            )
+        self.dropout, self.activation, self.scale = dropout, activation, scale
+        self.out_proj = nn.Linear(n_heads * self.d_v, self.d_out, bias=bias) if out_proj else None
+        self.q_norm = RMSNorm(self.d_head) if qk_norm else None
+        self.k_norm = RMSNorm(self.d_head) if qk_norm else None
+        self.rotary: RotaryPositions | None = rotary
+
+    def _split(self, x: Tensor, d: int) -> Tensor:
+        b, l, _ = x.shape
+        return x.view(b, l, self.n_heads, d).transpose(1, 2)  # (B, H, L, d)
+
+    def _merge(self, x: Tensor) -> Tensor:
+        b, h, l, d = x.shape
+        return x.transpose(1, 2).reshape(b, l, h * d)  # (B, L, H*Dv)
+
+    def _prepare_qk(self, q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor | None):
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary is not None:
+            q = self.rotary.rotate(q, q_pos)
+            k = self.rotary.rotate(k, k_pos)
+        return q, k
+
+    def _attend(self, q, k, v, mask, causal, need_weights) -> AttentionOutput:
+        out, weights = scaled_dot_product_attention(
+            q, k, v, mask, causal=causal, scale=self.scale, activation=self.activation,
+            dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights,
+        )  # (B, H, T, Dv)
+        out = self._merge(out)  # (B, T, H*Dv): the concatenation [h^(1); ...; h^(H)]
+        if self.out_proj is not None:
+            out = self.out_proj(out)  # (B, T, Do)
+        return AttentionOutput(out, weights)
+
+
+class SelfAttention(_HeadsMixin):
+    """Multi-head self-attention with a fused QKV projection (one matmul for all heads)."""
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        d_head: int | None = None,
+        d_v: int | None = None,
+        d_out: int | None = None,
+        bias: bool = True,
+        out_proj: bool = True,
+        dropout: float = 0.0,
+        activation: str = "softmax",
+        scale: bool | float = True,
+        qk_norm: bool = False,
+        rotary: RotaryPositions | None = None,
+    ):
+        super().__init__()
+        self._init_heads(d_model, n_heads, d_head, d_v, d_out, bias, out_proj, dropout,
+                         activation, scale, qk_norm, rotary)
+        self.qkv_proj = nn.Linear(d_model, n_heads * (2 * self.d_head + self.d_v), bias=bias)
+
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        causal: bool = False,
+        positions: Tensor | None = None,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """x: (B, T, D) -> out (B, T, Do), weights (B, H, T, S) or None.
+
+        With a ``cache`` the new keys/values are written at [cache.length, cache.length + T) and
+        the queries attend to all S = cache.length + T cached keys; ``mask`` must then cover S.
+        ``positions`` (T,) or (B, T) are the absolute positions used by rotary embeddings.
+        """
+        _check_input(x, self.d_model, "x")
+        hk, hv = self.n_heads * self.d_head, self.n_heads * self.d_v
+        q, k, v = self.qkv_proj(x).split([hk, hk, hv], dim=-1)  # (B, T, H*Dk) x2, (B, T, H*Dv)
+        q = self._split(q, self.d_head)  # (B, H, T, Dk)
+        k = self._split(k, self.d_head)  # (B, H, T, Dk)
+        v = self._split(v, self.d_v)  # (B, H, T, Dv)
+        offset = cache.length if cache is not None else 0
+        if self.rotary is not None and positions is None:
+            positions = default_positions(x.size(1), offset, x.device)
+        q, k = self._prepare_qk(q, k, positions, positions)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, H, S, Dk), (B, H, S, Dv)
+        return self._attend(q, k, v, mask, causal, need_weights)
+
+
+class CrossAttention(_HeadsMixin):
+    """Multi-head cross-attention: queries from x (B, T, D), keys/values from memory (B, S, Dm).
+
+    q_i = Q h^(y)_i, k_j = K h^(x)_j, v_j = V h^(x)_j (000 "Cross-Attention"). No positions are
+    applied here: the memory already carries them.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        d_memory: int | None = None,
+        d_head: int | None = None,
+        d_v: int | None = None,
+        d_out: int | None = None,
+        bias: bool = True,
+        out_proj: bool = True,
+        dropout: float = 0.0,
+        activation: str = "softmax",
+        scale: bool | float = True,
+        qk_norm: bool = False,
+    ):
+        super().__init__()
+        self._init_heads(d_model, n_heads, d_head, d_v, d_out, bias, out_proj, dropout,
+                         activation, scale, qk_norm, None)
+        self.d_memory = d_memory if d_memory is not None else d_model
+        self.q_proj = nn.Linear(d_model, n_heads * self.d_head, bias=bias)
+        self.kv_proj = nn.Linear(self.d_memory, n_heads * (self.d_head + self.d_v), bias=bias)
+
+    def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of the memory, once per source: (B, H, S, Dk), (B, H, S, Dv)."""
+        _check_input(memory, self.d_memory, "memory")
+        k, v = self.kv_proj(memory).split(
+            [self.n_heads * self.d_head, self.n_heads * self.d_v], dim=-1
+        )
+        k = self._split(k, self.d_head)  # (B, H, S, Dk)
+        if self.k_norm is not None:
+            k = self.k_norm(k)
+        return k, self._split(v, self.d_v)  # (B, H, S, Dv)
+
+    def forward(
+        self,
+        x: Tensor,
+        memory: Tensor | None = None,
+        mask: Tensor | None = None,
+        *,
+        memory_kv: tuple[Tensor, Tensor] | None = None,
+        need_weights: bool = False,
+    ) -> AttentionOutput:
+        """x: (B, T, D), memory: (B, S, Dm) -> out (B, T, Do), weights (B, H, T, S) or None.
+
+        Pass ``memory_kv`` from :meth:`project_memory` instead of ``memory`` to reuse keys/values.
+        """
+        _check_input(x, self.d_model, "x")
+        if memory_kv is None:
+            if memory is None:
+                raise ValueError("cross-attention needs memory (B, S, D) or memory_kv")
+            memory_kv = self.project_memory(memory)
+        k, v = memory_kv
+        if k.size(0) != x.size(0):
+            raise ValueError(f"memory batch {k.size(0)} != query batch {x.size(0)}")
+        q = self._split(self.q_proj(x), self.d_head)  # (B, H, T, Dk)
+        if self.q_norm is not None:
+            q = self.q_norm(q)
+        return self._attend(q, k, v, mask, False, need_weights)
+
+
+class LoopMultiHeadAttention(nn.Module):
+    """The per-head loop of 000: h_i = O [h_i^(1); ...; h_i^(k)], each head with its own Q, K, V.
+
+    Slower than the fused form and numerically equal to it (see :meth:`from_fused`).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_head: int, d_v: int, d_out: int | None,
+                 bias: bool = True):
+        super().__init__()
+        self.q = nn.ModuleList(nn.Linear(d_model, d_head, bias=bias) for _ in range(n_heads))
+        self.k = nn.ModuleList(nn.Linear(d_model, d_head, bias=bias) for _ in range(n_heads))
+        self.v = nn.ModuleList(nn.Linear(d_model, d_v, bias=bias) for _ in range(n_heads))
+        self.out_proj = nn.Linear(n_heads * d_v, d_out, bias=bias) if d_out is not None else None
+
+    @classmethod
+    def from_fused(cls, attn: SelfAttention) -> LoopMultiHeadAttention:
+        """Copy a fused :class:`SelfAttention`'s weights into per-head matrices."""
+        h, dk, dv = attn.n_heads, attn.d_head, attn.d_v
+        bias = attn.qkv_proj.bias is not None
+        d_out = attn.d_out if attn.out_proj is not None else None
+        loop = cls(attn.d_model, h, dk, dv, d_out, bias)
+        w = attn.qkv_proj.weight.detach()  # (H*(2Dk+Dv), D): rows [q heads | k heads | v heads]
+        b = attn.qkv_proj.bias.detach() if bias else None
+        with torch.no_grad():
+            for i in range(h):
+                for lin, start, d in ((loop.q[i], i * dk, dk), (loop.k[i], h * dk + i * dk, dk),
+                                      (loop.v[i], 2 * h * dk + i * dv, dv)):
+                    lin.weight.copy_(w[start:start + d])
+                    if bias:
+                        lin.bias.copy_(b[start:start + d])
+            if d_out is not None:
+                loop.out_proj.load_state_dict(attn.out_proj.state_dict())
+        return loop
+
+    def forward(self, x: Tensor, mask: Tensor | None = None, causal: bool = False) -> Tensor:
+        """x: (B, T, D) -> (B, T, Do)."""
+        heads = []
+        for q, k, v in zip(self.q, self.k, self.v):
+            out, _ = scaled_dot_product_attention(
+                q(x)[:, None], k(x)[:, None], v(x)[:, None], mask, causal=causal
+            )  # (B, 1, T, Dv)
+            heads.append(out[:, 0])  # (B, T, Dv)
+        h = torch.cat(heads, dim=-1)  # (B, T, H*Dv)
+        return self.out_proj(h) if self.out_proj is not None else h
+
+
+def _check_input(x: Tensor, width: int, name: str) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() != 3 or x.size(-1) != width:
+        raise ValueError(f"{name} must have shape (B, L, {width}), got {tuple(x.shape)}")
+    if x.size(1) == 0:
+        raise ValueError(f"{name} is an empty sequence (L=0)")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be floating point, got {x.dtype}")

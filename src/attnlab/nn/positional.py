@@ -1,0 +1,138 @@
+"""Position representations (000 "Position representations", 003, 004 eq. 14-16).
+
+Attention is permutation equivariant (004 eq. 14), so order must be injected. Every module here
+maps token embeddings x (B, T, D) and integer positions (T,) or (B, T) to (B, T, D):
+
+  * :class:`LearnedPositions`     x~_i = x_i + P_i,  P in R^{N x D}  (000)
+  * :class:`SinusoidalPositions`  x~_i = x_i + PE(i)  (Vaswani; 003; 004 eq. 16)
+  * :class:`ConcatPositions`      x~_i = W [x_i; PE(i)] + b  (004's hypothesis, eq. 15)
+  * :class:`NoPositions`          x~_i = x_i  (the permutation-equivariant baseline)
+  * :class:`RotaryPositions`      x~_i = x_i; q, k rotated inside attention (Su et al. 2021)
+
+Positions count from 0 (Vaswani). 003 counts from 1 and its worked example is wrong; see
+docs/math.md.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+
+def sinusoidal_table(positions: Tensor, d: int, base: float = 10000.0) -> Tensor:
+    """PE(n, 2i) = sin(n / base^(2i/d)), PE(n, 2i+1) = cos(n / base^(2i/d))   (004 eq. 16).
+
+    positions: (...) integer or float -> (..., d) float32. Odd d ends with a sine column.
+    """
+    i2 = torch.arange(0, d, 2, device=positions.device, dtype=torch.float64)  # 2i = 0, 2, 4, ...
+    inv_freq = torch.exp(-math.log(base) * i2 / d)  # 1 / base^(2i/d), (ceil(d/2),)
+    angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq  # (..., ceil(d/2))
+    pe = torch.empty(*positions.shape, d, dtype=torch.float64, device=positions.device)
+    pe[..., 0::2] = torch.sin(angles)
+    pe[..., 1::2] = torch.cos(angles[..., : d // 2])
+    return pe.float()
+
+
+def default_positions(t: int, offset: int = 0, device: torch.device | None = None) -> Tensor:
+    """0..T-1 shifted by ``offset`` (the cache length when decoding): (T,) int64."""
+    return torch.arange(offset, offset + t, device=device)
+
+
+class NoPositions(nn.Module):
+    """No position information: the model sees a set of tokens (000; 001 "a set")."""
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        return x
+
+
+class LearnedPositions(nn.Module):
+    """x~_i = P_i + x_i with a learned table P in R^{N x D} (000). N = max_len bounds the length."""
+
+    def __init__(self, max_len: int, d_model: int):
+        super().__init__()
+        self.max_len = max_len
+        self.table = nn.Embedding(max_len, d_model)  # P
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        if positions.numel() and int(positions.max()) >= self.max_len:
+            raise ValueError(
+                f"position {int(positions.max())} is beyond the learned position table "
+                f"(max_len={self.max_len}); shorten the sequence or use sinusoidal/rotary positions"
+            )
+        return x + self.table(positions)  # (B, T, D)
+
+
+class SinusoidalPositions(nn.Module):
+    """x~_i = x_i + PE(i), the fixed Vaswani sinusoids; defined for any position (no table)."""
+
+    def __init__(self, d_model: int, base: float = 10000.0):
+        super().__init__()
+        self.d_model, self.base = d_model, base
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        return x + sinusoidal_table(positions, self.d_model, self.base).to(x.dtype)
+
+
+class ConcatPositions(nn.Module):
+    """x~_i = W [x_i; PE(i)] + b: concatenate sinusoids, then project back to D (004 eq. 15).
+
+    004 hypothesises that concatenation followed by a learned linear map lets the network build any
+    position function from the Fourier basis of sinusoids. ``d_pos`` is the width of PE.
+    """
+
+    def __init__(self, d_model: int, d_pos: int | None = None, base: float = 10000.0):
+        super().__init__()
+        self.d_pos, self.base = d_pos or d_model, base
+        self.proj = nn.Linear(d_model + self.d_pos, d_model)
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        pe = sinusoidal_table(positions, self.d_pos, self.base).to(x.dtype)  # (T|B,T, d_pos)
+        pe = pe.expand(*x.shape[:-1], self.d_pos)  # (B, T, d_pos)
+        return self.proj(torch.cat([x, pe], dim=-1))  # (B, T, D)
+
+
+class RotaryPositions(nn.Module):
+    """Rotary position embedding (RoPE): rotate each (i, i + Dh/2) pair of q and k by pos * theta_i.
+
+    theta_i = base^(-2i/Dh). Then q_m^T k_n depends on positions only through m - n. The embeddings
+    pass through unchanged; attention calls :meth:`rotate` on queries and keys ("rotate-half"
+    layout, as GPT-NeoX and Llama).
+    """
+
+    def __init__(self, d_head: int, base: float = 10000.0):
+        super().__init__()
+        if d_head % 2:
+            raise ValueError(f"rotary positions need an even head width, got d_head={d_head}")
+        self.d_head, self.base = d_head, base
+        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
+        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)  # (Dh/2,)
+
+    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+        return x
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """x: (B, H, T, Dh); positions (T,) or (B, T) -> (B, H, T, Dh)."""
+        angles = positions.to(self.inv_freq.dtype).unsqueeze(-1) * self.inv_freq  # (.., T, Dh/2)
+        if angles.dim() == 3:
+            angles = angles.unsqueeze(1)  # (B, 1, T, Dh/2): broadcast over heads
+        cos = torch.cos(angles).to(x.dtype)
+        sin = torch.sin(angles).to(x.dtype)
+        x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, Dh/2) each
+        return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (B, H, T, Dh)
+
+
+def make_positions(kind: str, d_model: int, d_head: int, max_len: int, base: float) -> nn.Module:
+    """Build the position module named by a config."""
+    if kind == "learned":
+        return LearnedPositions(max_len, d_model)
+    if kind == "sinusoidal":
+        return SinusoidalPositions(d_model)
+    if kind == "concat":
+        return ConcatPositions(d_model)
+    if kind == "rotary":
+        return RotaryPositions(d_head, base)
+    if kind == "none":
+        return NoPositions()
+    raise ValueError(f"unknown positional {kind!r}")
