@@ -14,10 +14,14 @@ so ``tgt_in[:, t]`` is the input that predicts ``tgt_out[:, t]``, and both share
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from attnlab.data.labels import LabelSet
+    from attnlab.data.tokenizers import Tokenizer
 
 
 class LMBatch(NamedTuple):
@@ -95,3 +99,20 @@ def collate_labelled(
     ids, mask = pad_sequences([e[0] for e in examples], pad_id)  # (B, T)
     labels = torch.tensor([int(e[1]) for e in examples], dtype=torch.long)  # (B,)
     return ClassificationBatch(ids, mask, labels)
+
+
+def encode_pairs(
+    pairs: Sequence[tuple[str, str]],
+    src_tokenizer: Tokenizer,
+    tgt_tokenizer: Tokenizer | None = None,
+) -> list[tuple[list[int], list[int]]]:
+    """(source, target) strings -> id lists ready for :func:`collate_pairs` (no BOS/EOS added)."""
+    tgt_tokenizer = tgt_tokenizer or src_tokenizer
+    return [(src_tokenizer.encode(s), tgt_tokenizer.encode(t)) for s, t in pairs]
+
+
+def encode_labelled(
+    examples: Sequence[tuple[str, str]], tokenizer: Tokenizer, labels: LabelSet
+) -> list[tuple[list[int], int]]:
+    """(text, label) strings -> (ids, class id) ready for :func:`collate_labelled`."""
+    return [(tokenizer.encode(text), labels.encode(label)) for text, label in examples]
