@@ -34,7 +34,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "positional": ("learned", "sinusoidal", "concat", "rotary", "none"),
     "norm": ("layernorm", "rmsnorm"),
     "norm_placement": ("pre", "post"),
-    "activation": ("relu", "gelu", "relu2"),
+    "activation": ("relu", "gelu", "gelu_tanh", "relu2"),
     "attention": ("softmax", "hardmax"),
     "pooling": ("cls", "mean"),
     "rnn_attention": ("none", "additive", "dot", "general"),

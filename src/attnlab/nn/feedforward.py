@@ -19,11 +19,17 @@ def relu_squared(x: Tensor) -> Tensor:
     return torch.square(F.relu(x))
 
 
-ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "relu2": relu_squared}
+def gelu_tanh(x: Tensor) -> Tensor:
+    """GELU with the tanh approximation (Hendrycks & Gimpel 2016), GPT-2's "gelu_new":
+    0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))). Needed for exact parity with GPT-2 weights."""
+    return F.gelu(x, approximate="tanh")
+
+
+ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": gelu_tanh, "relu2": relu_squared}
 
 
 class FeedForward(nn.Module):
-    """W2 a(W1 h + b1) + b2 with a in {ReLU (000), GELU, ReLU^2}."""
+    """W2 a(W1 h + b1) + b2 with a in {ReLU (000), GELU (exact or tanh), ReLU^2}."""
 
     def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", bias: bool = True,
                  dropout: float = 0.0):
