@@ -108,8 +108,11 @@ def test_bad_corpus_inputs(tmp_path):
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 ok".encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin1.txt' is not valid UTF-8: byte 0xe9 at offset 3"):
         prepare_corpus(tmp_path / "latin1.txt", tmp_path / "out", tok)
+    (tmp_path / "latin1.txt").write_text("caf\xe9 ok", encoding="utf-8")
     with pytest.raises(FileNotFoundError, match="prepare_corpus"):
         load_corpus(tmp_path / "d")
+    with pytest.raises(ValueError, match=r"cannot encode .*latin1.txt.*'é' at 3"):
+        prepare_corpus(tmp_path / "latin1.txt", tmp_path / "out", CharTokenizer.train(["abc"]))
 
 
 def test_corrupted_split_is_detected(corpus, tmp_path):

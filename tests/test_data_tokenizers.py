@@ -154,6 +154,8 @@ def test_save_load_round_trip(kind, texts, tmp_path, request):
         assert again.vocab_size == tok.vocab_size
         assert again.specials == tok.specials
         assert again.encode(texts[0]) == tok.encode(texts[0])
+        ids = tok.encode(texts[0])[:12]
+        assert [again.token_to_str(i) for i in ids] == [tok.token_to_str(i) for i in ids]
     tok.save(tmp_path)  # a directory gets tokenizer.json
     assert load_tokenizer(tmp_path).encode(texts[1]) == tok.encode(texts[1])
 

@@ -75,7 +75,11 @@ def prepare_corpus(
     with open(stream, "wb") as f:
         for k, path in enumerate(files):
             text = read_text(path, allow_empty=not single)
-            ids = tokenizer.encode(text)
+            try:
+                ids = tokenizer.encode(text)
+            except ValueError as err:  # e.g. characters a CharTokenizer never saw
+                stream.unlink()
+                raise ValueError(f"cannot encode {str(path)!r}: {err}") from None
             if k and n_tokens and ids:
                 ids = [tokenizer.eos_id, *ids]  # document boundary
             f.write(np.asarray(ids, dtype=dtype).tobytes())
