@@ -21,10 +21,12 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_table(positions: Tensor, d: int, base: float = 10000.0) -> Tensor:
+def sinusoidal_table(positions: Tensor, d: int, base: float = 10000.0,
+                     dtype: torch.dtype = torch.float32) -> Tensor:
     """PE(n, 2i) = sin(n / base^(2i/d)), PE(n, 2i+1) = cos(n / base^(2i/d))   (004 eq. 16).
 
-    positions: (...) integer or float -> (..., d) float32. Odd d ends with a sine column.
+    positions: (...) integer or float -> (..., d) in ``dtype`` (computed in float64). Odd d ends
+    with a sine column.
     """
     i2 = torch.arange(0, d, 2, device=positions.device, dtype=torch.float64)  # 2i = 0, 2, 4, ...
     inv_freq = torch.exp(-math.log(base) * i2 / d)  # 1 / base^(2i/d), (ceil(d/2),)
@@ -32,7 +34,7 @@ def sinusoidal_table(positions: Tensor, d: int, base: float = 10000.0) -> Tensor
     pe = torch.empty(*positions.shape, d, dtype=torch.float64, device=positions.device)
     pe[..., 0::2] = torch.sin(angles)
     pe[..., 1::2] = torch.cos(angles[..., : d // 2])
-    return pe.float()
+    return pe.to(dtype)
 
 
 def default_positions(t: int, offset: int = 0, device: torch.device | None = None) -> Tensor:
@@ -72,7 +74,7 @@ class SinusoidalPositions(nn.Module):
         self.d_model, self.base = d_model, base
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        return x + sinusoidal_table(positions, self.d_model, self.base).to(x.dtype)
+        return x + sinusoidal_table(positions, self.d_model, self.base, x.dtype)
 
 
 class ConcatPositions(nn.Module):
@@ -88,7 +90,7 @@ class ConcatPositions(nn.Module):
         self.proj = nn.Linear(d_model + self.d_pos, d_model)
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        pe = sinusoidal_table(positions, self.d_pos, self.base).to(x.dtype)  # (T|B,T, d_pos)
+        pe = sinusoidal_table(positions, self.d_pos, self.base, x.dtype)  # (T|B,T, d_pos)
         pe = pe.expand(*x.shape[:-1], self.d_pos)  # (B, T, d_pos)
         return self.proj(torch.cat([x, pe], dim=-1))  # (B, T, D)
 
