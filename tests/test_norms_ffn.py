@@ -1,0 +1,143 @@
+"""LayerNorm (004 eq. 17), RMSNorm and the position-wise feed-forward network (000, 003).
+
+LayerNorm equals ``torch.nn.LayerNorm`` (fp32, 1e-5) and the NumPy oracle (float64, 1e-10);
+RMSNorm and FeedForward equal the oracle. Shapes: B batch, T positions, D d_model, F d_ff.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from attnlab import reference as ref
+from attnlab.config import ModelConfig
+from attnlab.models.layers import make_encoder_block
+from attnlab.nn import FeedForward, LayerNorm, RMSNorm
+from attnlab.nn.norms import make_norm
+
+TOL64 = {"rtol": 1e-10, "atol": 1e-10}
+TOL32 = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def _np(t: torch.Tensor) -> np.ndarray:
+    return t.detach().numpy()
+
+
+def _randomise(module: nn.Module) -> nn.Module:
+    """Move gains and biases away from 1 and 0 so they are actually tested."""
+    with torch.no_grad():
+        for p in module.parameters():
+            p.uniform_(-1.5, 1.5)
+    return module
+
+
+# --------------------------------------------------------------------------- LayerNorm
+
+
+@pytest.mark.parametrize("eps", [1e-5, 0.0, 0.1])
+def test_layer_norm_matches_reference_float64(eps):
+    norm = _randomise(LayerNorm(6, eps=eps)).double()
+    a = torch.randn(2, 3, 6, dtype=torch.float64) * 3 + 1
+    expected = ref.layer_norm(_np(a), _np(norm.weight), _np(norm.bias), eps=eps)
+    np.testing.assert_allclose(_np(norm(a)), expected, **TOL64)
+
+
+def test_layer_norm_with_unit_gain_is_004_eq17():
+    """eq. 17: (a - mu) / sigma with no gain, bias or epsilon; mean 0, variance 1 per row."""
+    a = torch.randn(4, 7, dtype=torch.float64)
+    out = LayerNorm(7, eps=0.0).double()(a)
+    np.testing.assert_allclose(_np(out), ref.layer_norm(_np(a)), **TOL64)
+    np.testing.assert_allclose(_np(out.mean(-1)), np.zeros(4), **TOL64)
+    np.testing.assert_allclose(_np(out.var(-1, unbiased=False)), np.ones(4), **TOL64)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_norm_equals_torch_layer_norm(bias):
+    ours = _randomise(LayerNorm(16, eps=1e-5, bias=bias))
+    theirs = nn.LayerNorm(16, eps=1e-5, bias=bias)
+    theirs.load_state_dict(ours.state_dict())
+    a = torch.randn(3, 5, 16) * 4 - 2
+    torch.testing.assert_close(ours(a), theirs(a), **TOL32)
+    assert (ours.bias is None) == (not bias)
+
+
+def test_layer_norm_of_a_constant_row_is_finite():
+    out = LayerNorm(5)(torch.full((2, 5), 3.0))
+    assert torch.equal(out, torch.zeros(2, 5))  # eps keeps sqrt(0 + eps) > 0
+
+
+# --------------------------------------------------------------------------- RMSNorm
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_rms_norm_matches_reference_float64(affine):
+    norm = RMSNorm(6, eps=1e-5, affine=affine).double()
+    if affine:
+        _randomise(norm)
+    a = torch.randn(2, 3, 6, dtype=torch.float64) * 2
+    gain = _np(norm.weight) if affine else None
+    np.testing.assert_allclose(_np(norm(a)), ref.rms_norm(_np(a), gain, eps=1e-5), **TOL64)
+
+
+def test_rms_norm_equals_torch_rms_norm():
+    ours = _randomise(RMSNorm(8, eps=1e-6))
+    theirs = nn.RMSNorm(8, eps=1e-6)
+    theirs.load_state_dict(ours.state_dict())
+    a = torch.randn(4, 8)
+    torch.testing.assert_close(ours(a), theirs(a), **TOL32)
+
+
+def test_make_norm_builds_both_kinds_and_rejects_others():
+    assert isinstance(make_norm("layernorm", 4), LayerNorm)
+    assert isinstance(make_norm("rmsnorm", 4), RMSNorm)
+    assert make_norm("layernorm", 4, bias=False).bias is None
+    with pytest.raises(ValueError, match="unknown norm 'batchnorm'"):
+        make_norm("batchnorm", 4)
+
+
+# --------------------------------------------------------------------------- feed-forward
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_feed_forward_matches_reference_float64(activation, bias):
+    """000: h_FF = W2 a(W1 h + b1) + b2, per position (row-vector form: a(h W1 + b1) W2 + b2)."""
+    ffn = FeedForward(5, 9, activation=activation, bias=bias).double()
+    h = torch.randn(2, 3, 5, dtype=torch.float64)
+    b1 = _np(ffn.up.bias) if bias else None
+    b2 = _np(ffn.down.bias) if bias else None
+    expected = ref.feed_forward(
+        _np(h), _np(ffn.up.weight.T), b1, _np(ffn.down.weight.T), b2, activation
+    )
+    np.testing.assert_allclose(_np(ffn(h)), expected, **TOL64)
+
+
+def test_relu_squared_feed_forward_is_the_squared_relu():
+    ffn = FeedForward(4, 6, activation="relu2").double()
+    h = torch.randn(3, 4, dtype=torch.float64)
+    hidden = np.maximum(_np(h) @ _np(ffn.up.weight.T) + _np(ffn.up.bias), 0.0) ** 2
+    expected = hidden @ _np(ffn.down.weight.T) + _np(ffn.down.bias)
+    np.testing.assert_allclose(_np(ffn(h)), expected, **TOL64)
+
+
+def test_feed_forward_acts_on_each_position_independently():
+    ffn = FeedForward(4, 8)
+    h = torch.randn(2, 5, 4)
+    out = ffn(h)
+    torch.testing.assert_close(out[:, 2:3], ffn(h[:, 2:3]))
+    h2 = h.clone()
+    h2[:, 4] += 1.0
+    torch.testing.assert_close(ffn(h2)[:, :4], out[:, :4])
+
+
+@pytest.mark.parametrize("mult,expected", [(4.0, 32), (5.0, 40), (2.5, 20)])
+def test_hidden_width_follows_the_config_multiple(mult, expected):
+    """000 uses F = 5 D, Vaswani F = 4 D; d_ff overrides the multiple."""
+    cfg = ModelConfig(d_model=8, n_heads=2, ffn_mult=mult)
+    block = make_encoder_block(cfg, None)
+    assert block.ffn.up.weight.shape == (expected, 8)
+    assert block.ffn.down.weight.shape == (8, expected)
+    explicit = make_encoder_block(cfg.replace(d_ff=12), None)
+    assert explicit.ffn.up.out_features == 12
