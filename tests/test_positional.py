@@ -74,7 +74,7 @@ def test_sinusoidal_positions_add_the_table_for_batched_positions():
     assert torch.isfinite(far).all()
 
 
-@pytest.mark.xfail(strict=True, reason=FLOAT32_TABLES)
+
 def test_sinusoidal_positions_float64_matches_reference():
     enc = SinusoidalPositions(16)
     x = torch.zeros(1, 40, 16, dtype=torch.float64)
@@ -138,7 +138,7 @@ def test_rotary_matches_reference_fp32():
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.xfail(strict=True, reason=FLOAT32_TABLES)
+
 def test_rotary_float64_matches_reference():
     rot = RotaryPositions(8).double()
     x = torch.randn(1, 2, 6, 8, dtype=torch.float64)

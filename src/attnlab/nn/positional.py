@@ -108,15 +108,15 @@ class RotaryPositions(nn.Module):
         if d_head % 2:
             raise ValueError(f"rotary positions need an even head width, got d_head={d_head}")
         self.d_head, self.base = d_head, base
-        inv_freq = base ** (-torch.arange(0, d_head, 2, dtype=torch.float64) / d_head)
-        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)  # (Dh/2,)
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
         return x
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         """x: (B, H, T, Dh); positions (T,) or (B, T) -> (B, H, T, Dh)."""
-        angles = positions.to(self.inv_freq.dtype).unsqueeze(-1) * self.inv_freq  # (.., T, Dh/2)
+        i2 = torch.arange(0, self.d_head, 2, dtype=torch.float64, device=x.device)
+        inv_freq = self.base ** (-i2 / self.d_head)  # theta_i, (Dh/2,), float64 for exactness
+        angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq  # (.., T, Dh/2)
         if angles.dim() == 3:
             angles = angles.unsqueeze(1)  # (B, 1, T, Dh/2): broadcast over heads
         cos = torch.cos(angles).to(x.dtype)
