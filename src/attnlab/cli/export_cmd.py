@@ -1,0 +1,64 @@
+"""``attnlab export``: write a trained run as a Hugging Face GPT-2 directory or a safetensors file.
+
+attnlab export --checkpoint runs/x --format hf-gpt2 --out gpt2-export/
+attnlab export --checkpoint runs/x --format safetensors --out model.safetensors
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from attnlab.errors import UserError
+from attnlab.interop.export import FORMATS, export_model
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export a trained model as a Hugging Face GPT-2 directory or a safetensors file",
+        description="Export a trained model. hf-gpt2 (decoder-only LMs with learned positions) "
+        "writes config.json + model.safetensors that transformers.GPT2LMHeadModel."
+        "from_pretrained loads; safetensors writes one file with attnlab names, config and "
+        "tokenizer.",
+    )
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="RUN_DIR",
+        help="run directory or checkpoint written by `attnlab train`",
+    )
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="hf-gpt2",
+        help="hf-gpt2: Hugging Face GPT-2 directory; safetensors: one .safetensors "
+        "file (default: %(default)s)",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        metavar="PATH",
+        help="output directory (hf-gpt2) or .safetensors file (safetensors)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    ckpt = load_checkpoint_lazily(args.checkpoint)
+    path = export_model(ckpt.model, args.format, args.out, tokenizer=ckpt.tokenizer)
+    print(f"exported {args.checkpoint} as {args.format} to {path}")
+    return 0
+
+
+def load_checkpoint_lazily(path: str):
+    """``attnlab.train.checkpoint.load_checkpoint``, imported only when a command needs it."""
+    try:
+        from attnlab.train.checkpoint import load_checkpoint
+    except ModuleNotFoundError as err:
+        if err.name and err.name.startswith("attnlab"):
+            raise UserError(
+                "checkpoint loading (attnlab.train.checkpoint) is not available in "
+                "this installation; reinstall attnlab"
+            ) from None
+        raise
+    return load_checkpoint(path)

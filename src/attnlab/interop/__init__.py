@@ -1,0 +1,34 @@
+"""Interoperability: Hugging Face GPT-2 weights in and out, and plain safetensors export."""
+
+from attnlab.interop.export import FORMATS, export_model
+from attnlab.interop.gpt2 import (
+    check_gpt2_compatible,
+    gpt2_config_to_model_config,
+    load_gpt2_state_dict,
+    model_config_to_gpt2_config,
+    to_gpt2_state_dict,
+)
+from attnlab.interop.gpt2_files import from_pretrained_dir, from_transformers, save_gpt2_dir
+from attnlab.interop.safetensors_io import (
+    load_safetensors,
+    read_safetensors_config,
+    read_safetensors_tokenizer,
+    save_safetensors,
+)
+
+__all__ = [
+    "FORMATS",
+    "check_gpt2_compatible",
+    "export_model",
+    "from_pretrained_dir",
+    "from_transformers",
+    "gpt2_config_to_model_config",
+    "load_gpt2_state_dict",
+    "load_safetensors",
+    "model_config_to_gpt2_config",
+    "read_safetensors_config",
+    "read_safetensors_tokenizer",
+    "save_gpt2_dir",
+    "save_safetensors",
+    "to_gpt2_state_dict",
+]

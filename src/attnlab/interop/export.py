@@ -1,0 +1,88 @@
+"""Export a trained model (and its tokenizer) to a format other tools read.
+
+Formats:
+    hf-gpt2      a Hugging Face GPT-2 directory: config.json + model.safetensors, loadable with
+                 ``transformers.GPT2LMHeadModel.from_pretrained(dir)``. A BPE tokenizer (which is
+                 a Hugging Face ``tokenizers`` model) is also written as tokenizer.json +
+                 tokenizer_config.json so ``AutoTokenizer.from_pretrained(dir)`` loads it; every
+                 tokenizer is kept in attnlab's own format as attnlab_tokenizer.json.
+    safetensors  one self-describing .safetensors file with attnlab parameter names, the
+                 ModelConfig and the tokenizer in its metadata (``load_safetensors`` reads it).
+
+Tokenizers are duck-typed (``to_dict``, ``save``, ``pad_id``/``bos_id``/``eos_id``, ``specials``
+and, for BPE, ``hf``) so this layer does not import ``attnlab.data``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from attnlab.errors import ConfigError
+from attnlab.interop.gpt2 import check_gpt2_compatible
+from attnlab.interop.gpt2_files import _atomic_write, save_gpt2_dir
+from attnlab.interop.safetensors_io import save_safetensors
+from attnlab.models.lm import DecoderLM
+
+FORMATS = ("hf-gpt2", "safetensors")
+ATTNLAB_TOKENIZER_FILE = "attnlab_tokenizer.json"
+
+
+def export_model(model: nn.Module, fmt: str, out: str | os.PathLike, tokenizer: Any = None) -> Path:
+    """Write ``model`` (and ``tokenizer``, if given) to ``out`` in format ``fmt``; returns the
+    path written (a directory for hf-gpt2, a file for safetensors)."""
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown export format {fmt!r}; choose one of {list(FORMATS)}")
+    if fmt == "safetensors":
+        out = Path(out)
+        if out.is_dir():
+            raise ConfigError(
+                f"--out {str(out)!r} is a directory; safetensors export writes one "
+                "file, e.g. --out model.safetensors"
+            )
+        return save_safetensors(model, out, tokenizer=tokenizer)
+    if not isinstance(model, DecoderLM):
+        raise ConfigError(
+            f"hf-gpt2 export needs a decoder-only language model (kind='decoder_lm'), this "
+            f"checkpoint holds a {type(model).__name__}; use --format safetensors instead"
+        )
+    check_gpt2_compatible(model.cfg)
+    ids = {}
+    if tokenizer is not None:
+        ids = {"bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id}
+    root = save_gpt2_dir(model, out, **ids)
+    if tokenizer is not None:
+        save_tokenizer_files(tokenizer, root, model.cfg.max_len)
+    return root
+
+
+def save_tokenizer_files(tokenizer: Any, root: Path, max_len: int) -> list[Path]:
+    """attnlab_tokenizer.json always; tokenizer.json + tokenizer_config.json for a BPE tokenizer
+    backed by Hugging Face ``tokenizers``. Returns the files written."""
+    written = [root / ATTNLAB_TOKENIZER_FILE]
+    text = json.dumps(tokenizer.to_dict(), ensure_ascii=False)
+    _atomic_write(written[0], lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    hf = getattr(tokenizer, "hf", None)
+    if hf is None or not callable(getattr(hf, "to_str", None)):
+        return written  # char/byte tokenizers have no Hugging Face twin
+    specials = list(tokenizer.specials)
+    config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": max_len,
+        "pad_token": specials[tokenizer.pad_id],
+        "bos_token": specials[tokenizer.bos_id],
+        "eos_token": specials[tokenizer.eos_id],
+        "clean_up_tokenization_spaces": False,
+    }
+    if getattr(tokenizer, "unk_id", None) is not None:
+        config["unk_token"] = specials[tokenizer.unk_id]
+    hf_text = hf.to_str()
+    cfg_text = json.dumps(config, indent=2) + "\n"
+    for name, body in (("tokenizer.json", hf_text), ("tokenizer_config.json", cfg_text)):
+        _atomic_write(root / name, lambda tmp, b=body: Path(tmp).write_text(b, encoding="utf-8"))
+        written.append(root / name)
+    return written

@@ -1,0 +1,135 @@
+"""A model as one self-describing ``.safetensors`` file: the weights plus the attnlab config.
+
+The file holds attnlab's own parameter names (``blocks.0.self_attn.qkv_proj.weight``, ...) and,
+in the safetensors header metadata, the ModelConfig as JSON under ``"attnlab_config"`` (and
+optionally the tokenizer's ``to_dict()`` under ``"attnlab_tokenizer"``), so
+:func:`load_safetensors` rebuilds the right model class from the file alone. Tied weights (the
+LM head sharing the embedding matrix) are stored once; safetensors forbids aliases.
+
+This is the export format for sharing weights with any safetensors reader; a training run
+directory (config, tokenizer, optimizer state) is the job of ``attnlab.train.checkpoint``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from attnlab.config import ModelConfig
+from attnlab.errors import CheckpointError
+from attnlab.models.build import build_model
+
+CONFIG_KEY = "attnlab_config"
+TOKENIZER_KEY = "attnlab_tokenizer"
+
+
+def save_safetensors(
+    model: nn.Module,
+    path: str | os.PathLike,
+    config: ModelConfig | None = None,
+    *,
+    tokenizer: Any = None,
+    metadata: dict[str, str] | None = None,
+) -> Path:
+    """Write ``model``'s weights and its config (``config`` or ``model.cfg``) to ``path``.
+
+    ``tokenizer`` (anything with ``to_dict()``, e.g. an attnlab Tokenizer) is embedded too; read
+    it back with :func:`read_safetensors_tokenizer`. Written to a temporary file and renamed into
+    place (atomic). Extra string ``metadata`` is kept in the header.
+    """
+    from safetensors.torch import save_model
+
+    cfg = config if config is not None else getattr(model, "cfg", None)
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(
+            "save_safetensors needs the model's ModelConfig: pass config=... "
+            f"({type(model).__name__} has no .cfg)"
+        )
+    meta = {"format": "pt", CONFIG_KEY: json.dumps(cfg.to_dict(), sort_keys=True)}
+    if tokenizer is not None:
+        meta[TOKENIZER_KEY] = json.dumps(tokenizer.to_dict(), ensure_ascii=False)
+    for k, v in (metadata or {}).items():
+        if not isinstance(k, str) or not isinstance(v, str):
+            raise TypeError(f"safetensors metadata must map str to str, got {k!r}: {v!r}")
+        meta.setdefault(k, v)
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    os.close(fd)
+    try:
+        save_model(model, tmp, metadata=meta)
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+def _metadata(p: Path) -> dict[str, str]:
+    from safetensors import SafetensorError, safe_open
+
+    if not p.is_file():
+        raise CheckpointError(f"no safetensors file at {str(p)!r}")
+    try:
+        with safe_open(str(p), framework="pt") as f:
+            return f.metadata() or {}
+    except (SafetensorError, OSError) as err:
+        raise CheckpointError(f"cannot read {str(p)!r} as safetensors: {err}") from None
+
+
+def read_safetensors_tokenizer(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The tokenizer dict embedded by :func:`save_safetensors` (None if there is none); turn it
+    into a tokenizer with ``attnlab.data.load_tokenizer``."""
+    p = Path(path)
+    text = _metadata(p).get(TOKENIZER_KEY)
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise CheckpointError(f"the tokenizer stored in {str(p)!r} is invalid: {err}") from None
+
+
+def read_safetensors_config(path: str | os.PathLike) -> ModelConfig:
+    """The ModelConfig stored in a file written by :func:`save_safetensors`."""
+    p = Path(path)
+    meta = _metadata(p)
+    if CONFIG_KEY not in meta:
+        raise CheckpointError(
+            f"{str(p)!r} has no attnlab config in its metadata; it was not written by "
+            "attnlab's save_safetensors (build the model yourself and pass model=...)"
+        )
+    try:
+        return ModelConfig.from_dict(json.loads(meta[CONFIG_KEY]))
+    except (json.JSONDecodeError, ValueError, TypeError) as err:
+        msg = f"the attnlab config stored in {str(p)!r} is invalid: {err}"
+        raise CheckpointError(msg) from None
+
+
+def load_safetensors(path: str | os.PathLike, model: nn.Module | None = None) -> nn.Module:
+    """Load weights from ``path`` into ``model`` (or a model built from the stored config).
+
+    Missing or unexpected tensors and shape mismatches are CheckpointErrors naming the keys.
+    Returns the model in eval mode.
+    """
+    from safetensors.torch import load_model
+
+    if model is None:
+        model = build_model(read_safetensors_config(path))
+    elif not Path(path).is_file():
+        raise CheckpointError(f"no safetensors file at {str(path)!r}")
+    try:
+        missing, unexpected = load_model(model, str(path), strict=False)
+    except RuntimeError as err:  # shape mismatches from load_state_dict
+        raise CheckpointError(f"{str(path)!r} does not fit this model: {err}") from None
+    if missing or unexpected:
+        raise CheckpointError(
+            f"{str(path)!r} does not fit this model: missing {sorted(missing)[:5]}, unexpected "
+            f"{sorted(unexpected)[:5]}; was it saved from a model with another config?"
+        )
+    return model.eval()
