@@ -1,0 +1,187 @@
+"""How to generate: one frozen, validated :class:`GenerationConfig` and the result types.
+
+Strategies (003 "Decoding"; Holtzman et al. 2020; Keskar et al. 2019; Wu et al. 2016):
+
+    greedy          w_t = argmax_w p(w | w_{<t})               temperature == 0 or do_sample=False
+    sampling        w_t ~ softmax(z_t / tau)                    temperature tau > 0 (the default)
+    top-k / top-p   sample from the k most likely / the smallest set with mass >= p
+    beam search     keep the num_beams best prefixes by sum log p, rank finished ones by
+                    sum log p / |y|^alpha (alpha = length_penalty)
+
+Every field is checked in ``__post_init__``; messages name the field and its CLI flag, so the same
+text serves Python and ``attnlab generate``. Shapes: R rows (prompts x beams), V vocabulary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from torch import Tensor
+
+FINISH_REASONS = ("stop_token", "stop_string", "length")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """Decoding settings. ``GenerationConfig()`` samples 100 tokens at temperature 1."""
+
+    max_new_tokens: int = 100  # --max-new-tokens
+    temperature: float = 1.0  # --temperature; 0 means greedy
+    top_k: int = 0  # --top-k; 0 = off
+    top_p: float = 1.0  # --top-p; 1 = off
+    repetition_penalty: float = 1.0  # --repetition-penalty; 1 = off (CTRL, Keskar et al. 2019)
+    num_beams: int = 1  # --beams; 1 = no beam search
+    length_penalty: float = 1.0  # --length-penalty; alpha in score / len^alpha (beams only)
+    early_stopping: bool = False  # --early-stopping; beams stop once num_beams are finished
+    stop_token_ids: tuple[int, ...] | None = None  # None = the tokenizer's EOS, () = none
+    stop_strings: tuple[str, ...] = ()  # --stop; needs a tokenizer
+    seed: int | None = None  # --seed; None draws a fresh seed (reported in the result)
+    do_sample: bool | None = None  # None: sample iff temperature > 0 and num_beams == 1
+    use_cache: bool = True  # --no-cache: recompute the whole context each step (reference)
+    bos_token_id: int | None = None  # default: the tokenizer's BOS
+    pad_token_id: int | None = None  # default: the tokenizer's pad, else 0
+
+    def __post_init__(self) -> None:
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
+            raise ValueError(
+                "max_new_tokens (--max-new-tokens) must be an int >= 1, "
+                f"got {self.max_new_tokens!r}"
+            )
+        _check_number("temperature", "--temperature", self.temperature)
+        if self.temperature < 0:
+            raise ValueError(
+                f"temperature (--temperature) must be >= 0 (0 = greedy), got {self.temperature}"
+            )
+        if not _is_int(self.top_k) or self.top_k < 0:
+            raise ValueError(f"top_k (--top-k) must be an int >= 0 (0 = off), got {self.top_k!r}")
+        _check_number("top_p", "--top-p", self.top_p)
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError(f"top_p (--top-p) must be in (0, 1] (1 = off), got {self.top_p}")
+        _check_number("repetition_penalty", "--repetition-penalty", self.repetition_penalty)
+        if self.repetition_penalty <= 0:
+            raise ValueError(
+                "repetition_penalty (--repetition-penalty) must be > 0 (1 = off, > 1 discourages "
+                f"repeats), got {self.repetition_penalty}"
+            )
+        if not _is_int(self.num_beams) or self.num_beams < 1:
+            raise ValueError(f"num_beams (--beams) must be an int >= 1, got {self.num_beams!r}")
+        _check_number("length_penalty", "--length-penalty", self.length_penalty)
+        if self.stop_token_ids is not None:
+            ids = tuple(self.stop_token_ids)
+            if not all(_is_int(i) and i >= 0 for i in ids):
+                raise ValueError(f"stop_token_ids must be non-negative ints, got {ids!r}")
+            object.__setattr__(self, "stop_token_ids", ids)
+        strings = (self.stop_strings,) if isinstance(self.stop_strings, str) else self.stop_strings
+        strings = tuple(strings)
+        if not all(isinstance(s, str) and s for s in strings):
+            raise ValueError(f"stop_strings (--stop) must be non-empty strings, got {strings!r}")
+        object.__setattr__(self, "stop_strings", strings)
+        if self.seed is not None and not _is_int(self.seed):
+            raise ValueError(f"seed (--seed) must be an int, got {self.seed!r}")
+        for name in ("bos_token_id", "pad_token_id"):
+            value = getattr(self, name)
+            if value is not None and (not _is_int(value) or value < 0):
+                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+        self._check_strategy()
+
+    def _check_strategy(self) -> None:
+        if self.do_sample and self.temperature == 0:
+            raise ValueError(
+                "do_sample=True contradicts temperature=0, which means greedy decoding; "
+                "use a temperature > 0 to sample"
+            )
+        if self.num_beams > 1:
+            if self.do_sample:
+                raise ValueError(
+                    "beam search (--beams > 1) is deterministic and does not sample; drop "
+                    "do_sample, or use --beams 1 to sample"
+                )
+            if self.top_k or self.top_p < 1.0:
+                raise ValueError(
+                    "top-k/top-p (--top-k/--top-p) filter what is sampled and do nothing in beam "
+                    "search (--beams > 1); use one or the other"
+                )
+            if self.stop_strings:
+                raise ValueError(
+                    "stop strings (--stop) are not supported with beam search; stop on token "
+                    "ids (stop_token_ids) or use --beams 1"
+                )
+
+    # Derived -------------------------------------------------------------------------------
+    @property
+    def sampling(self) -> bool:
+        """True if tokens are drawn at random (not greedy, not beam search)."""
+        if self.num_beams > 1 or self.temperature == 0:
+            return False
+        return self.do_sample is not False
+
+    def replace(self, **changes: Any) -> GenerationConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _check_number(name: str, flag: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} ({flag}) must be a finite number, got {value!r}")
+
+
+class Hypothesis(NamedTuple):
+    """One finished beam: its new tokens and length-penalised score sum log p / len^alpha."""
+
+    tokens: list[int]
+    score: float
+    finish_reason: str
+
+
+class GenerationResult(NamedTuple):
+    """What :func:`generate` / :func:`generate_seq2seq` return, one entry per prompt or source.
+
+    ``tokens`` are the new tokens only (no prompt, no padding, no stop token); ``texts`` decode
+    them (cut before a stop string) when a tokenizer was given. ``finish_reasons`` are
+    "stop_token", "stop_string" or "length". ``prompts`` are the ids actually fed (after BOS and
+    cropping; the source ids for seq2seq). ``scores``/``nbest`` come from beam search (best first);
+    ``logits`` (R, V) per step are the raw model logits when asked for; ``seed`` is the sampling
+    seed used, to reproduce the run.
+    """
+
+    tokens: list[list[int]]
+    texts: list[str] | None
+    finish_reasons: list[str]
+    prompts: list[list[int]]
+    scores: list[float] | None = None
+    nbest: list[list[Hypothesis]] | None = None
+    logits: list[Tensor] | None = None
+    seed: int | None = None
+
+
+class SpecialIds(NamedTuple):
+    """The token ids generation needs, resolved from the config, then the tokenizer."""
+
+    bos: int | None  # prepended to an empty LM prompt; the first decoder input of seq2seq
+    pad: int  # fills left padding and the rows that have finished
+    stop: tuple[int, ...]  # ending a row (not part of its output)
+
+
+def special_ids(config: GenerationConfig, tokenizer: Any | None) -> SpecialIds:
+    """Config values win; then the tokenizer's BOS/pad/EOS; pad defaults to 0, stop to none."""
+    bos = config.bos_token_id
+    if bos is None and tokenizer is not None:
+        bos = getattr(tokenizer, "bos_id", None)
+    pad = config.pad_token_id
+    if pad is None:
+        pad = getattr(tokenizer, "pad_id", None) if tokenizer is not None else None
+        pad = 0 if pad is None else pad
+    stop = config.stop_token_ids
+    if stop is None:
+        eos = getattr(tokenizer, "eos_id", None) if tokenizer is not None else None
+        stop = () if eos is None else (eos,)
+    return SpecialIds(bos, pad, tuple(stop))

@@ -1,0 +1,110 @@
+"""Generation from a language model: w_t ~ p(w_t | w_{<t}) one token at a time (000, 003).
+
+``generate(model, prompts, config, tokenizer=...)`` accepts a string, a list of ids, a (B, T)
+tensor, or a list of strings/id lists, and returns one output per prompt. The recipe:
+
+  1. encode, replace an empty prompt by [BOS], crop a prompt longer than the context window to its
+     end (with a warning), left-pad the batch (positions from the padding mask; ``prompts.py``);
+  2. prefill every prompt in one call into a preallocated KV cache (``model.new_cache``);
+  3. one token per row per step: greedy / sampling (``loop.py``) or beam search (``beam.py``);
+  4. stop on a stop token, a stop string, or after ``max_new_tokens``; slide the window when the
+     context fills up (``steppers.py``).
+
+A batch of prompts gives the same tokens as each prompt alone (greedy; sampling draws from one
+generator for the whole batch, so seeded samples depend on the batch). Shapes: B prompts, P
+longest prompt, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from attnlab.generate.beam import beam_search
+from attnlab.generate.config import GenerationConfig, GenerationResult, special_ids
+from attnlab.generate.loop import DecodeLoop
+from attnlab.generate.prompts import as_id_lists, left_pad, prepare_lm_prompts
+from attnlab.generate.sampling import fresh_seed
+from attnlab.generate.steppers import LMStepper, check_model, eval_mode
+from attnlab.models.base import LanguageModel
+
+PromptInput = Any  # str | list[int] | Tensor | list[str | list[int]]
+
+
+def generate(
+    model: LanguageModel,
+    prompts: PromptInput,
+    config: GenerationConfig | None = None,
+    *,
+    tokenizer: Any | None = None,
+    return_logits: bool = False,
+) -> GenerationResult:
+    """Continue each prompt; see the module docstring. ``return_logits`` keeps the raw model
+    logits of every step (R, V) in ``result.logits`` (greedy/sampling only)."""
+    config = config if config is not None else GenerationConfig()
+    check_model(model, LanguageModel, "generate")
+    with eval_mode(model):
+        if config.num_beams > 1:
+            stepper, batch, specials = lm_stepper(model, prompts, config, tokenizer)
+            return beam_search(
+                stepper,
+                config,
+                vocab_size=model.vocab_size,
+                specials=specials,
+                prompts=batch.prompts,
+                tokenizer=tokenizer,
+            )
+        loop, batch = lm_loop(model, prompts, config, tokenizer, keep_logits=return_logits)
+        loop.run()
+    return loop.result(batch.prompts, tokenizer)
+
+
+def lm_stepper(
+    model: LanguageModel, prompts: PromptInput, config: GenerationConfig, tokenizer: Any | None
+):
+    """Checked, padded prompts and a stepper over them: (LMStepper, PromptBatch, SpecialIds)."""
+    specials = special_ids(config, tokenizer)
+    ids = as_id_lists(prompts, tokenizer, "prompt")
+    ids = prepare_lm_prompts(
+        ids,
+        bos_id=specials.bos,
+        vocab_size=model.vocab_size,
+        window=getattr(model, "max_len", None),
+    )
+    batch = left_pad(ids, specials.pad)
+    stepper = LMStepper(
+        model,
+        batch.ids,
+        batch.mask,
+        config.max_new_tokens,
+        use_cache=config.use_cache,
+        pad_id=specials.pad,
+    )
+    return stepper, batch, specials
+
+
+def lm_loop(
+    model: LanguageModel,
+    prompts: PromptInput,
+    config: GenerationConfig,
+    tokenizer: Any | None,
+    *,
+    keep_logits: bool = False,
+    text_rows: bool = False,
+):
+    """A ready :class:`DecodeLoop` over the prompts (nothing run yet), and the prompt batch."""
+    stepper, batch, specials = lm_stepper(model, prompts, config, tokenizer)
+    seed = None
+    if config.sampling:
+        seed = config.seed if config.seed is not None else fresh_seed()
+    loop = DecodeLoop(
+        stepper,
+        config,
+        vocab_size=model.vocab_size,
+        pad_id=specials.pad,
+        stop_ids=specials.stop,
+        seed=seed,
+        tokenizer=tokenizer,
+        keep_logits=keep_logits,
+        text_rows=text_rows,
+    )
+    return loop, batch

@@ -1,0 +1,131 @@
+"""The token-by-token loop of greedy decoding and sampling, shared by LMs, seq2seq and streaming.
+
+    for t = 1 .. max_new_tokens:
+        z_t = logits of the next token (R, V)        one model call (``steppers.py``)
+        w_t = argmax z_t  or  w_t ~ softmax(f(z_t))  processors + choice (``sampling.py``)
+        a row whose w_t is a stop token, or whose text now contains a stop string, is finished;
+        finished rows keep producing ``pad`` (their outputs are masked out) until all are done.
+
+Per step the work is the model call, the sampler, and a few (R,)-sized tensor ops; text is decoded
+only when stop strings or a text stream ask for it. :meth:`DecodeLoop.step` runs under
+``torch.inference_mode`` itself, so a stream that yields between steps never leaves the caller in
+inference mode.
+
+Shapes: R rows, N max new tokens, V vocabulary.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from attnlab.generate.config import GenerationConfig, GenerationResult
+from attnlab.generate.sampling import choose_next, make_generator, seen_tokens
+from attnlab.generate.text import TextRow
+
+
+class DecodeLoop:
+    """State of one greedy/sampling run over the rows of a stepper."""
+
+    def __init__(
+        self,
+        stepper: Any,
+        config: GenerationConfig,
+        *,
+        vocab_size: int,
+        pad_id: int,
+        stop_ids: tuple[int, ...],
+        seed: int | None,
+        tokenizer: Any | None = None,
+        keep_logits: bool = False,
+        text_rows: bool = False,
+    ):
+        self.stepper, self.config, self.pad_id = stepper, config, pad_id
+        rows, n = stepper.rows, config.max_new_tokens
+        device = stepper.ids.device
+        self.out = torch.full((rows, n), pad_id, dtype=torch.long, device=device)  # (R, N)
+        self.count = torch.zeros(rows, dtype=torch.long, device=device)  # kept tokens per row
+        self.done = torch.zeros(rows, dtype=torch.bool, device=device)  # (R,)
+        self.reasons = ["length"] * rows
+        self.stop = torch.tensor(stop_ids, dtype=torch.long, device=device) if stop_ids else None
+        self.seed = seed
+        self.generator = make_generator(seed, device) if config.sampling else None
+        self.seen: Tensor | None = None
+        if config.repetition_penalty != 1.0:
+            self.seen = seen_tokens(*stepper.history(), vocab_size)  # (R, V)
+        self.rows_text: list[TextRow] | None = None
+        if config.stop_strings or text_rows:
+            if tokenizer is None:
+                raise ValueError("stop strings and text streaming need a tokenizer to decode")
+            self.rows_text = [TextRow(tokenizer, config.stop_strings) for _ in range(rows)]
+        self.logits: list[Tensor] | None = [] if keep_logits else None
+        self.steps = 0
+        self.finished = False
+        self._next_logits: Tensor | None = None
+
+    @torch.inference_mode()
+    def step(self) -> tuple[Tensor, Tensor] | None:
+        """One new token per row: (tokens (R,), kept (R,) bool), or None when generation is over."""
+        if self.finished:
+            return None
+        logits = self.stepper.start() if self.steps == 0 else self._next_logits
+        if self.logits is not None:
+            self.logits.append(logits.float().clone())  # (R, V) raw model logits
+        nxt = choose_next(logits, self.config, self.seen, self.generator)  # (R,)
+        nxt = nxt.masked_fill(self.done, self.pad_id)
+        kept = ~self.done
+        if self.stop is not None:
+            hit = torch.isin(nxt, self.stop) & kept
+            if bool(hit.any()):
+                for r in hit.nonzero().flatten().tolist():
+                    self.reasons[r] = "stop_token"
+                kept = kept & ~hit
+                self.done |= hit
+        self.out[:, self.steps] = nxt
+        self.count += kept
+        if self.seen is not None:
+            self.seen[torch.arange(nxt.size(0)), nxt] = True
+        if self.rows_text is not None:
+            self._push_text(nxt, kept)
+        self.steps += 1
+        if self.steps == self.config.max_new_tokens or bool(self.done.all()):
+            self._finish()
+        else:
+            self._next_logits = self.stepper.advance(nxt)
+        return nxt, kept
+
+    def run(self) -> None:
+        while self.step() is not None:
+            pass
+
+    def _push_text(self, nxt: Tensor, kept: Tensor) -> None:
+        for r in kept.nonzero().flatten().tolist():
+            if self.rows_text[r].push(int(nxt[r])):
+                self.reasons[r] = "stop_string"
+                self.done[r] = True
+
+    def _finish(self) -> None:
+        self.finished = True
+        if self.rows_text is not None:
+            for r, row in enumerate(self.rows_text):
+                row.finish()  # pending text of a partial character may complete a stop string
+                if row.stopped and self.reasons[r] == "length":
+                    self.reasons[r] = "stop_string"
+
+    # Results -------------------------------------------------------------------------------
+    def tokens(self) -> list[list[int]]:
+        counts = self.count.tolist()
+        return [row[:c] for row, c in zip(self.out.tolist(), counts, strict=True)]
+
+    def result(self, prompts: list[list[int]], tokenizer: Any | None) -> GenerationResult:
+        tokens = self.tokens()
+        texts = None
+        if self.rows_text is not None:
+            texts = [row.text for row in self.rows_text]
+        elif tokenizer is not None:
+            texts = [tokenizer.decode(t) for t in tokens]
+        return GenerationResult(
+            tokens, texts, list(self.reasons), prompts, logits=self.logits, seed=self.seed
+        )

@@ -1,0 +1,214 @@
+"""Steppers: feed a model one step at a time, with or without a KV cache, behind one interface.
+
+A stepper owns the token history of R rows and the model's decoding cache. ``start()`` runs the
+prompt (LM) or the start token (seq2seq) and returns the logits of the first new token;
+``advance(next)`` appends one token per row and returns the logits of the following one;
+``reorder(index)`` keeps rows ``index`` (beam search). Both loops -- sampling and beam search --
+talk only to this interface and to the model interfaces of ``attnlab.models.base``, so they never
+branch on the model family (Transformer or recurrent).
+
+With a cache (the default) the prompt is prefilled in one call and each step feeds only the new
+token: p(w_t | w_{<t}) needs the keys/values of w_{<t}, which never change in a causal model. With
+``use_cache=False`` the whole context is recomputed every step (the reference the tests compare
+against; O(T^2) work per sequence instead of O(T)).
+
+Sliding window (LMs whose context window max_len is finite): when the cache is full, the cache is
+rebuilt from the last ``max_len // 2`` tokens (one prefill call), positions restart at 0, and
+decoding continues. The trade-off: a new token sees between max_len/2 and max_len tokens of
+context, instead of exactly max_len as when recomputing the cropped window every step (nanoGPT's
+``sample.py``), but the cost stays one prefill per max_len/2 tokens instead of a full forward per
+token. The uncached reference crops to the last max_len tokens every step.
+
+Shapes: R rows, P prompt columns, N max new tokens, V vocabulary, S source length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor
+
+from attnlab.generate.prompts import position_ids
+from attnlab.models.base import Encoded, LanguageModel, Seq2SeqModel
+
+
+class LMStepper:
+    """Feeds a :class:`LanguageModel`; prompts are left-padded (see ``prompts.py``)."""
+
+    def __init__(
+        self,
+        model: LanguageModel,
+        ids: Tensor,
+        mask: Tensor | None,
+        max_new_tokens: int,
+        *,
+        use_cache: bool = True,
+        pad_id: int = 0,
+    ):
+        self.model, self.use_cache = model, use_cache
+        self.window: int | None = getattr(model, "max_len", None)
+        rows, p = ids.shape
+        device = _device(model)
+        total = p + max_new_tokens
+        self.ids = torch.full((rows, total), pad_id, dtype=torch.long, device=device)  # (R, P+N)
+        self.ids[:, :p] = ids
+        self.mask: Tensor | None = None
+        if mask is not None:
+            self.mask = torch.ones(rows, total, dtype=torch.bool, device=device)  # (R, P+N)
+            self.mask[:, :p] = mask
+        self.t = p  # filled columns
+        # The last new token is never fed back, so the history holds at most P + N - 1 tokens.
+        self.cache_len = total - 1 if self.window is None else min(total - 1, self.window)
+        self.cache = None
+        self.next_pos: Tensor | None = None  # (R,) position of the next token (padded rows)
+
+    @property
+    def rows(self) -> int:
+        return self.ids.size(0)
+
+    def history(self) -> tuple[Tensor, Tensor | None]:
+        """The tokens so far (R, t) and their real-token mask (R, t) or None."""
+        mask = None if self.mask is None else self.mask[:, : self.t]
+        return self.ids[:, : self.t], mask
+
+    def start(self) -> Tensor:
+        """Logits (R, V) of the first new token."""
+        if not self.use_cache:
+            return self._recompute()
+        return self._prefill(self.t)
+
+    def advance(self, next_ids: Tensor) -> Tensor:
+        """Append next_ids (R,) and return the logits (R, V) of the token after them."""
+        self.ids[:, self.t] = next_ids
+        self.t += 1
+        if not self.use_cache:
+            return self._recompute()
+        if self.window is not None and self.cache.length >= self.cache_len:  # full: slide
+            return self._prefill(max(1, self.window // 2))
+        positions = None
+        if self.next_pos is not None:
+            positions = self.next_pos[:, None]  # (R, 1)
+            self.next_pos = self.next_pos + 1  # not in place: ``positions`` is a view
+        out = self.model(next_ids[:, None], positions=positions, cache=self.cache)
+        return out.logits[:, -1]  # (R, V)
+
+    def reorder(self, index: Tensor) -> None:
+        self.ids = self.ids.index_select(0, index)
+        if self.mask is not None:
+            self.mask = self.mask.index_select(0, index)
+        if self.next_pos is not None:
+            self.next_pos = self.next_pos.index_select(0, index)
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+    def _window(self, keep: int) -> tuple[Tensor, Tensor | None, Tensor | None]:
+        """The last ``keep`` columns: ids (R, K), mask (R, K) or None, positions (R, K) or None."""
+        start = max(0, self.t - keep)
+        ids = self.ids[:, start : self.t]  # (R, K)
+        if self.mask is None:
+            return ids, None, None
+        mask = self.mask[:, start : self.t]  # (R, K)
+        return ids, mask, position_ids(mask)
+
+    def _prefill(self, keep: int) -> Tensor:
+        """A fresh cache holding the last ``keep`` tokens, in one forward call."""
+        ids, mask, positions = self._window(keep)
+        self.cache = self.model.new_cache(self.rows, self.cache_len)
+        out = self.model(ids, key_padding_mask=mask, positions=positions, cache=self.cache)
+        if positions is not None:
+            self.next_pos = positions[:, -1] + 1  # (R,)
+        return out.logits[:, -1]  # (R, V)
+
+    def _recompute(self) -> Tensor:
+        """No cache: run the whole (cropped) context again."""
+        ids, mask, positions = self._window(self.window or self.t)
+        return self.model(ids, key_padding_mask=mask, positions=positions).logits[:, -1]
+
+
+class Seq2SeqStepper:
+    """Feeds a :class:`Seq2SeqModel`: encode the sources once, then decode from BOS."""
+
+    def __init__(
+        self,
+        model: Seq2SeqModel,
+        src: Tensor,
+        src_mask: Tensor,
+        bos_id: int,
+        max_new_tokens: int,
+        *,
+        use_cache: bool = True,
+        pad_id: int = 0,
+    ):
+        self.model, self.use_cache = model, use_cache
+        device = _device(model)
+        self.src, self.src_mask = src.to(device), src_mask.to(device)  # (R, S)
+        self.encoded: Encoded | None = None  # encoded in start(), under inference mode
+        rows = src.size(0)
+        self.ids = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)
+        self.ids[:, 0] = bos_id  # (R, N): decoder inputs [BOS, y_1, ..., y_{N-1}]
+        self.t = 1
+        self.cache_len = max_new_tokens
+        self.cache = None
+
+    @property
+    def rows(self) -> int:
+        return self.ids.size(0)
+
+    def history(self) -> tuple[Tensor, Tensor | None]:
+        return self.ids[:, : self.t], None
+
+    def start(self) -> Tensor:
+        self.encoded = self.model.encode(self.src, self.src_mask)  # h^(x), once per source
+        if self.use_cache:
+            self.cache = self.model.new_cache(self.encoded, self.cache_len)
+        return self._decode(self.ids[:, :1])
+
+    def advance(self, next_ids: Tensor) -> Tensor:
+        self.ids[:, self.t] = next_ids
+        self.t += 1
+        if self.use_cache:
+            return self._decode(next_ids[:, None])
+        return self._decode(self.ids[:, : self.t])
+
+    def reorder(self, index: Tensor) -> None:
+        self.ids = self.ids.index_select(0, index)
+        self.encoded = Encoded(*(x.index_select(0, index) for x in self.encoded))
+        if self.cache is not None:
+            self.cache.reorder(index)
+
+    def _decode(self, tgt_in: Tensor) -> Tensor:
+        out = self.model.decode(tgt_in, self.encoded, cache=self.cache)
+        return out.logits[:, -1]  # (R, V)
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    param = next(model.parameters(), None)
+    return param.device if param is not None else torch.device("cpu")
+
+
+def check_model(model: object, interface: type, use: str) -> None:
+    """A clear error when a model cannot be used this way (e.g. a classifier given to generate)."""
+    if isinstance(model, interface):
+        return
+    kinds = {LanguageModel: "language model", Seq2SeqModel: "sequence-to-sequence model"}
+    has = next((name for cls, name in kinds.items() if isinstance(model, cls)), None)
+    if has is not None:
+        hint = "generate" if has == "language model" else "generate_seq2seq"
+        raise TypeError(f"{use} needs a {kinds[interface]}, but this is a {has}; use {hint}()")
+    raise TypeError(
+        f"{use} needs a {kinds[interface]}, got {type(model).__name__}, which is not generative "
+        "(a classifier or a bare encoder predicts labels or vectors, not tokens)"
+    )
+
+
+@contextmanager
+def eval_mode(model: torch.nn.Module) -> Iterator[None]:
+    """Dropout off while generating; the model's previous mode is restored afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
