@@ -308,7 +308,7 @@ def save_checkpoint(
     return final
 
 
-def export_model(
+def save_inference_checkpoint(
     path: str | os.PathLike,
     *,
     model: nn.Module,
