@@ -310,6 +310,16 @@ def test_leftovers_of_a_killed_save_are_ignored_and_cleaned(two_saves):
     assert names == ["latest", "step_00000001", "step_00000002", "step_00000004", "step_00000005"]
 
 
+def test_killed_resave_of_the_latest_is_recovered(two_saves):
+    run, cfg, model, expected, x = two_saves
+    root = run / "checkpoints"
+    os.replace(root / "step_00000002", root / ".old-step_00000002")  # _place_dir, mid-way
+    assert ck.latest_checkpoint(run) == root / ".old-step_00000002"
+    torch.testing.assert_close(logits(ck.load_checkpoint(run).model, cfg, x), expected)
+    save(run, model, cfg, step=3)  # the next save puts it back
+    assert [p.name for p in ck.list_checkpoints(run)][-2:] == ["step_00000002", "step_00000003"]
+
+
 def test_kill_9_during_saves_leaves_a_loadable_latest(tmp_path):
     child = textwrap.dedent(f"""
         import torch, sys
@@ -410,6 +420,14 @@ def test_state_dict_mismatch_names_keys(saved):
         ck.load_checkpoint(path, verify=False)
 
 
+def test_resuming_with_a_different_model_names_the_fields(saved):
+    path, cfg = saved
+    got = ck.load_checkpoint(path)
+    ck.check_same_model(got, cfg)
+    with pytest.raises(CheckpointError, match=r"d_model 16 \(checkpoint\) vs 32.*new --out"):
+        ck.check_same_model(got, cfg.replace(d_model=32, d_ff=64))
+
+
 def test_restore_training_needs_train_state(tmp_path):
     cfg, model = tiny()
     path = ck.save_inference_checkpoint(tmp_path / "export", model=model, config=cfg,
@@ -422,6 +440,10 @@ def test_restore_training_needs_train_state(tmp_path):
     (tmp_path / "mine" / "notes.txt").write_text("keep me")
     with pytest.raises(CheckpointError, match="not an attnlab checkpoint"):
         ck.save_inference_checkpoint(tmp_path / "mine", model=model, config=cfg)
+    (tmp_path / "mine" / "config.json").write_text('{"model_type": "gpt2"}')  # an HF directory
+    with pytest.raises(CheckpointError, match="not an attnlab checkpoint"):
+        ck.save_inference_checkpoint(tmp_path / "mine", model=model, config=cfg)
+    assert ck.save_inference_checkpoint(path, model=model, config=cfg) == path  # replaces ours
     saved_no_opt = ck.load_checkpoint(save(tmp_path / "run", model, cfg, step=1))
     with pytest.raises(CheckpointError, match="saved without optimizer state"):
         ck.restore_training(saved_no_opt, torch.optim.AdamW(model.parameters()))

@@ -36,6 +36,7 @@ import os
 import re
 import secrets
 import shutil
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -46,7 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
-from attnlab.errors import CheckpointError
+from attnlab.errors import CheckpointError, UserError
 from attnlab.train.atomic import (
     atomic_write_text,
     ensure_writable_dir,
@@ -163,28 +164,31 @@ def _write_checkpoint_files(
     opt_tensors: dict[str, Tensor] | None,
     manifest_extra: dict[str, Any],
 ) -> None:
-    """Write every file of a checkpoint into the (new, empty) directory ``tmp``, fsynced."""
-    files: dict[str, bytes] = {}
+    """Write every file of a checkpoint into the (new, empty) directory ``tmp``, fsynced.
+
+    Files are serialised one at a time so that at most one extra copy is in memory.
+    """
+    entries: dict[str, dict[str, Any]] = {}
+
+    def put(name: str, data: bytes) -> None:
+        write_synced(tmp / name, data)
+        entries[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+
     tensors, aliases = model_tensors(model)
-    files[MODEL] = safetensors.torch.save(
-        tensors, metadata={"format": "pt", "attnlab.aliases": json.dumps(aliases)}
-    )
+    meta = {"format": "pt", "attnlab.aliases": json.dumps(aliases)}
+    put(MODEL, safetensors.torch.save(tensors, metadata=meta))
+    del tensors
     header = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": config.kind}
-    files[CONFIG] = _json_bytes({**header, "step": step, "model": config.to_dict()})
+    put(CONFIG, _json_bytes({**header, "step": step, "model": config.to_dict()}))
     if tokenizer is not None:
-        files[TOKENIZER] = _json_bytes(tokenizer.to_dict())
+        put(TOKENIZER, _json_bytes(tokenizer.to_dict()))
     if labels is not None:
-        files[LABELS] = _json_bytes(labels.to_dict())
+        put(LABELS, _json_bytes(labels.to_dict()))
     if train_state is not None:
         (tmp / TRAIN_STATE).mkdir()
         if opt_tensors is not None:
-            files[OPTIMIZER] = safetensors.torch.save(opt_tensors, metadata={"format": "pt"})
-        files[STATE] = _json_bytes(train_state)
-    for name, data in files.items():
-        write_synced(tmp / name, data)
-    entries = {
-        n: {"bytes": len(b), "sha256": hashlib.sha256(b).hexdigest()} for n, b in files.items()
-    }
+            put(OPTIMIZER, safetensors.torch.save(opt_tensors, metadata={"format": "pt"}))
+        put(STATE, _json_bytes(train_state))
     manifest = {**header, "step": step, **manifest_extra, "files": entries}
     write_synced(tmp / MANIFEST, _json_bytes(manifest))
     if train_state is not None:
@@ -284,7 +288,13 @@ def save_checkpoint(
         "train_config": train_config,
         "extra": extra,
     }
-    _json_bytes(train_state)  # fail before touching the disk if extra_state is not JSON
+    try:  # fail before touching the disk if extra_state is not plain JSON
+        _json_bytes(train_state)
+    except (TypeError, ValueError) as err:
+        raise TypeError(
+            f"extra_state and train_config must hold only JSON values (numbers, strings, "
+            f"lists, dicts): {err}"
+        ) from None
     tmp = root / f".tmp-{name}-{os.getpid()}-{secrets.token_hex(3)}"
     final = root / name
     with storage_errors(final, "save the checkpoint"):
@@ -303,8 +313,11 @@ def save_checkpoint(
         if is_best:
             atomic_write_text(root / BEST, name + "\n")
             best_name = name
+    try:  # housekeeping: the checkpoint is safe already, so a failure here only warns
         _retain(root, keep_last, protect={name, best_name})
         _cleanup(root)
+    except OSError as err:
+        warnings.warn(f"could not remove old checkpoints in {root}: {err}", stacklevel=2)
     return final
 
 
@@ -323,8 +336,7 @@ def save_inference_checkpoint(
     alone with an error.
     """
     final = Path(path)
-    foreign = final.exists() and not (final / CONFIG).is_file()
-    if foreign and (not final.is_dir() or any(final.iterdir())):
+    if final.exists() and not _is_ours(final) and (not final.is_dir() or any(final.iterdir())):
         raise CheckpointError(
             f"{str(final)!r} exists and is not an attnlab checkpoint; choose a new or empty "
             f"directory so nothing of yours is overwritten"
@@ -375,12 +387,26 @@ def _checkpoint_root(p: Path) -> Path | None:
     return None
 
 
+def _is_ours(path: Path) -> bool:
+    """Whether ``path`` is an attnlab checkpoint directory (safe to replace)."""
+    try:
+        return json.loads((path / CONFIG).read_text(encoding="utf-8")).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def _read_pointer(root: Path, name: str) -> Path | None:
+    """The complete checkpoint a pointer file names (or its displaced copy mid re-save)."""
     try:
         target = root / (root / name).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None
-    return target if _step_of(target) is not None and _is_complete(target) else None
+    if _step_of(target) is None:
+        return None
+    for candidate in (target, root / f".old-{target.name}"):  # see _place_dir
+        if _is_complete(candidate):
+            return candidate
+    return None
 
 
 def _current_best(root: Path) -> tuple[str | None, float | None]:
@@ -511,10 +537,10 @@ def _verify(ckpt: Path, manifest: dict[str, Any] | None, name: str) -> None:
             f"checkpoint file {str(path)!r} is missing; the checkpoint is incomplete, use "
             f"another one (see the other step_* directories)"
         )
-    if entry is None:
+    if not isinstance(entry, dict):
         return
     size = path.stat().st_size
-    if size != entry["bytes"]:
+    if size != entry.get("bytes"):
         raise CheckpointError(
             f"checkpoint file {str(path)!r} is truncated or damaged: {size} bytes on disk, "
             f"{entry['bytes']} when saved; use another checkpoint or copy the file again"
@@ -523,7 +549,7 @@ def _verify(ckpt: Path, manifest: dict[str, Any] | None, name: str) -> None:
     with open(path, "rb") as f:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
-    if digest.hexdigest() != entry["sha256"]:
+    if digest.hexdigest() != entry.get("sha256"):
         raise CheckpointError(
             f"checkpoint file {str(path)!r} is corrupt: its SHA-256 differs from the one recorded "
             f"at save time in manifest.json; use another checkpoint or copy the file again"
@@ -607,7 +633,13 @@ def load_checkpoint(
             tensors[alias] = tensors[source]
     model = build_model(config)
     _load_state_dict(model, tensors, ckpt / MODEL)
-    model.to(map_location).eval()
+    try:
+        model.to(map_location).eval()
+    except (RuntimeError, AssertionError, ValueError) as err:
+        raise UserError(
+            f"cannot place the checkpoint's model on {str(map_location)!r} ({err}); choose a "
+            f"device this machine has, e.g. 'cpu'"
+        ) from None
     tokenizer = labels = None
     if (ckpt / TOKENIZER).is_file():
         try:
@@ -627,6 +659,23 @@ def load_checkpoint(
     train_state = _read_json(ckpt / STATE) if (ckpt / STATE).is_file() else None
     step = int((manifest or data).get("step", 0))
     return Checkpoint(model, config, tokenizer, train_state, step, ckpt, labels)
+
+
+def check_same_model(checkpoint: Checkpoint, config: ModelConfig) -> None:
+    """Raise a CheckpointError naming the fields where ``config`` differs from the checkpoint's.
+
+    For resuming: the run's model settings must be the ones the checkpoint was trained with.
+    """
+    saved, wanted = checkpoint.config.to_dict(), config.to_dict()
+    diffs = [
+        f"{k} {saved[k]!r} (checkpoint) vs {wanted[k]!r}" for k in saved if saved[k] != wanted[k]
+    ]
+    if diffs:
+        raise CheckpointError(
+            f"the checkpoint at {str(checkpoint.path)!r} holds a different model: "
+            f"{_few(diffs)}; to resume, use the checkpoint's model settings (drop the changed "
+            f"flags or [model] keys), or train into a new --out directory"
+        )
 
 
 def restore_training(
