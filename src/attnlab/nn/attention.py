@@ -94,6 +94,8 @@ def scaled_dot_product_attention(
     if activation not in ("softmax", "hardmax"):
         raise ValueError(f"activation must be 'softmax' or 'hardmax', got {activation!r}")
     factor = _scale_factor(scale, dk)
+    if causal and t == 1:
+        causal = False  # a single query at the last position may see every key (decode step)
     if need_weights or activation == "hardmax":
         return _explicit(q, k, v, mask, causal, factor, activation, straight_through, dropout_p)
     return _fused(q, k, v, mask, causal, factor, dropout_p)
