@@ -166,11 +166,26 @@ def save_gpt2_dir(
 
 
 def _atomic_write(path: Path, write) -> None:
+    """Call ``write(tmp_name)`` on a temporary file next to ``path``, then rename it into place.
+
+    The file gets the permissions ``open`` would give it (mkstemp's are owner-only).
+    """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     os.close(fd)
     try:
         write(tmp)
+        os.chmod(tmp, _new_file_mode(path))
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _new_file_mode(path: Path) -> int:
+    """An existing file keeps its mode; a new one gets 0o666 minus the umask."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0o022)  # reading the umask means setting it; put it straight back
+        os.umask(umask)
+        return 0o666 & ~umask

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from torch import nn
 
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError
+from attnlab.interop.gpt2_files import _atomic_write
 from attnlab.models.build import build_model
 
 CONFIG_KEY = "attnlab_config"
@@ -59,14 +59,7 @@ def save_safetensors(
         meta.setdefault(k, v)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
-    os.close(fd)
-    try:
-        save_model(model, tmp, metadata=meta)
-        os.replace(tmp, out)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    _atomic_write(out, lambda tmp: save_model(model, tmp, metadata=meta))
     return out
 
 
