@@ -66,6 +66,7 @@ class ModelConfig:
     activation: str = "relu"
     bias: bool = True
     attention: str = "softmax"  # row activation a(.) of 004 eq. 9: soft or hard attention
+    straight_through: bool = True  # hard attention: backpropagate the softmax gradient (STE)
     scale_logits: bool = True  # divide Q K^T by sqrt(d_head); off only for experiments
     qk_norm: bool = False  # RMS-normalise queries and keys per head (a modern stabiliser)
     out_proj: bool = True  # W^O after concatenating heads (002 omits it)

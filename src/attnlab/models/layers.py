@@ -52,7 +52,7 @@ def make_self_attention(cfg: ModelConfig, rotary: RotaryPositions | None) -> Sel
         cfg.d_model, cfg.n_heads, d_head=cfg.d_head, d_v=cfg.d_v, bias=cfg.bias,
         out_proj=cfg.out_proj, dropout=cfg.dropout, activation=cfg.attention,
         scale=cfg.scale_logits, qk_norm=cfg.qk_norm, rotary=rotary,
-        d_out=cfg.d_model,
+        d_out=cfg.d_model, straight_through=cfg.straight_through,
     )
 
 
@@ -61,6 +61,7 @@ def make_cross_attention(cfg: ModelConfig, d_memory: int | None = None) -> Cross
         cfg.d_model, cfg.n_heads, d_memory=d_memory, d_head=cfg.d_head, d_v=cfg.d_v,
         bias=cfg.bias, out_proj=cfg.out_proj, dropout=cfg.dropout, activation=cfg.attention,
         scale=cfg.scale_logits, qk_norm=cfg.qk_norm, d_out=cfg.d_model,
+        straight_through=cfg.straight_through,
     )
 
 

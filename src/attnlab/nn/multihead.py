@@ -30,7 +30,7 @@ class _HeadsMixin(nn.Module):
     """Shared head bookkeeping: split (B, L, H*Dh) <-> (B, H, L, Dh), the attention call, W^O."""
 
     def _init_heads(self, d_model, n_heads, d_head, d_v, d_out, bias, out_proj, dropout,
-                    activation, scale, qk_norm, rotary):
+                    activation, scale, qk_norm, rotary, straight_through):
         if d_head is None and d_model % n_heads:
             raise ValueError(
                 f"d_model={d_model} is not divisible by n_heads={n_heads}; "
@@ -46,6 +46,7 @@ class _HeadsMixin(nn.Module):
                 f"not d_out={self.d_out}"
             )
         self.dropout, self.activation, self.scale = dropout, activation, scale
+        self.straight_through = straight_through
         self.out_proj = nn.Linear(n_heads * self.d_v, self.d_out, bias=bias) if out_proj else None
         self.q_norm = RMSNorm(self.d_head) if qk_norm else None
         self.k_norm = RMSNorm(self.d_head) if qk_norm else None
@@ -70,6 +71,7 @@ class _HeadsMixin(nn.Module):
     def _attend(self, q, k, v, mask, causal, need_weights) -> AttentionOutput:
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, causal=causal, scale=self.scale, activation=self.activation,
+            straight_through=self.straight_through,
             dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights,
         )  # (B, H, T, Dv)
         out = self._merge(out)  # (B, T, H*Dv): the concatenation [h^(1); ...; h^(H)]
@@ -96,10 +98,11 @@ class SelfAttention(_HeadsMixin):
         scale: bool | float = True,
         qk_norm: bool = False,
         rotary: RotaryPositions | None = None,
+        straight_through: bool = False,
     ):
         super().__init__()
         self._init_heads(d_model, n_heads, d_head, d_v, d_out, bias, out_proj, dropout,
-                         activation, scale, qk_norm, rotary)
+                         activation, scale, qk_norm, rotary, straight_through)
         self.qkv_proj = nn.Linear(d_model, n_heads * (2 * self.d_head + self.d_v), bias=bias)
 
     def forward(
@@ -155,10 +158,11 @@ class CrossAttention(_HeadsMixin):
         activation: str = "softmax",
         scale: bool | float = True,
         qk_norm: bool = False,
+        straight_through: bool = False,
     ):
         super().__init__()
         self._init_heads(d_model, n_heads, d_head, d_v, d_out, bias, out_proj, dropout,
-                         activation, scale, qk_norm, None)
+                         activation, scale, qk_norm, None, straight_through)
         self.d_memory = d_memory if d_memory is not None else d_model
         self.q_proj = nn.Linear(d_model, n_heads * self.d_head, bias=bias)
         self.kv_proj = nn.Linear(self.d_memory, n_heads * (self.d_head + self.d_v), bias=bias)
