@@ -206,11 +206,6 @@ def test_hardmax_gradient_zero_or_straight_through_softmax():
     torch.testing.assert_close(st_scores.grad, soft.grad, rtol=1e-12, atol=1e-12)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="src bug: hardmax(straight_through=True) returns hard + soft - soft.detach(), which "
-    "rounds 1 to 1 - ulp; hard + (soft - soft.detach()) is exact (reported to the lead)",
-)
 def test_straight_through_forward_value_is_exactly_one_hot():
     scores = torch.randn(1000, 7)
     assert torch.equal(hardmax(scores, straight_through=True), hardmax(scores))

@@ -101,7 +101,7 @@ def test_decoder_lm_variants(variant):
     torch.testing.assert_close(w.sum(-1), torch.ones(B, H, T))
     if variant == "hardmax_no_ste":
         assert torch.all((w == 0) | (w == 1))
-    if variant == "hardmax":  # exactness with the estimator: test_attention (xfail, src bug)
+    if variant == "hardmax":  # exactly one-hot with the straight-through estimator too
         torch.testing.assert_close(w, (w > 0.5).to(w.dtype))
 
 
@@ -337,6 +337,14 @@ def test_gradcheck_tiny_encoder_decoder():
         model,
         [(model.encoder.embed.tok_emb, (1, 3, 4)), (model.tgt_embed.tok_emb, (1, 2, 4))],
         lambda: model(src, tgt, src_mask=src_real).logits,
+    )
+
+
+def test_gradcheck_tiny_encoder():
+    enc = TransformerEncoder(ModelConfig(kind="encoder", norm_placement="post", **TINY)).double()
+    ids, real = torch.randint(0, 7, (2, 3)), _real([3, 2], 3)
+    _gradcheck_through_embeddings(
+        enc, [(enc.embed.tok_emb, (2, 3, 4))], lambda: enc(ids, key_padding_mask=real).hidden
     )
 
 

@@ -83,6 +83,7 @@ class ModelConfig:
     pad_id: int = 0  # padding token id of the (source and target) vocabulary
 
     def __post_init__(self) -> None:
+        _check_types(self)
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 raise ValueError(
@@ -100,15 +101,22 @@ class ModelConfig:
                 raise ValueError(f"ModelConfig.{name}={value!r} must be a positive int or None")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ModelConfig.dropout={self.dropout} must be in [0, 1)")
-        if self.ffn_mult <= 0:
-            raise ValueError(f"ModelConfig.ffn_mult={self.ffn_mult} must be > 0")
+        if self.ffn_mult <= 0 or self.ff_dim < 1:
+            raise ValueError(
+                f"ModelConfig.ffn_mult={self.ffn_mult} must be > 0 and give a feed-forward width "
+                f"d_ff >= 1 (got d_ff={self.ff_dim})"
+            )
+        if self.norm_eps <= 0:
+            raise ValueError(f"ModelConfig.norm_eps={self.norm_eps} must be > 0")
+        if self.rope_base <= 1:
+            raise ValueError(f"ModelConfig.rope_base={self.rope_base} must be > 1")
         if self.kind == "classifier" and (self.n_classes is None or self.n_classes < 2):
             raise ValueError("a classifier needs n_classes >= 2")
         if self.positional == "rotary" and self.head_dim % 2:
             raise ValueError(f"rotary positions need an even d_head, got {self.head_dim}")
         if self.positional == "concat" and self.kind in RECURRENT_KINDS:
             raise ValueError("positional='concat' applies to Transformer models only")
-        if not 0 <= self.pad_id < self.vocab_size:
+        if not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
             raise ValueError(f"pad_id={self.pad_id} must be a token id below {self.vocab_size}")
 
     # Derived sizes -------------------------------------------------------------------------
@@ -164,6 +172,26 @@ def from_dict(cls: type, data: dict[str, Any]):
         return cls(**data)
     except TypeError as err:  # e.g. wrong value types reaching int comparisons
         raise ValueError(f"bad {cls.__name__} value: {err}") from None
+
+
+_TYPES = {"float": (int, float), "bool": (bool,), "str": (str,)}  # ints: see _positive
+
+
+def _check_types(cfg) -> None:
+    """Each field must hold its annotated type (a TOML "0.1" string is an error, not a float)."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        ann = str(f.type).replace(" ", "")
+        optional = ann.endswith("|None")
+        base = ann.removesuffix("|None")
+        if base not in _TYPES or (optional and value is None):
+            continue
+        ok = isinstance(value, _TYPES[base]) and (base == "bool" or not isinstance(value, bool))
+        if not ok:
+            raise ValueError(
+                f"{type(cfg).__name__}.{f.name}={value!r} must be of type {base}"
+                + (" or None" if optional else "")
+            )
 
 
 def _positive(cfg: ModelConfig, *names: str) -> None:

@@ -126,8 +126,10 @@ def check_ids(ids: Tensor, vocab_size: int, name: str = "ids", max_len: int | No
     """Validate a (B, T) batch of token ids at a model boundary with messages that name the fix."""
     if not isinstance(ids, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of token ids, got {type(ids).__name__}")
-    if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
-        raise TypeError(f"{name} must hold integer token ids, got dtype {ids.dtype}")
+    if ids.dtype not in (torch.int64, torch.int32):
+        raise TypeError(
+            f"{name} must hold integer token ids, got dtype {ids.dtype}; use int64 (ids.long())"
+        )
     if ids.dim() != 2:
         raise ValueError(f"{name} must have shape (B, T), got {tuple(ids.shape)}")
     if ids.size(1) == 0:

@@ -59,7 +59,7 @@ def hardmax(scores: Tensor, straight_through: bool = False) -> Tensor:
     if not straight_through:
         return hard
     soft = scores.softmax(dim=-1)
-    return hard + soft - soft.detach()
+    return hard + (soft - soft.detach())  # exactly one-hot forward (no 1 - ulp rounding)
 
 
 def scaled_dot_product_attention(

@@ -31,6 +31,9 @@ class _HeadsMixin(nn.Module):
 
     def _init_heads(self, d_model, n_heads, d_head, d_v, d_out, bias, out_proj, dropout,
                     activation, scale, qk_norm, rotary, straight_through):
+        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name}={value!r} must be a positive int")
         if d_head is None and d_model % n_heads:
             raise ValueError(
                 f"d_model={d_model} is not divisible by n_heads={n_heads}; "
