@@ -1,0 +1,113 @@
+"""``attnlab plot``: attention maps of a trained model, position encodings, loss curves.
+
+attnlab plot attention --checkpoint runs/x --input "the cat sat" --out plots/
+attnlab plot attention --checkpoint runs/mt --input "hello" --target "bonjour" --out plots/
+attnlab plot positions --d-model 128 --max-len 100 --out pe.png
+attnlab plot loss --run runs/x --out loss.png
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from attnlab.errors import CheckpointError, UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "plot",
+        help="draw attention maps, position encodings or loss curves",
+        description="Draw figures as PNG/PDF/SVG files (no window is opened).",
+    )
+    kinds = p.add_subparsers(dest="plot", metavar="WHAT", required=True)
+
+    a = kinds.add_parser("attention", help="every layer and head of a trained model on one input")
+    a.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="RUN",
+        help="run directory or checkpoint written by `attnlab train`",
+    )
+    a.add_argument(
+        "--input",
+        required=True,
+        metavar="TEXT",
+        help="the text to run (the source, for a seq2seq model)",
+    )
+    a.add_argument(
+        "--target",
+        metavar="TEXT",
+        default=None,
+        help="seq2seq only: the target to teacher-force (default: the model's greedy output)",
+    )
+    a.add_argument("--out", required=True, metavar="DIR", help="directory for the PNG files")
+    a.set_defaults(func=run_attention)
+
+    pos = kinds.add_parser("positions", help="the sinusoidal position-encoding matrix (004 eq. 16)")
+    pos.add_argument("--d-model", type=int, default=128, help="encoding width D (default 128)")
+    pos.add_argument("--max-len", type=int, default=100, help="number of positions N (default 100)")
+    pos.add_argument(
+        "--base",
+        type=float,
+        default=10000.0,
+        help="wavelength base of the sinusoids (default 10000)",
+    )
+    pos.add_argument("--out", required=True, metavar="FILE", help="image file (.png/.pdf/.svg)")
+    pos.set_defaults(func=run_positions)
+
+    loss = kinds.add_parser("loss", help="train/val loss and learning rate against the step")
+    loss.add_argument(
+        "--run",
+        required=True,
+        metavar="RUN_DIR",
+        help="run directory (with metrics.jsonl) or a metrics JSONL file",
+    )
+    loss.add_argument("--out", required=True, metavar="FILE", help="image file (.png/.pdf/.svg)")
+    loss.add_argument("--log-y", action="store_true", help="logarithmic loss axis")
+    loss.set_defaults(func=run_loss)
+
+
+def run_attention(args: argparse.Namespace) -> int:
+    from attnlab.viz import model_attention_figures, save_figures
+
+    try:
+        from attnlab.train.checkpoint import load_checkpoint
+    except ModuleNotFoundError as err:
+        if err.name and err.name.startswith("attnlab"):
+            raise UserError("checkpoint loading (attnlab.train.checkpoint) is not available in "
+                            "this installation; reinstall attnlab") from None  # fmt: skip
+        raise
+    ckpt = load_checkpoint(args.checkpoint)
+    if ckpt.tokenizer is None:
+        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} has no tokenizer.json, so the "
+                              "input text cannot be encoded; train with a tokenizer")  # fmt: skip
+    figures = model_attention_figures(ckpt.model, ckpt.tokenizer, args.input, args.target)
+    for path in save_figures(figures, args.out):
+        print(f"wrote {path}")
+    return 0
+
+
+def run_positions(args: argparse.Namespace) -> int:
+    from attnlab.nn import sinusoidal_table
+    from attnlab.viz import plot_position_encoding, save_figure
+
+    for flag, value in (("--d-model", args.d_model), ("--max-len", args.max_len)):
+        if value < 1:
+            raise ValueError(f"{flag} must be a positive integer, got {value}")
+    if not args.base > 1.0:
+        raise ValueError(f"--base must be > 1, got {args.base}")
+    table = sinusoidal_table(torch.arange(args.max_len), args.d_model, args.base)  # (N, D)
+    title = f"sinusoidal position encoding, D={args.d_model}, N={args.max_len}"
+    print(f"wrote {save_figure(plot_position_encoding(table, title), args.out)}")
+    return 0
+
+
+def run_loss(args: argparse.Namespace) -> int:
+    from attnlab.viz import find_metrics_file, plot_loss_curves
+
+    metrics = find_metrics_file(args.run)
+    plot_loss_curves(metrics, args.out, title=str(args.run), log_y=args.log_y)
+    print(f"wrote {args.out} from {metrics}")
+    return 0

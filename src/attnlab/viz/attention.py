@@ -1,0 +1,103 @@
+"""Attention heatmaps: every layer and head of a Transformer, and Bahdanau alignments.
+
+Row i of a map is query i, column j is key j, and the cell is alpha_ij = softmax_j(q_i^T k_j /
+sqrt(d_k)) (004 eq. 9), so every row sums to one (or to zero for a fully masked query).
+Self-attention maps are (T, T), cross-attention maps (T, S): target positions over the source.
+
+Shapes: L layers, H heads, T queries, S keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from matplotlib.figure import Figure
+
+from attnlab.viz.figure import as_array, check_tokens, heatmap_inches, label_axis, new_figure
+
+
+def plot_attention(
+    weights: Any,
+    query_tokens: Sequence[str] | None = None,
+    key_tokens: Sequence[str] | None = None,
+    title: str | None = None,
+    *,
+    cmap: str = "viridis",
+) -> Figure:
+    """A grid of heatmaps, one row per layer and one column per head, with one shared colorbar.
+
+    weights: (T, S), (H, T, S) or (L, H, T, S), a tensor or an array. Token labels go on the left
+    column (queries) and the bottom row (keys); the colour scale runs from 0 to the largest weight.
+    """
+    w = as_array(weights, "attention weights")
+    if w.ndim not in (2, 3, 4):
+        raise ValueError(
+            f"attention weights must be (T, S), (H, T, S) or (L, H, T, S), got shape {w.shape}"
+        )
+    w = w.reshape((1,) * (4 - w.ndim) + w.shape)  # (L, H, T, S)
+    n_layers, n_heads, t, s = w.shape
+    queries = check_tokens(query_tokens, t, "query_tokens")
+    keys = check_tokens(key_tokens, s, "key_tokens")
+    panel_w, panel_h = heatmap_inches(t, s)
+    fig = new_figure(n_heads * panel_w + 1.6, n_layers * panel_h + 1.0)
+    axes = fig.subplots(n_layers, n_heads, squeeze=False, sharex=True, sharey=True)
+    vmax = max(float(w.max()), 1e-12)
+    image = None
+    for layer in range(n_layers):
+        for head in range(n_heads):
+            ax = axes[layer, head]
+            image = ax.imshow(
+                w[layer, head], cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto",
+                interpolation="nearest",
+            )  # fmt: skip
+            if n_layers * n_heads > 1:
+                ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=8)
+            ax.tick_params(length=2, labelsize=7)
+    for layer in range(n_layers):
+        label_axis(axes[layer, 0], "y", queries, t)
+    for head in range(n_heads):
+        label_axis(axes[-1, head], "x", keys, s)
+    width = fig.get_size_inches()[0]  # keep the bar ~0.25 in wide however large the grid
+    fig.colorbar(image, ax=axes, fraction=min(0.15, 1.0 / width), pad=0.01, aspect=30,
+                 shrink=0.8 if n_layers > 1 else 1.0, label="attention weight")  # fmt: skip
+    fig.supxlabel("key position (attended to)", fontsize=9)
+    fig.supylabel("query position (attending)", fontsize=9)
+    if title:
+        fig.suptitle(title)
+    return fig
+
+
+def plot_alignment(
+    weights: Any,
+    src_tokens: Sequence[str] | None = None,
+    tgt_tokens: Sequence[str] | None = None,
+    title: str | None = "alignment",
+) -> Figure:
+    """A Bahdanau-style alignment: row t = the target word produced at step t, column j = source
+    word j, brightness = alpha_tj (004 eq. 6-8; Bahdanau et al. 2015, Fig. 3: white is 1).
+
+    weights: (T, S), or (1, T, S) / (1, 1, T, S) as returned by a one-head attention decoder.
+    """
+    w = as_array(weights, "alignment weights")
+    while w.ndim > 2 and w.shape[0] == 1:
+        w = w[0]
+    if w.ndim != 2:
+        raise ValueError(f"alignment weights must be (T, S) (one head), got shape {w.shape}")
+    t, s = w.shape
+    targets = check_tokens(tgt_tokens, t, "tgt_tokens")
+    sources = check_tokens(src_tokens, s, "src_tokens")
+    panel_w, panel_h = heatmap_inches(t, s)
+    fig = new_figure(panel_w * 1.3 + 1.4, panel_h * 1.3 + 0.8)
+    ax = fig.subplots()
+    image = ax.imshow(w, cmap="gray", vmin=0.0, vmax=1.0, aspect="auto", interpolation="nearest")
+    ax.xaxis.tick_top()  # source along the top, as in the Bahdanau paper
+    ax.xaxis.set_label_position("top")
+    label_axis(ax, "x", sources, s)
+    label_axis(ax, "y", targets, t)
+    ax.set_xlabel("source")
+    ax.set_ylabel("target")
+    fig.colorbar(image, ax=ax, label="alignment weight")
+    if title:
+        fig.suptitle(title)
+    return fig
