@@ -129,23 +129,20 @@ def test_qk_norm_matches_reference_composed_per_head():
 
 
 def test_rotary_self_attention_matches_reference_composed_per_head():
-    """RoPE: q^(l)_m <- R_m q^(l)_m, k^(l)_n <- R_n k^(l)_n (rotate-half), then eq. 9.
-
-    fp32 at 1e-5: the float64 path is limited by float32 frequencies (test_positional xfail).
-    """
+    """RoPE: q^(l)_m <- R_m q^(l)_m, k^(l)_n <- R_n k^(l)_n (rotate-half), then eq. 9."""
     rot = RotaryPositions(D // H)
-    attn = SelfAttention(D, H, rotary=rot)
-    x = torch.randn(1, T, D)
+    attn = SelfAttention(D, H, rotary=rot).double()
+    x = torch.randn(1, T, D, dtype=torch.float64)
     positions = torch.tensor([0, 2, 5, 11])
     kw = _self_kwargs(attn)
-    xs, pos, heads = _np(x[0]).astype(np.float64), positions.numpy(), []
+    xs, pos, heads = _np(x[0]), positions.numpy(), []
     for l in range(H):
         q = ref.rotary(xs @ kw["Wq"][l] + kw["bq"][l], pos)
         k = ref.rotary(xs @ kw["Wk"][l] + kw["bk"][l], pos)
         heads.append(ref.attention(q, k, xs @ kw["Wv"][l] + kw["bv"][l], ref.causal_mask(T)).out)
     expected = np.concatenate(heads, axis=-1) @ kw["Wo"] + kw["bo"]
     got = attn(x, causal=True, positions=positions).out[0]
-    np.testing.assert_allclose(_np(got), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_np(got), expected, **TOL64)
 
 
 # --------------------------------------------------------------------------- nn.MultiheadAttention

@@ -26,10 +26,6 @@ from attnlab.nn.positional import default_positions, make_positions
 
 TOL64 = {"rtol": 1e-10, "atol": 1e-10}
 TOL32 = {"rtol": 1e-6, "atol": 1e-6}
-FLOAT32_TABLES = (
-    "src bug: sinusoidal_table always returns float32 and RotaryPositions stores inv_freq as "
-    "float32, so float64 models get positions rounded to ~1e-8 (reported to the lead)"
-)
 
 
 def _vaswani(n_positions: int, d: int) -> np.ndarray:
@@ -48,10 +44,14 @@ def _vaswani(n_positions: int, d: int) -> np.ndarray:
 
 @pytest.mark.parametrize("d", [16, 7])
 def test_sinusoidal_table_matches_reference_and_closed_form(d):
-    got = sinusoidal_table(torch.arange(60), d).double().numpy()
     expected = ref.sinusoidal_encoding(60, d)
     np.testing.assert_allclose(expected, _vaswani(60, d), **TOL64)  # the two oracles agree
-    np.testing.assert_allclose(got, expected, **TOL32)
+    got = sinusoidal_table(torch.arange(60), d, dtype=torch.float64)
+    assert got.dtype == torch.float64
+    np.testing.assert_allclose(got.numpy(), expected, **TOL64)
+    got32 = sinusoidal_table(torch.arange(60), d)  # float32 by default
+    assert got32.dtype == torch.float32
+    np.testing.assert_allclose(got32.double().numpy(), expected, **TOL32)
 
 
 def test_sinusoid_values_by_hand_and_003_corrected_example():
@@ -72,7 +72,6 @@ def test_sinusoidal_positions_add_the_table_for_batched_positions():
     # defined far beyond any training length (no table)
     far = enc(x[:1, :1], torch.tensor([100_000]))
     assert torch.isfinite(far).all()
-
 
 
 def test_sinusoidal_positions_float64_matches_reference():
@@ -109,15 +108,15 @@ def test_learned_positions_raise_beyond_the_table():
 
 def test_concat_positions_project_x_and_pe():
     """004 eq. 15: x~_i = W [x_i; PE(i)] + b with PE of width d_pos."""
-    enc = ConcatPositions(6, d_pos=4)
-    x = torch.randn(2, 5, 6, requires_grad=True)
+    enc = ConcatPositions(6, d_pos=4).double()
+    x = torch.randn(2, 5, 6, dtype=torch.float64, requires_grad=True)
     out = enc(x, torch.arange(5))
     assert out.shape == (2, 5, 6)
     pe = ref.sinusoidal_encoding(5, 4)  # (T, d_pos)
-    W, b = enc.proj.weight.detach().double().numpy().T, enc.proj.bias.detach().double().numpy()
+    W, b = enc.proj.weight.detach().numpy().T, enc.proj.bias.detach().numpy()
     for i in range(2):
-        cat = np.concatenate([x[i].detach().double().numpy(), pe], axis=-1)  # (T, D + d_pos)
-        np.testing.assert_allclose(out[i].detach().numpy(), cat @ W + b, rtol=1e-5, atol=1e-5)
+        cat = np.concatenate([x[i].detach().numpy(), pe], axis=-1)  # (T, D + d_pos)
+        np.testing.assert_allclose(out[i].detach().numpy(), cat @ W + b, **TOL64)
     out.sum().backward()
     assert x.grad.shape == x.shape and enc.proj.weight.grad.shape == (6, 10)
     # positions matter: the same token at two positions maps to different vectors
@@ -136,7 +135,6 @@ def test_rotary_matches_reference_fp32():
     got = rot.rotate(x, positions).double().numpy()
     expected = ref.rotary(x.double().numpy(), positions.numpy())
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
-
 
 
 def test_rotary_float64_matches_reference():
