@@ -297,6 +297,48 @@ def test_encoder_decoder_cached_decoding_equals_full_decode(positional):
     torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL32)
 
 
+def test_encoder_decoder_cache_with_target_padding_equals_full_decode():
+    model = TransformerEncoderDecoder(_cfg("encoder_decoder", positional="rotary")).eval()
+    src, tgt = _ids(3, S), _ids(3, T)
+    tgt_real = _real([T, 3, 1], T)
+    encoded = model.encode(src, _real([S, 4, 2], S))
+    full = model.decode(tgt, encoded, tgt_mask=tgt_real).logits
+    cache = model.new_cache(encoded, T)
+    steps = [
+        model.decode(
+            tgt[:, i : i + 1], encoded, tgt_mask=tgt_real[:, i : i + 1], cache=cache
+        ).logits
+        for i in range(T)
+    ]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL32)
+
+
+def test_cache_reorder_selects_batch_rows_for_beam_search():
+    """After reorder(index) the cache continues exactly as a fresh pass over rows ``index``."""
+    index = torch.tensor([2, 0, 0])
+    lm = DecoderLM(_cfg(positional="rotary")).eval()
+    ids = _ids(3, 6)
+    cache = lm.new_cache(3, 6)
+    lm(ids[:, :4], cache=cache)
+    cache.reorder(index)
+    torch.testing.assert_close(
+        lm(ids[index][:, 4:], cache=cache).logits, lm(ids[index]).logits[:, 4:], **TOL32
+    )
+
+    model = TransformerEncoderDecoder(_cfg("encoder_decoder")).eval()
+    src, tgt = _ids(3, S), _ids(3, 3)
+    encoded = model.encode(src, _real([S, 4, 2], S))
+    cache = model.new_cache(encoded, 3)
+    model.decode(tgt[:, :2], encoded, cache=cache)
+    cache.reorder(index)
+    picked = type(encoded)(encoded.memory[index], encoded.src_mask[index], encoded.src[index])
+    torch.testing.assert_close(
+        model.decode(tgt[index][:, 2:], picked, cache=cache).logits,
+        model.decode(tgt[index], picked).logits[:, 2:],
+        **TOL32,
+    )
+
+
 # --------------------------------------------------------------------------- gradients
 
 

@@ -151,6 +151,26 @@ def test_padding_never_changes_real_positions(t, n_pad, seed):
     )
 
 
+@FAST
+@given(
+    st.sampled_from(["learned", "sinusoidal", "rotary"]),
+    st.integers(1, 6),
+    st.integers(1, 4),
+    seeds,
+)
+def test_decoder_lm_left_padding_never_changes_real_positions(positional, t, n_pad, seed):
+    """Batched generation left-pads; with positions counted from the first real token the real
+    positions see exactly what an unpadded run sees."""
+    lm = _model("decoder_lm", positional)
+    g = _gen(seed)
+    ids = _ids(g, 1, t)
+    padded = torch.cat([_ids(g, 1, n_pad), ids], dim=1)
+    real = torch.arange(t + n_pad)[None, :] >= n_pad  # (1, pad + T)
+    positions = (real.cumsum(1) - 1).clamp_min(0)  # (1, pad + T)
+    out = lm(padded, key_padding_mask=real, positions=positions).logits[:, n_pad:]
+    torch.testing.assert_close(out, lm(ids).logits, **TOL)
+
+
 # --------------------------------------------------------------------------- attention rows
 
 
