@@ -89,7 +89,9 @@ def test_attention_matches_reference_under_every_mask(kind, need_weights):
 
 
 @pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
-@pytest.mark.parametrize("t,s", [(4, 4), (2, 5)], ids=["square", "bottom_right"])
+@pytest.mark.parametrize(
+    "t,s", [(4, 4), (2, 5), (1, 4)], ids=["square", "bottom_right", "decode_step"]
+)
 def test_causal_flag_equals_reference_causal_mask(t, s, need_weights):
     q, k, v = _qkv(t, s)
     got = scaled_dot_product_attention(q, k, v, causal=True, need_weights=need_weights)
