@@ -6,7 +6,6 @@ Every HF model here is built from a GPT2Config with random weights; nothing is d
 from __future__ import annotations
 
 import json
-from collections import namedtuple
 
 import pytest
 import torch
@@ -243,20 +242,28 @@ def test_bpe_tokenizer_exports_for_auto_tokenizer(tmp_path):
     assert (out / "attnlab_tokenizer.json").is_file()
 
 
-def test_export_cli_writes_a_loadable_directory(tmp_path, monkeypatch, capsys):
-    import attnlab.cli.export_cmd as export_cmd
+def test_export_cli_from_a_training_checkpoint(tmp_path, capsys):
+    from attnlab.data import CharTokenizer
+    from attnlab.train.checkpoint import save_checkpoint
 
-    Checkpoint = namedtuple("Checkpoint", "model config tokenizer")
-    model = ours_gpt2()
-    fake = Checkpoint(model, model.cfg, None)
-    monkeypatch.setattr(export_cmd, "load_checkpoint_lazily", lambda path: fake)
+    tok = CharTokenizer("abcdefgh ")
+    model = ours_gpt2(vocab_size=tok.vocab_size)
+    save_checkpoint(tmp_path / "run", model=model, config=model.cfg, tokenizer=tok, step=3)
     out = tmp_path / "hf"
-    assert main(["export", "--checkpoint", "run", "--format", "hf-gpt2", "--out", str(out)]) == 0
-    assert "exported run as hf-gpt2" in capsys.readouterr().out
+    args = ["export", "--checkpoint", str(tmp_path / "run"), "--out"]
+    assert main([*args, str(out), "--format", "hf-gpt2"]) == 0
+    assert "as hf-gpt2 to" in capsys.readouterr().out
     hf = transformers.GPT2LMHeadModel.from_pretrained(out).eval()
-    ids = torch.randint(0, 101, (1, 8))
+    assert (hf.config.bos_token_id, hf.config.eos_token_id) == (tok.bos_id, tok.eos_id)
+    ids = torch.tensor([tok.encode("a bad egg")])
     torch.testing.assert_close(logits(hf, ids), logits(model, ids), atol=1e-5, rtol=1e-5)
-    fake = Checkpoint(ours_gpt2(positional="sinusoidal"), None, None)
-    monkeypatch.setattr(export_cmd, "load_checkpoint_lazily", lambda path: fake)
-    assert main(["export", "--checkpoint", "run", "--out", str(tmp_path / "x")]) == 2
-    assert "positional='sinusoidal'" in capsys.readouterr().err
+    assert json.loads((out / "attnlab_tokenizer.json").read_text())["type"] == "char"
+    assert main([*args, str(tmp_path / "m.safetensors"), "--format", "safetensors"]) == 0
+    torch.testing.assert_close(logits(load_safetensors(tmp_path / "m.safetensors"), ids),
+                               logits(model, ids), atol=0, rtol=0)  # fmt: skip
+    sinus = ours_gpt2(vocab_size=tok.vocab_size, positional="sinusoidal")
+    save_checkpoint(tmp_path / "sin", model=sinus, config=sinus.cfg, tokenizer=tok, step=1)
+    assert main(["export", "--checkpoint", str(tmp_path / "sin"), "--out", str(out)]) == 2
+    assert main(["export", "--checkpoint", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())  # the CLI wraps messages at 100 columns
+    assert "positional='sinusoidal' (GPT-2 needs 'learned')" in err and "missing" in err

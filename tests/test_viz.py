@@ -229,6 +229,6 @@ def test_plot_cli_positions_loss_and_attention(tmp_path, capsys):
     assert main(["plot", "positions", "--d-model", "0", "--out", str(out)]) == 2
     assert main(["plot", "loss", "--run", str(tmp_path / "nope"), "--out", str(out)]) == 2
     assert main([*args[:-1], "--target", "x", "--out", str(tmp_path / "m2")]) == 2
-    err = capsys.readouterr().err
+    err = " ".join(capsys.readouterr().err.split())  # the CLI wraps messages at 100 columns
     assert "--d-model must be a positive integer" in err and "no run directory" in err
     assert "seq2seq models, not DecoderLM" in err
