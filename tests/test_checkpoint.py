@@ -16,10 +16,12 @@ import subprocess
 import sys
 import textwrap
 import time
+import zlib
 
 import numpy as np
 import pytest
 import safetensors
+import safetensors.torch
 import torch
 import torch.nn.functional as F
 
@@ -36,6 +38,7 @@ from attnlab.train.state import (
     optimizer_state_to_tensors,
     restore_rng_state,
     unflatten_state,
+    write_safetensors,
 )
 
 TOK = CharTokenizer.train(["abcdefghij klmnop"])
@@ -188,6 +191,27 @@ def test_flatten_state_round_trips_structure():
         flatten_state({"f": lambda: 0})
 
 
+def test_streaming_safetensors_writer_is_read_by_the_library(tmp_path):
+    base = torch.arange(12.0).reshape(3, 4)
+    tensors = {
+        "f32": base, "t": base.t(), "bf16": base.to(torch.bfloat16), "f16": base.half(),
+        "i64": torch.arange(5), "u8": torch.arange(7, dtype=torch.uint8),
+        "i8": -torch.ones(2, dtype=torch.int8), "bool": torch.tensor([True, False, True]),
+        "scalar": torch.tensor(3.5), "empty": torch.zeros(0, 4),
+    }  # fmt: skip
+    entry = write_safetensors(tmp_path / "x.safetensors", tensors, {"k": "v"})
+    data = (tmp_path / "x.safetensors").read_bytes()
+    assert entry == {"bytes": len(data), "crc32": zlib.crc32(data)}
+    back = safetensors.torch.load(data)
+    assert back.keys() == tensors.keys()
+    for k, v in tensors.items():
+        assert back[k].dtype == v.dtype and torch.equal(back[k], v), k
+    with safetensors.safe_open(str(tmp_path / "x.safetensors"), "pt") as f:
+        assert f.metadata() == {"k": "v"}
+    with pytest.raises(TypeError, match="complex64, which safetensors cannot hold"):
+        write_safetensors(tmp_path / "y", {"c": torch.zeros(2, dtype=torch.complex64)})
+
+
 def test_rng_capture_restore_reproduces_numbers():
     state = capture_rng_state()
     json.dumps(state)
@@ -255,17 +279,14 @@ def assert_step2_intact(run, cfg, expected, x, cleaned=True):
 
 def test_disk_full_mid_save_keeps_previous(two_saves, monkeypatch):
     run, cfg, model, expected, x = two_saves
-    real = ck.write_synced
 
-    def half_then_enospc(path, data):
-        if str(path).endswith("model.safetensors"):
-            real(path, data[: len(data) // 2])
-            raise OSError(errno.ENOSPC, "No space left on device", str(path))
-        real(path, data)
+    def full(fd):  # delayed allocation: a full disk often shows up only at fsync
+        raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(ck, "write_synced", half_then_enospc)
-    with pytest.raises(atomic.DiskFullError, match="free some space or choose another --out"):
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(atomic.DiskFullError, match="model.safetensors.*free some space"):
         save(run, model, cfg, step=3)
+    monkeypatch.undo()
     assert_step2_intact(run, cfg, expected, x)
 
 
@@ -366,7 +387,7 @@ def test_truncated_or_corrupt_weights_are_named(saved):
     with pytest.raises(CheckpointError, match="not a readable safetensors file"):
         ck.load_checkpoint(path, verify=False)
     weights.write_bytes(data[:-1] + bytes([data[-1] ^ 0xFF]))
-    with pytest.raises(CheckpointError, match="corrupt: its SHA-256 differs"):
+    with pytest.raises(CheckpointError, match="corrupt: its CRC-32 differs"):
         ck.load_checkpoint(path)
     weights.write_bytes(b"\xff" * len(data))
     with pytest.raises(CheckpointError, match="not a readable safetensors file"):

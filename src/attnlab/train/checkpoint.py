@@ -13,7 +13,7 @@ A checkpoint is a directory that loads on its own, with no pickle anywhere::
             train_state/
                 optimizer.safetensors   optimizer buffers (attnlab.train.state)
                 state.json              step, scheduler, RNG states, train config, metrics, extra
-            manifest.json           size and SHA-256 of every file above; written last
+            manifest.json           size and CRC-32 of every file above; written last
 
 Crash safety. A checkpoint is assembled in ``checkpoints/.tmp-step_...`` (every file fsynced) and
 only then renamed to ``step_...`` in one atomic ``os.replace``; the ``latest`` pointer is updated
@@ -21,15 +21,14 @@ afterwards with an atomic write. So ``kill -9`` at any instant leaves ``latest``
 directory; a stray ``.tmp-*`` is never read and is removed by the next save. Old checkpoints are
 renamed to ``.del-*`` before being deleted, so a half-deleted directory never looks complete.
 
-Tied weights. ``lm_head.weight is tok_emb.weight`` appears twice in ``state_dict()``, and
-safetensors refuses tensors that share memory. Each storage is saved under its first name and the
-other names are listed in the file's metadata (``attnlab.aliases``); ``build_model`` re-ties the
-fresh model and loading fills the aliases from their source.
+Tied weights. ``lm_head.weight is tok_emb.weight`` appears twice in ``state_dict()``; the
+safetensors convention (``save_file`` refuses shared memory) is to store it once. Each storage is
+saved under its first name and the other names are listed in the file's metadata
+(``attnlab.aliases``); ``build_model`` re-ties the fresh model and loading fills the aliases.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -37,12 +36,13 @@ import re
 import secrets
 import shutil
 import warnings
+import zlib
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import safetensors
-import safetensors.torch
 import torch
 from torch import Tensor, nn
 
@@ -61,6 +61,7 @@ from attnlab.train.state import (
     optimizer_state_to_tensors,
     scheduler_state_from_json,
     scheduler_state_to_json,
+    write_safetensors,
 )
 
 FORMAT = "attnlab-checkpoint"
@@ -103,17 +104,12 @@ def model_tensors(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]:
     tensors: dict[str, Tensor] = {}
     aliases: dict[str, str] = {}
     owner: dict[tuple, str] = {}
-    storages: set[int] = set()
     for name, t in unwrap_model(model).state_dict().items():
         ident = (t.untyped_storage().data_ptr(), t.storage_offset(), t.shape, t.stride(), t.dtype)
         if t.numel() and ident in owner:
             aliases[name] = owner[ident]
             continue
         owner[ident] = name
-        t = t.detach().to("cpu").contiguous()
-        if t.numel() and t.untyped_storage().data_ptr() in storages:  # a partial overlap
-            t = t.clone()
-        storages.add(t.untyped_storage().data_ptr())
         tensors[name] = t
     return tensors, aliases
 
@@ -166,18 +162,18 @@ def _write_checkpoint_files(
 ) -> None:
     """Write every file of a checkpoint into the (new, empty) directory ``tmp``, fsynced.
 
-    Files are serialised one at a time so that at most one extra copy is in memory.
+    Tensors stream from memory to disk (:func:`~attnlab.train.state.write_safetensors`), not via
+    ``safetensors.torch.save_file``, which neither avoids a full copy nor reports a full disk.
     """
     entries: dict[str, dict[str, Any]] = {}
 
     def put(name: str, data: bytes) -> None:
         write_synced(tmp / name, data)
-        entries[name] = {"bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        entries[name] = {"bytes": len(data), "crc32": zlib.crc32(data)}
 
     tensors, aliases = model_tensors(model)
     meta = {"format": "pt", "attnlab.aliases": json.dumps(aliases)}
-    put(MODEL, safetensors.torch.save(tensors, metadata=meta))
-    del tensors
+    entries[MODEL] = write_safetensors(tmp / MODEL, tensors, meta)
     header = {"format": FORMAT, "format_version": FORMAT_VERSION, "kind": config.kind}
     put(CONFIG, _json_bytes({**header, "step": step, "model": config.to_dict()}))
     if tokenizer is not None:
@@ -187,7 +183,7 @@ def _write_checkpoint_files(
     if train_state is not None:
         (tmp / TRAIN_STATE).mkdir()
         if opt_tensors is not None:
-            put(OPTIMIZER, safetensors.torch.save(opt_tensors, metadata={"format": "pt"}))
+            entries[OPTIMIZER] = write_safetensors(tmp / OPTIMIZER, opt_tensors, {"format": "pt"})
         put(STATE, _json_bytes(train_state))
     manifest = {**header, "step": step, **manifest_extra, "files": entries}
     write_synced(tmp / MANIFEST, _json_bytes(manifest))
@@ -529,7 +525,7 @@ def _read_json(path: Path) -> Any:
 
 
 def _verify(ckpt: Path, manifest: dict[str, Any] | None, name: str) -> None:
-    """Compare a file's size and SHA-256 with the manifest written at save time."""
+    """Compare a file's size and CRC-32 with the manifest written at save time."""
     entry = (manifest or {}).get("files", {}).get(name)
     path = ckpt / name
     if not path.is_file():
@@ -545,13 +541,13 @@ def _verify(ckpt: Path, manifest: dict[str, Any] | None, name: str) -> None:
             f"checkpoint file {str(path)!r} is truncated or damaged: {size} bytes on disk, "
             f"{entry['bytes']} when saved; use another checkpoint or copy the file again"
         )
-    digest = hashlib.sha256()
+    crc = 0
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    if digest.hexdigest() != entry.get("sha256"):
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            crc = zlib.crc32(chunk, crc)
+    if crc != entry.get("crc32"):
         raise CheckpointError(
-            f"checkpoint file {str(path)!r} is corrupt: its SHA-256 differs from the one recorded "
+            f"checkpoint file {str(path)!r} is corrupt: its CRC-32 differs from the one recorded "
             f"at save time in manifest.json; use another checkpoint or copy the file again"
         )
 
@@ -611,8 +607,9 @@ def load_checkpoint(
     """Load a checkpoint directory, or the latest checkpoint of a run directory.
 
     Builds the model from config.json, loads the weights (re-tying shared ones), the tokenizer
-    and labels if saved, and ``train_state/state.json``. ``verify`` checks every file read against
-    the sizes and SHA-256 sums in manifest.json. Any problem is a CheckpointError naming the file.
+    and labels if saved, and ``train_state/state.json``. ``verify`` checks every file read
+    against the sizes and CRC-32 checksums in manifest.json. Any problem is a CheckpointError
+    naming the file.
     """
     from attnlab.data import LabelSet, load_tokenizer
     from attnlab.models import build_model
@@ -620,9 +617,11 @@ def load_checkpoint(
     ckpt = _resolve(path)
     config, data = _read_config(ckpt, expect_kind)
     manifest = _read_json(ckpt / MANIFEST) if (ckpt / MANIFEST).is_file() else None
-    for name in (MODEL, TOKENIZER, LABELS, STATE):
-        if verify and (name == MODEL or (ckpt / name).is_file()):
-            _verify(ckpt, manifest, name)
+    names = [n for n in (MODEL, TOKENIZER, LABELS, STATE) if n == MODEL or (ckpt / n).is_file()]
+    with ThreadPoolExecutor(max_workers=1) as pool:  # hash the files while the model is built
+        checked = pool.submit(lambda: [_verify(ckpt, manifest, n) for n in names if verify])
+        model = build_model(config)
+        checked.result()
     tensors, meta = _read_safetensors(ckpt / MODEL)
     try:
         aliases = json.loads(meta.get("attnlab.aliases", "{}"))
@@ -631,7 +630,6 @@ def load_checkpoint(
     for alias, source in aliases.items():
         if source in tensors:
             tensors[alias] = tensors[source]
-    model = build_model(config)
     _load_state_dict(model, tensors, ckpt / MODEL)
     try:
         model.to(map_location).eval()
