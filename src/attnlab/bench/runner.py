@@ -1,0 +1,198 @@
+"""Run benchmark suites in one process and collect one JSON-ready result dict.
+
+Suites (one module each): ``matmul``, ``lm``, ``seq2seq``, ``generate``, ``attention``,
+``memory``, ``profile``, ``recipe`` (only when asked for: it trains two models). Each module
+exposes ``run(settings, ctx) -> dict`` with a ``status`` of
+"ok", "not_available" (with ``reason``: a piece of attnlab it needs has not landed, or an optional
+library is missing) or "error" (with ``error``). A suite failing never stops the others.
+
+Modes: the default is the full run of issue 6; ``quick`` shortens it to about a minute (fewer
+rounds, lengths, tokens; every reduction is recorded in ``settings``); ``tiny`` swaps in toy sizes
+so the whole harness runs in seconds (tests; its numbers mean nothing).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import math
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+from attnlab.bench.harness import setup_torch
+from attnlab.bench.machine import load_average, machine_info
+from attnlab.errors import UserError
+
+SUITES = ("matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile", "recipe")
+DEFAULT_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile")
+QUICK_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention", "memory")
+_MODULES = {
+    "matmul": "matmul_peak",
+    "lm": "lm_train",
+    "seq2seq": "seq2seq_train",
+    "generate": "generation",
+    "attention": "attention_cost",
+    "memory": "training_memory",
+    "profile": "profile",
+    "recipe": "recipe",
+}
+SCHEMA_VERSION = 1
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    """What to run and how hard. Build with :meth:`for_mode`; every field lands in the JSON."""
+
+    suites: tuple[str, ...] = DEFAULT_SUITES
+    quick: bool = False
+    tiny: bool = False
+    threads: int | None = None  # None = every available core
+    rounds: int = 5  # timed rounds per contender (median reported)
+    warmup: int = 1  # untimed calls per contender before round 0
+    min_round_s: float = 1.0  # calibrate repeats so a round lasts at least this long
+    hf_eager: bool = True  # also time GPT-2 with attn_implementation="eager"
+    new_tokens: int = 500  # generate: new tokens per call
+    contexts: tuple[int, ...] = (64, 512)  # generate: prompt lengths
+    attention_lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384)
+    memory_cap_gib: float = 8.0  # skip explicit-attention lengths predicted to need more
+    fresh_process_per_case: bool = True  # memory: a new child per case (else one per suite)
+    text: str | None = None  # recipe: the training text
+    recipe_presets: tuple[str, str] = ("baseline-char", "fast-char")
+
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.suites if s not in SUITES]
+        if unknown or not self.suites:
+            raise ValueError(
+                f"unknown benchmark suite(s) {unknown or '(none given)'}; choose from "
+                f"{', '.join(SUITES)} (comma-separated, e.g. --suite lm,generate)"
+            )
+        if self.threads is not None and self.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {self.threads}")
+        if self.rounds < 1:
+            raise ValueError(f"--rounds must be >= 1, got {self.rounds}")
+        if self.memory_cap_gib <= 0:
+            raise ValueError(f"--memory-cap-gib must be > 0, got {self.memory_cap_gib}")
+        if "recipe" in self.suites and not self.text:
+            raise ValueError(
+                "the recipe suite trains on a text file: pass --text FILE (e.g. "
+                "--text ../shared/data/tinyshakespeare.txt)"
+            )
+
+    @classmethod
+    def for_mode(cls, *, quick: bool = False, tiny: bool = False, **overrides: Any):
+        """Full (default), quick (~1 minute) or tiny (seconds, tests) settings, then overrides."""
+        base: dict[str, Any] = {}
+        if quick or tiny:
+            base.update(
+                suites=QUICK_SUITES,
+                rounds=3,
+                min_round_s=0.25,
+                hf_eager=False,
+                new_tokens=100,
+                attention_lengths=(256, 512, 1024, 2048),
+                fresh_process_per_case=False,
+            )
+        if tiny:
+            base.update(
+                rounds=2,
+                min_round_s=0.0,
+                new_tokens=8,
+                contexts=(8, 16),
+                attention_lengths=(32, 64, 128),
+            )
+        base.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(quick=quick, tiny=tiny, **base)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class Context:
+    """What suites share: settings, the progress callback, and results so far (matmul peak)."""
+
+    settings: BenchSettings
+    progress: Callable[[str], None] | None = None
+    suites: dict[str, Any] = field(default_factory=dict)
+
+    def say(self, message: str) -> None:
+        if self.progress is not None:
+            self.progress(message)
+
+    def matmul_peak_gflops(self) -> float:
+        """The run's fp32 matmul peak, measured now if the matmul suite has not run yet."""
+        if "matmul" not in self.suites:
+            self.suites["matmul"] = _run_suite("matmul", self)
+        return self.suites["matmul"].get("peak_gflops", math.nan)
+
+
+def run_bench(
+    settings: BenchSettings,
+    *,
+    command: str = "",
+    progress: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """Run the selected suites; return the JSON-ready result (see benchmarks/README.md)."""
+    threads = setup_torch(settings.threads)
+    ctx = Context(settings, progress)
+    started = time.perf_counter()
+    result: dict[str, Any] = {
+        "schema_version": SCHEMA_VERSION,
+        "command": command,
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "mode": "tiny" if settings.tiny else "quick" if settings.quick else "full",
+        "machine": machine_info(threads),
+        "settings": settings.to_dict(),
+    }
+    ordered = [s for s in SUITES if s in settings.suites]
+    for name in ordered:
+        if name not in ctx.suites:
+            ctx.suites[name] = _run_suite(name, ctx)
+    result["suites"] = {name: ctx.suites[name] for name in SUITES if name in ctx.suites}
+    result["targets"] = [t for s in result["suites"].values() for t in s.get("targets", [])]
+    result["machine"]["load_average_end"] = load_average()
+    result["wall_seconds"] = time.perf_counter() - started
+    return result
+
+
+def to_json(result: dict[str, Any]) -> str:
+    """Strict JSON text (NaN and infinities become null, tuples lists)."""
+    return json.dumps(_clean(result), indent=1, allow_nan=False) + "\n"
+
+
+def _clean(x: Any) -> Any:
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): _clean(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_clean(v) for v in x]
+    return x
+
+
+def _run_suite(name: str, ctx: Context) -> dict[str, Any]:
+    ctx.say(f"[{name}]")
+    t0 = time.perf_counter()
+    module = importlib.import_module(f"attnlab.bench.{_MODULES[name]}")
+    try:
+        out = module.run(ctx.settings, ctx)
+    except ImportError as err:
+        out = {"status": "not_available", "reason": f"{type(err).__name__}: {err}"}
+    except UserError:
+        raise  # the user's input is wrong (e.g. --text missing): stop and say so
+    except Exception as err:  # one broken suite must not lose the others' numbers
+        out = {
+            "status": "error",
+            "error": f"{type(err).__name__}: {err}",
+            "traceback": traceback.format_exc(limit=-6),
+        }
+    if out.get("status") != "ok":
+        ctx.say(f"  {name}: {out['status']}: {out.get('reason') or out.get('error')}")
+    out["suite_seconds"] = time.perf_counter() - t0
+    return out

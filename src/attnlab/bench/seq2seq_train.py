@@ -1,0 +1,248 @@
+"""Suite ``seq2seq``: encoder-decoder training throughput, attnlab vs torch.nn.Transformer.
+
+Configuration (issue 6): D = 256, 3 encoder + 3 decoder layers, 8 heads, F = 512, a shared
+(joint BPE) vocabulary of 8000, dropout 0, pre-norm, ReLU, learned positions, target embedding
+tied to the output layer, fp32, AdamW (same settings as the ``lm`` suite).
+
+    attnlab    attnlab.models.TransformerEncoderDecoder, masks True = real token
+    torch_nn   nn.Embedding (source, target, two position tables) + nn.Transformer(
+               norm_first=True, batch_first=True) + tied head, with src/tgt/memory key padding
+               masks (True = pad, PyTorch's convention) and a causal tgt_mask
+
+Workload: batches of 64 sentence pairs in random order (not bucketed), each padded to its longest
+sentence, the same batches for both contenders. Lengths imitate Multi30k: on its training set the
+word+punctuation token counts are log-normal with median ~12-13 and sigma 0.30 (en) / 0.33 (de),
+and log(len_de / len_en) has sd 0.17; subword units lengthen that by ~10%, so we draw
+
+    S ~ round(exp(N(log 14, 0.30))),  clipped to [4, 40]
+    L ~ round(S * exp(N(0, 0.17))),   clipped to [4, 40];  tgt_in = [BOS] y,  tgt_out = y [EOS]
+
+One step = forward + token cross-entropy (ignoring pads) + backward + AdamW step. Throughput
+counts **real target tokens** (non-pad positions of tgt_out) per second.
+
+Shapes: B sentences, S source length, T target length, D width, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any, NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.bench.harness import interleave, ratio, target_entry
+
+PAD, BOS, EOS = 0, 1, 2
+CONTENDERS = ("attnlab", "torch_nn")
+TARGET = 2.0  # attnlab tokens/s >= 2x nn.Transformer (issue 6)
+
+
+@dataclass(frozen=True)
+class Seq2SeqShape:
+    d_model: int = 256
+    n_heads: int = 8
+    n_layers: int = 3  # encoder and decoder each
+    d_ff: int = 512
+    vocab: int = 8000
+    batch: int = 64
+    max_len: int = 64
+    median_len: float = 14.0
+    min_len: int = 4
+    max_sentence: int = 40
+
+
+SHAPE = Seq2SeqShape()
+TINY_SHAPE = Seq2SeqShape(
+    d_model=32,
+    n_heads=4,
+    n_layers=1,
+    d_ff=64,
+    vocab=100,
+    batch=4,
+    max_len=16,
+    median_len=6.0,
+    min_len=2,
+    max_sentence=12,
+)
+
+
+class Batch(NamedTuple):
+    """One padded batch (pad = 0) and its count of real target tokens."""
+
+    src: Tensor  # (B, S)
+    tgt_in: Tensor  # (B, T)
+    tgt_out: Tensor  # (B, T)
+    tokens: int
+
+
+def make_batches(shape: Seq2SeqShape, n: int, seed: int = 4321) -> list[Batch]:
+    """``n`` padded batches with Multi30k-like lengths (see module docstring)."""
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for _ in range(n):
+        b = shape.batch
+        src_len = torch.exp(math.log(shape.median_len) + 0.30 * torch.randn(b, generator=gen))
+        tgt_len = src_len * torch.exp(0.17 * torch.randn(b, generator=gen))
+        src_len = src_len.round().clamp(shape.min_len, shape.max_sentence).long()
+        tgt_len = tgt_len.round().clamp(shape.min_len, shape.max_sentence).long()
+        s, t = int(src_len.max()), int(tgt_len.max()) + 1  # +1: BOS / EOS
+        src = torch.randint(3, shape.vocab, (b, s), generator=gen)  # (B, S)
+        src[torch.arange(s) >= src_len[:, None]] = PAD
+        words = torch.randint(3, shape.vocab, (b, t), generator=gen)  # (B, T)
+        tgt_in = torch.cat([torch.full((b, 1), BOS), words[:, :-1]], dim=1)  # (B, T)
+        tgt_out = words.clone()
+        tgt_out[torch.arange(b), tgt_len] = EOS
+        pad = torch.arange(t) > tgt_len[:, None]  # (B, T) beyond EOS
+        tgt_in[pad], tgt_out[pad] = PAD, PAD
+        out.append(
+            Batch(src=src, tgt_in=tgt_in, tgt_out=tgt_out, tokens=int((tgt_out != PAD).sum()))
+        )
+    return out
+
+
+class TorchSeq2Seq(nn.Module):
+    """The plain-PyTorch baseline: embeddings + nn.Transformer + tied head."""
+
+    def __init__(self, shape: Seq2SeqShape):
+        super().__init__()
+        d = shape.d_model
+        self.src_emb = nn.Embedding(shape.vocab, d)
+        self.tgt_emb = nn.Embedding(shape.vocab, d)
+        self.src_pos = nn.Embedding(shape.max_len, d)
+        self.tgt_pos = nn.Embedding(shape.max_len, d)
+        with warnings.catch_warnings():  # "enable_nested_tensor is True, but ... norm_first"
+            warnings.simplefilter("ignore", UserWarning)
+            self.transformer = nn.Transformer(
+                d,
+                shape.n_heads,
+                shape.n_layers,
+                shape.n_layers,
+                shape.d_ff,
+                dropout=0.0,
+                activation="relu",
+                batch_first=True,
+                norm_first=True,
+            )
+        self.lm_head = nn.Linear(d, shape.vocab, bias=False)
+        self.lm_head.weight = self.tgt_emb.weight
+
+    def forward(self, src: Tensor, tgt_in: Tensor) -> Tensor:
+        s, t = src.size(1), tgt_in.size(1)
+        x = self.src_emb(src) + self.src_pos(torch.arange(s))  # (B, S, D)
+        y = self.tgt_emb(tgt_in) + self.tgt_pos(torch.arange(t))  # (B, T, D)
+        causal = torch.ones(t, t, dtype=torch.bool).triu(1)  # (T, T) True = future: ignore
+        src_pad, tgt_pad = src == PAD, tgt_in == PAD  # True = ignore (PyTorch's convention)
+        h = self.transformer(
+            x,
+            y,
+            tgt_mask=causal,
+            src_key_padding_mask=src_pad,
+            tgt_key_padding_mask=tgt_pad,
+            memory_key_padding_mask=src_pad,
+            tgt_is_causal=True,
+        )  # (B, T, D)
+        return self.lm_head(h)  # (B, T, V)
+
+
+def build_seq2seq(contender: str, shape: Seq2SeqShape, seed: int = 0):
+    """(model, forward) where forward(src, tgt_in) -> logits (B, T, V)."""
+    torch.manual_seed(seed)
+    if contender == "attnlab":
+        from attnlab.config import ModelConfig
+        from attnlab.models import build_model
+
+        cfg = ModelConfig(
+            kind="encoder_decoder",
+            vocab_size=shape.vocab,
+            d_model=shape.d_model,
+            n_heads=shape.n_heads,
+            n_layers=shape.n_layers,
+            n_decoder_layers=shape.n_layers,
+            d_ff=shape.d_ff,
+            max_len=shape.max_len,
+            dropout=0.0,
+            positional="learned",
+            norm_placement="pre",
+            activation="relu",
+            tie_embeddings=True,
+            pad_id=PAD,
+        )
+        model = build_model(cfg)
+
+        def forward(src: Tensor, tgt_in: Tensor) -> Tensor:
+            return model(src, tgt_in, src_mask=src != PAD, tgt_mask=tgt_in != PAD).logits
+
+        return model, forward
+    if contender == "torch_nn":
+        model = TorchSeq2Seq(shape)
+        return model, model
+    raise ValueError(f"unknown seq2seq contender {contender!r}; choose from {CONTENDERS}")
+
+
+def make_train_step(model: nn.Module, forward, batches: list[Batch]):
+    """work(r) -> real target tokens of one optimizer step on batch r."""
+    model.train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
+
+    def work(r: int) -> float:
+        batch = batches[max(r, 0) % len(batches)]
+        logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
+        loss = F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1), ignore_index=PAD
+        )
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return float(batch.tokens)
+
+    return work
+
+
+def run(settings, ctx) -> dict[str, Any]:
+    shape = TINY_SHAPE if settings.tiny else SHAPE
+    batches = make_batches(shape, settings.rounds)
+    works, rows = {}, {}
+    for name in CONTENDERS:
+        model, forward = build_seq2seq(name, shape)
+        rows[name] = {
+            "name": name,
+            "status": "ok",
+            "params": sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()),
+        }
+        works[name] = make_train_step(model, forward, batches)
+    ctx.say(f"seq2seq: timing {', '.join(works)}")
+    for name, timing in interleave(
+        works, rounds=settings.rounds, warmup=settings.warmup, min_round_s=settings.min_round_s
+    ).items():
+        rows[name].update(timing.to_dict("tokens"))
+        ctx.say(f"  {name:14s} {rows[name]['tokens_per_s']:10.0f} target tok/s")
+    value = ratio(rows["attnlab"]["tokens_per_s"], rows["torch_nn"]["tokens_per_s"])
+    real = sum(b.tokens for b in batches)
+    padded = sum(b.tgt_out.numel() for b in batches)
+    return {
+        "status": "ok",
+        "shape": asdict(shape),
+        "batches": [
+            {
+                "src_shape": list(b.src.shape),
+                "tgt_shape": list(b.tgt_in.shape),
+                "target_tokens": b.tokens,
+            }
+            for b in batches
+        ],
+        "target_padding_fraction": 1.0 - real / padded,
+        "contenders": [rows[n] for n in CONTENDERS],
+        "ratios": {"attnlab_vs_torch_nn": value},
+        "targets": [
+            target_entry(
+                "seq2seq_vs_torch",
+                "encoder-decoder training target tokens/s, attnlab / nn.Transformer",
+                value,
+                TARGET,
+            )
+        ],
+    }

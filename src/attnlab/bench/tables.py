@@ -1,0 +1,268 @@
+"""Markdown tables of each suite's results (used by :mod:`attnlab.bench.report`).
+
+One renderer per suite, each taking that suite's JSON block and returning Markdown lines; a
+suite that did not run "ok" renders as its status and reason.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+MIB = 2**20
+
+
+def fmt_num(x: Any, fmt: str = ".3g") -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return format(x, fmt)
+
+
+def fmt_mib(x: Any) -> str:
+    return "-" if not x else f"{x / MIB:,.1f}"
+
+
+def md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def suite_tables(result: dict[str, Any]) -> list[str]:
+    """Markdown tables, one section per suite that ran."""
+    out: list[str] = []
+    for name, suite in result.get("suites", {}).items():
+        out += ["", f"### {name}", ""]
+        if suite.get("status") != "ok":
+            out.append(f"**{suite.get('status')}**: {suite.get('reason') or suite.get('error')}")
+            continue
+        out += _RENDER.get(name, lambda s: [])(suite)
+    return out
+
+
+def _matmul(s: dict) -> list[str]:
+    rows = [
+        [
+            str(r["n"]),
+            fmt_num(r["gflops"], ".1f"),
+            ", ".join(fmt_num(g, ".1f") for g in r["gflops_rounds"]),
+        ]
+        for r in s["sizes"]
+    ]
+    return [
+        f"fp32 `torch.mm`, {s['threads']} threads; peak = best median = "
+        f"**{s['peak_gflops']:.1f} GFLOP/s**",
+        "",
+    ] + md_table(["n", "median GFLOP/s", "rounds"], rows)
+
+
+def _lm(s: dict) -> list[str]:
+    out = [f"Optimizer: {s['optimizer']}. Peak: {fmt_num(s['matmul_peak_gflops'], '.1f')} GFLOP/s."]
+    for shape in s["shapes"]:
+        sh = shape["shape"]
+        out += [
+            "",
+            f"**{sh['name']}**: {sh['n_layers']} layers, {sh['n_heads']} heads, width "
+            f"{sh['d_model']}, context {sh['context']}, batch {sh['batch']}, "
+            f"vocab {sh['vocab']}",
+            "",
+        ]
+        base = {c["name"]: c.get("tokens_per_s") for c in shape["contenders"]}.get("attnlab")
+        rows = []
+        for c in shape["contenders"]:
+            if c.get("status") != "ok":
+                rows.append([c["name"], c.get("status", "?"), "-", "-", "-", "-", "-"])
+                continue
+            rows.append(
+                [
+                    c["name"],
+                    f"{c['tokens_per_s']:,.0f}",
+                    f"{c['rel_spread']:.0%}",
+                    fmt_num(base / c["tokens_per_s"] if base else None, ".2f"),
+                    fmt_num(c["achieved_gflops"], ".1f"),
+                    fmt_num(c["fraction_of_peak"], ".0%"),
+                    f"{c['non_embedding_params']:,}",
+                ]
+            )
+        out += md_table(
+            [
+                "contender",
+                "tokens/s",
+                "spread",
+                "attnlab / this",
+                "GFLOP/s",
+                "of peak",
+                "non-emb params",
+            ],
+            rows,
+        )
+    return out
+
+
+def _seq2seq(s: dict) -> list[str]:
+    sh = s["shape"]
+    out = [
+        f"Width {sh['d_model']}, {sh['n_layers']}+{sh['n_layers']} layers, {sh['n_heads']} "
+        f"heads, FFN {sh['d_ff']}, vocab {sh['vocab']}, {sh['batch']} sentences per batch; "
+        f"{s['target_padding_fraction']:.0%} of target positions are padding.",
+        "",
+    ]
+    rows = [
+        [c["name"], f"{c['tokens_per_s']:,.0f}", f"{c['rel_spread']:.0%}"] for c in s["contenders"]
+    ]
+    out += md_table(["contender", "target tokens/s", "spread"], rows)
+    value = fmt_num(s["ratios"]["attnlab_vs_torch_nn"], ".2f")
+    return out + ["", f"attnlab / nn.Transformer = **{value}**"]
+
+
+def _generate(s: dict) -> list[str]:
+    sh = s["shape"]
+    out = [
+        f"GPT-2 shape {sh['n_layers']} layers, {sh['n_heads']} heads, width {sh['d_model']}, "
+        f"vocab {sh['vocab']}; same weights; batch 1; prompt = context tokens, then "
+        f"{s['new_tokens']} new tokens (window = context + new tokens).",
+        "",
+    ]
+    rows = []
+    for row in s["contexts"]:
+        for c in row["contenders"]:
+            ours = c["name"] == "attnlab"
+            speed = f"{c['tokens_per_s']:,.1f}" if c.get("status") == "ok" else c["status"]
+            ratio = fmt_num(row["ratios"]["attnlab_vs_hf_gpt2"], ".2f") if ours else ""
+            agree = fmt_num(row.get("tokens_agree"), ".0%") if ours else ""
+            rows.append([str(row["context"]), c["name"], speed, ratio, agree])
+    return out + md_table(["context", "contender", "tokens/s", "ratio", "same tokens"], rows)
+
+
+def _attention(s: dict) -> list[str]:
+    sh = s["shape"]
+    out = [
+        f"(B, H, Dh) = ({sh['batch']}, {sh['heads']}, {sh['d_head']}), forward + backward, "
+        f"{s['threads']} threads. Memory: {s['memory_method']}.",
+        "",
+    ]
+    rows = []
+    for r in s["lengths"]:
+        e, f = r.get("explicit", {}), r.get("fused", {})
+        rows.append(
+            [
+                str(r["n"]),
+                fmt_num(e.get("seconds", math.nan) * 1e3, ".1f")
+                if e.get("status") == "ok"
+                else "skipped",
+                fmt_num(f.get("seconds", math.nan) * 1e3, ".1f"),
+                fmt_mib(e.get("extra_bytes")),
+                fmt_mib(f.get("extra_bytes")),
+                fmt_num(e.get("matmul_gflops"), ".1f"),
+                fmt_num(f.get("matmul_gflops"), ".1f"),
+            ]
+        )
+    out += md_table(
+        [
+            "N",
+            "explicit ms",
+            "fused ms",
+            "explicit MiB",
+            "fused MiB",
+            "explicit GFLOP/s",
+            "fused GFLOP/s",
+        ],
+        rows,
+    )
+    skipped = [
+        f"N={r['n']}: {r['explicit']['reason']}"
+        for r in s["lengths"]
+        if r.get("explicit", {}).get("status") == "skipped"
+    ]
+    if skipped:
+        out += ["", "Explicit path skipped: " + "; ".join(skipped) + "."]
+    fit_ns = s["fits"]["fused"]["time_fit_lengths"]
+    out += [
+        "",
+        f"Log-log fits over N in {fit_ns} (004: time O(N^2 d), memory O(N^2) for the "
+        "explicit path):",
+        "",
+    ]
+    fit_rows = [
+        [
+            p,
+            fmt_num(s["fits"][p]["time_exponent"], ".2f"),
+            fmt_num(s["expected"][p]["time_exponent"], ".0f"),
+            fmt_num(s["fits"][p]["memory_exponent"], ".2f"),
+            fmt_num(s["expected"][p]["memory_exponent"], ".0f"),
+        ]
+        for p in s["fits"]
+    ]
+    return out + md_table(
+        ["path", "time exponent", "expected", "memory exponent", "expected"], fit_rows
+    )
+
+
+def _memory(s: dict) -> list[str]:
+    rows = [
+        [
+            c["shape"],
+            c["contender"],
+            fmt_mib(c.get("peak_bytes")),
+            fmt_mib(c.get("step_extra_bytes")),
+            c.get("status", "?"),
+        ]
+        for c in s["cases"]
+    ]
+    return [f"Method: {s['method']}.", ""] + md_table(
+        ["shape", "contender", "training peak MiB", "step extra MiB", "status"], rows
+    )
+
+
+def _recipe(s: dict) -> list[str]:
+    b, f = s["baseline"], s["fast"]
+    return [
+        f"Text `{s['text']}`; target = {s['presets'][0]}'s final validation loss "
+        f"{s['target_val_loss']:.4f}.",
+        "",
+    ] + md_table(
+        ["preset", "reached", "seconds", "step", "val loss"],
+        [
+            [
+                s["presets"][0],
+                str(b["reached"]),
+                fmt_num(b["seconds"], ".0f"),
+                str(b["step"]),
+                fmt_num(b["val_loss"], ".4f"),
+            ],
+            [
+                s["presets"][1],
+                str(f["reached"]),
+                fmt_num(f["seconds"], ".0f"),
+                str(f["step"]),
+                fmt_num(f["val_loss"], ".4f"),
+            ],
+        ],
+    )
+
+
+def _profile(s: dict) -> list[str]:
+    out = []
+    for item in s["profiles"]:
+        out += [f"**{item['what']}** ({item['total_ms']:.1f} ms self CPU in total)", ""]
+        out += md_table(
+            ["op", "self CPU ms", "share", "calls"],
+            [
+                [f"`{o['name']}`", f"{o['self_cpu_ms']:.2f}", f"{o['share']:.0%}", str(o["calls"])]
+                for o in item["top_ops"]
+            ],
+        )
+        out.append("")
+    return out
+
+
+_RENDER = {
+    "matmul": _matmul,
+    "lm": _lm,
+    "seq2seq": _seq2seq,
+    "generate": _generate,
+    "attention": _attention,
+    "memory": _memory,
+    "recipe": _recipe,
+    "profile": _profile,
+}

@@ -1,0 +1,181 @@
+"""``attnlab bench``: side-by-side benchmarks (issue 6) -> table, JSON, RESULTS.md with plots.
+
+attnlab bench --quick                                   # about a minute, table on stdout
+attnlab bench --json benchmarks/results.json --report benchmarks/RESULTS.md   # full run
+attnlab bench --suite lm,generate --threads 1
+attnlab bench --suite recipe --text ../shared/data/tinyshakespeare.txt
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+from pathlib import Path
+
+from attnlab.errors import DataError, UserError
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from attnlab.bench.runner import SUITES
+
+    p = sub.add_parser(
+        "bench",
+        help="benchmark attnlab against transformers / torch.nn side by side",
+        description="Time attnlab against Hugging Face GPT-2, torch.nn.Transformer(Encoder) and "
+        "transformers' generate in one process, interleaving contenders and reporting medians, "
+        "ratios and the issue-6 targets. See benchmarks/README.md.",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a ~1-minute run: 3 rounds, 100 new tokens, attention up to N=2048, no "
+        "GPT-2 eager and no profile",
+    )
+    p.add_argument(
+        "--tiny",
+        action="store_true",
+        help="toy model sizes so the whole harness runs in seconds (for tests; the "
+        "numbers mean nothing)",
+    )
+    p.add_argument(
+        "--suite",
+        metavar="NAME[,NAME]",
+        help=f"suites to run, comma-separated, from: {', '.join(SUITES)} (default: all but recipe)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch intra-op threads for every contender (default: all cores)",
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        metavar="N",
+        help="timed rounds per contender; the median is reported (default 5, quick 3)",
+    )
+    p.add_argument("--json", metavar="FILE", help="write the full results as JSON to FILE")
+    p.add_argument(
+        "--report",
+        metavar="FILE",
+        help="write a Markdown report (e.g. benchmarks/RESULTS.md) with PNG plots next to it",
+    )
+    p.add_argument(
+        "--notes",
+        metavar="FILE",
+        help="a Markdown file included verbatim as the report's Analysis section",
+    )
+    p.add_argument(
+        "--text", metavar="FILE", help="training text for --suite recipe (e.g. tinyshakespeare.txt)"
+    )
+    p.add_argument(
+        "--max-attention-len",
+        type=int,
+        metavar="N",
+        help="longest sequence of the attention suite (default 16384, quick 2048)",
+    )
+    p.add_argument(
+        "--memory-cap-gib",
+        type=float,
+        metavar="GIB",
+        help="skip explicit-attention lengths predicted to need more (default 8)",
+    )
+    p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    p.set_defaults(func=run)
+
+
+def _writable(path: str, flag: str) -> Path:
+    out = Path(path)
+    if out.is_dir():
+        raise UserError(f"{flag} {path!r} is a directory; give a file name, e.g. {path}/out")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"cannot create the folder of {flag} {path!r}: {err.strerror}") from None
+    if not os.access(out.parent, os.W_OK):
+        raise UserError(
+            f"cannot write {flag} {path!r}: its folder is not writable; choose another location"
+        )
+    return out
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The canonical ``attnlab bench ...`` command that reproduces ``args``."""
+    parts = ["attnlab", "bench"]
+    for flag in ("quick", "tiny"):
+        if getattr(args, flag):
+            parts.append(f"--{flag}")
+    for flag in (
+        "suite",
+        "threads",
+        "rounds",
+        "max_attention_len",
+        "memory_cap_gib",
+        "text",
+        "json",
+        "report",
+        "notes",
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            parts += [f"--{flag.replace('_', '-')}", str(value)]
+    return shlex.join(parts)
+
+
+def build_settings(args: argparse.Namespace):
+    from attnlab.bench.runner import BenchSettings
+
+    overrides = {
+        "threads": args.threads,
+        "rounds": args.rounds,
+        "text": args.text,
+        "memory_cap_gib": args.memory_cap_gib,
+    }
+    if args.suite is not None:
+        overrides["suites"] = tuple(s.strip() for s in args.suite.split(",") if s.strip())
+    settings = BenchSettings.for_mode(quick=args.quick, tiny=args.tiny, **overrides)
+    if args.max_attention_len is not None:
+        if args.max_attention_len < 2:
+            raise ValueError(f"--max-attention-len must be >= 2, got {args.max_attention_len}")
+        lengths = tuple(n for n in settings.attention_lengths if n <= args.max_attention_len)
+        settings = settings.__class__(
+            **{**settings.to_dict(), "attention_lengths": lengths or (args.max_attention_len,)}
+        )
+    return settings
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnlab.bench.plots import make_plots
+    from attnlab.bench.report import format_text, write_markdown
+    from attnlab.bench.runner import run_bench, to_json
+
+    settings = build_settings(args)
+    if args.text is not None and not Path(args.text).is_file():
+        raise DataError(
+            f"--text {args.text!r} is not a file; give a plain-text corpus, e.g. "
+            "../shared/data/tinyshakespeare.txt"
+        )
+    notes = None
+    if args.notes is not None:
+        try:
+            notes = Path(args.notes).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise DataError(f"cannot read --notes {args.notes!r}: {err}") from None
+    json_path = _writable(args.json, "--json") if args.json else None
+    report_path = _writable(args.report, "--report") if args.report else None
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    result = run_bench(
+        settings, command=command_line(args), progress=None if args.quiet else progress
+    )
+    print(format_text(result), end="")
+    if json_path is not None:
+        json_path.write_text(to_json(result))
+    if report_path is not None:
+        plots = make_plots(result, report_path.parent)
+        write_markdown(result, report_path, plots, notes)
+    return 0

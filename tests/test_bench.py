@@ -1,0 +1,271 @@
+"""The benchmark harness: interleaving, medians, ratios, targets, memory probe, JSON and report.
+
+No timing assertions: numbers from a shared machine are not testable; the *machinery* is.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from attnlab.bench import harness, memory
+from attnlab.bench.lm_train import (
+    TINY_SHAPES,
+    build_lm,
+    flops_per_token,
+    make_batches,
+    non_embedding_params,
+)
+from attnlab.bench.recipe import compare, time_to_reach
+from attnlab.bench.report import status_text
+from attnlab.bench.runner import BenchSettings, to_json
+from attnlab.bench.seq2seq_train import PAD, TINY_SHAPE
+from attnlab.bench.seq2seq_train import make_batches as seq2seq_batches
+from attnlab.cli import main
+
+
+class FakeClock:
+    """Advances by the duration the current workload declares: deterministic 'timing'."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_interleave_runs_rounds_a_b_a_b_after_warmup():
+    clock, log = FakeClock(), []
+
+    def make(cost: float, units: float):
+        def work(r: int) -> float:
+            clock.now += cost
+            return units
+
+        return work
+
+    timings = harness.interleave(
+        {"A": make(0.1, 10.0), "B": make(0.3, 30.0)},
+        rounds=3,
+        warmup=2,
+        min_round_s=0.25,
+        clock=clock,
+        log=log,
+    )
+    # warm-ups first, then A's repeats, B's repeats, A's, B's ...; repeats = ceil(0.25 / cost)
+    assert timings["A"].repeats == 3 and timings["B"].repeats == 1
+    assert log[:4] == [("A", -1), ("A", -1), ("B", -1), ("B", -1)]
+    rounds = log[4:]
+    assert rounds == [("A", 0)] * 3 + [("B", 0)] + [("A", 1)] * 3 + [("B", 1)] + [("A", 2)] * 3 + [
+        ("B", 2)
+    ]
+    assert timings["A"].rates == pytest.approx([100.0] * 3)
+    assert timings["B"].seconds == pytest.approx([0.3] * 3)
+    assert timings["A"].median_seconds_per_call == pytest.approx(0.1)
+
+
+def test_median_is_robust_to_one_slow_round():
+    t = harness.Timing("x", repeats=1, seconds=[1.0, 1.0, 10.0, 1.0, 2.0], units=[5.0] * 5)
+    assert t.median_rate == pytest.approx(5.0)
+    d = t.to_dict("tokens")
+    assert d["tokens_per_s"] == pytest.approx(5.0)
+    assert d["tokens_per_s_rounds"][2] == pytest.approx(0.5)
+    assert d["rel_spread"] == pytest.approx((5.0 - 0.5) / 5.0)
+
+
+def test_interleave_rejects_empty_and_zero_rounds():
+    with pytest.raises(ValueError, match="rounds"):
+        harness.interleave({"a": lambda r: 1.0}, rounds=0)
+    with pytest.raises(ValueError, match="no workloads"):
+        harness.interleave({}, rounds=1)
+
+
+def test_ratio_and_targets():
+    assert harness.ratio(6.0, 2.0) == 3.0
+    assert math.isnan(harness.ratio(1.0, 0.0)) and math.isnan(harness.ratio(None, 1.0))
+    hi = harness.target_entry("t", "d", 1.1, 2.2)
+    assert hi["met"] is False and hi["margin"] == pytest.approx(0.5)
+    assert status_text(hi) == "NOT met (at 50% of target)"
+    ok = harness.target_entry("t", "d", 3.3, 2.2)
+    assert ok["met"] and status_text(ok) == "met (+50%)"
+    lo = harness.target_entry("m", "d", 0.2, 0.05, higher_is_better=False)
+    assert lo["met"] is False and status_text(lo) == "NOT met (4.0x over the limit)"
+    lo_ok = harness.target_entry("m", "d", 0.01, 0.05, higher_is_better=False)
+    assert lo_ok["met"] and lo_ok["margin"] == pytest.approx(5.0)
+    missing = harness.target_entry("x", "d", float("nan"), 2.0)
+    assert missing["met"] is None and missing["value"] is None
+    assert status_text(missing) == "not measured"
+
+
+def test_loglog_slope_recovers_power_laws():
+    ns = [256, 512, 1024, 2048]
+    assert harness.loglog_slope(ns, [3e-9 * n**2 for n in ns]) == pytest.approx(2.0)
+    assert harness.loglog_slope(ns, [7.0 * n for n in ns]) == pytest.approx(1.0)
+    assert harness.loglog_slope([5], [1.0]) is None
+
+
+def test_measure_case_sees_a_torch_allocation():
+    size = 16 * 2**20  # 16 Mi floats = 64 MiB, far above malloc's mmap threshold
+
+    def make_step():
+        return lambda: float(torch.ones(size).sum())
+
+    result = memory.measure_case(make_step)
+    assert result["status"] == "ok"
+    assert 60 * 2**20 <= result["step_extra_bytes"] <= 200 * 2**20
+
+
+def test_memory_child_runs_cases_and_reports_failures():
+    shape = {k: getattr(TINY_SHAPES["small"], k) for k in TINY_SHAPES["small"].__dataclass_fields__}
+    cases = [
+        {"module": "lm_train", "contender": "torch_nn", "shape": shape, "threads": 1},
+        {"module": "lm_train", "contender": "nope", "shape": shape, "threads": 1},
+    ]
+    ok, bad = memory.run_cases(cases)
+    assert ok["status"] == "ok" and ok["peak_bytes"] >= ok["step_extra_bytes"] > 0
+    assert bad["status"] == "error" and "unknown LM contender 'nope'" in bad["reason"]
+    with pytest.raises(ValueError, match="memory case module"):
+        memory.run_cases([{"module": "os"}])
+
+
+def test_contenders_share_architecture_and_flop_count():
+    shape = TINY_SHAPES["small"]
+    counts = {
+        name: non_embedding_params(build_lm(name, shape)[0])
+        for name in ("attnlab", "hf_gpt2_sdpa", "torch_nn")
+    }
+    d, L = shape.d_model, shape.n_layers
+    expected = L * (12 * d * d + 13 * d) + 2 * d  # blocks + final LayerNorm; head tied
+    assert set(counts.values()) == {expected}
+    assert flops_per_token(expected, shape) == 6 * expected + 12 * L * d * shape.context
+    ids, targets = make_batches(shape, 2)[1]
+    assert ids.shape == (shape.batch, shape.context) and torch.equal(ids[:, 1:], targets[:, :-1])
+
+
+def test_seq2seq_batches_are_padded_and_reproducible():
+    a, b = seq2seq_batches(TINY_SHAPE, 3), seq2seq_batches(TINY_SHAPE, 3)
+    for x, y in zip(a, b):
+        assert torch.equal(x.src, y.src) and torch.equal(x.tgt_out, y.tgt_out)
+        assert x.tokens == int((x.tgt_out != PAD).sum())
+        assert (x.src != PAD).sum(1).min() >= TINY_SHAPE.min_len
+        # teacher forcing: tgt_in is tgt_out shifted right behind BOS on real positions
+        real = x.tgt_in != PAD
+        assert torch.equal(real, x.tgt_out != PAD)
+        assert torch.equal(x.tgt_in[:, 1:][real[:, 1:]], x.tgt_out[:, :-1][real[:, 1:]])
+
+
+def test_recipe_time_to_baseline_loss():
+    base = [
+        {"step": s, "val_loss": v, "elapsed_s": t}
+        for s, v, t in [(500, 2.0, 50.0), (1000, 1.7, 100.0), (2000, 1.5, 200.0)]
+    ]
+    fast = [
+        {"step": s, "val_loss": v, "elapsed_s": t}
+        for s, v, t in [(200, 1.8, 30.0), (400, 1.49, 70.0), (600, 1.4, 100.0)]
+    ]
+    out = compare(base, fast)
+    assert out["target_val_loss"] == 1.5
+    assert out["fast"] == {"reached": True, "seconds": 70.0, "step": 400, "val_loss": 1.49}
+    assert out["time_ratio_fast_vs_baseline"] == pytest.approx(70.0 / 200.0)
+    never = time_to_reach(fast, 1.0)
+    assert never["reached"] is False and never["best_val_loss"] == 1.4
+    assert compare(base, fast[:1])["time_ratio_fast_vs_baseline"] is None
+
+
+def test_settings_validate_with_clear_messages():
+    with pytest.raises(ValueError, match="unknown benchmark suite.*bogus.*choose from"):
+        BenchSettings(suites=("lm", "bogus"))
+    with pytest.raises(ValueError, match="--text FILE"):
+        BenchSettings(suites=("recipe",))
+    with pytest.raises(ValueError, match="--threads"):
+        BenchSettings(threads=0)
+    quick = BenchSettings.for_mode(quick=True, rounds=4)
+    assert quick.rounds == 4 and quick.new_tokens == 100 and "recipe" not in quick.suites
+    assert to_json({"x": float("nan"), "y": (1, float("inf"))}) == (
+        '{\n "x": null,\n "y": [\n  1,\n  null\n ]\n}\n'
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--suite", "lm,nope"], "unknown benchmark suite"),
+        (["--suite", "recipe"], "--text FILE"),
+        (["--suite", "recipe", "--text", "/no/such/file.txt"], "is not a file"),
+        (["--threads", "0"], "--threads must be >= 1"),
+    ],
+)
+def test_cli_bad_input_is_one_paragraph(argv, message, capsys):
+    assert main(["bench", "--tiny", *argv]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err
+
+
+def test_cli_refuses_a_directory_as_json_output(tmp_path, capsys):
+    assert main(["bench", "--tiny", "--suite", "matmul", "--json", str(tmp_path)]) == 2
+    assert "is a directory" in " ".join(capsys.readouterr().err.split())
+
+
+def test_tiny_run_writes_json_report_and_plots(tmp_path, capsys):
+    out_json, report = tmp_path / "r.json", tmp_path / "bench" / "RESULTS.md"
+    argv = [
+        "bench",
+        "--tiny",
+        "--threads",
+        "1",
+        "--quiet",
+        "--suite",
+        "matmul,lm,seq2seq,generate,attention",
+        "--json",
+        str(out_json),
+        "--report",
+        str(report),
+    ]
+    assert main(argv) == 0
+    stdout = capsys.readouterr().out
+    assert "| target | measured | wanted | status |" in stdout
+    data = json.loads(out_json.read_text())
+    assert data["schema_version"] == 1 and data["mode"] == "tiny"
+    assert data["command"].startswith("attnlab bench --tiny --suite matmul,lm")
+    for key in ("cpu_model", "logical_cores", "threads", "torch", "load_average_start"):
+        assert key in data["machine"]
+    assert data["machine"]["threads"] == 1
+    suites = data["suites"]
+    assert all(suites[s]["status"] == "ok" for s in suites), suites
+    assert suites["matmul"]["peak_gflops"] > 0
+    for shape in suites["lm"]["shapes"]:
+        rows = {c["name"]: c for c in shape["contenders"]}
+        assert set(rows) == {"attnlab", "hf_gpt2_sdpa", "torch_nn"}
+        for c in rows.values():
+            assert len(c["tokens_per_s_rounds"]) == 2 and c["tokens_per_s"] > 0
+            assert c["fraction_of_peak"] == pytest.approx(
+                c["achieved_gflops"] / suites["matmul"]["peak_gflops"]
+            )
+        assert shape["ratios"]["attnlab_vs_hf_gpt2_sdpa"] == pytest.approx(
+            rows["attnlab"]["tokens_per_s"] / rows["hf_gpt2_sdpa"]["tokens_per_s"]
+        )
+    s2s = {c["name"]: c["tokens_per_s"] for c in suites["seq2seq"]["contenders"]}
+    assert suites["seq2seq"]["ratios"]["attnlab_vs_torch_nn"] == pytest.approx(
+        s2s["attnlab"] / s2s["torch_nn"]
+    )
+    for row in suites["generate"]["contexts"]:
+        assert row["n_positions"] == row["context"] + row["new_tokens"]
+        assert row["tokens_agree"] == 1.0  # same weights, greedy: same tokens
+    att = suites["attention"]
+    assert [r["n"] for r in att["lengths"]] == [32, 64, 128]
+    for r in att["lengths"]:
+        for path in ("explicit", "fused"):
+            assert r[path]["status"] == "ok" and r[path]["extra_bytes"] > 0
+    assert {"time_exponent", "memory_exponent"} <= set(att["fits"]["explicit"])
+    ids = [t["id"] for t in data["targets"]]
+    assert ids[:3] == ["lm_small_vs_gpt2", "lm_medium_vs_gpt2", "lm_medium_fraction_of_peak"]
+    assert {"seq2seq_vs_torch", "attention_fused_memory_fraction"} <= set(ids)
+    for t in data["targets"]:
+        assert {"value", "target", "met", "margin", "higher_is_better"} <= set(t)
+    text = report.read_text()
+    assert data["command"] in text and "## Machine" in text and "## Targets" in text
+    assert (report.parent / "throughput.png").stat().st_size > 0
+    assert "![attention_scaling](attention_scaling.png)" in text
