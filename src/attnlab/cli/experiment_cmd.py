@@ -1,0 +1,61 @@
+"""``attnlab experiment``: run one of the lab's experiments and write its report.
+
+attnlab experiment --list
+attnlab experiment order                  # full size, writes docs/experiments/order/
+attnlab experiment order --quick          # CI-sized, writes a temporary directory
+attnlab experiment scaling --out runs/scaling --seed 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import textwrap
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "experiment",
+        help="run an experiment that tests a claim of the notes and write its report",
+        description="Train what the experiment needs, write OUT/README.md (results table, "
+        "figures, verdict) and OUT/report.json. See --list for the experiments.",
+    )
+    p.add_argument("name", nargs="?", metavar="NAME", help="the experiment to run (see --list)")
+    p.add_argument("--list", action="store_true", help="list the experiments and their claims")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a CI-sized run in seconds (default output: a temporary directory)",
+    )
+    p.add_argument(
+        "--out",
+        metavar="DIR",
+        default=None,
+        help="report directory (default: docs/experiments/NAME for full runs)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnlab.lab import discover, run_experiment
+
+    if args.list:
+        for name, exp in discover().items():
+            print(f"{name:14s} {exp.notes}")
+            print(
+                textwrap.fill(
+                    exp.claim, width=96, initial_indent=" " * 15, subsequent_indent=" " * 15
+                )
+            )
+        return 0
+    if not args.name:
+        raise ValueError(
+            "name an experiment to run, e.g. `attnlab experiment order --quick`, "
+            "or list them with `attnlab experiment --list`"
+        )
+    if args.seed < 0:
+        raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
+    report, path = run_experiment(args.name, quick=args.quick, out_dir=args.out, seed=args.seed)
+    print(f"{report.title}: the claim {report.verdict}. {report.verdict_reason}")
+    print(f"wrote {path} ({report.wall_time_s:.1f} s)")
+    return 0

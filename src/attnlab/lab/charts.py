@@ -1,0 +1,100 @@
+"""Simple line and bar charts for experiment reports (Agg figures, via ``attnlab.viz``).
+
+Attention maps, alignments, position encodings and single-run loss curves live in
+:mod:`attnlab.viz`; these are the comparisons an experiment needs: several runs' curves on one
+axis, or one number per variant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from attnlab.lab.report import FigureRef
+from attnlab.viz.figure import new_figure, save_figure
+
+
+def line_chart(
+    series: Mapping[str, tuple[Sequence[float], Sequence[float]]],
+    *,
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    logx: bool = False,
+    logy: bool = False,
+    markers: bool = True,
+) -> Figure:
+    """One line per ``label -> (xs, ys)``."""
+    fig = new_figure(6.4, 4.2)
+    ax = fig.subplots()
+    for label, (xs, ys) in series.items():
+        ax.plot(
+            list(xs),
+            list(ys),
+            label=label,
+            linewidth=1.5,
+            marker="o" if markers and len(xs) <= 30 else None,
+            markersize=4,
+        )
+    if logx:
+        ax.set_xscale("log", base=2)
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def curves_chart(
+    curves: Mapping[str, Sequence[float]],
+    *,
+    title: str,
+    ylabel: str = "training loss",
+    smooth: int = 10,
+    logy: bool = False,
+) -> Figure:
+    """Loss curves of several runs against the step, smoothed by a running mean of ``smooth``."""
+    series = {}
+    for label, ys in curves.items():
+        ys = list(ys)
+        k = max(1, min(smooth, len(ys)))
+        smoothed = [
+            sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1])
+            for i in range(len(ys))
+        ]
+        series[label] = (list(range(len(ys))), smoothed)
+    return line_chart(series, xlabel="step", ylabel=ylabel, title=title, logy=logy, markers=False)
+
+
+def bar_chart(
+    values: Mapping[str, float],
+    *,
+    ylabel: str,
+    title: str,
+    reference: float | None = None,
+    reference_label: str = "chance",
+) -> Figure:
+    """One bar per ``label -> value``, with an optional dashed reference line (e.g. chance)."""
+    fig = new_figure(6.4, 4.0)
+    ax = fig.subplots()
+    labels = list(values)
+    bars = ax.bar(labels, [values[k] for k in labels], color="tab:blue", alpha=0.8)
+    ax.bar_label(bars, fmt="%.3g", fontsize=8)
+    if reference is not None:
+        ax.axhline(reference, color="tab:red", linestyle="--", linewidth=1, label=reference_label)
+        ax.legend(fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3, axis="y")
+    return fig
+
+
+def save_chart(fig: Figure, out_dir: Path, file: str, caption: str) -> FigureRef:
+    """Save ``fig`` as ``out_dir/file`` and return the reference the report embeds."""
+    save_figure(fig, Path(out_dir) / file)
+    return FigureRef(file, caption)

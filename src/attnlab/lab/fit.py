@@ -1,0 +1,165 @@
+"""A minimal, explicit training helper for the experiments' small in-memory tasks.
+
+Each step samples a minibatch of rows from tensors held in memory, computes ``loss_fn(model,
+batch)``, clips the gradient and takes one AdamW step (Loshchilov & Hutter 2019) under the
+project's warm-up + cosine schedule (:mod:`attnlab.train.optim`):
+
+    lr_s = lr * (s + 1) / warmup                                        s < warmup
+    lr_s = min_lr + (lr - min_lr) * (1 + cos(pi (s - warmup) / (S - warmup))) / 2   otherwise
+
+It works with every model interface of :mod:`attnlab.models.base` because the caller supplies the
+loss; ready-made losses for classifiers, language models and seq2seq models are below. CPU,
+seeded (the batch order comes from its own generator), no checkpoints, no logging: the full
+training loop with resume lives in :mod:`attnlab.train`.
+
+Shapes: N examples, B batch, T length, V vocabulary, C classes.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from attnlab.train.optim import clip_gradients, lr_multiplier, parameter_groups
+
+Batch = tuple[Tensor, ...]
+LossFn = Callable[[nn.Module, Batch], Tensor]
+
+
+@dataclass(frozen=True)
+class FitConfig:
+    """Optimisation settings of one experiment run (names as in ``TrainConfig``)."""
+
+    steps: int = 300
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    min_lr: float = 0.0
+    lr_schedule: str = "cosine"  # "cosine", "linear" or "constant" after warm-up
+    weight_decay: float = 0.01
+    betas: tuple[float, float] = (0.9, 0.98)
+    grad_clip: float = 1.0  # 0 = measure the norm, do not clip
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise ValueError(f"FitConfig.{name}={getattr(self, name)!r} must be an int >= 1")
+        if not self.lr > 0:
+            raise ValueError(f"FitConfig.lr={self.lr} must be > 0")
+        if self.warmup_steps < 0 or self.min_lr < 0 or self.grad_clip < 0:
+            raise ValueError("FitConfig warmup_steps, min_lr and grad_clip must be >= 0")
+
+
+class FitResult(NamedTuple):
+    """Per-step training history of one run."""
+
+    losses: list[float]  # training loss of each step (stops at the first non-finite one)
+    grad_norms: list[float]  # global gradient norm before clipping
+    lrs: list[float]
+    seconds: float  # wall time of the optimisation steps
+    diverged: bool  # a loss or gradient became NaN/inf and training stopped
+
+    def final_loss(self, window: int = 20) -> float:
+        """Mean of the last ``window`` losses (inf when the run diverged)."""
+        if self.diverged or not self.losses:
+            return math.inf
+        tail = self.losses[-window:]
+        return sum(tail) / len(tail)
+
+
+def fit(
+    model: nn.Module, data: Sequence[Tensor], loss_fn: LossFn, cfg: FitConfig, *, seed: int = 0
+) -> FitResult:
+    """Train ``model`` in place on rows of ``data`` (tensors sharing their first dim N).
+
+    Returns the loss history; the model is left in eval mode.
+    """
+    n = _rows(data)
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas
+    )
+    gen = torch.Generator().manual_seed(seed)
+    losses, norms, lrs = [], [], []
+    diverged = False
+    model.train()
+    start = time.perf_counter()
+    for step in range(cfg.steps):
+        lr = cfg.lr * lr_multiplier(step, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        index = torch.randint(0, n, (min(cfg.batch_size, n),), generator=gen)  # (B,)
+        loss = loss_fn(model, tuple(t[index] for t in data))
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        norm = clip_gradients(model.parameters(), cfg.grad_clip)
+        value = float(loss.detach())
+        if not (math.isfinite(value) and math.isfinite(norm)):
+            diverged = True
+            break
+        optimizer.step()
+        losses.append(value)
+        norms.append(norm)
+        lrs.append(lr)
+    seconds = time.perf_counter() - start
+    model.eval()
+    return FitResult(losses, norms, lrs, seconds, diverged)
+
+
+def _rows(data: Sequence[Tensor]) -> int:
+    if not data or not all(isinstance(t, Tensor) for t in data):
+        raise TypeError("data must be a non-empty tuple of tensors (e.g. (ids, labels))")
+    n = data[0].size(0)
+    if n == 0 or any(t.size(0) != n for t in data):
+        raise ValueError(
+            f"data tensors must share a non-zero first dim, got {[tuple(t.shape) for t in data]}"
+        )
+    return n
+
+
+# Losses for the three model interfaces ------------------------------------------------------
+
+
+def classification_loss(model: nn.Module, batch: Batch) -> Tensor:
+    """batch = (ids (B, T), labels (B,)): cross-entropy of a Classifier's logits (B, C)."""
+    ids, labels = batch
+    return F.cross_entropy(model(ids).logits, labels)
+
+
+def lm_loss(model: nn.Module, batch: Batch) -> Tensor:
+    """batch = (ids (B, T),): next-token cross-entropy of a LanguageModel, -log p(w_t | w_<t)."""
+    (ids,) = batch
+    logits = model(ids[:, :-1]).logits  # (B, T-1, V)
+    return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
+
+
+def seq2seq_loss(model: nn.Module, batch: Batch) -> Tensor:
+    """batch = (src (B, S), tgt_in (B, T), tgt_out (B, T)); targets of -100 are ignored."""
+    src, tgt_in, tgt_out = batch
+    logits = model(src, tgt_in).logits  # (B, T, V)
+    return F.cross_entropy(
+        logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=-100
+    )
+
+
+@torch.no_grad()
+def predict(model: nn.Module, ids: Tensor, batch_size: int = 512) -> Tensor:
+    """argmax of the model's logits over its last axis, in eval mode: (N, ...) int64."""
+    model.eval()
+    out = [
+        model(ids[i : i + batch_size]).logits.argmax(-1) for i in range(0, ids.size(0), batch_size)
+    ]
+    return torch.cat(out)
+
+
+def accuracy(model: nn.Module, ids: Tensor, labels: Tensor) -> float:
+    """Fraction of examples (or positions) where the argmax equals the label (-100 ignored)."""
+    pred = predict(model, ids)
+    keep = labels != -100
+    return float((pred[keep] == labels[keep]).float().mean())

@@ -1,0 +1,78 @@
+"""The experiment registry: ``attnlab experiment NAME`` looks experiments up here.
+
+An experiment is one module in ``attnlab/lab/`` that registers its run function with the
+:func:`experiment` decorator::
+
+    @experiment("order", claim="without positions ... cannot tell ...", notes="000; 004 eq. 14")
+    def run(quick: bool, out_dir: Path, seed: int) -> Report: ...
+
+``run`` trains what it needs, saves its PNGs into ``out_dir`` and returns a :class:`Report`;
+the runner times it and writes the report. Adding an experiment needs no edit anywhere else:
+:func:`discover` imports every public module of the package, and importing registers.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import pkgutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from attnlab.lab.report import Report
+
+RunFunction = Callable[[bool, Path, int], Report]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A registered experiment: its name, run function, the claim it tests and where."""
+
+    name: str
+    run: RunFunction
+    claim: str  # one line
+    notes: str  # the notes it tests, e.g. "000, 001, 004 eq. 14"
+
+
+EXPERIMENTS: dict[str, Experiment] = {}
+
+
+def experiment(name: str, *, claim: str, notes: str) -> Callable[[RunFunction], RunFunction]:
+    """Decorator registering ``run(quick, out_dir, seed) -> Report`` under ``name``."""
+    if not name or not name.replace("_", "").replace("-", "").isalnum() or name != name.lower():
+        raise ValueError(f"experiment name {name!r} must be lower-case letters, digits, - or _")
+
+    def register(run: RunFunction) -> RunFunction:
+        previous = EXPERIMENTS.get(name)
+        if previous is not None and previous.run.__module__ != run.__module__:
+            raise ValueError(
+                f"experiment {name!r} is registered twice ({previous.run.__module__} and "
+                f"{run.__module__}); rename one"
+            )
+        EXPERIMENTS[name] = Experiment(name, run, claim, notes)
+        return run
+
+    return register
+
+
+def discover() -> dict[str, Experiment]:
+    """Import every module of ``attnlab.lab`` (importing registers); returns the registry."""
+    package = importlib.import_module("attnlab.lab")
+    for info in pkgutil.iter_modules(package.__path__):
+        if not info.name.startswith("_"):
+            importlib.import_module(f"attnlab.lab.{info.name}")
+    return dict(sorted(EXPERIMENTS.items()))
+
+
+def get_experiment(name: str) -> Experiment:
+    """The experiment called ``name``; an unknown name is an error listing the valid ones."""
+    experiments = discover()
+    if name in experiments:
+        return experiments[name]
+    close = difflib.get_close_matches(name, list(experiments), n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    raise ValueError(
+        f"unknown experiment {name!r}.{hint} Available: {', '.join(experiments) or '(none)'}; "
+        "see `attnlab experiment --list`"
+    )

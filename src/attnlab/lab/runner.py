@@ -1,0 +1,73 @@
+"""Run one experiment: seed, time, record the machine, write the report.
+
+Default output directories: a full-size run writes ``docs/experiments/NAME/`` (the committed
+results, relative to the working directory); a ``--quick`` run writes a fresh temporary directory,
+so it never replaces the full-size report.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shlex
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from attnlab.lab.registry import get_experiment
+from attnlab.lab.report import Report, check_may_write, machine_info
+from attnlab.train.atomic import ensure_writable_dir
+
+DOCS_DIR = Path("docs") / "experiments"
+
+
+def default_out_dir(name: str, quick: bool) -> Path:
+    """``docs/experiments/NAME`` for full runs, a new temporary directory for quick ones."""
+    if quick:
+        return Path(tempfile.mkdtemp(prefix=f"attnlab-{name}-quick-"))
+    return DOCS_DIR / name
+
+
+def command_line(name: str, quick: bool, seed: int, out_dir: Path | None) -> str:
+    """The ``attnlab experiment`` command that reproduces a run."""
+    parts = ["attnlab", "experiment", name]
+    if quick:
+        parts.append("--quick")
+    parts += ["--seed", str(seed)]
+    if out_dir is not None:
+        parts += ["--out", str(out_dir)]
+    return shlex.join(parts)
+
+
+def run_experiment(
+    name: str,
+    *,
+    quick: bool = False,
+    out_dir: str | os.PathLike | None = None,
+    seed: int = 0,
+) -> tuple[Report, Path]:
+    """Run experiment ``name`` and write its report; returns (report, path of README.md)."""
+    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+        raise ValueError(f"seed={seed!r} must be a non-negative integer")
+    exp = get_experiment(name)
+    given = Path(out_dir) if out_dir is not None else None
+    out = given if given is not None else default_out_dir(name, quick)
+    check_may_write(out, quick)  # before minutes of training, not after
+    ensure_writable_dir(out)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    threads = torch.get_num_threads()
+    machine = machine_info()
+    start = time.perf_counter()
+    try:
+        report = exp.run(quick, out, seed)
+    finally:
+        torch.set_num_threads(threads)  # experiments may vary the thread count
+    if not isinstance(report, Report):
+        raise TypeError(f"experiment {name!r} returned {type(report).__name__}, not a Report")
+    report.wall_time_s = time.perf_counter() - start
+    report.quick, report.seed, report.machine = quick, seed, machine
+    report.command = command_line(name, quick, seed, given)
+    return report, report.write(out)

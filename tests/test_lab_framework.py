@@ -1,0 +1,112 @@
+"""The lab framework: registry, report rendering and protection, runner, fit helper, CLI."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+
+import pytest
+import torch
+
+from attnlab.cli import main
+from attnlab.config import ModelConfig
+from attnlab.errors import UserError
+from attnlab.lab import EXPERIMENTS, Report, Table, experiment, get_experiment, run_experiment
+from attnlab.lab.charts import bar_chart, save_chart
+from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
+from attnlab.models import build_model
+
+
+def _report(quick: bool = True, **kw) -> Report:
+    return Report(
+        name="dummy", title="A dummy experiment", claim="Things hold.", source="000, 'Basics'",
+        setup=["nothing trained"], tables=[Table("numbers", [{"a": 1, "b": 0.123456}, {"a": 2}])],
+        verdict="held", verdict_reason="1 < 2.", quick=quick, **kw,
+    )  # fmt: skip
+
+
+@pytest.fixture
+def dummy_experiment():
+    @experiment("dummy-test", claim="a claim", notes="000")
+    def run(quick, out_dir, seed):
+        fig = bar_chart({"x": 1.0, "y": 2.0}, ylabel="v", title="t", reference=0.5)
+        report = _report(quick)
+        report.figures.append(save_chart(fig, out_dir, "bars.png", "two bars"))
+        report.metrics["seed_seen"] = seed
+        return report
+
+    yield "dummy-test"
+    EXPERIMENTS.pop("dummy-test", None)
+
+
+def test_markdown_has_claim_verdict_table_and_provenance():
+    text = _report(command="attnlab experiment dummy --quick --seed 0").to_markdown()
+    assert "> Things hold." in text and "000, 'Basics'" in text
+    assert "**Verdict: the claim held.** 1 < 2." in text
+    assert "| a | b |" in text and "| 1 | 0.1235 |" in text and "| 2 |  |" in text
+    assert "attnlab experiment dummy --quick --seed 0" in text
+
+
+def test_bad_verdict_is_rejected():
+    with pytest.raises(ValueError, match="verdict"):
+        _report().__class__(**{**_report().__dict__, "verdict": "sort of"})
+
+
+def test_run_writes_report_json_and_figure(tmp_path, dummy_experiment):
+    report, path = run_experiment(dummy_experiment, quick=True, out_dir=tmp_path, seed=3)
+    assert path == tmp_path / "README.md" and (tmp_path / "bars.png").stat().st_size > 1000
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert data["quick"] is True and data["seed"] == 3 and data["metrics"]["seed_seen"] == 3
+    assert data["machine"]["torch"] == torch.__version__ and data["wall_time_s"] >= 0
+    assert report.command == f"attnlab experiment dummy-test --quick --seed 3 --out {tmp_path}"
+    assert "![two bars](bars.png)" in path.read_text()
+
+
+def test_quick_run_never_overwrites_a_full_report(tmp_path, dummy_experiment):
+    _report(quick=False).write(tmp_path)
+    with pytest.raises(UserError, match="full-size report"):
+        run_experiment(dummy_experiment, quick=True, out_dir=tmp_path)
+    run_experiment(dummy_experiment, quick=False, out_dir=tmp_path)  # full over full is fine
+
+
+def test_quick_run_defaults_to_a_temporary_directory(dummy_experiment, tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    _, path = run_experiment(dummy_experiment, quick=True)
+    assert "attnlab-dummy-test-quick-" in str(path) and path.is_file()
+
+
+def test_unknown_experiment_names_the_choices(dummy_experiment):
+    with pytest.raises(
+        ValueError, match="unknown experiment 'dummy-tst'.*Did you mean 'dummy-test'"
+    ):
+        get_experiment("dummy-tst")
+
+
+def test_cli_list_and_errors(capsys, tmp_path, dummy_experiment):
+    assert main(["experiment", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert "dummy-test" in listed and "a claim" in listed
+    assert main(["experiment"]) == 2
+    assert "name an experiment" in capsys.readouterr().err
+    assert main(["experiment", "nope"]) == 2
+    assert "unknown experiment 'nope'" in capsys.readouterr().err
+    assert main(["experiment", dummy_experiment, "--quick", "--out", str(tmp_path)]) == 0
+    assert "the claim held" in capsys.readouterr().out
+
+
+def test_fit_learns_a_tiny_classification_task():
+    torch.manual_seed(0)
+    ids = torch.randint(1, 6, (256, 4))
+    labels = (ids[:, 0] > 3).long()  # the first token decides the class
+    cfg = ModelConfig(kind="classifier", vocab_size=6, n_classes=2, d_model=16, n_heads=2,
+                      n_layers=1, max_len=8, pooling="mean")  # fmt: skip
+    model = build_model(cfg)
+    result = fit(model, (ids, labels), classification_loss, FitConfig(steps=60, lr=1e-2))
+    assert len(result.losses) == 60 and not result.diverged
+    assert result.final_loss(10) < result.losses[0] and accuracy(model, ids, labels) > 0.9
+
+
+def test_fit_rejects_mismatched_data():
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match="first dim"):
+        fit(model, (torch.zeros(3, 2), torch.zeros(4)), classification_loss, FitConfig(steps=1))
