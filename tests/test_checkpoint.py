@@ -320,6 +320,7 @@ def test_leftovers_of_a_killed_save_are_ignored_and_cleaned(two_saves):
     (root / "step_00000004").mkdir()  # a step dir without its files (e.g. a partial copy)
     (root / "step_00000004" / "config.json").write_text("{")
     (root / ".del-step_00000001-abc").mkdir()
+    (root / ".latest.tmp-k1ll3d").write_text("step_0000")  # a pointer write killed mid-way
     os.replace(root / "step_00000001", root / ".old-step_00000001")  # killed mid re-save
     assert_step2_intact(run, cfg, expected, x, cleaned=False)
     (root / "latest").write_text("step_00000009\n")  # a stale pointer: fall back to the newest

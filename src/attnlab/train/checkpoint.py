@@ -458,6 +458,8 @@ def _cleanup(root: Path) -> None:
         stale_tmp = p.name.startswith(".tmp-") and not _owner_alive(p.name)
         if stale_tmp or p.name.startswith(".del-"):
             shutil.rmtree(p, ignore_errors=True)
+        elif p.name.startswith((f".{LATEST}.tmp-", f".{BEST}.tmp-")) and p.is_file():
+            p.unlink(missing_ok=True)  # a pointer write killed before its os.replace
         elif p.name.startswith(".old-"):
             original = root / p.name[len(".old-") :]
             if original.exists():
