@@ -153,3 +153,27 @@ def check_padding_mask(mask: Tensor | None, ids: Tensor, name: str = "key_paddin
         raise ValueError(
             f"{name} has shape {tuple(mask.shape)} but the ids have shape {tuple(ids.shape)}"
         )
+
+
+def check_positions(positions: Tensor | None, ids: Tensor) -> None:
+    """Explicit positions must be non-negative integers of shape (T,) or (B, T) matching ids."""
+    if positions is None:
+        return
+    if not isinstance(positions, Tensor) or positions.dtype not in (torch.int64, torch.int32):
+        got = positions.dtype if isinstance(positions, Tensor) else type(positions).__name__
+        raise TypeError(f"positions must be an int64 tensor of position indices, got {got}")
+    b, t = ids.shape
+    if tuple(positions.shape) not in ((t,), (b, t)):
+        raise ValueError(
+            f"positions has shape {tuple(positions.shape)}; expected ({t},) or ({b}, {t}) "
+            "to match the ids"
+        )
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"positions must be >= 0, got {int(positions.min())}")
+
+
+def check_not_all_padding(mask: Tensor | None, name: str = "key_padding_mask") -> None:
+    """Every sequence needs at least one real token, else attention has nothing to look at."""
+    if mask is not None and not bool(mask.any(dim=1).all()):
+        raise ValueError(f"a sequence in the batch is entirely padding ({name} all False)")
+

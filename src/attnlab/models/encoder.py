@@ -15,6 +15,7 @@ from attnlab.models.base import (
     LayerAttention,
     ModelOutput,
     check_ids,
+    check_not_all_padding,
     check_padding_mask,
 )
 from attnlab.models.layers import (
@@ -64,8 +65,9 @@ class TransformerEncoder(nn.Module):
     def forward(self, ids: Tensor, *, key_padding_mask: Tensor | None = None,
                 need_weights: bool = False) -> EncoderOutput:
         """ids (B, T), key_padding_mask (B, T) True = real -> hidden (B, T, D)."""
-        check_ids(ids, self.vocab_size, "source ids" , self.max_len)
+        check_ids(ids, self.vocab_size, "ids", self.max_len)
         check_padding_mask(key_padding_mask, ids)
+        check_not_all_padding(key_padding_mask)
         return self.stack(self.embed(ids), key_mask(key_padding_mask), need_weights=need_weights)
 
 

@@ -19,6 +19,7 @@ from attnlab.models.base import (
     ModelOutput,
     check_ids,
     check_padding_mask,
+    check_positions,
 )
 from attnlab.models.cache import TransformerCache
 from attnlab.models.layers import (
@@ -66,6 +67,7 @@ class DecoderLM(LanguageModel):
         offset = cache.length if cache is not None else 0
         check_ids(ids, self.vocab_size, "ids")
         check_padding_mask(key_padding_mask, ids)
+        check_positions(positions, ids)
         if offset + ids.size(1) > self.max_len:
             raise ValueError(
                 f"sequence of length {offset + ids.size(1)} exceeds the model's context window "

@@ -58,8 +58,6 @@ class TransformerEncoderDecoder(Seq2SeqModel):
         check_padding_mask(src_mask, src, "src_mask")
         if src_mask is None:
             src_mask = torch.ones_like(src, dtype=torch.bool)
-        elif not bool(src_mask.any(dim=1).all()):
-            raise ValueError("a source sequence is entirely padding; every source needs a token")
         memory = self.encoder(src, key_padding_mask=src_mask).hidden
         return Encoded(memory, src_mask, src)
 

@@ -125,6 +125,7 @@ class SelfAttention(_HeadsMixin):
         ``positions`` (T,) or (B, T) are the absolute positions used by rotary embeddings.
         """
         _check_input(x, self.d_model, "x")
+        _check_dtype(x, self.qkv_proj, "x")
         hk, hv = self.n_heads * self.d_head, self.n_heads * self.d_v
         q, k, v = self.qkv_proj(x).split([hk, hk, hv], dim=-1)  # (B, T, H*Dk) x2, (B, T, H*Dv)
         q = self._split(q, self.d_head)  # (B, H, T, Dk)
@@ -173,6 +174,7 @@ class CrossAttention(_HeadsMixin):
     def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
         """Keys and values of the memory, once per source: (B, H, S, Dk), (B, H, S, Dv)."""
         _check_input(memory, self.d_memory, "memory")
+        _check_dtype(memory, self.kv_proj, "memory")
         k, v = self.kv_proj(memory).split(
             [self.n_heads * self.d_head, self.n_heads * self.d_v], dim=-1
         )
@@ -263,3 +265,11 @@ def _check_input(x: Tensor, width: int, name: str) -> None:
         raise ValueError(f"{name} is an empty sequence (L=0)")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be floating point, got {x.dtype}")
+
+
+def _check_dtype(x: Tensor, layer: nn.Linear, name: str) -> None:
+    if x.dtype != layer.weight.dtype and not torch.is_autocast_enabled(x.device.type):
+        raise TypeError(
+            f"{name} has dtype {x.dtype} but the attention weights are {layer.weight.dtype}; "
+            f"convert the input or the module (e.g. module.to({x.dtype}))"
+        )
