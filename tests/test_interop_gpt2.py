@@ -138,6 +138,12 @@ def test_from_pretrained_dir_reads_save_pretrained_and_pytorch_bin(tmp_path):
     sd["h.0.attn.bias"] = torch.tril(torch.ones(1, 1, 64, 64))  # old checkpoints store the mask
     torch.save(sd, bin_dir / "pytorch_model.bin")
     torch.testing.assert_close(logits(from_pretrained_dir(bin_dir), ids), ref)
+    hf.save_pretrained(tmp_path / "shards", max_shard_size="100KB")
+    assert (tmp_path / "shards" / "model.safetensors.index.json").is_file()
+    torch.testing.assert_close(logits(from_pretrained_dir(tmp_path / "shards"), ids), ref)
+    next((tmp_path / "shards").glob("model-00002-*.safetensors")).unlink()
+    with pytest.raises(CheckpointError, match="shard 'model-00002-.*' listed in .* is missing"):
+        from_pretrained_dir(tmp_path / "shards")
 
 
 def test_directory_errors_name_the_problem(tmp_path):
