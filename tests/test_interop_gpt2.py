@@ -207,6 +207,9 @@ def test_incompatible_models_refuse_gpt2_export(tmp_path):
         export_model(seq2seq, "hf-gpt2", tmp_path)
     with pytest.raises(ConfigError, match="unknown export format"):
         export_model(seq2seq, "onnx", tmp_path)
+    (tmp_path / "config.json").write_text('{"format": "attnlab-checkpoint"}')
+    with pytest.raises(CheckpointError, match="not a GPT-2 config"):
+        save_gpt2_dir(ours_gpt2(), tmp_path)  # an attnlab checkpoint is never overwritten
 
 
 def test_plain_safetensors_round_trip_with_tokenizer(tmp_path):

@@ -154,6 +154,16 @@ def save_gpt2_dir(
     root = Path(path)
     if root.exists() and not root.is_dir():
         raise CheckpointError(f"export target {str(root)!r} exists and is not a directory")
+    if (root / CONFIG_FILE).is_file():  # never clobber another model's config (e.g. attnlab's)
+        try:
+            existing = json.loads((root / CONFIG_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            existing = None
+        if not isinstance(existing, dict) or existing.get("model_type") != "gpt2":
+            raise CheckpointError(
+                f"{str(root)!r} already holds a {CONFIG_FILE} that is not a GPT-2 config; "
+                "export into a new or empty directory so nothing is overwritten"
+            )
     root.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file
 
