@@ -67,6 +67,11 @@ def _lm(s: dict) -> list[str]:
             f"vocab {sh['vocab']}",
             "",
         ]
+        out[-2] += (
+            f"; peak used {fmt_num(shape.get('peak_gflops_used'), '.1f')} GFLOP/s (matmul "
+            f"n={shape.get('matmul_same_rounds_n')} in the same rounds: "
+            f"{fmt_num(shape.get('matmul_same_rounds_gflops'), '.1f')})"
+        )
         base = {c["name"]: c.get("tokens_per_s") for c in shape["contenders"]}.get("attnlab")
         rows = []
         for c in shape["contenders"]:
