@@ -59,10 +59,17 @@ def measure(sizes: tuple[int, ...], *, rounds: int, warmup: int, min_round_s: fl
     }
 
 
+def sizes_for(settings) -> tuple[int, ...]:
+    """Matrix sizes of this mode: 1024 and 2048 (quick: 1024; tiny: 128)."""
+    return TINY_SIZES if settings.tiny else QUICK_SIZES if settings.quick else SIZES
+
+
 def run(settings, ctx) -> dict[str, Any]:
-    sizes = TINY_SIZES if settings.tiny else QUICK_SIZES if settings.quick else SIZES
     result = measure(
-        sizes, rounds=settings.rounds, warmup=settings.warmup, min_round_s=settings.min_round_s
+        sizes_for(settings),
+        rounds=settings.rounds,
+        warmup=settings.warmup,
+        min_round_s=settings.min_round_s,
     )
     ctx.say(
         f"matmul: peak {result['peak_gflops']:.1f} GFLOP/s fp32 with {result['threads']} threads"
