@@ -14,13 +14,14 @@ from attnlab.cli import main
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.interop import (
-    export_model,
+    export_as,
     from_pretrained_dir,
     from_transformers,
     gpt2_config_to_model_config,
     load_gpt2_state_dict,
     load_safetensors,
     read_safetensors_config,
+    read_safetensors_labels,
     read_safetensors_tokenizer,
     save_gpt2_dir,
     save_safetensors,
@@ -204,27 +205,37 @@ def test_incompatible_models_refuse_gpt2_export(tmp_path):
         save_gpt2_dir(ours_gpt2(positional="rotary", norm_placement="post"), tmp_path)
     seq2seq = build_model(ModelConfig(kind="encoder_decoder", vocab_size=20, d_model=16))
     with pytest.raises(ConfigError, match="decoder-only.*--format safetensors"):
-        export_model(seq2seq, "hf-gpt2", tmp_path)
+        export_as(seq2seq, "hf-gpt2", tmp_path)
     with pytest.raises(ConfigError, match="unknown export format"):
-        export_model(seq2seq, "onnx", tmp_path)
+        export_as(seq2seq, "onnx", tmp_path)
     (tmp_path / "config.json").write_text('{"format": "attnlab-checkpoint"}')
     with pytest.raises(CheckpointError, match="not a GPT-2 config"):
         save_gpt2_dir(ours_gpt2(), tmp_path)  # an attnlab checkpoint is never overwritten
 
 
 def test_plain_safetensors_round_trip_with_tokenizer(tmp_path):
-    from attnlab.data import CharTokenizer, load_tokenizer
+    from attnlab.data import CharTokenizer, LabelSet, load_tokenizer
 
     tok = CharTokenizer("abc ")
     cfg = ModelConfig(kind="encoder_decoder", vocab_size=tok.vocab_size, d_model=16, n_heads=2)
     model = build_model(cfg).eval()
-    path = export_model(model, "safetensors", tmp_path / "m.safetensors", tokenizer=tok)
+    path = export_as(model, "safetensors", tmp_path / "m.safetensors", tokenizer=tok)
     assert read_safetensors_config(path) == cfg
     assert load_tokenizer(read_safetensors_tokenizer(path)).encode("cab") == tok.encode("cab")
     back = load_safetensors(path)
     for (k, a), b in zip(model.state_dict().items(), back.state_dict().values()):
         assert torch.equal(a, b), k
     assert back.lm_head.weight is back.tgt_embed.tok_emb.weight  # tying survives
+    assert read_safetensors_labels(path) is None
+    labels = LabelSet(["neg", "pos"])
+    clf_cfg = cfg.replace(kind="classifier", n_classes=2)
+    clf = build_model(clf_cfg)
+    clf_path = tmp_path / "clf.safetensors"
+    export_as(clf, "safetensors", clf_path, config=clf_cfg, tokenizer=tok, labels=labels)
+    assert LabelSet.from_dict(read_safetensors_labels(clf_path)).names == labels.names
+    assert isinstance(load_safetensors(clf_path), type(clf))
+    with pytest.raises(TypeError, match="pass config="):  # EncoderClassifier keeps no .cfg
+        save_safetensors(clf, tmp_path / "clf2.safetensors")
     other = build_model(cfg.replace(d_model=32, n_heads=2))
     with pytest.raises(CheckpointError, match="does not fit this model"):
         load_safetensors(path, other)
@@ -244,7 +255,7 @@ def test_bpe_tokenizer_exports_for_auto_tokenizer(tmp_path):
     text = ["the cat sat on the mat. " * 20, "a dog and a cat and the hat. " * 20]
     tok = BPETokenizer.train(text, vocab_size=300)
     model = ours_gpt2(vocab_size=tok.vocab_size)
-    out = export_model(model, "hf-gpt2", tmp_path / "export", tokenizer=tok)
+    out = export_as(model, "hf-gpt2", tmp_path / "export", tokenizer=tok)
     hf_tok = transformers.AutoTokenizer.from_pretrained(out)
     assert hf_tok("the cat sat")["input_ids"] == tok.encode("the cat sat")
     assert hf_tok.pad_token_id == 0 and hf_tok.eos_token_id == 2

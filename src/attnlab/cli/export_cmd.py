@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from attnlab.errors import UserError
-from attnlab.interop.export import FORMATS, export_model
+from attnlab.interop.export import FORMATS, export_as
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -45,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     ckpt = load_checkpoint_lazily(args.checkpoint)
-    path = export_model(ckpt.model, args.format, args.out, tokenizer=ckpt.tokenizer)
+    path = export_as(
+        ckpt.model, args.format, args.out, config=ckpt.config, tokenizer=ckpt.tokenizer,
+        labels=getattr(ckpt, "labels", None),
+    )  # fmt: skip
     print(f"exported {args.checkpoint} as {args.format} to {path}")
     return 0
 

@@ -1,6 +1,6 @@
 """Interoperability: Hugging Face GPT-2 weights in and out, and plain safetensors export."""
 
-from attnlab.interop.export import FORMATS, export_model
+from attnlab.interop.export import FORMATS, export_as
 from attnlab.interop.gpt2 import (
     check_gpt2_compatible,
     gpt2_config_to_model_config,
@@ -12,6 +12,7 @@ from attnlab.interop.gpt2_files import from_pretrained_dir, from_transformers, s
 from attnlab.interop.safetensors_io import (
     load_safetensors,
     read_safetensors_config,
+    read_safetensors_labels,
     read_safetensors_tokenizer,
     save_safetensors,
 )
@@ -19,7 +20,7 @@ from attnlab.interop.safetensors_io import (
 __all__ = [
     "FORMATS",
     "check_gpt2_compatible",
-    "export_model",
+    "export_as",
     "from_pretrained_dir",
     "from_transformers",
     "gpt2_config_to_model_config",
@@ -27,6 +28,7 @@ __all__ = [
     "load_safetensors",
     "model_config_to_gpt2_config",
     "read_safetensors_config",
+    "read_safetensors_labels",
     "read_safetensors_tokenizer",
     "save_gpt2_dir",
     "save_safetensors",

@@ -6,8 +6,8 @@ Formats:
                  a Hugging Face ``tokenizers`` model) is also written as tokenizer.json +
                  tokenizer_config.json so ``AutoTokenizer.from_pretrained(dir)`` loads it; every
                  tokenizer is kept in attnlab's own format as attnlab_tokenizer.json.
-    safetensors  one self-describing .safetensors file with attnlab parameter names, the
-                 ModelConfig and the tokenizer in its metadata (``load_safetensors`` reads it).
+    safetensors  one self-describing .safetensors file with attnlab parameter names, and the
+                 ModelConfig, tokenizer and class labels in its metadata (``load_safetensors``).
 
 Tokenizers are duck-typed (``to_dict``, ``save``, ``pad_id``/``bos_id``/``eos_id``, ``specials``
 and, for BPE, ``hf``) so this layer does not import ``attnlab.data``.
@@ -22,6 +22,7 @@ from typing import Any
 
 from torch import nn
 
+from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.interop.gpt2 import check_gpt2_compatible
 from attnlab.interop.gpt2_files import _atomic_write, save_gpt2_dir
@@ -32,9 +33,18 @@ FORMATS = ("hf-gpt2", "safetensors")
 ATTNLAB_TOKENIZER_FILE = "attnlab_tokenizer.json"
 
 
-def export_model(model: nn.Module, fmt: str, out: str | os.PathLike, tokenizer: Any = None) -> Path:
-    """Write ``model`` (and ``tokenizer``, if given) to ``out`` in format ``fmt``; returns the
-    path written (a directory for hf-gpt2, a file for safetensors)."""
+def export_as(
+    model: nn.Module,
+    fmt: str,
+    out: str | os.PathLike,
+    *,
+    config: ModelConfig | None = None,
+    tokenizer: Any = None,
+    labels: Any = None,
+) -> Path:
+    """Write ``model`` (with its ``config``, default ``model.cfg``, and its ``tokenizer`` and class
+    ``labels`` if given) to ``out`` in format ``fmt``; returns the path written (a directory for
+    hf-gpt2, a file for safetensors)."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; choose one of {list(FORMATS)}")
     if fmt == "safetensors":
@@ -44,7 +54,7 @@ def export_model(model: nn.Module, fmt: str, out: str | os.PathLike, tokenizer: 
                 f"--out {str(out)!r} is a directory; safetensors export writes one "
                 "file, e.g. --out model.safetensors"
             )
-        return save_safetensors(model, out, tokenizer=tokenizer)
+        return save_safetensors(model, out, config, tokenizer=tokenizer, labels=labels)
     if not isinstance(model, DecoderLM):
         raise ConfigError(
             f"hf-gpt2 export needs a decoder-only language model (kind='decoder_lm'), this "

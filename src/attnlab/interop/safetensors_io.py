@@ -2,7 +2,8 @@
 
 The file holds attnlab's own parameter names (``blocks.0.self_attn.qkv_proj.weight``, ...) and,
 in the safetensors header metadata, the ModelConfig as JSON under ``"attnlab_config"`` (and
-optionally the tokenizer's ``to_dict()`` under ``"attnlab_tokenizer"``), so
+optionally the tokenizer's and a classifier's label set's ``to_dict()`` under
+``"attnlab_tokenizer"`` and ``"attnlab_labels"``), so
 :func:`load_safetensors` rebuilds the right model class from the file alone. Tied weights (the
 LM head sharing the embedding matrix) are stored once; safetensors forbids aliases.
 
@@ -26,6 +27,7 @@ from attnlab.models.build import build_model
 
 CONFIG_KEY = "attnlab_config"
 TOKENIZER_KEY = "attnlab_tokenizer"
+LABELS_KEY = "attnlab_labels"
 
 
 def save_safetensors(
@@ -34,13 +36,15 @@ def save_safetensors(
     config: ModelConfig | None = None,
     *,
     tokenizer: Any = None,
+    labels: Any = None,
     metadata: dict[str, str] | None = None,
 ) -> Path:
     """Write ``model``'s weights and its config (``config`` or ``model.cfg``) to ``path``.
 
-    ``tokenizer`` (anything with ``to_dict()``, e.g. an attnlab Tokenizer) is embedded too; read
-    it back with :func:`read_safetensors_tokenizer`. Written to a temporary file and renamed into
-    place (atomic). Extra string ``metadata`` is kept in the header.
+    ``tokenizer`` and ``labels`` (anything with ``to_dict()``: an attnlab Tokenizer, LabelSet) are
+    embedded too; read them back with :func:`read_safetensors_tokenizer` / ``_labels``. Written
+    to a temporary file and renamed into place (atomic). Extra string ``metadata`` is kept in the
+    header.
     """
     from safetensors.torch import save_model
 
@@ -51,8 +55,9 @@ def save_safetensors(
             f"({type(model).__name__} has no .cfg)"
         )
     meta = {"format": "pt", CONFIG_KEY: json.dumps(cfg.to_dict(), sort_keys=True)}
-    if tokenizer is not None:
-        meta[TOKENIZER_KEY] = json.dumps(tokenizer.to_dict(), ensure_ascii=False)
+    for key, obj in ((TOKENIZER_KEY, tokenizer), (LABELS_KEY, labels)):
+        if obj is not None:
+            meta[key] = json.dumps(obj.to_dict(), ensure_ascii=False)
     for k, v in (metadata or {}).items():
         if not isinstance(k, str) or not isinstance(v, str):
             raise TypeError(f"safetensors metadata must map str to str, got {k!r}: {v!r}")
@@ -78,14 +83,23 @@ def _metadata(p: Path) -> dict[str, str]:
 def read_safetensors_tokenizer(path: str | os.PathLike) -> dict[str, Any] | None:
     """The tokenizer dict embedded by :func:`save_safetensors` (None if there is none); turn it
     into a tokenizer with ``attnlab.data.load_tokenizer``."""
-    p = Path(path)
-    text = _metadata(p).get(TOKENIZER_KEY)
+    return _json_metadata(Path(path), TOKENIZER_KEY, "tokenizer")
+
+
+def read_safetensors_labels(path: str | os.PathLike) -> dict[str, Any] | None:
+    """The class label set embedded by :func:`save_safetensors` (None if there is none); turn it
+    into labels with ``attnlab.data.LabelSet.from_dict``."""
+    return _json_metadata(Path(path), LABELS_KEY, "label set")
+
+
+def _json_metadata(p: Path, key: str, what: str) -> dict[str, Any] | None:
+    text = _metadata(p).get(key)
     if text is None:
         return None
     try:
         return json.loads(text)
     except json.JSONDecodeError as err:
-        raise CheckpointError(f"the tokenizer stored in {str(p)!r} is invalid: {err}") from None
+        raise CheckpointError(f"the {what} stored in {str(p)!r} is invalid: {err}") from None
 
 
 def read_safetensors_config(path: str | os.PathLike) -> ModelConfig:
