@@ -6,6 +6,8 @@ contenders are the same architecture: pre-norm GPT-2 blocks (LayerNorm, fused QK
 feed-forward with F = 4D, learned positions, final LayerNorm, head tied to the embedding):
 
     attnlab        attnlab.models.DecoderLM, activation gelu_tanh
+    attnlab_compiled  the same under ``torch.compile`` (only with ``--compile``); its first step
+                   (compilation included) is timed separately as ``first_step_seconds``
     hf_gpt2_sdpa   transformers.GPT2LMHeadModel, attn_implementation="sdpa" (HF's default)
     hf_gpt2_eager  the same with attn_implementation="eager" (explicit softmax(QK^T)V)
     torch_nn       nn.Embedding x2 + nn.TransformerEncoder(norm_first=True, batch_first=True,
@@ -27,6 +29,7 @@ Shapes: B batch, T context, D width, L layers, H heads, V vocabulary.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -38,7 +41,7 @@ from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.matmul_peak import make_matmul, sizes_for
 
 VOCAB = 65
-CONTENDERS = ("attnlab", "hf_gpt2_sdpa", "hf_gpt2_eager", "torch_nn")
+CONTENDERS = ("attnlab", "attnlab_compiled", "hf_gpt2_sdpa", "hf_gpt2_eager", "torch_nn")
 BASELINE = "hf_gpt2_sdpa"
 TARGETS = {"small": 2.2, "medium": 1.5}  # attnlab tokens/s >= target x GPT-2's (issue 6)
 PEAK_TARGET = 0.75  # fraction of matmul FLOP/s at the medium shape
@@ -145,10 +148,13 @@ def attnlab_config(shape: LMShape, max_len: int | None = None) -> Any:
 def build_lm(contender: str, shape: LMShape, seed: int = 0):
     """(model, forward) where forward(ids (B, T)) -> logits (B, T, V)."""
     torch.manual_seed(seed)
-    if contender == "attnlab":
+    if contender in ("attnlab", "attnlab_compiled"):
         from attnlab.models import build_model
 
         model = build_model(attnlab_config(shape))
+        if contender == "attnlab_compiled":
+            compiled = torch.compile(model)
+            return model, lambda ids: compiled(ids).logits
         return model, lambda ids: model(ids).logits
     if contender in ("hf_gpt2_sdpa", "hf_gpt2_eager"):
         from transformers import GPT2LMHeadModel
@@ -215,6 +221,8 @@ def contenders_for(settings) -> list[str]:
     names = list(CONTENDERS)
     if not settings.hf_eager:
         names.remove("hf_gpt2_eager")
+    if not settings.compile:
+        names.remove("attnlab_compiled")
     return names
 
 
@@ -241,6 +249,11 @@ def run(settings, ctx) -> dict[str, Any]:
                 "flops_per_token": flops_per_token(n, shape),
             }
             works[name] = make_train_step(model, forward, batches)
+            if name == "attnlab_compiled":  # the first step compiles: time it, untimed later
+                ctx.say(f"lm {shape.name}: compiling attnlab (torch.compile)")
+                t0 = time.perf_counter()
+                works[name](-1)
+                info[name]["first_step_seconds"] = time.perf_counter() - t0
         ctx.say(f"lm {shape.name}: timing {', '.join(works)} (+ a matmul reference)")
         ref_n = max(sizes_for(settings))
         works["matmul_ref"] = make_matmul(ref_n)

@@ -60,18 +60,16 @@ def _lm(s: dict) -> list[str]:
     out = [f"Optimizer: {s['optimizer']}. Peak: {fmt_num(s['matmul_peak_gflops'], '.1f')} GFLOP/s."]
     for shape in s["shapes"]:
         sh = shape["shape"]
-        out += [
-            "",
+        desc = (
             f"**{sh['name']}**: {sh['n_layers']} layers, {sh['n_heads']} heads, width "
-            f"{sh['d_model']}, context {sh['context']}, batch {sh['batch']}, "
-            f"vocab {sh['vocab']}",
-            "",
-        ]
-        out[-2] += (
-            f"; peak used {fmt_num(shape.get('peak_gflops_used'), '.1f')} GFLOP/s (matmul "
+            f"{sh['d_model']}, context {sh['context']}, batch {sh['batch']}, vocab {sh['vocab']}; "
+            f"peak used {fmt_num(shape.get('peak_gflops_used'), '.1f')} GFLOP/s (matmul "
             f"n={shape.get('matmul_same_rounds_n')} in the same rounds: "
             f"{fmt_num(shape.get('matmul_same_rounds_gflops'), '.1f')})"
         )
+        for c in shape["contenders"]:
+            if c.get("first_step_seconds"):
+                desc += f"; {c['name']} first step (compiling) {c['first_step_seconds']:.1f} s"
         base = {c["name"]: c.get("tokens_per_s") for c in shape["contenders"]}.get("attnlab")
         rows = []
         for c in shape["contenders"]:
@@ -89,18 +87,8 @@ def _lm(s: dict) -> list[str]:
                     f"{c['non_embedding_params']:,}",
                 ]
             )
-        out += md_table(
-            [
-                "contender",
-                "tokens/s",
-                "spread",
-                "attnlab / this",
-                "GFLOP/s",
-                "of peak",
-                "non-emb params",
-            ],
-            rows,
-        )
+        header = ["contender", "tokens/s", "spread", "attnlab / this", "GFLOP/s", "of peak"]
+        out += ["", desc, ""] + md_table([*header, "non-emb params"], rows)
     return out
 
 

@@ -30,6 +30,7 @@ def run(settings, ctx) -> dict[str, Any]:
         {"module": "lm_train", "contender": name, "shape": asdict(shape), "threads": threads}
         for shape in shapes.values()
         for name in contenders_for(settings)
+        if name != "attnlab_compiled"  # same tensors as attnlab; compiling in a child is slow
     ]
     ctx.say(f"memory: {len(cases)} training cases in child processes")
     if settings.fresh_process_per_case:

@@ -82,6 +82,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="GIB",
         help="skip explicit-attention lengths predicted to need more (default 8)",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="lm suite: also time attnlab under torch.compile and report its compile time",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)
 
@@ -104,7 +109,7 @@ def _writable(path: str, flag: str) -> Path:
 def command_line(args: argparse.Namespace) -> str:
     """The canonical ``attnlab bench ...`` command that reproduces ``args``."""
     parts = ["attnlab", "bench"]
-    for flag in ("quick", "tiny"):
+    for flag in ("quick", "tiny", "compile"):
         if getattr(args, flag):
             parts.append(f"--{flag}")
     for flag in (
@@ -132,6 +137,7 @@ def build_settings(args: argparse.Namespace):
         "rounds": args.rounds,
         "text": args.text,
         "memory_cap_gib": args.memory_cap_gib,
+        "compile": args.compile or None,
     }
     if args.suite is not None:
         overrides["suites"] = tuple(s.strip() for s in args.suite.split(",") if s.strip())
