@@ -55,6 +55,7 @@ class TransformerEncoder(nn.Module):
 
     def __init__(self, cfg: ModelConfig, vocab_size: int | None = None):
         super().__init__()
+        self.cfg = cfg
         self.vocab_size = vocab_size or cfg.vocab_size
         self.max_len = cfg.max_len
         self.embed = Embeddings(self.vocab_size, cfg)
@@ -80,6 +81,7 @@ class EncoderClassifier(Classifier):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        self.cfg = cfg
         self.vocab_size, self.n_classes, self.max_len = cfg.vocab_size, cfg.n_classes, cfg.max_len
         self.pooling = cfg.pooling
         self.encoder = TransformerEncoder(cfg)
