@@ -1,0 +1,79 @@
+"""Greedy generation equals transformers' GPT2LMHeadModel.generate on the same random weights,
+moved into attnlab through the GPT-2 mapping (attnlab.interop). Nothing is downloaded."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlab.generate import GenerationConfig, generate
+from attnlab.interop import from_transformers
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+EOS = 2
+
+
+@pytest.fixture(scope="module")
+def pair():
+    torch.manual_seed(0)
+    cfg = transformers.GPT2Config(
+        n_layer=2,
+        n_head=4,
+        n_embd=32,
+        vocab_size=97,
+        n_positions=128,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=1,
+        eos_token_id=EOS,
+        pad_token_id=0,
+    )
+    hf = transformers.GPT2LMHeadModel(cfg).eval()
+    with torch.no_grad():  # larger than GPT-2's init (std 0.02), so the argmax is never a near-tie
+        for p in hf.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, 0.3)
+    return hf, from_transformers(hf)
+
+
+def hf_greedy(hf, prompts: list[list[int]], n: int, eos: int | None) -> list[list[int]]:
+    """HF generate with left padding and an attention mask; its new tokens, cut at EOS."""
+    longest = max(map(len, prompts))
+    ids = torch.tensor([[0] * (longest - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (longest - len(p)) + [1] * len(p) for p in prompts])
+    out = hf.generate(
+        ids,
+        attention_mask=mask,
+        do_sample=False,
+        max_new_tokens=n,
+        min_new_tokens=0,
+        eos_token_id=eos,
+        pad_token_id=0,
+    )[:, longest:].tolist()
+    return [row[: row.index(eos)] if eos is not None and eos in row else row for row in out]
+
+
+def test_greedy_equals_transformers_generate(pair):
+    hf, ours = pair
+    prompt = [5, 17, 33, 8]
+    want = hf_greedy(hf, [prompt], 60, None)
+    got = generate(
+        ours, prompt, GenerationConfig(temperature=0, max_new_tokens=60, stop_token_ids=())
+    )
+    assert got.tokens == want
+    assert len(set(want[0])) > 5
+
+
+def test_batched_left_padded_greedy_equals_transformers(pair):
+    hf, ours = pair
+    prompts = [[5, 17, 33, 8, 9, 10], [44], [70, 71, 3]]
+    stop = 13  # a token the first and last rows emit after 5 steps and the middle row never does
+    want = hf_greedy(hf, prompts, 30, stop)
+    got = generate(
+        ours, prompts, GenerationConfig(temperature=0, max_new_tokens=30, stop_token_ids=(stop,))
+    )
+    assert got.tokens == want
+    assert got.finish_reasons == ["stop_token", "length", "stop_token"]
