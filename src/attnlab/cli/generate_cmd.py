@@ -1,0 +1,293 @@
+"""``attnlab generate``: sample from a trained language model or translate with a seq2seq model.
+
+    attnlab generate --checkpoint runs/x --prompt "ROMEO:" --temperature 0.8 --top-k 40
+    attnlab generate --checkpoint runs/x --prompt "" --seed 1 --num-samples 3   (from BOS)
+    attnlab generate --checkpoint runs/mt --source "hello world" --beams 4
+    attnlab generate --checkpoint runs/mt --source-file sources.txt --temperature 0 > out.txt
+
+Language-model output streams to stdout as it is produced (the prompt first, then each piece);
+seq2seq outputs are one line per source. Warnings (a cropped prompt, a capped target length) go
+to stderr. Every flag maps onto a field of :class:`attnlab.generate.GenerationConfig`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from attnlab.errors import CheckpointError, ConfigError, DataError, UserError
+
+SEQ2SEQ_BATCH = 32  # sources decoded together from --source-file
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="generate text from a trained LM (--prompt) or seq2seq model (--source)",
+        description="Generate from a checkpoint. Strategies: greedy (--temperature 0), sampling "
+        "(--temperature, --top-k, --top-p, --repetition-penalty), beam search (--beams, "
+        "--length-penalty). LM text streams to stdout as it is produced.",
+    )
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        metavar="RUN_DIR",
+        help="run directory or checkpoint written by `attnlab train`",
+    )
+    src = p.add_mutually_exclusive_group()
+    src.add_argument(
+        "--prompt",
+        metavar="TEXT",
+        help="LM prompt to continue; '' starts from the BOS token (default: '')",
+    )
+    src.add_argument("--source", metavar="TEXT", help="seq2seq: one source text to transform")
+    src.add_argument(
+        "--source-file",
+        metavar="FILE",
+        help="seq2seq: a UTF-8 file with one source per line; one output line each",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=200,
+        metavar="N",
+        help="most tokens to generate per output (default: %(default)s)",
+    )
+    p.add_argument(
+        "--temperature",
+        type=float,
+        default=1.0,
+        metavar="T",
+        help="softmax temperature; 0 = greedy (default: %(default)s)",
+    )
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=0,
+        metavar="K",
+        help="sample only from the K most likely tokens; 0 = off (default)",
+    )
+    p.add_argument(
+        "--top-p",
+        type=float,
+        default=1.0,
+        metavar="P",
+        help="nucleus sampling: the smallest set of tokens with mass >= P; 1 = off",
+    )
+    p.add_argument(
+        "--repetition-penalty",
+        type=float,
+        default=1.0,
+        metavar="R",
+        help="CTRL penalty on tokens already present; 1 = off, 1.2 is typical",
+    )
+    p.add_argument(
+        "--beams",
+        type=int,
+        default=1,
+        metavar="K",
+        help="beam search with K beams (deterministic); 1 = off (default)",
+    )
+    p.add_argument(
+        "--length-penalty",
+        type=float,
+        default=1.0,
+        metavar="A",
+        help="beam score = sum log p / length^A (default: %(default)s)",
+    )
+    p.add_argument(
+        "--early-stopping",
+        action="store_true",
+        help="beam search stops as soon as K hypotheses have finished",
+    )
+    p.add_argument(
+        "--stop",
+        action="append",
+        default=[],
+        metavar="TEXT",
+        help="stop when this text appears (output cut before it); repeatable",
+    )
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        metavar="N",
+        help="sampling seed (sample i uses N + i); default: a fresh seed, printed",
+    )
+    p.add_argument(
+        "--num-samples",
+        type=int,
+        default=1,
+        metavar="N",
+        help="number of samples per prompt/source; with --beams, the N best beams",
+    )
+    p.add_argument(
+        "--no-stream",
+        action="store_true",
+        help="print each output when complete instead of piece by piece",
+    )
+    p.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="recompute the whole context every step (slow; a reference check)",
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnlab.generate import GenerationConfig
+    from attnlab.models.base import LanguageModel, Seq2SeqModel
+
+    if args.num_samples < 1:
+        raise UserError(f"--num-samples must be >= 1, got {args.num_samples}")
+    if args.beams > 1 and args.num_samples > args.beams:
+        raise UserError(
+            f"--num-samples {args.num_samples} asks for more beams than --beams "
+            f"{args.beams} keeps; raise --beams or lower --num-samples"
+        )
+    try:
+        config = GenerationConfig(
+            max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
+            top_p=args.top_p, repetition_penalty=args.repetition_penalty, num_beams=args.beams,
+            length_penalty=args.length_penalty, early_stopping=args.early_stopping,
+            stop_strings=tuple(args.stop), seed=args.seed, use_cache=not args.no_cache,
+        )  # fmt: skip
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    ckpt = _load(args.checkpoint)
+    model, tok = ckpt.model, ckpt.tokenizer
+    if tok is None:
+        raise CheckpointError(
+            f"the checkpoint at {str(ckpt.path)!r} has no tokenizer.json, so "
+            "text cannot be encoded; save the checkpoint with its tokenizer"
+        )
+    with _warnings_to_stderr():
+        if isinstance(model, LanguageModel):
+            if args.source is not None or args.source_file is not None:
+                raise UserError(
+                    f"{ckpt.config.kind!r} is a language model: give --prompt TEXT, "
+                    "not --source/--source-file"
+                )
+            _run_lm(model, tok, args, config)
+        elif isinstance(model, Seq2SeqModel):
+            if args.source is None and args.source_file is None:
+                raise UserError(
+                    f"{ckpt.config.kind!r} is a sequence-to-sequence model: give "
+                    "--source TEXT or --source-file FILE (not --prompt)"
+                )
+            _run_seq2seq(model, tok, args, config)
+        else:
+            raise UserError(
+                f"the checkpoint holds a {ckpt.config.kind!r} model, which predicts labels, not "
+                "text; `attnlab generate` needs a decoder_lm, rnn_lm, encoder_decoder or "
+                "lstm_seq2seq checkpoint (use `attnlab evaluate` for classifiers)"
+            )
+    return 0
+
+
+def _run_lm(model, tok, args: argparse.Namespace, config) -> None:
+    from attnlab.generate import generate, stream
+    from attnlab.generate.sampling import fresh_seed
+
+    prompt = args.prompt if args.prompt is not None else ""
+    if config.num_beams > 1:
+        res = generate(model, prompt, config, tokenizer=tok)
+        for hyp in res.nbest[0][: args.num_samples]:
+            print(f"{prompt}{tok.decode(hyp.tokens)}")
+            print(f"[score {hyp.score:.4f}, {hyp.finish_reason}]", file=sys.stderr)
+        return
+    base = args.seed
+    if config.sampling and base is None:
+        base = fresh_seed()
+        print(f"attnlab: seed {base} (pass --seed {base} to repeat)", file=sys.stderr)
+    for i in range(args.num_samples):
+        cfg = config.replace(seed=None if base is None else base + i)
+        if i:
+            print("---")
+        if args.no_stream:
+            print(prompt + generate(model, prompt, cfg, tokenizer=tok).texts[0])
+            continue
+        pieces = stream(model, prompt, cfg, tokenizer=tok, text=True)
+        sys.stdout.write(prompt)
+        for piece in pieces:
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+
+
+def _run_seq2seq(model, tok, args: argparse.Namespace, config) -> None:
+    from attnlab.generate import generate_seq2seq, stream
+
+    sources = [args.source] if args.source is not None else _read_sources(args.source_file)
+    streaming = args.source is not None and not args.no_stream and config.num_beams == 1
+    for i in range(1 if config.num_beams > 1 else args.num_samples):
+        cfg = config if config.seed is None else config.replace(seed=config.seed + i)
+        if streaming:
+            for piece in stream(model, sources[0], cfg, tokenizer=tok, text=True):
+                sys.stdout.write(piece)
+                sys.stdout.flush()
+            sys.stdout.write("\n")
+            continue
+        for start in range(0, len(sources), SEQ2SEQ_BATCH):
+            res = generate_seq2seq(
+                model, sources[start : start + SEQ2SEQ_BATCH], cfg, tokenizer=tok
+            )
+            if config.num_beams > 1:
+                for hyps in res.nbest:
+                    print("\t".join(tok.decode(h.tokens) for h in hyps[: args.num_samples]))
+            else:
+                for text in res.texts:
+                    print(text)
+            sys.stdout.flush()
+
+
+def _read_sources(path: str) -> list[str]:
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"--source-file {path!r} does not exist or is not a file")
+    try:
+        lines = p.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as err:
+        raise DataError(
+            f"--source-file {path!r} is not valid UTF-8 ({err.reason} at byte "
+            f"{err.start}); re-save it as UTF-8"
+        ) from None
+    if not lines:
+        raise DataError(f"--source-file {path!r} is empty; give one source per line")
+    empty = [i + 1 for i, line in enumerate(lines) if not line.strip()]
+    if empty:
+        raise DataError(
+            f"--source-file {path!r} has empty line(s) {empty[:5]}; every line must hold a source"
+        )
+    return lines
+
+
+def _load(path: str):
+    try:
+        from attnlab.train.checkpoint import load_checkpoint
+    except ModuleNotFoundError as err:
+        if err.name and err.name.startswith("attnlab"):
+            raise UserError(
+                "checkpoint loading (attnlab.train.checkpoint) is not available in "
+                "this installation; reinstall attnlab"
+            ) from None
+        raise
+    return load_checkpoint(path)
+
+
+@contextmanager
+def _warnings_to_stderr() -> Iterator[None]:
+    """Library warnings (cropped prompts, capped lengths) as one plain line on stderr."""
+
+    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ARG001
+        print(f"attnlab: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():  # restores the filters and showwarning on exit
+        warnings.simplefilter("always", UserWarning)
+        warnings.showwarning = show
+        yield
