@@ -269,3 +269,54 @@ def test_tiny_run_writes_json_report_and_plots(tmp_path, capsys):
     assert data["command"] in text and "## Machine" in text and "## Targets" in text
     assert (report.parent / "throughput.png").stat().st_size > 0
     assert "![attention_scaling](attention_scaling.png)" in text
+
+
+def test_recipe_suite_trains_both_presets_with_the_real_loop(tmp_path, monkeypatch):
+    """The harness around attnlab.train.train, with two tiny stand-in presets."""
+    import sys
+    import types
+
+    import attnlab.train
+    from attnlab.bench.runner import run_bench
+    from attnlab.config import ModelConfig
+    from attnlab.train import RunConfig, TrainConfig
+
+    text = tmp_path / "text.txt"
+    text.write_text("To be, or not to be, that is the question. " * 120)
+
+    def preset(lr: float) -> RunConfig:
+        model = ModelConfig(kind="decoder_lm", d_model=16, n_heads=2, n_layers=1, max_len=16)
+        train = TrainConfig(
+            task="lm",
+            data="unused",
+            steps=20,
+            lr=lr,
+            warmup_steps=2,
+            eval_every=10,
+            eval_batches=1,
+            batch_size=4,
+            context_len=16,
+            val_fraction=0.1,
+            save_every=0,
+            threads=1,
+        )
+        return RunConfig(model, train)
+
+    presets = types.ModuleType("attnlab.train.presets")
+    presets.PRESETS = {"baseline-char": preset(1e-3), "fast-char": lambda: preset(1e-2)}
+    monkeypatch.setitem(sys.modules, "attnlab.train.presets", presets)
+    monkeypatch.setattr(attnlab.train, "presets", presets, raising=False)
+    settings = BenchSettings.for_mode(tiny=True, suites=("recipe",), text=str(text), threads=1)
+    suite = run_bench(settings)["suites"]["recipe"]
+    assert suite["status"] == "ok", suite
+    base_evals = suite["runs"]["baseline-char"]["evaluations"]
+    assert [e["step"] for e in base_evals] == [10, 20]
+    assert suite["target_val_loss"] == base_evals[-1]["val_loss"]
+    assert suite["baseline"]["seconds"] == base_evals[-1]["elapsed_s"]
+    assert suite["comparable"] is True
+    target = suite["targets"][0]
+    assert target["id"] == "recipe_fast_vs_baseline" and target["higher_is_better"] is False
+    if suite["fast"]["reached"]:
+        assert target["value"] == pytest.approx(
+            suite["fast"]["seconds"] / suite["baseline"]["seconds"]
+        )

@@ -4,16 +4,20 @@
 character-level recipe: 4 layers, 4 heads, width 128, context 64, batch 12, AdamW 1e-3, beta2
 0.99, 100 warm-up steps, cosine to 1e-4 over 2000 steps, no dropout, 90/10 split) and then
 ``fast-char`` (tuned for time-to-quality on this CPU) on the same text, one after the other in
-this process, through the training loop users run (``attnlab.train.train``). Each run appends
+this process, through the training loop users run (``attnlab.train.train``), after a few
+untimed warm-up steps (so the first run does not pay the process's one-off costs). Each run appends
 evaluations to ``run_dir/metrics.jsonl`` (``step``, ``val_loss``, ``elapsed_s``, ...). With
 
     L* = the baseline's final validation loss,
     t(p) = elapsed_s of the first evaluation of preset p with val_loss <= L*,
 
 we report t(baseline) (= its last evaluation's time), t(fast-char) and the ratio t(fast)/t(base)
-(target <= 0.5). Evaluation time counts, as it does for a user; a preset that never reaches L*
-reports ``reached: false``. The runs are not interleaved (each is one long run), so the machine's
-load matters more here: the load average before and after each run is recorded.
+(target <= 0.5). ``elapsed_s`` is the loop's wall clock at that step (earlier evaluations
+included), so time is resolved to each preset's ``eval_every``. The losses are only comparable
+when both presets evaluate alike (same tokenizer, validation split and context length); the
+result says ``comparable: false`` and the target carries a note otherwise. A preset that never
+reaches L* reports ``reached: false``. The runs are not interleaved (each is one long run), so
+the machine's load matters more here: the load average before and after each run is recorded.
 """
 
 from __future__ import annotations
@@ -87,19 +91,54 @@ def compare(baseline_rows: list[dict], fast_rows: list[dict]) -> dict[str, Any]:
 
 
 def _train_api():
-    """attnlab.train.train and a preset resolver, or ImportError naming what is missing."""
-    import attnlab.train as train_pkg
+    """(train, preset) from attnlab.train, or ImportError naming what is missing.
 
-    train = getattr(train_pkg, "train", None)
-    if train is None:
-        raise ImportError("attnlab.train.train (the training loop) has not landed yet")
-    resolve = getattr(train_pkg, "preset_run_config", None)
-    if resolve is None:
+    ``preset(name)`` returns the preset's RunConfig, from ``attnlab.train.presets.get_preset``
+    or the dict ``attnlab.train.presets.PRESETS`` (a RunConfig or a zero-argument factory).
+    """
+    from attnlab.train import train
+
+    try:
+        from attnlab.train import presets
+    except ImportError as err:
         raise ImportError(
-            "attnlab.train.preset_run_config(name, text=...) -> RunConfig is not available; the "
-            "recipe suite needs it to build the baseline-char / fast-char runs"
-        )
-    return train, resolve
+            "attnlab.train.presets (the baseline-char / fast-char run configs) has not landed "
+            f"yet ({err})"
+        ) from None
+    getter = getattr(presets, "get_preset", None)
+    table = getattr(presets, "PRESETS", None)
+    if getter is None and table is None:
+        raise ImportError("attnlab.train.presets has neither get_preset(name) nor PRESETS")
+
+    def preset(name: str):
+        if getter is not None:
+            return getter(name)
+        if name not in table:
+            raise ImportError(f"preset {name!r} is not defined yet (have: {sorted(table)})")
+        entry = table[name]
+        return entry() if callable(entry) else entry
+
+    return train, preset
+
+
+def configure(run_config, text: str):
+    """The preset's RunConfig on ``text``, quiet, with nothing else changed."""
+    from attnlab.train import RunConfig
+
+    return RunConfig(run_config.model, run_config.train.replace(data=text, progress=False))
+
+
+def protocol(run_config) -> dict[str, Any]:
+    """The evaluation settings that make two presets' validation losses comparable (or not)."""
+    t = run_config.train
+    return {
+        "context_len": t.context_len,
+        "val_fraction": t.val_fraction,
+        "eval_batches": t.eval_batches,
+        "batch_size": t.batch_size,
+        "tokenizer": t.tokenizer,
+        "eval_every": t.eval_every,
+    }
 
 
 def run(settings, ctx) -> dict[str, Any]:
@@ -110,17 +149,35 @@ def run(settings, ctx) -> dict[str, Any]:
             "(e.g. ../shared/data/tinyshakespeare.txt)"
         )
     train, resolve = _train_api()
+    protocols = {
+        name: protocol(configure(resolve(name), os.fspath(text)))
+        for name in settings.recipe_presets
+    }
     base_name, fast_name = settings.recipe_presets
     histories, runs = {}, {}
     with tempfile.TemporaryDirectory(prefix="attnlab-recipe-") as tmp:
+        ctx.say("recipe: warm-up (a few untimed steps, so neither run pays one-off costs)")
+        warm = configure(resolve(base_name), os.fspath(text))
+        t = warm.train
+        warm = type(warm)(
+            warm.model,
+            t.replace(
+                steps=min(t.steps, 10),
+                eval_every=0,
+                warmup_steps=min(t.warmup_steps, 10),
+                save_every=0,
+            ),
+        )
+        train(warm, run_dir=Path(tmp) / "warmup", progress=False)
         for name in (base_name, fast_name):
             run_dir = Path(tmp) / name
-            cfg = resolve(name, text=os.fspath(text))
+            cfg = configure(resolve(name), os.fspath(text))
             ctx.say(f"recipe: training {name} on {text.name}")
             load_before, t0 = load_average(), time.perf_counter()
             train(cfg, run_dir=run_dir, progress=False)
             runs[name] = {
                 "preset": name,
+                "eval_protocol": protocols[name],
                 "wall_seconds": time.perf_counter() - t0,
                 "load_average_before": load_before,
                 "load_average_after": load_average(),
@@ -128,15 +185,26 @@ def run(settings, ctx) -> dict[str, Any]:
             histories[name] = read_metrics(run_dir / "metrics.jsonl")
             runs[name]["evaluations"] = histories[name]
     result = compare(histories[base_name], histories[fast_name])
+    keys = ("context_len", "val_fraction", "tokenizer")
+    differ = [k for k in keys if protocols[base_name][k] != protocols[fast_name][k]]
+    caveat = (
+        f"validation losses are measured differently ({', '.join(differ)} differ), so they are "
+        "not directly comparable"
+        if differ
+        else ""
+    )
+    fast_s = result["fast"]["seconds"]
     ctx.say(
         f"  target val loss {result['target_val_loss']:.4f}: {base_name} "
-        f"{result['baseline']['seconds']:.0f} s, {fast_name} {result['fast']['seconds']} s"
+        f"{result['baseline']['seconds']:.1f} s, {fast_name} "
+        + (f"{fast_s:.1f} s" if fast_s is not None else "never reached it")
     )
     return {
         "status": "ok",
         "text": os.fspath(text),
         "presets": [base_name, fast_name],
         **result,
+        "comparable": not differ,
         "runs": runs,
         "targets": [
             target_entry(
@@ -146,7 +214,14 @@ def run(settings, ctx) -> dict[str, Any]:
                 result["time_ratio_fast_vs_baseline"],
                 TARGET,
                 higher_is_better=False,
-                note="" if result["fast"]["reached"] else f"{fast_name} never reached the loss",
+                note="; ".join(
+                    n
+                    for n in (
+                        "" if result["fast"]["reached"] else f"{fast_name} never reached the loss",
+                        caveat,
+                    )
+                    if n
+                ),
             )
         ],
     }
