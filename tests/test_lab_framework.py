@@ -42,7 +42,7 @@ def dummy_experiment():
 def test_markdown_has_claim_verdict_table_and_provenance():
     text = _report(command="attnlab experiment dummy --quick --seed 0").to_markdown()
     assert "> Things hold." in text and "000, 'Basics'" in text
-    assert "**Verdict: the claim held.** 1 < 2." in text
+    assert "**Verdict: held.** 1 < 2." in text
     assert "| a | b |" in text and "| 1 | 0.1235 |" in text and "| 2 |  |" in text
     assert "attnlab experiment dummy --quick --seed 0" in text
 
@@ -85,13 +85,13 @@ def test_unknown_experiment_names_the_choices(dummy_experiment):
 def test_cli_list_and_errors(capsys, tmp_path, dummy_experiment):
     assert main(["experiment", "--list"]) == 0
     listed = capsys.readouterr().out
-    assert "dummy-test" in listed and "a claim" in listed
+    assert "dummy-test" in listed and "a claim" in listed and "order" in listed
     assert main(["experiment"]) == 2
     assert "name an experiment" in capsys.readouterr().err
     assert main(["experiment", "nope"]) == 2
     assert "unknown experiment 'nope'" in capsys.readouterr().err
     assert main(["experiment", dummy_experiment, "--quick", "--out", str(tmp_path)]) == 0
-    assert "the claim held" in capsys.readouterr().out
+    assert "verdict: held. 1 < 2." in capsys.readouterr().out
 
 
 def test_fit_learns_a_tiny_classification_task():

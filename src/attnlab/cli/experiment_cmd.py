@@ -56,6 +56,6 @@ def run(args: argparse.Namespace) -> int:
     if args.seed < 0:
         raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
     report, path = run_experiment(args.name, quick=args.quick, out_dir=args.out, seed=args.seed)
-    print(f"{report.title}: the claim {report.verdict}. {report.verdict_reason}")
+    print(f"{report.title}\nverdict: {report.verdict}. {report.verdict_reason}")
     print(f"wrote {path} ({report.wall_time_s:.1f} s)")
     return 0

@@ -47,7 +47,8 @@ class Table:
         cols = self.columns()
         if not cols:
             return "(no rows)"
-        lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+        header = "| " + " | ".join(format_cell(c) for c in cols) + " |"
+        lines = [header, "|" + "|".join("---" for _ in cols) + "|"]
         for row in self.rows:
             lines.append("| " + " | ".join(format_cell(row.get(c, "")) for c in cols) + " |")
         return "\n".join(lines)
@@ -98,7 +99,7 @@ class Report:
         out = [f"# {self.title}", ""]
         out += [f"> {line}" for line in self.claim.strip().splitlines()]
         out += [">", f"> -- {self.source}", ""]
-        out += [f"**Verdict: the claim {self.verdict}.** {self.verdict_reason}", ""]
+        out += [f"**Verdict: {self.verdict}.** {self.verdict_reason}", ""]
         if self.quick:
             out += ["*This is a quick, CI-sized run: the numbers are indicative only.*", ""]
         out += ["## Setup", ""] + [f"- {s}" for s in self.setup] + [""]
