@@ -77,3 +77,41 @@ def test_batched_left_padded_greedy_equals_transformers(pair):
     )
     assert got.tokens == want
     assert got.finish_reasons == ["stop_token", "length", "stop_token"]
+
+
+@pytest.mark.parametrize("alpha", [0.0, 1.0, 2.0])
+def test_beam_search_n_best_equals_transformers(pair, alpha):
+    """HF's early_stopping="never" is the exact stopping rule we use; both count new tokens only
+    in the length penalty. Left-padded batch, a stop token that some beams emit."""
+    hf, ours = pair
+    prompts, stop, k, n = [[5, 17, 33, 8], [70, 71]], 27, 3, 12
+    ids = torch.tensor([prompts[0], [0, 0, *prompts[1]]])  # left-padded
+    mask = torch.tensor([[1, 1, 1, 1], [0, 0, 1, 1]])
+    out = hf.generate(
+        ids,
+        attention_mask=mask,
+        do_sample=False,
+        num_beams=k,
+        num_return_sequences=k,
+        early_stopping="never",
+        length_penalty=alpha,
+        max_new_tokens=n,
+        eos_token_id=stop,
+        pad_token_id=0,
+        output_scores=True,
+        return_dict_in_generate=True,
+    )
+    want = [row[4:].tolist() for row in out.sequences]
+    want = [row[: row.index(stop)] if stop in row else row for row in want]
+    got = generate(
+        ours,
+        prompts,
+        GenerationConfig(
+            num_beams=k, max_new_tokens=n, length_penalty=alpha, stop_token_ids=(stop,)
+        ),
+    )
+    assert [h.tokens for hyps in got.nbest for h in hyps] == want
+    scores = [h.score for hyps in got.nbest for h in hyps]
+    torch.testing.assert_close(torch.tensor(scores), out.sequences_scores, atol=1e-4, rtol=0)
+    reasons = {h.finish_reason for hyps in got.nbest for h in hyps}
+    assert reasons == ({"stop_token", "length"} if alpha <= 1.0 else {"length"})  # EOS exercised
