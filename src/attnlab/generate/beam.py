@@ -15,10 +15,10 @@ as a beam grows, so the best any live beam b can reach is s_b / L^alpha, with L 
 alpha > 0 and L = t + 1 otherwise. At ``max_new_tokens`` the live beams join the hypotheses.
 Done inputs leave the batch (``cache.reorder`` drops their rows), so the remaining ones run faster.
 
-Conventions, documented in docs/generation.md: |y| counts new tokens only (Hugging Face counts the
-prompt too for decoder-only models, which makes alpha depend on the prompt length); GNMT's
-((5 + |y|) / 6)^alpha differs from |y|^alpha only by a constant factor when all hypotheses have
-equal length. The returned tokens exclude the stop token.
+Conventions (docs/generation.md): |y| counts new tokens only, as current Hugging Face does; the
+default stopping rule is HF's exact ``early_stopping="never"`` (tests check the n-best lists and
+scores against ``transformers``); GNMT's ((5 + |y|) / 6)^alpha differs from |y|^alpha only by a
+constant factor between hypotheses of equal length. The returned tokens exclude the stop token.
 
 Shapes: B inputs, A inputs still searching, K beams, R = A * K rows, V vocabulary, N new tokens.
 """
@@ -142,7 +142,10 @@ def beam_search(
 def _result(
     finished: list[_Finished], prompts: list[list[int]], tokenizer: Any | None
 ) -> GenerationResult:
-    best = [f.hyps[0] for f in finished]
+    # An input with no hypothesis at all (every candidate was a stop token ranked below K) gets
+    # the empty output.
+    empty = Hypothesis([], NEG_INF, "stop_token")
+    best = [f.hyps[0] if f.hyps else empty for f in finished]
     tokens = [h.tokens for h in best]
     texts = [tokenizer.decode(t) for t in tokens] if tokenizer is not None else None
     return GenerationResult(
