@@ -57,8 +57,10 @@ def test_interleave_runs_rounds_a_b_a_b_after_warmup():
     )
     # warm-ups first, then A's repeats, B's repeats, A's, B's ...; repeats = ceil(0.25 / cost)
     assert timings["A"].repeats == 3 and timings["B"].repeats == 1
-    assert log[:4] == [("A", -1), ("A", -1), ("B", -1), ("B", -1)]
-    rounds = log[4:]
+    # A is cheap (0.1 < 0.25 / 2): one extra warm-up call before calibrating
+    assert log[:5] == [("A", -1)] * 3 + [("B", -1)] * 2
+    assert timings["A"].warmup_seconds == pytest.approx([0.1] * 3)
+    rounds = log[5:]
     assert rounds == [("A", 0)] * 3 + [("B", 0)] + [("A", 1)] * 3 + [("B", 1)] + [("A", 2)] * 3 + [
         ("B", 2)
     ]

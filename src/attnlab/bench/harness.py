@@ -8,8 +8,9 @@ FLOPs, calls). Contenders of one comparison are timed in **interleaved rounds**
 
 so slow drifts of the machine (other jobs, thermal state) hit every contender alike, instead of
 all-A-then-all-B. Every contender gets ``warmup`` untimed calls first (allocation, kernel
-selection, lazy init) and its ``repeats`` per round is calibrated from the last warm-up call so a
-round lasts about ``min_round_s``. A round's rate is units / seconds; we report the **median** of
+selection, lazy init), plus one more when a call is cheap (< min_round_s / 2), and its
+``repeats`` per round is calibrated from the fastest warm-up call so a round lasts about
+``min_round_s``. A round's rate is units / seconds; we report the **median** of
 the per-round rates (robust to one round hit by a noisy neighbour) and keep every round in the
 JSON so the spread can be checked.
 
@@ -63,6 +64,7 @@ class Timing:
     repeats: int
     seconds: list[float] = field(default_factory=list)
     units: list[float] = field(default_factory=list)
+    warmup_seconds: list[float] = field(default_factory=list)
 
     @property
     def rates(self) -> list[float]:
@@ -86,6 +88,7 @@ class Timing:
             "calls_per_round": self.repeats,
             "seconds_per_call": self.median_seconds_per_call,
             "rel_spread": relative_spread(self.rates),
+            "warmup_seconds": self.warmup_seconds,
         }
 
 
@@ -118,16 +121,15 @@ def interleave(
     if not workloads:
         raise ValueError("nothing to time: no workloads given")
     repeats: dict[str, int] = {}
+    warm: dict[str, list[float]] = {}
     for name, work in workloads.items():
-        last = math.inf
+        warm[name] = []
         for _ in range(max(1, warmup)):
-            t0 = clock()
-            work(-1)
-            last = clock() - t0
-            if log is not None:
-                log.append((name, -1))
-        repeats[name] = _calibrate(last, min_round_s, max_repeats)
-    timings = {name: Timing(name, repeats[name]) for name in workloads}
+            warm[name].append(_timed(work, clock, name, log))
+        if min(warm[name]) < min_round_s / 2:  # cheap: calibrate on a call that is not the first
+            warm[name].append(_timed(work, clock, name, log))
+        repeats[name] = _calibrate(min(warm[name]), min_round_s, max_repeats)
+    timings = {name: Timing(name, repeats[name], warmup_seconds=warm[name]) for name in workloads}
     for r in range(rounds):
         for name, work in workloads.items():
             units = 0.0
@@ -139,6 +141,14 @@ def interleave(
             timings[name].seconds.append(clock() - t0)
             timings[name].units.append(units)
     return timings
+
+
+def _timed(work: Workload, clock, name: str, log: list | None) -> float:
+    t0 = clock()
+    work(-1)
+    if log is not None:
+        log.append((name, -1))
+    return clock() - t0
 
 
 def _calibrate(seconds_per_call: float, min_round_s: float, max_repeats: int) -> int:

@@ -30,7 +30,7 @@ from attnlab.errors import UserError
 
 SUITES = ("matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile", "recipe")
 DEFAULT_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile")
-QUICK_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention", "memory")
+QUICK_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention")
 _MODULES = {
     "matmul": "matmul_peak",
     "lm": "lm_train",

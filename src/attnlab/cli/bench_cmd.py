@@ -31,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--quick",
         action="store_true",
         help="a ~1-minute run: 3 rounds, 100 new tokens, attention up to N=2048, no "
-        "GPT-2 eager and no profile",
+        "GPT-2 eager, no memory and no profile suites",
     )
     p.add_argument(
         "--tiny",
