@@ -198,6 +198,8 @@ def test_settings_validate_with_clear_messages():
         (["--suite", "recipe"], "--text FILE"),
         (["--suite", "recipe", "--text", "/no/such/file.txt"], "is not a file"),
         (["--threads", "0"], "--threads must be >= 1"),
+        (["--suite", "lm", "--text", __file__], "--text has no effect here"),
+        (["--suite", "matmul", "--notes", __file__], "only with --report FILE"),
     ],
 )
 def test_cli_bad_input_is_one_paragraph(argv, message, capsys):

@@ -152,12 +152,30 @@ def build_settings(args: argparse.Namespace):
     return settings
 
 
+def check_flag_use(args: argparse.Namespace, settings) -> None:
+    """Flags that would be silently ignored are errors that say which suite or flag uses them."""
+    unused = [
+        (args.text is not None and "recipe" not in settings.suites, "--text", "--suite recipe"),
+        (args.compile and "lm" not in settings.suites, "--compile", "--suite lm"),
+        (args.notes is not None and args.report is None, "--notes", "--report FILE"),
+        (
+            args.max_attention_len is not None and "attention" not in settings.suites,
+            "--max-attention-len",
+            "--suite attention",
+        ),
+    ]
+    for bad, flag, needs in unused:
+        if bad:
+            raise UserError(f"{flag} has no effect here: it is used only with {needs}; add that")
+
+
 def run(args: argparse.Namespace) -> int:
     from attnlab.bench.plots import make_plots
     from attnlab.bench.report import format_text, write_markdown
     from attnlab.bench.runner import run_bench, to_json
 
     settings = build_settings(args)
+    check_flag_use(args, settings)
     if args.text is not None and not Path(args.text).is_file():
         raise DataError(
             f"--text {args.text!r} is not a file; give a plain-text corpus, e.g. "
