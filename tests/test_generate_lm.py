@@ -266,6 +266,19 @@ def test_long_prompt_is_cropped_with_a_warning_and_generation_slides_the_window(
     assert len(uncached.tokens[0]) == 30  # crops to the last 16 each step, no error
 
 
+def test_sliding_window_in_a_left_padded_batch_equals_one_at_a_time():
+    torch.manual_seed(12)
+    model = tiny_lm("rotary", max_len=16)
+    prompts = [[5, 6, 7], list(range(3, 15)), [9]]
+    cfg = GREEDY.replace(max_new_tokens=40)
+    batch = generate(model, prompts, cfg, return_logits=True)
+    for i, p in enumerate(prompts):
+        one = generate(model, p, cfg, return_logits=True)
+        assert batch.tokens[i] == one.tokens[0]
+        for a, b in zip(batch.logits, one.logits, strict=True):
+            torch.testing.assert_close(a[i], b[0], atol=1e-5, rtol=0)
+
+
 def test_repetition_penalty_discourages_repeats(lm):
     base = generate(lm, [5, 6], GREEDY.replace(max_new_tokens=40)).tokens[0]
     pen = generate(lm, [5, 6], GREEDY.replace(max_new_tokens=40, repetition_penalty=5.0))

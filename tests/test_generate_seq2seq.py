@@ -61,7 +61,7 @@ def test_encoder_decoder_cached_equals_uncached(positional):
     check_cached_equals_uncached(tiny_s2s(positional=positional))
 
 
-@pytest.mark.parametrize("attention", ["none", "additive", "general"])
+@pytest.mark.parametrize("attention", ["none", "additive", "dot", "general"])
 def test_lstm_seq2seq_cached_equals_uncached(attention):
     torch.manual_seed(2)
     # The recurrent decoder steps in Python, so re-decoding every prefix is quadratic: 40 steps.

@@ -12,12 +12,14 @@ token: p(w_t | w_{<t}) needs the keys/values of w_{<t}, which never change in a 
 ``use_cache=False`` the whole context is recomputed every step (the reference the tests compare
 against; O(T^2) work per sequence instead of O(T)).
 
-Sliding window (LMs whose context window max_len is finite): when the cache is full, the cache is
-rebuilt from the last ``max_len // 2`` tokens (one prefill call), positions restart at 0, and
-decoding continues. The trade-off: a new token sees between max_len/2 and max_len tokens of
-context, instead of exactly max_len as when recomputing the cropped window every step (nanoGPT's
-``sample.py``), but the cost stays one prefill per max_len/2 tokens instead of a full forward per
-token. The uncached reference crops to the last max_len tokens every step.
+Sliding window (LMs whose context window max_len is finite): when a row's context is full, it
+keeps its last ``max_len // 2`` tokens, the cache is rebuilt from every row's context (one prefill
+call), that row's positions restart at 0, and decoding continues. Each row slides on its own
+schedule, the one it would have alone, so a batch still equals one prompt at a time. The
+trade-off: a new token sees between max_len/2 and max_len tokens of context, instead of exactly
+max_len as when recomputing the cropped window every step (nanoGPT's ``sample.py``), but the cost
+stays one prefill per max_len/2 tokens instead of a full forward per token. The uncached reference
+crops each row to its last max_len tokens every step.
 
 Shapes: R rows, P prompt columns, N max new tokens, V vocabulary, S source length.
 """
@@ -35,7 +37,13 @@ from attnlab.models.base import Encoded, LanguageModel, Seq2SeqModel
 
 
 class LMStepper:
-    """Feeds a :class:`LanguageModel`; prompts are left-padded (see ``prompts.py``)."""
+    """Feeds a :class:`LanguageModel`; prompts are left-padded (see ``prompts.py``).
+
+    ``ctx[r]`` counts the tokens of row r in the cache: its context. Every row slides on its own
+    schedule, exactly as it would alone: when a row's context is full (``window`` tokens) and a
+    token must be added, it keeps its last ``window // 2`` tokens. Any slide rebuilds the batch
+    cache from each row's current context (one prefill), left-padded to the longest.
+    """
 
     def __init__(
         self,
@@ -59,8 +67,11 @@ class LMStepper:
             self.mask = torch.ones(rows, total, dtype=torch.bool, device=device)  # (R, P+N)
             self.mask[:, :p] = mask
         self.t = p  # filled columns
+        lengths = mask.sum(dim=1) if mask is not None else torch.full((rows,), p)
+        self.ctx = lengths.to(device)  # (R,) tokens of each row in the cache
         # The last new token is never fed back, so the history holds at most P + N - 1 tokens.
         self.cache_len = total - 1 if self.window is None else min(total - 1, self.window)
+        self.may_slide = self.window is not None and total - 1 > self.window
         self.cache = None
         self.next_pos: Tensor | None = None  # (R,) position of the next token (padded rows)
 
@@ -77,7 +88,7 @@ class LMStepper:
         """Logits (R, V) of the first new token."""
         if not self.use_cache:
             return self._recompute()
-        return self._prefill(self.t)
+        return self._prefill()
 
     def advance(self, next_ids: Tensor) -> Tensor:
         """Append next_ids (R,) and return the logits (R, V) of the token after them."""
@@ -85,8 +96,11 @@ class LMStepper:
         self.t += 1
         if not self.use_cache:
             return self._recompute()
-        if self.window is not None and self.cache.length >= self.cache_len:  # full: slide
-            return self._prefill(max(1, self.window // 2))
+        if self.may_slide:
+            full = self.ctx >= self.window  # (R,) rows whose context cannot take one more token
+            self.ctx = torch.where(full, max(1, self.window // 2), self.ctx + 1)
+            if bool(full.any()):
+                return self._prefill()
         positions = None
         if self.next_pos is not None:
             positions = self.next_pos[:, None]  # (R, 1)
@@ -96,6 +110,7 @@ class LMStepper:
 
     def reorder(self, index: Tensor) -> None:
         self.ids = self.ids.index_select(0, index)
+        self.ctx = self.ctx.index_select(0, index)
         if self.mask is not None:
             self.mask = self.mask.index_select(0, index)
         if self.next_pos is not None:
@@ -103,28 +118,33 @@ class LMStepper:
         if self.cache is not None:
             self.cache.reorder(index)
 
-    def _window(self, keep: int) -> tuple[Tensor, Tensor | None, Tensor | None]:
-        """The last ``keep`` columns: ids (R, K), mask (R, K) or None, positions (R, K) or None."""
-        start = max(0, self.t - keep)
-        ids = self.ids[:, start : self.t]  # (R, K)
-        if self.mask is None:
-            return ids, None, None
-        mask = self.mask[:, start : self.t]  # (R, K)
-        return ids, mask, position_ids(mask)
+    def _prefill(self) -> Tensor:
+        """A fresh cache holding each row's last ``ctx[r]`` tokens, in one forward call.
 
-    def _prefill(self, keep: int) -> Tensor:
-        """A fresh cache holding the last ``keep`` tokens, in one forward call."""
-        ids, mask, positions = self._window(keep)
+        The buffer keeps every row's real tokens contiguous at its right end, so those are the
+        last ``ctx[r]`` columns; the rest of the window (W = max ctx columns) is masked out.
+        """
+        width = int(self.ctx.max())
+        ids = self.ids[:, self.t - width : self.t]  # (R, W)
+        mask = positions = self.next_pos = None
+        if not bool((self.ctx == width).all()):
+            cols = torch.arange(width, device=ids.device)  # (W,)
+            mask = cols[None, :] >= (width - self.ctx)[:, None]  # (R, W), True = in context
+            positions = position_ids(mask)  # (R, W)
+            self.next_pos = positions[:, -1] + 1  # (R,)
         self.cache = self.model.new_cache(self.rows, self.cache_len)
         out = self.model(ids, key_padding_mask=mask, positions=positions, cache=self.cache)
-        if positions is not None:
-            self.next_pos = positions[:, -1] + 1  # (R,)
         return out.logits[:, -1]  # (R, V)
 
     def _recompute(self) -> Tensor:
-        """No cache: run the whole (cropped) context again."""
-        ids, mask, positions = self._window(self.window or self.t)
-        return self.model(ids, key_padding_mask=mask, positions=positions).logits[:, -1]
+        """No cache: run the whole context again, each row cropped to its last ``window``."""
+        start = 0 if self.window is None else max(0, self.t - self.window)
+        ids = self.ids[:, start : self.t]  # (R, K)
+        if self.mask is None:
+            return self.model(ids).logits[:, -1]
+        mask = self.mask[:, start : self.t]  # (R, K)
+        out = self.model(ids, key_padding_mask=mask, positions=position_ids(mask))
+        return out.logits[:, -1]  # (R, V)
 
 
 class Seq2SeqStepper:
