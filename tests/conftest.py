@@ -18,6 +18,8 @@ SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "dat
 
 @pytest.fixture(autouse=True)
 def _seed():
+    # Training and benchmarks flush denormals process-wide; hypothesis refuses to run then.
+    torch.set_flush_denormal(False)
     random.seed(0)
     np.random.seed(0)  # noqa: NPY002 - code under test may use the legacy global RNG
     torch.manual_seed(0)
