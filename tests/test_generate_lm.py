@@ -215,7 +215,11 @@ def test_stream_yields_the_tokens_and_text_of_generate(lm):
     cfg = GenerationConfig(max_new_tokens=25, seed=7, stop_token_ids=())
     full = generate(lm, "hello", cfg, tokenizer=tok)
     assert len(full.texts[0]) > 15
-    assert list(stream(lm, "hello", cfg, tokenizer=tok)) == full.tokens[0]
+    tokens = []
+    for token in stream(lm, "hello", cfg, tokenizer=tok):
+        assert not torch.is_inference_mode_enabled()  # the caller's code runs in normal mode
+        tokens.append(token)
+    assert tokens == full.tokens[0]
     pieces = list(stream(lm, "hello", cfg, tokenizer=tok, text=True))
     assert "".join(pieces) == full.texts[0] and len(pieces) > 1
     stop = full.texts[0][10:12]
