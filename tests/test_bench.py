@@ -147,6 +147,57 @@ def test_contenders_share_architecture_and_flop_count():
     assert ids.shape == (shape.batch, shape.context) and torch.equal(ids[:, 1:], targets[:, :-1])
 
 
+def test_flop_formulas_match_torch_flop_counter_and_contenders_do_equal_work():
+    """6N + 12LDT (LM) and step_flops (seq2seq) vs FlopCounterMode on one forward+backward."""
+    import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from attnlab.bench.lm_train import LMShape
+    from attnlab.bench.seq2seq_train import Seq2SeqShape, build_seq2seq, step_flops
+
+    def counted(forward, inputs, targets, vocab):
+        with FlopCounterMode(display=False) as counter:
+            logits = forward(*inputs)
+            F.cross_entropy(
+                logits.reshape(-1, vocab), targets.reshape(-1), ignore_index=PAD
+            ).backward()
+        return counter.get_total_flops()
+
+    shape = LMShape("t", 2, 2, 64, 32, 2)
+    ids, targets = make_batches(shape, 1)[0]
+    lm = {}
+    for name in ("attnlab", "hf_gpt2_sdpa", "torch_nn"):
+        model, forward = build_lm(name, shape)
+        lm[name] = counted(forward, (ids,), targets, shape.vocab)
+        formula = flops_per_token(non_embedding_params(model), shape) * ids.numel()
+        assert formula == pytest.approx(lm[name], rel=0.1)
+    assert len(set(lm.values())) == 1
+    s2s_shape = Seq2SeqShape(
+        d_model=64,
+        n_heads=4,
+        n_layers=2,
+        d_ff=128,
+        vocab=500,
+        batch=4,
+        max_len=32,
+        median_len=10.0,
+        min_len=4,
+        max_sentence=20,
+    )
+    batch = seq2seq_batches(s2s_shape, 1)[0]
+    s2s = {
+        name: counted(
+            build_seq2seq(name, s2s_shape)[1],
+            (batch.src, batch.tgt_in),
+            batch.tgt_out,
+            s2s_shape.vocab,
+        )
+        for name in ("attnlab", "torch_nn")
+    }
+    assert len(set(s2s.values())) == 1
+    assert step_flops(s2s_shape, batch) == pytest.approx(s2s["attnlab"], rel=0.1)
+
+
 def test_seq2seq_batches_are_padded_and_reproducible():
     a, b = seq2seq_batches(TINY_SHAPE, 3), seq2seq_batches(TINY_SHAPE, 3)
     for x, y in zip(a, b):

@@ -18,7 +18,10 @@ and log(len_de / len_en) has sd 0.17; subword units lengthen that by ~10%, so we
     L ~ round(S * exp(N(0, 0.17))),   clipped to [4, 40];  tgt_in = [BOS] y,  tgt_out = y [EOS]
 
 One step = forward + token cross-entropy (ignoring pads) + backward + AdamW step. Throughput
-counts **real target tokens** (non-pad positions of tgt_out) per second.
+counts **real target tokens** (non-pad positions of tgt_out) per second. ``achieved_gflops``
+counts the matmul FLOPs of the padded tensors (:func:`step_flops`) and ``fraction_of_peak``
+divides it by the fp32 matmul rate (the larger of the ``matmul`` suite's peak and a matmul timed
+in the same rounds), as in the ``lm`` suite.
 
 Shapes: B sentences, S source length, T target length, D width, V vocabulary.
 """
@@ -26,6 +29,7 @@ Shapes: B sentences, S source length, T target length, D width, V vocabulary.
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
@@ -35,6 +39,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.bench.harness import interleave, ratio, target_entry
+from attnlab.bench.matmul_peak import make_matmul, sizes_for
 
 PAD, BOS, EOS = 0, 1, 2
 CONTENDERS = ("attnlab", "torch_nn")
@@ -202,9 +207,26 @@ def make_train_step(model: nn.Module, forward, batches: list[Batch]):
     return work
 
 
+def step_flops(shape: Seq2SeqShape, batch: Batch) -> float:
+    """Matmul FLOPs of one training step (forward + backward = 3x forward) on padded tensors.
+
+    Per source position: 6 L (4 D^2 + 2 D F) (projections and FFN) + 12 L D S (self-attention
+    scores and mixing); per target position: 6 L (8 D^2 + 2 D F) + 6 D V (the output layer)
+    + 12 L D T (self-attention) + 12 L D S (cross-attention). Biases, norms and softmax are
+    left out, as in the LM suite's 6 N + 12 L D T.
+    """
+    d, f, n, v = shape.d_model, shape.d_ff, shape.n_layers, shape.vocab
+    b, s = batch.src.shape
+    t = batch.tgt_in.size(1)
+    per_src = 6 * n * (4 * d * d + 2 * d * f) + 12 * n * d * s
+    per_tgt = 6 * n * (8 * d * d + 2 * d * f) + 6 * d * v + 12 * n * d * (t + s)
+    return float(b * s * per_src + b * t * per_tgt)
+
+
 def run(settings, ctx) -> dict[str, Any]:
     shape = TINY_SHAPE if settings.tiny else SHAPE
     batches = make_batches(shape, settings.rounds)
+    peak = ctx.matmul_peak_gflops()
     works, rows = {}, {}
     for name in CONTENDERS:
         model, forward = build_seq2seq(name, shape)
@@ -214,12 +236,25 @@ def run(settings, ctx) -> dict[str, Any]:
             "params": sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()),
         }
         works[name] = make_train_step(model, forward, batches)
-    ctx.say(f"seq2seq: timing {', '.join(works)}")
-    for name, timing in interleave(
+    ctx.say(f"seq2seq: timing {', '.join(works)} (+ a matmul reference)")
+    works["matmul_ref"] = make_matmul(max(sizes_for(settings)))
+    timings = interleave(
         works, rounds=settings.rounds, warmup=settings.warmup, min_round_s=settings.min_round_s
-    ).items():
-        rows[name].update(timing.to_dict("tokens"))
-        ctx.say(f"  {name:14s} {rows[name]['tokens_per_s']:10.0f} target tok/s")
+    )
+    same_rounds = timings.pop("matmul_ref").median_rate / 1e9
+    used_peak = same_rounds if math.isnan(peak) else max(peak, same_rounds)
+    flops = [step_flops(shape, b) for b in batches]
+    for name, timing in timings.items():
+        row = rows[name]
+        row.update(timing.to_dict("tokens"))
+        row["achieved_gflops"] = statistics.median(
+            timing.repeats * flops[r] / sec / 1e9 for r, sec in enumerate(timing.seconds)
+        )
+        row["fraction_of_peak"] = ratio(row["achieved_gflops"], used_peak)
+        ctx.say(
+            f"  {name:14s} {row['tokens_per_s']:10.0f} target tok/s  "
+            f"{row['achieved_gflops']:6.1f} GFLOP/s"
+        )
     value = ratio(rows["attnlab"]["tokens_per_s"], rows["torch_nn"]["tokens_per_s"])
     real = sum(b.tokens for b in batches)
     padded = sum(b.tgt_out.numel() for b in batches)
@@ -231,10 +266,13 @@ def run(settings, ctx) -> dict[str, Any]:
                 "src_shape": list(b.src.shape),
                 "tgt_shape": list(b.tgt_in.shape),
                 "target_tokens": b.tokens,
+                "step_flops": f,
             }
-            for b in batches
+            for b, f in zip(batches, flops)
         ],
         "target_padding_fraction": 1.0 - real / padded,
+        "matmul_same_rounds_gflops": same_rounds,
+        "peak_gflops_used": used_peak,
         "contenders": [rows[n] for n in CONTENDERS],
         "ratios": {"attnlab_vs_torch_nn": value},
         "targets": [

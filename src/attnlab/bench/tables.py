@@ -97,13 +97,21 @@ def _seq2seq(s: dict) -> list[str]:
     out = [
         f"Width {sh['d_model']}, {sh['n_layers']}+{sh['n_layers']} layers, {sh['n_heads']} "
         f"heads, FFN {sh['d_ff']}, vocab {sh['vocab']}, {sh['batch']} sentences per batch; "
-        f"{s['target_padding_fraction']:.0%} of target positions are padding.",
+        f"{s['target_padding_fraction']:.0%} of target positions are padding; peak used "
+        f"{fmt_num(s.get('peak_gflops_used'), '.1f')} GFLOP/s.",
         "",
     ]
     rows = [
-        [c["name"], f"{c['tokens_per_s']:,.0f}", f"{c['rel_spread']:.0%}"] for c in s["contenders"]
+        [
+            c["name"],
+            f"{c['tokens_per_s']:,.0f}",
+            f"{c['rel_spread']:.0%}",
+            fmt_num(c.get("achieved_gflops"), ".1f"),
+            fmt_num(c.get("fraction_of_peak"), ".0%"),
+        ]
+        for c in s["contenders"]
     ]
-    out += md_table(["contender", "target tokens/s", "spread"], rows)
+    out += md_table(["contender", "target tokens/s", "spread", "GFLOP/s", "of peak"], rows)
     value = fmt_num(s["ratios"]["attnlab_vs_torch_nn"], ".2f")
     return out + ["", f"attnlab / nn.Transformer = **{value}**"]
 
