@@ -1,8 +1,8 @@
 """Suite ``profile``: where attnlab's time goes (torch.profiler), to explain unmet targets.
 
-For each LM shape we profile ``steps`` attnlab training steps (after a warm-up step) and, when
-``attnlab.generate`` is available, one greedy generation of 100 tokens after a 64-token prompt at
-the medium shape. The result lists the top operators by self CPU time with their share of the
+For each LM shape and the seq2seq workload we profile ``steps`` attnlab training steps (after a
+warm-up step) and, when ``attnlab.generate`` is available, one greedy generation of 100 tokens
+after a 64-token prompt at the medium shape. The result lists the top operators by self CPU time with their share of the
 total: the first thing to read when a target is not met (matmuls near the top = compute bound;
 copies, layout changes, small elementwise ops or Python-side gaps = overhead to remove).
 """
@@ -14,6 +14,7 @@ from typing import Any
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from attnlab.bench import seq2seq_train as s2s
 from attnlab.bench.lm_train import SHAPES, TINY_SHAPES, build_lm, make_batches, make_train_step
 
 TOP = 15
@@ -60,6 +61,11 @@ def run(settings, ctx) -> dict[str, Any]:
                 steps,
             )
         )
+    s2s_shape = s2s.TINY_SHAPE if settings.tiny else s2s.SHAPE
+    model, forward = s2s.build_seq2seq("attnlab", s2s_shape)
+    work = s2s.make_train_step(model, forward, s2s.make_batches(s2s_shape, 1))
+    ctx.say("profile: attnlab seq2seq training step")
+    out.append(_profile(lambda: work(0), f"attnlab seq2seq training, {steps} steps", steps))
     try:
         from attnlab.bench.lm_train import attnlab_config
         from attnlab.generate import GenerationConfig, generate
