@@ -245,7 +245,11 @@ def _recipe(s: dict) -> list[str]:
 def _profile(s: dict) -> list[str]:
     out = []
     for item in s["profiles"]:
-        out += [f"**{item['what']}** ({item['total_ms']:.1f} ms self CPU in total)", ""]
+        out += [
+            f"**{item['what']}**: {item['wall_ms']:.1f} ms wall without the profiler, "
+            f"{item['total_ms']:.1f} ms self time in operators",
+            "",
+        ]
         out += md_table(
             ["op", "self CPU ms", "share", "calls"],
             [
