@@ -2,11 +2,11 @@
 
 For each LM shape and the seq2seq workload we profile ``steps`` attnlab training steps (after a
 warm-up step) and, when ``attnlab.generate`` is available, one greedy generation of 100 tokens
-after a 64-token prompt at the medium shape. The result lists the top operators by self CPU time with their share of the
-total: the first thing to read when a target is not met (matmuls near the top = compute bound;
-copies, layout changes, small elementwise ops = overhead to remove). ``wall_ms`` is the same work
-timed without the profiler: when the operators' self time ``total_ms`` is well below it, the
-rest is Python and dispatch overhead between operators.
+after a 64-token prompt at the medium shape. The result lists the top operators by self CPU time
+with their share of the total: the first thing to read when a target is not met (matmuls near the
+top = compute bound; copies, layout changes, small elementwise ops = overhead to remove).
+``wall_ms`` is the same work timed without the profiler: when the operators' self time
+``total_ms`` is well below it, the rest is Python and dispatch overhead between operators.
 """
 
 from __future__ import annotations
