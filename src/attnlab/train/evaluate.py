@@ -1,0 +1,182 @@
+"""Evaluation during and after training: loss, perplexity, exact match, BLEU/chrF, accuracy.
+
+* loss: the mean negative log-likelihood per target (nats), ppl = exp(loss) (000, 003).
+* exact match (generated seq2seq tasks and pair files): the share of sources whose *greedy*
+  decoding equals the reference exactly. Greedy decoding here uses only the Seq2SeqModel
+  interface (``encode``, ``new_cache``, ``decode``), as ``train`` must not import ``generate``:
+
+      y_l = argmax_v p(v | y_{<l}, x),  y_0 = <bos>,  stop at <eos> or after ``max_new_tokens``.
+
+* BLEU and chrF (corpus level, ``sacrebleu``) for text pairs read from files.
+* accuracy for classification.
+
+Shapes: B batch, S source length, T target length, V vocabulary, C classes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from typing import Any, NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.models.base import Seq2SeqModel
+from attnlab.train.objectives import batch_loss, move_batch
+
+
+class Prediction(NamedTuple):
+    """One evaluated example as text."""
+
+    source: str
+    prediction: str
+    target: str
+    correct: bool
+
+
+class EvalResult(NamedTuple):
+    metrics: dict[str, float]  # e.g. {"val_loss": .., "val_ppl": .., "val_exact_match": ..}
+    predictions: list[Prediction]  # every evaluated example (seq2seq / classify), else empty
+
+
+@torch.no_grad()
+def greedy_decode(
+    model: Seq2SeqModel,
+    src: Tensor,
+    src_mask: Tensor | None,
+    *,
+    bos_id: int,
+    eos_id: int,
+    max_new_tokens: int,
+) -> list[list[int]]:
+    """Greedy outputs of a batch of sources (src (B, S), src_mask (B, S) True = real token).
+
+    Returns one id list per row, without <bos> and cut before the first <eos>.
+    """
+    if max_new_tokens <= 0:
+        raise ValueError(f"max_new_tokens={max_new_tokens} must be positive")
+    encoded = model.encode(src, src_mask)
+    cache = model.new_cache(encoded, max_new_tokens)
+    b = src.size(0)
+    token = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
+    done = torch.zeros(b, dtype=torch.bool, device=src.device)
+    steps = []
+    for _ in range(max_new_tokens):
+        logits = model.decode(token, encoded, cache=cache).logits[:, -1]  # (B, V)
+        token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
+        steps.append(token)
+        done |= token.squeeze(1) == eos_id
+        if bool(done.all()):
+            break
+    out = torch.cat(steps, dim=1).tolist()  # (B, L)
+    return [row[: row.index(eos_id)] if eos_id in row else row for row in out]
+
+
+def decode_limit(model: nn.Module, data: Any) -> int:
+    """How many tokens greedy decoding may produce: 1.5x the longest training target + 2
+    (a longer output cannot match), capped by the model's max_len when it has one."""
+    limit = int(1.5 * getattr(data, "longest_target", 64)) + 2
+    max_len = getattr(model, "max_len", None)
+    return min(limit, max_len) if max_len else limit
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[nn.Module]:
+    """Switch dropout off for the block and restore the previous mode afterwards."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield model
+    finally:
+        model.train(was_training)
+
+
+def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, dtype=dtype)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    data: Any,
+    *,
+    batch_size: int,
+    max_batches: int,
+    device: torch.device | str = "cpu",
+    autocast_dtype: torch.dtype | None = None,
+    prefix: str = "val",
+    decode: bool = True,
+) -> EvalResult:
+    """Metrics of ``model`` on the validation set of ``data`` (a :class:`TaskData`).
+
+    At most ``max_batches`` batches of ``batch_size`` are used (the same ones every time).
+    ``decode=False`` skips greedy decoding (loss and perplexity only).
+    """
+    device = torch.device(device)
+    batches = data.val_batches(batch_size, max_batches)
+    total, count = 0.0, 0
+    predictions: list[Prediction] = []
+    with eval_mode(model):
+        for i, batch in enumerate(batches):
+            batch = move_batch(batch, device)
+            with _autocast(device, autocast_dtype):
+                loss = batch_loss(model, batch, data.kind)
+            total, count = total + float(loss.total), count + loss.count
+            if data.kind == "seq2seq" and decode:
+                predictions += _decode_batch(model, data, batch, i * batch_size)
+            elif data.kind == "classify":
+                predictions += _classify_batch(model, data, batch, i * batch_size)
+    mean = total / max(count, 1)
+    metrics = {f"{prefix}_loss": mean}
+    if data.kind != "classify":  # perplexity is a per-token notion
+        metrics[f"{prefix}_ppl"] = math.exp(min(mean, 700.0))
+    if predictions:
+        name = "exact_match" if data.kind == "seq2seq" else "accuracy"
+        metrics[f"{prefix}_{name}"] = sum(p.correct for p in predictions) / len(predictions)
+    if data.kind == "seq2seq" and predictions and not getattr(data, "generated", True):
+        metrics.update(text_scores(predictions, prefix))
+    return EvalResult(metrics, predictions)
+
+
+def _decode_batch(model: nn.Module, data: Any, batch: Any, offset: int) -> list[Prediction]:
+    tok = data.tokenizer
+    outputs = greedy_decode(
+        model,
+        batch.src,
+        batch.src_mask,
+        bos_id=tok.bos_id,
+        eos_id=tok.eos_id,
+        max_new_tokens=decode_limit(model, data),
+    )
+    out = []
+    for k, ids in enumerate(outputs):
+        example = data.val_examples[offset + k]
+        reference = data.val_ids[offset + k][1]
+        out.append(Prediction(example.source, tok.decode(ids), example.target, ids == reference))
+    return out
+
+
+def _classify_batch(model: nn.Module, data: Any, batch: Any, offset: int) -> list[Prediction]:
+    guesses = model(batch.ids, key_padding_mask=batch.mask).logits.argmax(-1).tolist()  # (B,)
+    out = []
+    for k, guess in enumerate(guesses):
+        example = data.val_examples[offset + k]
+        name = data.labels.decode(guess)
+        out.append(Prediction(example.source, name, example.target, name == example.target))
+    return out
+
+
+def text_scores(predictions: list[Prediction], prefix: str = "val") -> dict[str, float]:
+    """Corpus BLEU and chrF (sacrebleu defaults: 13a tokenisation, chrF with n=6, beta=2)."""
+    import sacrebleu
+
+    hyps = [p.prediction for p in predictions]
+    refs = [[p.target for p in predictions]]
+    return {
+        f"{prefix}_bleu": float(sacrebleu.corpus_bleu(hyps, refs).score),
+        f"{prefix}_chrf": float(sacrebleu.corpus_chrf(hyps, refs).score),
+    }
