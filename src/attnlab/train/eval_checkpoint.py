@@ -1,0 +1,89 @@
+"""Evaluate a saved run: ``evaluate_checkpoint("runs/dates")`` (what ``attnlab evaluate`` calls).
+
+The checkpoint brings the model, tokenizer, labels and the TrainConfig it was trained with, so the
+validation set is rebuilt exactly as during training (same seed, same split). ``split="test"``
+uses a fresh generated set for built-in tasks (its seed differs from both the training and the
+validation seeds, and sources seen in training are removed); for file data it needs the test
+file (``data=``). Nothing is written into the run directory.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+from attnlab.errors import CheckpointError, DataError
+from attnlab.train.checkpoint import load_checkpoint
+from attnlab.train.distributed import resolve_device
+from attnlab.train.evaluate import EvalResult, evaluate
+from attnlab.train.run_config import TrainConfig
+from attnlab.train.setup import KINDS_FOR_TASK
+from attnlab.train.task_data import build_task_data
+
+
+class CheckpointEvaluation(NamedTuple):
+    result: EvalResult
+    checkpoint: Path
+    step: int
+    summary: str  # one line describing the evaluated data
+
+
+def _task_of(kind: str) -> str:
+    for task, kinds in KINDS_FOR_TASK.items():
+        if kind in kinds:
+            return task
+    raise CheckpointError(f"a {kind!r} model has no task to evaluate; use a trained LM, "
+                          f"seq2seq model or classifier")  # fmt: skip
+
+
+def evaluate_checkpoint(
+    path: str | os.PathLike,
+    *,
+    split: str = "val",
+    data: str | None = None,
+    batch_size: int | None = None,
+    max_batches: int | None = None,
+    device: str = "auto",
+) -> CheckpointEvaluation:
+    """Metrics of the checkpoint at ``path`` (a run directory or a ``step_*`` directory).
+
+    ``data`` replaces the evaluation set with a file: text for an LM, a pair file for seq2seq,
+    a labelled file for a classifier. ``max_batches`` defaults to every batch of the set.
+    """
+    if split not in ("val", "test"):
+        raise ValueError(f"split={split!r} must be 'val' or 'test'")
+    dev = resolve_device(device)
+    ckpt = load_checkpoint(path, map_location=dev)
+    saved = (ckpt.train_state or {}).get("train_config")
+    task = _task_of(ckpt.config.kind)
+    if saved:
+        try:
+            cfg = TrainConfig.from_dict(saved)
+        except ValueError as err:
+            raise CheckpointError(f"{ckpt.path}: invalid saved train config: {err}") from None
+    elif data is None:
+        raise DataError(
+            f"{str(ckpt.path)!r} was exported without its training settings, so its validation "
+            f"set is unknown; pass the evaluation data file (e.g. --pairs test.tsv)"
+        )
+    else:
+        cfg = TrainConfig(task=task, data=data)
+    if ckpt.config.kind not in KINDS_FOR_TASK[cfg.task]:
+        cfg = cfg.replace(task=task)
+    run_dir = ckpt.path.parent.parent
+    corpus = run_dir / "data" / "corpus" / "meta.json"
+    with tempfile.TemporaryDirectory(prefix="attnlab-eval-") as tmp:
+        use_run_corpus = cfg.task == "lm" and data is None and corpus.is_file()
+        task_data = build_task_data(
+            cfg, data_dir=run_dir / "data" if use_run_corpus else Path(tmp),
+            tokenizer=ckpt.tokenizer, labels=ckpt.labels, split=split, eval_data=data,
+            prepare=not use_run_corpus,
+        )  # fmt: skip
+        task_data.check_fits(ckpt.config)
+        bs = batch_size or cfg.batch_size
+        result = evaluate(ckpt.model, task_data, batch_size=bs,
+                          max_batches=max_batches or 1_000_000, device=dev,
+                          prefix="test" if split == "test" else "val")  # fmt: skip
+    return CheckpointEvaluation(result, ckpt.path, ckpt.step, task_data.summary)

@@ -1,0 +1,154 @@
+"""What a run writes besides checkpoints: metrics.jsonl, loss.png, TensorBoard, a progress bar.
+
+``metrics.jsonl`` has one JSON object per line, e.g.::
+
+    {"step": 100, "train_loss": 0.84, "lr": 0.003, "tokens_per_s": 51234.0, "elapsed_s": 12.1}
+    {"step": 250, "train_loss": 0.31, ..., "val_loss": 0.29, "val_ppl": 1.34,
+     "val_exact_match": 0.71}
+
+``step`` counts optimizer steps done. ``train_loss`` is the mean per-target loss of the steps
+since the previous line. On resume, lines past the checkpoint's step are dropped first, so the
+file always describes one consistent history. The plot is drawn here with matplotlib (Agg),
+because ``train`` does not depend on ``attnlab.viz``.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import sys
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from attnlab.errors import ConfigError
+from attnlab.train.atomic import atomic_write_bytes, atomic_write_text, storage_errors
+
+METRICS_FILE, PLOT_FILE = "metrics.jsonl", "loss.png"
+TASK_METRICS = ("exact_match", "accuracy", "bleu", "chrf")
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl file; a torn last line (a crash mid-write) is skipped."""
+    p = Path(path)
+    if not p.is_file():
+        return []
+    records = []
+    for line in p.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and "step" in record:
+            records.append(record)
+    return records
+
+
+class MetricsLog:
+    """Append-only metrics.jsonl; ``keep_until`` truncates a resumed run's file to its step."""
+
+    def __init__(self, path: str | os.PathLike, keep_until: int | None = None):
+        self.path = Path(path)
+        if keep_until is None:
+            old: list[dict[str, Any]] = []
+        else:
+            old = [r for r in read_metrics(self.path) if r["step"] <= keep_until]
+        text = "".join(json.dumps(r) + "\n" for r in old)
+        atomic_write_text(self.path, text)
+        self.records = old
+
+    def append(self, record: dict[str, Any]) -> None:
+        clean = {k: _jsonable(v) for k, v in record.items()}
+        with storage_errors(self.path), open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(clean) + "\n")
+        self.records.append(clean)
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None if math.isnan(v) else (1e308 if v > 0 else -1e308)
+    return v
+
+
+def plot_loss(records: Iterable[dict[str, Any]], path: str | os.PathLike,
+              title: str | None = None) -> Path:  # fmt: skip
+    """Loss curves (train, validation) and the task metric, written atomically as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    from matplotlib.figure import Figure
+
+    records = list(records)
+    metric_keys = sorted({k for r in records for k in r
+                          if k.startswith("val_") and k[4:] in TASK_METRICS})  # fmt: skip
+    fig = Figure(figsize=(10 if metric_keys else 6, 4), layout="constrained")
+    axes = fig.subplots(1, 2 if metric_keys else 1, squeeze=False)[0]
+    for key, style in (("train_loss", "-"), ("val_loss", "o-")):
+        pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+        if pts:
+            axes[0].plot(*zip(*pts), style, label=key.replace("_", " "), markersize=3)
+    axes[0].set_xlabel("step")
+    axes[0].set_ylabel("loss (nats per target)")
+    if any(isinstance(r.get("train_loss"), (int, float)) and r["train_loss"] > 0 for r in records):
+        axes[0].set_yscale("log")
+    axes[0].grid(alpha=0.3)
+    axes[0].legend()
+    if metric_keys:
+        for key in metric_keys:
+            pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
+            axes[1].plot(*zip(*pts), "o-", label=key.replace("_", " "), markersize=3)
+        axes[1].set_xlabel("step")
+        axes[1].set_ylabel("validation metric")
+        axes[1].grid(alpha=0.3)
+        axes[1].legend()
+    if title:
+        fig.suptitle(title)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return atomic_write_bytes(path, buf.getvalue())
+
+
+class TensorBoard:
+    """Scalars to TensorBoard event files in ``run_dir/tensorboard`` (needs ``tensorboard``)."""
+
+    def __init__(self, log_dir: str | os.PathLike):
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            raise ConfigError(
+                "tensorboard=true needs the tensorboard package, which is not installed; "
+                "install it (pip install 'attnlab[tensorboard]') or turn tensorboard off"
+            ) from None
+        self.writer = SummaryWriter(str(log_dir))
+
+    def log(self, record: dict[str, Any]) -> None:
+        for key, value in record.items():
+            if key != "step" and isinstance(value, (int, float)):
+                self.writer.add_scalar(key, value, record["step"])
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def progress_bar(total: int, initial: int, enabled: bool) -> Any:
+    """A tqdm bar on stderr showing the step, loss, tokens/s and ETA; off unless a TTY."""
+    from tqdm.auto import tqdm
+
+    show = enabled and sys.stderr.isatty()
+    return tqdm(total=total, initial=initial, disable=not show, unit="step", dynamic_ncols=True,
+                smoothing=0.1, file=sys.stderr)  # fmt: skip
+
+
+def format_metrics(metrics: dict[str, float]) -> str:
+    """``val_loss 0.0123  val_ppl 1.01  val_exact_match 99.20%`` for humans."""
+    parts = []
+    for key, value in metrics.items():
+        if key.endswith(("exact_match", "accuracy")):
+            parts.append(f"{key} {100 * value:.2f}%")
+        elif isinstance(value, float):
+            parts.append(f"{key} {value:.4g}")
+        else:
+            parts.append(f"{key} {value}")
+    return "  ".join(parts)

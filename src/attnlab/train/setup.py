@@ -1,0 +1,115 @@
+"""Everything decided before the first step: run directory, resume point, data, model config.
+
+The rules a user can rely on:
+
+* A run directory that already holds checkpoints is never trained over by accident: without
+  ``resume`` that is an error naming the latest step; with ``resume`` training continues from
+  ``latest_checkpoint(run_dir)`` (and starts fresh if there is none yet, e.g. after a ``kill -9``
+  before the first save).
+* The data decides the sizes the model config leaves open: ``vocab_size`` = the tokenizer's,
+  ``n_classes`` = the number of labels, ``pad_id`` = the tokenizer's pad id. A resumed run takes
+  its tokenizer and labels from the checkpoint, and the model config must equal the saved one.
+* The model kind must fit the task: ``lm`` trains decoder_lm / rnn_lm, ``seq2seq`` trains
+  encoder_decoder / lstm_seq2seq and ``classify`` trains classifier.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from attnlab.config import LM_KINDS, SEQ2SEQ_KINDS, ModelConfig
+from attnlab.errors import CheckpointError, ConfigError
+from attnlab.train.atomic import ensure_writable_dir
+from attnlab.train.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
+from attnlab.train.distributed import DistInfo, barrier
+from attnlab.train.task_data import TaskData, build_task_data
+
+KINDS_FOR_TASK = {"lm": LM_KINDS, "seq2seq": SEQ2SEQ_KINDS, "classify": ("classifier",)}
+DEFAULT_KIND = {"lm": "decoder_lm", "seq2seq": "encoder_decoder", "classify": "classifier"}
+
+
+class RunSetup(NamedTuple):
+    run_dir: Path
+    data: TaskData
+    model_config: ModelConfig
+    checkpoint: Checkpoint | None  # the checkpoint resumed from, if any
+
+
+def check_kind(model_cfg: ModelConfig, task: str) -> None:
+    """A ConfigError when ``model_cfg.kind`` cannot be trained on ``task``."""
+    kinds = KINDS_FOR_TASK.get(task, ())
+    if model_cfg.kind not in kinds:
+        raise ConfigError(
+            f"model kind {model_cfg.kind!r} cannot be trained on task {task!r}; for that task "
+            f"use kind {' or '.join(repr(k) for k in kinds)} (e.g. --model-kind {kinds[0]}), "
+            f"or pick the task that fits the model"
+        )
+
+
+def fit_model_config(model_cfg: ModelConfig, data: TaskData) -> ModelConfig:
+    """Fill the sizes the data decides (see module docstring)."""
+    changes: dict[str, Any] = {
+        "vocab_size": data.tokenizer.vocab_size,
+        "tgt_vocab_size": None,  # source and target share one tokenizer
+        "pad_id": data.tokenizer.pad_id,
+    }
+    if data.labels is not None:
+        changes["n_classes"] = len(data.labels)
+    try:
+        return model_cfg.replace(**changes)
+    except ValueError as err:
+        raise ConfigError(f"the model config does not fit the data: {err}") from None
+
+
+def _differences(saved: ModelConfig, wanted: ModelConfig) -> list[str]:
+    a, b = saved.to_dict(), wanted.to_dict()
+    return [f"{k}: checkpoint {a[k]!r}, config {b[k]!r}" for k in a if a[k] != b[k]]
+
+
+def find_resume_point(run_dir: Path, resume: bool) -> Path | None:
+    """The checkpoint to continue from, or None for a fresh run (see module docstring)."""
+    latest = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    if latest is not None and not resume:
+        raise ConfigError(
+            f"the run directory {str(run_dir)!r} already holds checkpoints (latest: "
+            f"{latest.name}); pass --resume to continue that run, or choose a new --out so "
+            f"nothing saved there is overwritten"
+        )
+    return latest if resume else None
+
+
+def prepare_run(run_config: Any, run_dir: Path, resume: bool, info: DistInfo) -> RunSetup:
+    """Resolve the run directory, resume point, data and model config (all ranks)."""
+    cfg = run_config.train
+    check_kind(run_config.model, cfg.task)
+    if info.is_main:
+        ensure_writable_dir(run_dir)
+    barrier(info)
+    path = find_resume_point(run_dir, resume)
+    ckpt = None
+    if path is not None:
+        ckpt = load_checkpoint(path, map_location="cpu")
+        if ckpt.train_state is None:
+            raise CheckpointError(f"{str(path)!r} has no training state; it cannot be resumed")
+    tokenizer = ckpt.tokenizer if ckpt is not None else None
+    labels = ckpt.labels if ckpt is not None else None
+
+    def build(prepare: bool) -> TaskData:
+        return build_task_data(cfg, data_dir=run_dir / "data", tokenizer=tokenizer,
+                               labels=labels, prepare=prepare)  # fmt: skip
+
+    data = build(True) if info.is_main else None  # rank 0 prepares an LM corpus, others read it
+    barrier(info)
+    if data is None:
+        data = build(False)
+    model_cfg = fit_model_config(run_config.model, data)
+    data.check_fits(model_cfg)
+    if ckpt is not None and ckpt.config != model_cfg:
+        diff = "; ".join(_differences(ckpt.config, model_cfg)[:6])
+        raise CheckpointError(
+            f"the checkpoint {str(ckpt.path)!r} is from a different model ({diff}); resume with "
+            f"the model settings it was trained with (omit model flags so the run's "
+            f"config.toml is used), or start a new run with another --out"
+        )
+    return RunSetup(run_dir, data, model_cfg, ckpt)
