@@ -1,0 +1,59 @@
+"""``attnlab evaluate``: metrics of a saved run on its validation set, a test set or a file."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "evaluate",
+        help="evaluate a checkpoint: loss, perplexity, exact match, BLEU/chrF or accuracy",
+        description="Evaluate a checkpoint. Example: attnlab evaluate --checkpoint runs/dates "
+        "--split test",
+    )
+    p.add_argument("--checkpoint", required=True, metavar="RUN",
+                   help="a run directory (its latest checkpoint) or a step_* directory")  # fmt: skip
+    p.add_argument("--split", choices=("val", "test"), default="val",
+                   help="val: the run's validation set; test: a fresh generated set (built-in "
+                   "tasks) or the file given below")  # fmt: skip
+    d = p.add_argument_group("evaluation data (default: the run's own)")
+    d.add_argument("--text", metavar="FILE_OR_DIR", help="text for a language model")
+    d.add_argument("--pairs", metavar="FILE", help="(source, target) pairs for a seq2seq model")
+    d.add_argument("--labels", metavar="FILE", help="(text, label) examples for a classifier")
+    p.add_argument("--batch-size", type=int, help="examples per batch (default: the run's)")
+    p.add_argument("--max-batches", type=int, help="evaluate at most this many batches")
+    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    p.add_argument("--examples", type=int, default=5, help="predictions to print")
+    p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnlab.errors import ConfigError
+    from attnlab.train.eval_checkpoint import evaluate_checkpoint
+    from attnlab.train.report import format_metrics
+
+    files = [f for f in (args.text, args.pairs, args.labels) if f]
+    if len(files) > 1:
+        raise ConfigError("give at most one of --text, --pairs and --labels")
+    for name in ("batch_size", "max_batches"):
+        value = getattr(args, name)
+        if value is not None and value <= 0:
+            raise ConfigError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
+    found = evaluate_checkpoint(
+        args.checkpoint, split=args.split, data=files[0] if files else None,
+        batch_size=args.batch_size, max_batches=args.max_batches, device=args.device,
+    )  # fmt: skip
+    metrics = found.result.metrics
+    if args.json:
+        print(json.dumps({"checkpoint": str(found.checkpoint), "step": found.step, **metrics}))
+        return 0
+    print(f"checkpoint {found.checkpoint} (step {found.step})")
+    print(found.summary)
+    for p in found.result.predictions[: max(args.examples, 0)]:
+        mark = "ok " if p.correct else "BAD"
+        print(f"  [{mark}] {p.source!r} -> {p.prediction!r}   (reference {p.target!r})")
+    print(format_metrics(metrics))
+    return 0

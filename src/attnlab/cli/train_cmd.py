@@ -1,0 +1,277 @@
+"""``attnlab train``: build a RunConfig from a preset, a TOML file and flags, then call train().
+
+Precedence (later wins): TrainConfig/ModelConfig defaults < ``--preset`` < ``--config FILE`` <
+flags (including ``--set key=value``). With ``--resume`` and neither ``--preset`` nor
+``--config``, the run's own ``config.toml`` is the base, so ``attnlab train --out runs/x
+--resume`` continues a run exactly and ``--steps N`` extends it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from attnlab.data import CLASSIFICATION_TASKS, TASKS, read_parallel
+from attnlab.errors import ConfigError
+
+FLAG_FIELDS = {  # flag -> (config field, type, help)
+    "--model-kind": ("model.kind", str, "model family: decoder_lm, encoder_decoder, classifier, "
+                     "rnn_lm, lstm_seq2seq (default: the one that fits the task)"),
+    "--d-model": ("d_model", int, "model width D"),
+    "--n-heads": ("n_heads", int, "attention heads H"),
+    "--n-layers": ("n_layers", int, "layers (encoder layers of a seq2seq model)"),
+    "--n-decoder-layers": ("n_decoder_layers", int, "decoder layers of a seq2seq model"),
+    "--d-ff": ("d_ff", int, "feed-forward hidden width"),
+    "--max-len": ("max_len", int, "longest sequence the model accepts"),
+    "--dropout": ("dropout", float, "dropout probability"),
+    "--positional": ("positional", str, "learned, sinusoidal, concat, rotary or none"),
+    "--norm-placement": ("norm_placement", str, "pre or post"),
+    "--tokenizer": ("tokenizer", str, "char, byte or bpe (trained on the training data)"),
+    "--bpe-vocab-size": ("bpe_vocab_size", int, "BPE vocabulary size"),
+    "--context-len": ("context_len", int, "LM: tokens per training window"),
+    "--max-src-len": ("max_src_len", int, "drop training sources longer than this"),
+    "--max-tgt-len": ("max_tgt_len", int, "drop training targets longer than this"),
+    "--n-train": ("n_train", int, "generated tasks: training examples"),
+    "--n-val": ("n_val", int, "generated tasks: validation examples"),
+    "--val-fraction": ("val_fraction", float, "share of file data held out for validation"),
+    "--val-data": ("val_data", str, "a separate validation file"),
+    "--steps": ("steps", int, "optimizer steps"),
+    "--batch-size": ("batch_size", int, "sequences per micro-batch per process (global batch "
+                     "= batch size x grad accum x processes)"),
+    "--grad-accum": ("grad_accum", int, "micro-batches per optimizer step"),
+    "--optimizer": ("optimizer", str, "adamw, or muon (Muon for 2-D hidden weights)"),
+    "--lr": ("lr", float, "peak learning rate"),
+    "--min-lr": ("min_lr", float, "learning rate at the end of the decay"),
+    "--lr-schedule": ("lr_schedule", str, "cosine, linear or constant after warm-up"),
+    "--warmup-steps": ("warmup_steps", int, "linear warm-up steps"),
+    "--weight-decay": ("weight_decay", float, "decoupled weight decay (not on norms, biases, "
+                       "embeddings)"),
+    "--grad-clip": ("grad_clip", float, "max global gradient norm (0 = off)"),
+    "--label-smoothing": ("label_smoothing", float, "seq2seq/classify label smoothing"),
+    "--eval-every": ("eval_every", int, "steps between evaluations (0 = at the end)"),
+    "--eval-batches": ("eval_batches", int, "validation batches per evaluation"),
+    "--save-every": ("save_every", int, "steps between checkpoints (0 = at the end)"),
+    "--keep-last": ("keep_last", int, "checkpoints kept besides the best (0 = all)"),
+    "--best-metric": ("best_metric", str, "metric choosing the best checkpoint, e.g. val_loss"),
+    "--log-every": ("log_every", int, "steps between metrics.jsonl lines"),
+    "--seed": ("seed", int, "random seed (data order, init, dropout)"),
+    "--device": ("device", str, "auto, cpu, cuda, cuda:N or mps"),
+    "--dtype": ("dtype", str, "fp32, or bf16 autocast"),
+    "--threads": ("threads", int, "torch intra-op threads (0 = default)"),
+}  # fmt: skip
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "train", help="train a model (LM, seq2seq or classifier) with checkpoints and resume",
+        description="Train a model. Example: attnlab train --preset dates   |   attnlab train "
+        "--preset char-lm --text input.txt --out runs/mylm   |   torchrun --nproc_per_node 2 "
+        "-m attnlab train --preset dates",
+    )  # fmt: skip
+    g = p.add_argument_group("run")
+    g.add_argument("--preset", help="a tuned run: dates, reverse, addition, parens, char-lm")
+    g.add_argument("--config", metavar="FILE.toml", help="run config with [model] and [train]")
+    g.add_argument("--out", metavar="RUN_DIR", help="run directory (checkpoints, metrics, plots)")
+    g.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from the run's latest "
+        "checkpoint (bit-identical); a fresh start if there is none yet",
+    )
+    g.add_argument(
+        "--dump-config",
+        metavar="FILE.toml",
+        help="write the resolved config to FILE and exit without training",
+    )
+    g.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any other config field, e.g. --set qk_norm=true (repeatable)",
+    )
+    g.add_argument("--examples", type=int, default=8, help="validation examples to print")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+    g.add_argument("--no-plots", action="store_true", help="skip the attention heatmap")
+    g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    g.add_argument(
+        "--tensorboard",
+        action="store_true",
+        default=None,
+        help="also write TensorBoard logs (needs the tensorboard package)",
+    )
+    d = p.add_argument_group("data (pick one)")
+    d.add_argument("--text", metavar="FILE_OR_DIR", help="language modelling on local text")
+    d.add_argument(
+        "--task",
+        metavar="NAME",
+        help="a built-in generated task: "
+        + ", ".join(sorted(TASKS) + sorted(CLASSIFICATION_TASKS)),
+    )
+    d.add_argument("--pairs", metavar="FILE", help="seq2seq pairs (.tsv or .jsonl)")
+    d.add_argument("--src-file", metavar="FILE", help="seq2seq source lines (with --tgt-file)")
+    d.add_argument("--tgt-file", metavar="FILE", help="seq2seq target lines (with --src-file)")
+    d.add_argument("--labels", metavar="FILE", help="classification examples (.csv or .jsonl)")
+    h = p.add_argument_group("model and training settings (override preset and config)")
+    for flag, (_, kind, text) in FLAG_FIELDS.items():
+        h.add_argument(flag, type=kind, help=text)
+    p.set_defaults(func=run)
+
+
+def _data_flags(args: argparse.Namespace, out: Path) -> dict[str, Any]:
+    """task/data settings from the data flags (at most one kind of data)."""
+    given = [f for f in ("text", "task", "pairs", "src_file", "labels") if getattr(args, f)]
+    if len(given) > 1:
+        names = " and ".join("--" + g.replace("_", "-") for g in given)
+        raise ConfigError(f"give one kind of data, got {names}")
+    if bool(args.src_file) != bool(args.tgt_file):
+        raise ConfigError("--src-file and --tgt-file go together: line i of one translates "
+                          "line i of the other")  # fmt: skip
+    if args.text:
+        return {"task": "lm", "data": args.text}
+    if args.pairs:
+        return {"task": "seq2seq", "data": args.pairs}
+    if args.labels:
+        return {"task": "classify", "data": args.labels}
+    if args.task:
+        if args.task in TASKS:
+            return {"task": "seq2seq", "data": args.task}
+        if args.task in CLASSIFICATION_TASKS:
+            return {"task": "classify", "data": args.task}
+        raise ConfigError(f"unknown --task {args.task!r}; built-in tasks are "
+                          f"{sorted(TASKS) + sorted(CLASSIFICATION_TASKS)}")  # fmt: skip
+    if args.src_file:
+        return {"task": "seq2seq", "data": str(_join_parallel(args.src_file, args.tgt_file, out))}
+    return {}
+
+
+def _join_parallel(src: str, tgt: str, out: Path) -> Path:
+    """Parallel files -> one JSONL pair file in the run directory (TrainConfig has one path)."""
+    import json
+
+    from attnlab.train.atomic import atomic_write_text
+
+    pairs = read_parallel(src, tgt)
+    lines = "".join(json.dumps({"src": s, "tgt": t}, ensure_ascii=False) + "\n" for s, t in pairs)
+    return atomic_write_text(out / "data" / "pairs.jsonl", lines)
+
+
+def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
+    """The RunConfig and run directory the flags describe (see module docstring)."""
+    from attnlab.train.presets import preset_tables
+    from attnlab.train.run_config import RunConfig, load_toml, merge_overrides
+    from attnlab.train.setup import DEFAULT_KIND, KINDS_FOR_TASK
+
+    tables: dict[str, dict[str, Any]] = {"model": {}, "train": {}}
+    if args.preset:
+        tables = preset_tables(args.preset)
+    own = Path(args.out or tables["train"].get("out", "runs/default")) / "config.toml"
+    resume_own = args.resume and not args.preset and own.is_file()
+    config_file = args.config or (own if resume_own else None)
+    if config_file:
+        load_toml(config_file)  # validates, with errors naming the file and the key
+        raw = tomllib.loads(Path(config_file).read_text(encoding="utf-8"))
+        for t in ("model", "train"):
+            tables[t].update(raw.get(t, {}))
+    explicit_kind = "kind" in tables["model"] or args.model_kind is not None
+    run = RunConfig.from_dict(tables, source=str(config_file or args.preset or "defaults"))
+    flags: dict[str, Any] = {"out": args.out}
+    for flag, (field, _, _) in FLAG_FIELDS.items():
+        flags[field] = getattr(args, flag[2:].replace("-", "_"))
+    flags["compile"], flags["tensorboard"] = args.compile, args.tensorboard
+    if args.no_progress:
+        flags["progress"] = False
+    for item in args.set:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r} must look like KEY=VALUE, e.g. --set dropout=0.1")
+        flags[key.strip()] = value.strip()
+    if flags.get("model.kind") == "classifier" and "n_classes" not in tables["model"]:
+        flags["n_classes"] = 2  # a placeholder: training takes n_classes from the labels
+    run = merge_overrides(run, flags)
+    run = merge_overrides(run, _data_flags(args, Path(run.train.out)))
+    task = run.train.task
+    if not explicit_kind and run.model.kind not in KINDS_FOR_TASK[task]:
+        kind = DEFAULT_KIND[task]  # n_classes: a placeholder, training takes it from the labels
+        model = run.model.replace(kind=kind, n_classes=run.model.n_classes or 2)
+        run = RunConfig(model, run.train)
+    return run, Path(run.train.out)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnlab.train import dump_toml, train
+    from attnlab.train.atomic import atomic_write_text
+
+    run_config, out = build_run_config(args)
+    if args.dump_config:
+        atomic_write_text(args.dump_config, dump_toml(run_config))
+        print(f"wrote {args.dump_config}")
+        return 0
+    main = os.environ.get("RANK", "0") == "0"
+    if main:
+        print(f"attnlab train: {run_config.model.kind} on task {run_config.train.task!r} "
+              f"(data {run_config.train.data!r}) -> {out}", flush=True)  # fmt: skip
+    result = train(run_config, run_dir=out, resume=args.resume, progress=not args.no_progress)
+    if main:
+        _report(result, args)
+    return result.exit_code
+
+
+def _report(result: Any, args: argparse.Namespace) -> None:
+    from attnlab.train.report import format_metrics
+
+    print(result.summary)
+    if result.resumed_from is not None:
+        print(f"resumed from {result.resumed_from} (step {result.start_step})")
+    if result.stopped_by:
+        print(f"stopped by {result.stopped_by} after step {result.step}; saved "
+              f"{result.checkpoint}. Continue with: attnlab train --out {result.run_dir} "
+              f"--resume", file=sys.stderr)  # fmt: skip
+        return
+    shown = result.predictions[: max(args.examples, 0)]
+    if shown:
+        print("examples (source -> prediction, reference):")
+        for p in shown:
+            mark = "ok " if p.correct else "BAD"
+            print(f"  [{mark}] {p.source!r} -> {p.prediction!r}   (reference {p.target!r})")
+    print(f"step {result.step}: {format_metrics(result.metrics)}")
+    for key in ("val_exact_match", "val_accuracy"):
+        if key in result.metrics:
+            name = key[4:].replace("_", " ")
+            n = len(result.predictions)
+            print(f"final {name}: {100 * result.metrics[key]:.2f}% of {n} held-out examples")
+    print(f"time: {result.elapsed_s:.1f} s of training")
+    print(f"checkpoint: {result.checkpoint}")
+    if result.best_checkpoint:
+        print(f"best checkpoint: {result.best_checkpoint}")
+    print(f"metrics: {result.run_dir / 'metrics.jsonl'}   loss plot: {result.run_dir / 'loss.png'}")
+    if not args.no_plots:
+        _attention_plot(result)
+
+
+def _attention_plot(result: Any) -> None:
+    """The attention heatmaps of one validation example (via attnlab.viz, the CLI's layer)."""
+    try:
+        from attnlab.viz import model_attention_figures, save_figures
+    except ImportError:
+        print("attention plot skipped: attnlab.viz is not available")
+        return
+    if result.predictions:
+        text = result.predictions[0].source
+    else:
+        return
+    try:
+        figures = model_attention_figures(result.model, result.tokenizer, text)
+    except (ValueError, TypeError) as err:
+        print(f"attention plot skipped: {err}")
+        return
+    paths = save_figures(figures, result.run_dir / "plots")
+    print(f"attention heatmaps of {text!r}: {', '.join(str(p) for p in paths)}")
