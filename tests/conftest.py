@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-# Two xdist workers share two cores: one intra-op thread each avoids oversubscription.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    torch.set_num_threads(1)
+# Tests use tiny tensors, where threads cost more than they give; two xdist workers share two
+# cores, so one intra-op thread each also avoids oversubscription.
+torch.set_num_threads(1)
 
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 
