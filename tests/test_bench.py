@@ -306,7 +306,8 @@ def test_tiny_run_writes_json_report_and_plots(tmp_path, capsys):
     assert suites["seq2seq"]["ratios"]["attnlab_vs_torch_nn"] == pytest.approx(
         s2s["attnlab"] / s2s["torch_nn"]
     )
-    for row in suites["generate"]["contexts"]:
+    assert len(suites["generate"]["runs"]) == 4  # two models x two contexts
+    for row in suites["generate"]["runs"]:
         assert row["n_positions"] == row["context"] + row["new_tokens"]
         assert row["tokens_agree"] == 1.0  # same weights, greedy: same tokens
     att = suites["attention"]

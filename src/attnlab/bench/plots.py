@@ -27,15 +27,20 @@ def throughput_bars(result: dict[str, Any], path: Path) -> Path | None:
         panels.append((f"LM train, {shape['shape']['name']}", shape["contenders"]))
     if suites.get("seq2seq", {}).get("status") == "ok":
         panels.append(("seq2seq train (target tokens)", suites["seq2seq"]["contenders"]))
-    for row in suites.get("generate", {}).get("contexts", []):
-        panels.append((f"greedy generate, context {row['context']}", row["contenders"]))
+    for row in suites.get("generate", {}).get("runs", []):
+        title = f"generate, {row['model']['name']}, context {row['context']}"
+        panels.append((title, row["contenders"]))
     panels = [(t, [c for c in cs if c.get("status") == "ok"]) for t, cs in panels]
     panels = [(t, cs) for t, cs in panels if cs]
     if not panels:
         return None
     plt = _plt()
-    fig, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels), 3.4), squeeze=False)
-    for ax, (title, contenders) in zip(axes[0], panels):
+    cols = min(len(panels), 4)
+    nrows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(3.2 * cols, 3.4 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels) :]:
+        ax.set_visible(False)
+    for ax, (title, contenders) in zip(axes.flat, panels):
         names = [c["name"] for c in contenders]
         speeds = [c["tokens_per_s"] for c in contenders]
         colors = ["tab:orange" if n == "attnlab" else "tab:gray" for n in names]

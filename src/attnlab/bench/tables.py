@@ -117,22 +117,23 @@ def _seq2seq(s: dict) -> list[str]:
 
 
 def _generate(s: dict) -> list[str]:
-    sh = s["shape"]
     out = [
-        f"GPT-2 shape {sh['n_layers']} layers, {sh['n_heads']} heads, width {sh['d_model']}, "
-        f"vocab {sh['vocab']}; same weights; batch 1; prompt = context tokens, then "
+        "Random GPT-2 weights shared by both (vocab 65); batch 1; prompt = context tokens, then "
         f"{s['new_tokens']} new tokens (window = context + new tokens).",
         "",
     ]
     rows = []
-    for row in s["contexts"]:
+    for row in s["runs"]:
+        m = row["model"]
+        model = f"{m['name']} ({m['n_layers']}L, {m['d_model']}D)"
         for c in row["contenders"]:
             ours = c["name"] == "attnlab"
             speed = f"{c['tokens_per_s']:,.1f}" if c.get("status") == "ok" else c["status"]
             ratio = fmt_num(row["ratios"]["attnlab_vs_hf_gpt2"], ".2f") if ours else ""
             agree = fmt_num(row.get("tokens_agree"), ".0%") if ours else ""
-            rows.append([str(row["context"]), c["name"], speed, ratio, agree])
-    return out + md_table(["context", "contender", "tokens/s", "ratio", "same tokens"], rows)
+            rows.append([model, str(row["context"]), c["name"], speed, ratio, agree])
+    header = ["model", "context", "contender", "tokens/s", "ratio", "same tokens"]
+    return out + md_table(header, rows)
 
 
 def _attention(s: dict) -> list[str]:
