@@ -59,10 +59,10 @@ def run_experiment(
     random.seed(seed)
     torch.manual_seed(seed)
     threads = torch.get_num_threads()
-    machine = machine_info()
     start = time.perf_counter()
     try:
         report = exp.run(quick, out, seed)
+        machine = machine_info()  # after the run: records the thread count it used
     finally:
         torch.set_num_threads(threads)  # experiments may vary the thread count
     if not isinstance(report, Report):
