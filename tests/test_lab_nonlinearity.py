@@ -1,0 +1,45 @@
+"""Experiment ``nonlinearity`` (quick form): stacked attention with given weights is one map
+A* X V*^T; a fixed-weight attention stack without FFN is affine in its embeddings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from attnlab.lab import run_experiment
+from attnlab.lab.nonlinearity import AttentionStack, affine_gap, collapse_gaps, xor_task
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    path = tmp_path_factory.mktemp("nonlinearity")
+    report, _ = run_experiment("nonlinearity", quick=True, out_dir=path)
+    return report
+
+
+def test_stacked_attention_collapses_to_one_map_and_relu_breaks_it(report):
+    two, four, relu = report.metrics["collapse"]
+    assert two < 1e-12 and four < 1e-12 and relu > 1e-2
+
+
+def test_fixed_weights_without_ffn_are_affine_and_the_others_are_not(report):
+    for row in report.metrics["rows"]:
+        if row["model"] == "fixed weights, no FFN":
+            assert row["affine gap"] < 1e-12
+        else:
+            assert row["affine gap"] > 1e-6, row["model"]
+
+
+def test_collapse_holds_for_any_seed_and_depth():
+    for seed in (1, 2):
+        gap, rows = collapse_gaps(3, relu=False, seed=seed)
+        assert gap < 1e-12 and rows < 1e-12
+
+
+def test_xor_task_labels():
+    data = xor_task(200, 5, np.random.default_rng(0))
+    first, second = data.ids[:, 1] == 1, data.ids[:, 2] == 1
+    assert torch.equal(data.labels.bool(), first ^ second) and (data.ids[:, 0] == 0).all()
+    model = AttentionStack(3, 2, attention="fixed", ffn=False)
+    assert affine_gap(model, data.ids[:16]) < 1e-12
