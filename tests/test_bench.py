@@ -259,6 +259,26 @@ def test_cli_bad_input_is_one_paragraph(argv, message, capsys):
     assert message in err and "Traceback" not in err
 
 
+def test_cli_from_json_rerenders_without_measuring(tmp_path, capsys):
+    saved = tmp_path / "saved.json"
+    assert main(["bench", "--tiny", "--threads", "1", "--quiet", "--suite", "matmul",
+                 "--json", str(saved)]) == 0  # fmt: skip
+    notes = tmp_path / "notes.md"
+    notes.write_text("The matmul peak bounds everything.")
+    report = tmp_path / "RESULTS.md"
+    capsys.readouterr()
+    assert main(["bench", "--from-json", str(saved), "--report", str(report),
+                 "--notes", str(notes)]) == 0  # fmt: skip
+    text = report.read_text()
+    assert "## Analysis" in text and "The matmul peak bounds everything." in text
+    assert json.loads(saved.read_text())["command"] in text
+    assert main(["bench", "--from-json", str(saved), "--suite", "lm"]) == 2
+    assert "measures nothing" in capsys.readouterr().err
+    notes.write_text("{}")
+    assert main(["bench", "--from-json", str(notes)]) == 2
+    assert "schema_version" in capsys.readouterr().err
+
+
 def test_cli_refuses_a_directory_as_json_output(tmp_path, capsys):
     assert main(["bench", "--tiny", "--suite", "matmul", "--json", str(tmp_path)]) == 2
     assert "is a directory" in " ".join(capsys.readouterr().err.split())

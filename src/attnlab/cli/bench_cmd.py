@@ -9,6 +9,7 @@ attnlab bench --suite recipe --text ../shared/data/tinyshakespeare.txt
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shlex
 import sys
@@ -87,6 +88,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="lm suite: also time attnlab under torch.compile and report its compile time",
     )
+    p.add_argument(
+        "--from-json",
+        metavar="FILE",
+        help="measure nothing: re-render the table and --report from a result saved by --json "
+        "(e.g. after editing --notes)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(func=run)
 
@@ -152,6 +159,27 @@ def build_settings(args: argparse.Namespace):
     return settings
 
 
+def read_result(path: str) -> dict:
+    """A result written by ``--json`` (to re-render tables and the report without measuring)."""
+    from attnlab.bench.runner import SCHEMA_VERSION
+
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(
+            f"--from-json {path!r} does not exist; give a file written by --json"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise DataError(f"cannot read --from-json {path!r} as JSON: {err}") from None
+    if not isinstance(data, dict) or data.get("schema_version") != SCHEMA_VERSION:
+        found = data.get("schema_version") if isinstance(data, dict) else None
+        raise DataError(
+            f"--from-json {path!r} is not an attnlab bench result with schema_version "
+            f"{SCHEMA_VERSION} (found {found!r}); write one with attnlab bench --json FILE"
+        )
+    return data
+
+
 def check_flag_use(args: argparse.Namespace, settings) -> None:
     """Flags that would be silently ignored are errors that say which suite or flag uses them."""
     unused = [
@@ -164,6 +192,16 @@ def check_flag_use(args: argparse.Namespace, settings) -> None:
             "--suite attention",
         ),
     ]
+    if args.from_json is not None:
+        measuring = ["quick", "tiny", "suite", "threads", "rounds", "text", "compile",
+                     "max_attention_len", "memory_cap_gib"]  # fmt: skip
+        given = [f"--{m.replace('_', '-')}" for m in measuring if getattr(args, m) not in
+                 (None, False)]  # fmt: skip
+        if given:
+            raise UserError(
+                f"--from-json re-renders a saved result and measures nothing, so "
+                f"{', '.join(given)} would be ignored; drop them or drop --from-json"
+            )
     for bad, flag, needs in unused:
         if bad:
             raise UserError(f"{flag} has no effect here: it is used only with {needs}; add that")
@@ -193,9 +231,12 @@ def run(args: argparse.Namespace) -> int:
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
 
-    result = run_bench(
-        settings, command=command_line(args), progress=None if args.quiet else progress
-    )
+    if args.from_json is not None:
+        result = read_result(args.from_json)
+    else:
+        result = run_bench(
+            settings, command=command_line(args), progress=None if args.quiet else progress
+        )
     print(format_text(result), end="")
     if json_path is not None:
         json_path.write_text(to_json(result))
