@@ -1,9 +1,12 @@
 """attnlab: self-attention and Transformers from first principles."""
 
 from attnlab.config import PRESETS, ModelConfig
+from attnlab.generate import GenerationConfig, generate, generate_seq2seq, stream
 from attnlab.models import (
+    RNNLM,
     DecoderLM,
     EncoderClassifier,
+    LSTMSeq2Seq,
     TransformerEncoder,
     TransformerEncoderDecoder,
     build_model,
@@ -11,6 +14,7 @@ from attnlab.models import (
 
 __version__ = "0.1.0"
 __all__ = [
-    "PRESETS", "DecoderLM", "EncoderClassifier", "ModelConfig", "TransformerEncoder",
-    "TransformerEncoderDecoder", "build_model",
+    "PRESETS", "RNNLM", "DecoderLM", "EncoderClassifier", "GenerationConfig", "LSTMSeq2Seq",
+    "ModelConfig", "TransformerEncoder", "TransformerEncoderDecoder", "build_model", "generate",
+    "generate_seq2seq", "stream",
 ]

@@ -90,7 +90,7 @@ class ModelConfig:
                     f"ModelConfig.{name}={getattr(self, name)!r} is not one of {list(choices)}"
                 )
         _positive(self, "vocab_size", "d_model", "n_heads", "n_layers", "max_len")
-        if self.d_head is None and self.d_model % self.n_heads:
+        if self.kind in TRANSFORMER_KINDS and self.d_head is None and self.d_model % self.n_heads:
             raise ValueError(
                 f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
                 f"(or set d_head explicitly); try n_heads in {_divisors(self.d_model)}"

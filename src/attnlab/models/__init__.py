@@ -11,10 +11,12 @@ from attnlab.models.base import (
 from attnlab.models.build import build_model
 from attnlab.models.encoder import EncoderClassifier, EncoderOutput, TransformerEncoder
 from attnlab.models.lm import DecoderLM
+from attnlab.models.lstm_seq2seq import LSTMSeq2Seq
+from attnlab.models.rnn_lm import RNNLM
 from attnlab.models.transformer_seq2seq import TransformerEncoderDecoder
 
 __all__ = [
     "Classifier", "DecoderLM", "Encoded", "EncoderClassifier", "EncoderOutput", "LanguageModel",
-    "LayerAttention", "ModelOutput", "Seq2SeqModel", "TransformerEncoder",
+    "LayerAttention", "LSTMSeq2Seq", "ModelOutput", "RNNLM", "Seq2SeqModel", "TransformerEncoder",
     "TransformerEncoderDecoder", "build_model",
 ]

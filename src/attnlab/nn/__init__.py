@@ -20,8 +20,19 @@ from attnlab.nn.positional import (
     SinusoidalPositions,
     sinusoidal_table,
 )
+from attnlab.nn.recurrent import (
+    AdditiveScore,
+    DotScore,
+    GeneralScore,
+    RecurrentCache,
+    RNNCell,
+    SimpleRNN,
+    attention_step,
+)
 
 __all__ = [
+    "AdditiveScore", "DotScore", "GeneralScore", "RNNCell", "RecurrentCache", "SimpleRNN",
+    "attention_step",
     "AttentionOutput", "BlockOutput", "CausalBlock", "ConcatPositions", "CrossAttention",
     "DecoderBlock", "EncoderBlock", "FeedForward", "KVCache", "LayerNorm", "LearnedPositions",
     "LoopMultiHeadAttention", "NoPositions", "RMSNorm", "RotaryPositions", "SelfAttention",
