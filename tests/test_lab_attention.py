@@ -4,27 +4,10 @@ tasks; the tasks are what they claim to be."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from attnlab.lab import run_experiment
 from attnlab.lab.attention import TASKS, VARIANTS
 from attnlab.lab.tasks import counting, kv_lookup
-
-
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    path = tmp_path_factory.mktemp("attention")
-    report, readme = run_experiment("attention", quick=True, out_dir=path)
-    assert (path / "accuracy.png").is_file() and "Soft vs hard" in readme.read_text()
-    return report
-
-
-def test_every_task_and_variant_is_reported(report):
-    rows = report.tables[0].rows
-    assert [(r["task"], r["attention"]) for r in rows] == [
-        (t, v) for t in TASKS for v, _, _ in VARIANTS
-    ]
-    assert all(0.0 <= r["test accuracy"] <= 1.0 for r in rows)
 
 
 def test_kv_lookup_answer_is_the_value_paired_with_the_query():
@@ -41,3 +24,19 @@ def test_counting_labels_count_the_a_symbols():
     data = counting(200, 7, np.random.default_rng(0))
     assert (data.labels == (data.ids[:, 1:] == 1).sum(1)).all() and (data.ids[:, 0] == 0).all()
     assert len(set(data.labels.tolist())) > 5  # counts spread over 0..7
+
+
+def test_quick_attention_run(tmp_path):
+    """One quick run (xdist would repeat a module fixture per worker), every check."""
+    path = tmp_path / "attention"
+    report, readme = run_experiment("attention", quick=True, out_dir=path)
+    assert (path / "accuracy.png").is_file() and "Soft vs hard" in readme.read_text()
+    _check_every_task_and_variant_is_reported(report)
+
+
+def _check_every_task_and_variant_is_reported(report):
+    rows = report.tables[0].rows
+    assert [(r["task"], r["attention"]) for r in rows] == [
+        (t, v) for t in TASKS for v, _, _ in VARIANTS
+    ]
+    assert all(0.0 <= r["test accuracy"] <= 1.0 for r in rows)

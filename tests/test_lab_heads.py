@@ -4,31 +4,9 @@ the same d_model; the generated giving sentences label the roles correctly."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from attnlab.lab import run_experiment
 from attnlab.lab.heads import NAMES, OBJECTS, WORDS, attention_flops, make_giving
-
-
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    report, _ = run_experiment("heads", quick=True, out_dir=tmp_path_factory.mktemp("heads"))
-    return report
-
-
-def test_flops_do_not_depend_on_the_number_of_heads(report):
-    rows = report.table("(a) cost at equal d_model").rows
-    assert [r["heads"] for r in rows] == [1, 2, 4, 8]
-    assert len({r["counted FLOPs (fwd+bwd)"] for r in rows}) == 1
-    # backward costs twice the forward: counted fwd+bwd = 3 x the closed-form forward count
-    assert all(r["counted FLOPs (fwd+bwd)"] == 3 * r["formula FLOPs (fwd)"] for r in rows)
-
-
-def test_role_table_has_both_models(report):
-    rows = report.table("(b) who gave what to whom").rows
-    assert [r["heads"] for r in rows] == [1, 4]
-    assert rows[0]["parameters"] == rows[1]["parameters"]  # same width: same parameter count
-    assert all(0.0 <= r["all three"] <= min(r["giver acc"], r["object acc"]) for r in rows)
 
 
 def test_generated_sentences_carry_their_roles():
@@ -43,3 +21,25 @@ def test_generated_sentences_carry_their_roles():
 def test_flop_formula_matches_the_counter():
     counted, formula = attention_flops(2, 2, 8, 16)
     assert counted == 3 * formula
+
+
+def test_quick_heads_run(tmp_path):
+    """One quick run (xdist would repeat a module fixture per worker), every check."""
+    report, _ = run_experiment("heads", quick=True, out_dir=tmp_path / "heads")
+    _check_flops_do_not_depend_on_the_number_of_heads(report)
+    _check_role_table_has_both_models(report)
+
+
+def _check_flops_do_not_depend_on_the_number_of_heads(report):
+    rows = report.table("(a) cost at equal d_model").rows
+    assert [r["heads"] for r in rows] == [1, 2, 4, 8]
+    assert len({r["counted FLOPs (fwd+bwd)"] for r in rows}) == 1
+    # backward costs twice the forward: counted fwd+bwd = 3 x the closed-form forward count
+    assert all(r["counted FLOPs (fwd+bwd)"] == 3 * r["formula FLOPs (fwd)"] for r in rows)
+
+
+def _check_role_table_has_both_models(report):
+    rows = report.table("(b) who gave what to whom").rows
+    assert [r["heads"] for r in rows] == [1, 4]
+    assert rows[0]["parameters"] == rows[1]["parameters"]  # same width: same parameter count
+    assert all(0.0 <= r["all three"] <= min(r["giver acc"], r["object acc"]) for r in rows)

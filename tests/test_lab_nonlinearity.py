@@ -4,31 +4,10 @@ A* X V*^T; a fixed-weight attention stack without FFN is affine in its embedding
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from attnlab.lab import run_experiment
 from attnlab.lab.nonlinearity import AttentionStack, affine_gap, collapse_gaps, xor_task
-
-
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    path = tmp_path_factory.mktemp("nonlinearity")
-    report, _ = run_experiment("nonlinearity", quick=True, out_dir=path)
-    return report
-
-
-def test_stacked_attention_collapses_to_one_map_and_relu_breaks_it(report):
-    two, four, relu = report.metrics["collapse"]
-    assert two < 1e-12 and four < 1e-12 and relu > 1e-2
-
-
-def test_fixed_weights_without_ffn_are_affine_and_the_others_are_not(report):
-    for row in report.metrics["rows"]:
-        if row["model"] == "fixed weights, no FFN":
-            assert row["affine gap"] < 1e-12
-        else:
-            assert row["affine gap"] > 1e-6, row["model"]
 
 
 def test_collapse_holds_for_any_seed_and_depth():
@@ -43,3 +22,24 @@ def test_xor_task_labels():
     assert torch.equal(data.labels.bool(), first ^ second) and (data.ids[:, 0] == 0).all()
     model = AttentionStack(3, 2, attention="fixed", ffn=False)
     assert affine_gap(model, data.ids[:16]) < 1e-12
+
+
+def test_quick_nonlinearity_run(tmp_path):
+    """One quick run (xdist would repeat a module fixture per worker), every check."""
+    path = tmp_path / "nonlinearity"
+    report, _ = run_experiment("nonlinearity", quick=True, out_dir=path)
+    _check_stacked_attention_collapses_to_one_map_and_relu_breaks_it(report)
+    _check_fixed_weights_without_ffn_are_affine_and_the_others_are_not(report)
+
+
+def _check_stacked_attention_collapses_to_one_map_and_relu_breaks_it(report):
+    two, four, relu = report.metrics["collapse"]
+    assert two < 1e-12 and four < 1e-12 and relu > 1e-2
+
+
+def _check_fixed_weights_without_ffn_are_affine_and_the_others_are_not(report):
+    for row in report.metrics["rows"]:
+        if row["model"] == "fixed weights, no FFN":
+            assert row["affine gap"] < 1e-12
+        else:
+            assert row["affine gap"] > 1e-6, row["model"]

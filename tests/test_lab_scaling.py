@@ -10,35 +10,6 @@ from attnlab.lab import run_experiment
 from attnlab.lab.scaling import DIMS, logit_variance, saturation, slope
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory):
-    report, _ = run_experiment("scaling", quick=True, out_dir=tmp_path_factory.mktemp("scaling"))
-    return report
-
-
-def test_variance_grows_like_d_k_without_scaling_and_stays_near_one_with_it(report):
-    m = report.metrics
-    assert abs(m["slope_raw"] - 1.0) < 0.05 and abs(m["slope_scaled"]) < 0.05
-    for d, raw, scaled in zip(DIMS, m["var_raw"], m["var_scaled"]):
-        assert 0.85 * d < raw < 1.15 * d and 0.85 < scaled < 1.15
-
-
-def test_unscaled_softmax_saturates_and_its_gradient_vanishes(report):
-    raw, scaled = report.metrics["entropy_raw"], report.metrics["entropy_scaled"]
-    assert all(a > b for a, b in zip(raw, raw[1:]))  # entropy falls with every doubling of d_k
-    assert raw[-1] < 0.1 * raw[0] and min(scaled) > 0.9 * max(scaled)
-    jac = report.metrics["jacobian_raw"]
-    assert jac[-1] < 0.25 * jac[0] and min(report.metrics["jacobian_scaled"]) > 0.2
-
-
-def test_report_tables(report):
-    assert [r["d_k"] for r in report.table("logit variance").rows] == list(DIMS)
-    rows = report.table("training with and without scaling (d_head = 256)").rows
-    assert {(r["W_q, W_k init"], r["scale_logits"]) for r in rows} == {
-        ("N(0, 0.02)", True), ("N(0, 0.02)", False), ("N(0, 1/D)", True), ("N(0, 1/D)", False)
-    }  # fmt: skip
-
-
 def test_helpers_on_known_cases():
     gen = torch.Generator().manual_seed(0)
     assert slope([1, 2, 4], [3.0, 6.0, 12.0]) == pytest.approx(1.0)
@@ -46,3 +17,34 @@ def test_helpers_on_known_cases():
     assert raw == pytest.approx(scaled) and raw == pytest.approx(1.0, abs=0.1)
     uniform = saturation(1, 50, 8, True, torch.Generator().manual_seed(0))
     assert uniform["max weight"] < 1.0 and uniform["entropy"] <= torch.log(torch.tensor(8.0))
+
+
+def test_quick_scaling_run(tmp_path):
+    """One quick run (xdist would repeat a module fixture per worker), every check."""
+    report, _ = run_experiment("scaling", quick=True, out_dir=tmp_path / "scaling")
+    _check_variance_grows_like_d_k_without_scaling_and_stays_near_one_with_it(report)
+    _check_unscaled_softmax_saturates_and_its_gradient_vanishes(report)
+    _check_report_tables(report)
+
+
+def _check_variance_grows_like_d_k_without_scaling_and_stays_near_one_with_it(report):
+    m = report.metrics
+    assert abs(m["slope_raw"] - 1.0) < 0.05 and abs(m["slope_scaled"]) < 0.05
+    for d, raw, scaled in zip(DIMS, m["var_raw"], m["var_scaled"]):
+        assert 0.85 * d < raw < 1.15 * d and 0.85 < scaled < 1.15
+
+
+def _check_unscaled_softmax_saturates_and_its_gradient_vanishes(report):
+    raw, scaled = report.metrics["entropy_raw"], report.metrics["entropy_scaled"]
+    assert all(a > b for a, b in zip(raw, raw[1:]))  # entropy falls with every doubling of d_k
+    assert raw[-1] < 0.1 * raw[0] and min(scaled) > 0.9 * max(scaled)
+    jac = report.metrics["jacobian_raw"]
+    assert jac[-1] < 0.25 * jac[0] and min(report.metrics["jacobian_scaled"]) > 0.2
+
+
+def _check_report_tables(report):
+    assert [r["d_k"] for r in report.table("logit variance").rows] == list(DIMS)
+    rows = report.table("training with and without scaling (d_head = 256)").rows
+    assert {(r["W_q, W_k init"], r["scale_logits"]) for r in rows} == {
+        ("N(0, 0.02)", True), ("N(0, 0.02)", False), ("N(0, 1/D)", True), ("N(0, 1/D)", False)
+    }  # fmt: skip

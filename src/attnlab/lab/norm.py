@@ -77,7 +77,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                  for i in range(depth)]  # fmt: skip
     spread = {p: max(grads[p][0]) / min(grads[p][0]) for p in PLACEMENTS}  # whole blocks
     spread_w1 = {p: max(grads[p][1]) / min(grads[p][1]) for p in PLACEMENTS}  # FFN W1 only
-    steps = 40 if quick else 300
+    steps = 20 if quick else 300
     lrs = (1e-2,) if quick else (3e-3, 1e-2, 3e-2)
     warmups = (0, steps // 4)
     rows, curves = [], {}

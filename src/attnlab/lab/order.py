@@ -118,7 +118,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     sentences, subjects = make_sentences(n_train, rng)
     train = (encode(sentences), torch.tensor(subjects))
     test_ids, test_labels = swapped_test_set(n_pairs, rng)
-    fit_cfg = FitConfig(steps=50 if quick else 800, batch_size=64, lr=3e-3, warmup_steps=20)
+    fit_cfg = FitConfig(steps=30 if quick else 800, batch_size=64, lr=3e-3, warmup_steps=20)
     rows, accs, maps = [], {}, {}
     for i, kind in enumerate(KINDS):
         torch.manual_seed(seed + i)

@@ -213,7 +213,7 @@ def _training(quick: bool, seed: int) -> tuple[list[dict], dict[str, list[float]
     rng = np.random.default_rng(seed)
     train = kv_lookup(800 if quick else 20_000, 6, 8, 8, rng)
     test = kv_lookup(200 if quick else 2000, 6, 8, 8, rng)
-    fit_cfg = FitConfig(steps=30 if quick else 1000, batch_size=64, lr=2e-3, warmup_steps=50)
+    fit_cfg = FitConfig(steps=15 if quick else 1000, batch_size=64, lr=2e-3, warmup_steps=50)
     rows, curves = [], {}
     for init in ("N(0, 0.02)", "N(0, 1/D)"):
         for scale in (True, False):
