@@ -110,3 +110,18 @@ def test_fit_rejects_mismatched_data():
     model = torch.nn.Linear(2, 2)
     with pytest.raises(ValueError, match="first dim"):
         fit(model, (torch.zeros(3, 2), torch.zeros(4)), classification_loss, FitConfig(steps=1))
+
+
+def test_index_lists_full_reports_only(tmp_path):
+    from attnlab.lab.index import write_index
+
+    full = _report(quick=False, command="attnlab experiment dummy --seed 0")
+    full.wall_time_s = 12.0
+    full.write(tmp_path / "dummy")
+    _report(quick=True).write(tmp_path / "quicky")
+    (tmp_path / "broken").mkdir()
+    (tmp_path / "broken" / "report.json").write_text("{not json")
+    text = write_index(tmp_path).read_text()
+    assert "[A dummy experiment](dummy/README.md)" in text and "**held**" in text
+    assert "12 s" in text and "`attnlab experiment dummy --seed 0`" in text
+    assert "quicky" not in text and "broken" not in text

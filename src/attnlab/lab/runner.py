@@ -1,8 +1,8 @@
 """Run one experiment: seed, time, record the machine, write the report.
 
 Default output directories: a full-size run writes ``docs/experiments/NAME/`` (the committed
-results, relative to the working directory); a ``--quick`` run writes a fresh temporary directory,
-so it never replaces the full-size report.
+results, relative to the working directory) and refreshes the index ``docs/experiments/README.md``;
+a ``--quick`` run writes a fresh temporary directory, so it never replaces the full-size report.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from attnlab.lab.index import write_index
 from attnlab.lab.registry import get_experiment
 from attnlab.lab.report import Report, check_may_write, machine_info
 from attnlab.train.atomic import ensure_writable_dir
@@ -70,4 +71,7 @@ def run_experiment(
     report.wall_time_s = time.perf_counter() - start
     report.quick, report.seed, report.machine = quick, seed, machine
     report.command = command_line(name, quick, seed, given)
-    return report, report.write(out)
+    readme = report.write(out)
+    if given is None and not quick:
+        write_index(DOCS_DIR)  # the committed results' table of contents
+    return report, readme
