@@ -116,7 +116,7 @@ class Report:
             f"{size} run, seed {self.seed}, wall time {self.wall_time_s:.1f} s on "
             f"{m.get('logical_cores', '?')} logical cores ({m.get('cpu_model', '?')}), "
             f"{m.get('threads', '?')} torch threads, torch {m.get('torch', '?')}, "
-            f"Python {m.get('python', '?')}.",
+            f"Python {m.get('python', '?')}.{_load_note(m)}",
             "",
         ]
         return "\n".join(out)
@@ -159,7 +159,27 @@ def machine_info() -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
+        "load_average": _load_average(),
     }
+
+
+def _load_note(machine: dict[str, Any]) -> str:
+    load, cores = machine.get("load_average"), machine.get("logical_cores")
+    if not load or not cores:
+        return ""
+    note = f" Load average at the end: {', '.join(f'{x:g}' for x in load)}"
+    if load[0] > cores:
+        return (
+            note + " (above the core count: other processes shared the CPU, so times are inflated)."
+        )
+    return note + "."
+
+
+def _load_average() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
 
 
 def format_cell(value: Any) -> str:
