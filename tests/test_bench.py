@@ -194,8 +194,10 @@ def test_flop_formulas_match_torch_flop_counter_and_contenders_do_equal_work():
         )
         for name in ("attnlab", "torch_nn")
     }
-    assert len(set(s2s.values())) == 1
-    assert step_flops(s2s_shape, batch) == pytest.approx(s2s["attnlab"], rel=0.1)
+    # Both do the dense work of the padded batch except that attnlab skips padding in its
+    # position-wise layers (nn.packing), so it performs fewer FLOPs for the same step.
+    assert s2s["attnlab"] < s2s["torch_nn"]
+    assert step_flops(s2s_shape, batch) == pytest.approx(s2s["torch_nn"], rel=0.1)
 
 
 def test_seq2seq_batches_are_padded_and_reproducible():

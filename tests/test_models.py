@@ -310,7 +310,9 @@ def test_encoder_decoder_cache_with_target_padding_equals_full_decode():
         ).logits
         for i in range(T)
     ]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, **TOL32)
+    # Real target positions agree; outputs at padding positions are unspecified (zero when
+    # the batch is packed).
+    torch.testing.assert_close(torch.cat(steps, dim=1)[tgt_real], full[tgt_real], **TOL32)
 
 
 def test_cache_reorder_selects_batch_rows_for_beam_search():

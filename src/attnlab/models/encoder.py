@@ -25,6 +25,7 @@ from attnlab.models.layers import (
     make_encoder_block,
     make_final_norm,
 )
+from attnlab.nn.packing import Packing, make_packing, pack, unpack
 
 
 class EncoderOutput(NamedTuple):
@@ -41,10 +42,12 @@ class EncoderStack(nn.Module):
         self.final_norm = final_norm
 
     def forward(self, x: Tensor, mask: Tensor | None = None, *, positions: Tensor | None = None,
-                need_weights: bool = False) -> EncoderOutput:
+                need_weights: bool = False, packing: Packing | None = None) -> EncoderOutput:
+        """x: (B, T, D), or (N, D) real tokens with ``packing`` -> hidden of the same shape."""
         weights = []
         for block in self.blocks:
-            x, w, _ = block(x, mask, positions=positions, need_weights=need_weights)
+            x, w, _ = block(x, mask, positions=positions, need_weights=need_weights,
+                            packing=packing)
             weights.append(LayerAttention(w, None))
         return EncoderOutput(self.final_norm(x), tuple(weights) if need_weights else None)
 
@@ -69,7 +72,14 @@ class TransformerEncoder(nn.Module):
         check_ids(ids, self.vocab_size, "ids", self.max_len)
         check_padding_mask(key_padding_mask, ids)
         check_not_all_padding(key_padding_mask)
-        return self.stack(self.embed(ids), key_mask(key_padding_mask), need_weights=need_weights)
+        x = self.embed(ids)  # (B, T, D)
+        packing = make_packing(key_padding_mask)
+        if packing is None:
+            return self.stack(x, key_mask(key_padding_mask), need_weights=need_weights)
+        # Position-wise layers run on the N real tokens only; padding outputs are zero.
+        hidden, weights = self.stack(pack(x, packing), key_mask(key_padding_mask),
+                                     need_weights=need_weights, packing=packing)  # (N, D)
+        return EncoderOutput(unpack(hidden, packing), weights)
 
 
 class EncoderClassifier(Classifier):

@@ -30,6 +30,7 @@ from attnlab.models.layers import (
     make_final_norm,
 )
 from attnlab.nn.cache import KVCache
+from attnlab.nn.packing import make_packing, pack, unpack
 
 
 class DecoderLM(LanguageModel):
@@ -76,17 +77,23 @@ class DecoderLM(LanguageModel):
         if positions is None:
             positions = torch.arange(offset, offset + ids.size(1), device=ids.device)
         x = self.embed(ids, positions)  # (B, T, D)
+        packing = None
         if cache is not None:
             mask = cache.record_keys(key_padding_mask, ids.size(1))
         else:
             mask = key_mask(key_padding_mask)  # (B, 1, 1, T) or None
+            packing = make_packing(key_padding_mask)  # position-wise layers skip padding
+            if packing is not None:
+                x = pack(x, packing)  # (N, D)
         weights = []
         for i, block in enumerate(self.blocks):
             layer_cache = cache.layers[i] if cache is not None else None
             x, w, _ = block(x, mask, positions=positions, cache=layer_cache,
-                            need_weights=need_weights)
+                            need_weights=need_weights, packing=packing)
             weights.append(LayerAttention(w, None))
-        logits = self.lm_head(self.final_norm(x))  # (B, T, V)
+        logits = self.lm_head(self.final_norm(x))  # (B, T, V), or (N, V) packed
+        if packing is not None:
+            logits = unpack(logits, packing)  # (B, T, V), zeros at padding
         return ModelOutput(logits, tuple(weights) if need_weights else None)
 
     def new_cache(self, batch_size: int, max_len: int | None = None) -> TransformerCache:

@@ -31,6 +31,7 @@ from attnlab.models.layers import (
     make_final_norm,
 )
 from attnlab.nn.cache import KVCache
+from attnlab.nn.packing import make_packing, pack, unpack
 
 
 class TransformerEncoderDecoder(Seq2SeqModel):
@@ -85,22 +86,31 @@ class TransformerEncoderDecoder(Seq2SeqModel):
         x = self.tgt_embed(tgt_in, positions)  # (B, T, D)
         src_mask = cache.src_mask if cache is not None else encoded.src_mask
         cross_mask = key_mask(src_mask)  # (B, 1, 1, S)
+        memory, packing, memory_packing = encoded.memory, None, None
         if cache is not None:
             self_mask = cache.record_keys(tgt_mask, tgt_in.size(1))
             if cache.memory_kv is None:
-                cache.memory_kv = [b.cross_attn.project_memory(encoded.memory) for b in self.blocks]
+                cache.memory_kv = [b.cross_attn.project_memory(memory) for b in self.blocks]
         else:
             self_mask = key_mask(tgt_mask)
+            # Teacher forcing on padded batches: position-wise layers see real tokens only.
+            packing, memory_packing = make_packing(tgt_mask), make_packing(src_mask)
+            if packing is not None:
+                x = pack(x, packing)  # (N, D)
+            if memory_packing is not None:
+                memory = pack(memory, memory_packing)  # (N_src, D)
         weights = []
         for i, block in enumerate(self.blocks):
             x, sw, cw = block(
-                x, encoded.memory, self_mask=self_mask, cross_mask=cross_mask,
+                x, memory, self_mask=self_mask, cross_mask=cross_mask,
                 positions=positions, cache=cache.layers[i] if cache is not None else None,
                 memory_kv=cache.memory_kv[i] if cache is not None else None,
-                need_weights=need_weights,
+                need_weights=need_weights, packing=packing, memory_packing=memory_packing,
             )
             weights.append(LayerAttention(sw, cw))
-        logits = self.lm_head(self.final_norm(x))  # (B, T, V)
+        logits = self.lm_head(self.final_norm(x))  # (B, T, V), or (N, V) packed
+        if packing is not None:
+            logits = unpack(logits, packing)  # (B, T, V), zeros at padding
         return ModelOutput(logits, tuple(weights) if need_weights else None)
 
     def new_cache(self, encoded: Encoded, max_len: int | None = None) -> TransformerCache:

@@ -22,6 +22,7 @@ from attnlab.nn.attention import AttentionOutput
 from attnlab.nn.cache import KVCache
 from attnlab.nn.feedforward import FeedForward
 from attnlab.nn.multihead import CrossAttention, SelfAttention
+from attnlab.nn.packing import Packing
 
 
 class BlockOutput(NamedTuple):
@@ -68,11 +69,15 @@ class EncoderBlock(_Residual):
         positions: Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        packing: Packing | None = None,
     ) -> BlockOutput:
-        """x: (B, T, D); mask broadcastable to (B, H, T, S) -> BlockOutput with x (B, T, D)."""
+        """x: (B, T, D); mask broadcastable to (B, H, T, S) -> BlockOutput with x (B, T, D).
+
+        With ``packing`` x holds only the real tokens, (N, D) (see ``attnlab.nn.packing``).
+        """
         x, weights = self._add_norm(x, self.self_attn_norm, lambda h: self.self_attn(
             h, mask, causal=self.causal, positions=positions, cache=cache,
-            need_weights=need_weights))
+            need_weights=need_weights, packing=packing))
         x, _ = self._add_norm(x, self.ffn_norm, self._ffn)
         return BlockOutput(x, weights, None)
 
@@ -108,13 +113,17 @@ class DecoderBlock(_Residual):
         cache: KVCache | None = None,
         memory_kv: tuple[Tensor, Tensor] | None = None,
         need_weights: bool = False,
+        packing: Packing | None = None,
+        memory_packing: Packing | None = None,
     ) -> BlockOutput:
         """x: (B, T, D) target stream; memory: (B, S, D) encoder output (or its projected
-        ``memory_kv``); self_mask ~ (B, H, T, T), cross_mask ~ (B, H, T, S)."""
+        ``memory_kv``); self_mask ~ (B, H, T, T), cross_mask ~ (B, H, T, S).
+        ``packing`` / ``memory_packing``: x / memory hold only real tokens."""
         x, self_w = self._add_norm(x, self.self_attn_norm, lambda h: self.self_attn(
             h, self_mask, causal=True, positions=positions, cache=cache,
-            need_weights=need_weights))
+            need_weights=need_weights, packing=packing))
         x, cross_w = self._add_norm(x, self.cross_attn_norm, lambda h: self.cross_attn(
-            h, memory, cross_mask, memory_kv=memory_kv, need_weights=need_weights))
+            h, memory, cross_mask, memory_kv=memory_kv, need_weights=need_weights,
+            packing=packing, memory_packing=memory_packing))
         x, _ = self._add_norm(x, self.ffn_norm, self._ffn)
         return BlockOutput(x, self_w, cross_w)

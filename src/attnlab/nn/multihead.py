@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from attnlab.nn.attention import AttentionOutput, scaled_dot_product_attention
 from attnlab.nn.cache import KVCache
 from attnlab.nn.norms import RMSNorm
+from attnlab.nn.packing import Packing, pack, unpack
 from attnlab.nn.positional import RotaryPositions, default_positions
 
 
@@ -71,13 +72,15 @@ class _HeadsMixin(nn.Module):
             k = self.rotary.rotate(k, k_pos)
         return q, k
 
-    def _attend(self, q, k, v, mask, causal, need_weights) -> AttentionOutput:
+    def _attend(self, q, k, v, mask, causal, need_weights, packing=None) -> AttentionOutput:
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, causal=causal, scale=self.scale, activation=self.activation,
             straight_through=self.straight_through,
             dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights,
         )  # (B, H, T, Dv)
         out = self._merge(out)  # (B, T, H*Dv): the concatenation [h^(1); ...; h^(H)]
+        if packing is not None:
+            out = pack(out, packing)  # (N, H*Dv): W^O only on real tokens
         if self.out_proj is not None:
             out = self.out_proj(out)  # (B, T, Do)
         return AttentionOutput(out, weights)
@@ -117,27 +120,32 @@ class SelfAttention(_HeadsMixin):
         positions: Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
+        packing: Packing | None = None,
     ) -> AttentionOutput:
         """x: (B, T, D) -> out (B, T, Do), weights (B, H, T, S) or None.
 
         With a ``cache`` the new keys/values are written at [cache.length, cache.length + T) and
         the queries attend to all S = cache.length + T cached keys; ``mask`` must then cover S.
         ``positions`` (T,) or (B, T) are the absolute positions used by rotary embeddings.
+        With ``packing`` x holds only the real tokens, (N, D), and so does the output (N, Do).
         """
-        _check_input(x, self.d_model, "x")
+        _check_input(x, self.d_model, "x", packed=packing is not None)
         _check_dtype(x, self.qkv_proj, "x")
         hk, hv = self.n_heads * self.d_head, self.n_heads * self.d_v
-        q, k, v = self.qkv_proj(x).split([hk, hk, hv], dim=-1)  # (B, T, H*Dk) x2, (B, T, H*Dv)
+        qkv = self.qkv_proj(x)  # (B, T, 2 H*Dk + H*Dv), or (N, .) packed
+        if packing is not None:
+            qkv = unpack(qkv, packing)  # (B, T, .): attention needs the sequence layout
+        q, k, v = qkv.split([hk, hk, hv], dim=-1)  # (B, T, H*Dk) x2, (B, T, H*Dv)
         q = self._split(q, self.d_head)  # (B, H, T, Dk)
         k = self._split(k, self.d_head)  # (B, H, T, Dk)
         v = self._split(v, self.d_v)  # (B, H, T, Dv)
         offset = cache.length if cache is not None else 0
         if self.rotary is not None and positions is None:
-            positions = default_positions(x.size(1), offset, x.device)
+            positions = default_positions(q.size(2), offset, x.device)
         q, k = self._prepare_qk(q, k, positions, positions)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H, S, Dk), (B, H, S, Dv)
-        return self._attend(q, k, v, mask, causal, need_weights)
+        return self._attend(q, k, v, mask, causal, need_weights, packing)
 
 
 class CrossAttention(_HeadsMixin):
@@ -171,13 +179,19 @@ class CrossAttention(_HeadsMixin):
         self.q_proj = nn.Linear(d_model, n_heads * self.d_head, bias=bias)
         self.kv_proj = nn.Linear(self.d_memory, n_heads * (self.d_head + self.d_v), bias=bias)
 
-    def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
-        """Keys and values of the memory, once per source: (B, H, S, Dk), (B, H, S, Dv)."""
-        _check_input(memory, self.d_memory, "memory")
+    def project_memory(
+        self, memory: Tensor, packing: Packing | None = None
+    ) -> tuple[Tensor, Tensor]:
+        """Keys and values of the memory, once per source: (B, H, S, Dk), (B, H, S, Dv).
+
+        With ``packing`` the memory holds only the real source tokens, (N_src, Dm).
+        """
+        _check_input(memory, self.d_memory, "memory", packed=packing is not None)
         _check_dtype(memory, self.kv_proj, "memory")
-        k, v = self.kv_proj(memory).split(
-            [self.n_heads * self.d_head, self.n_heads * self.d_v], dim=-1
-        )
+        kv = self.kv_proj(memory)  # (B, S, H*(Dk+Dv)) or (N_src, .)
+        if packing is not None:
+            kv = unpack(kv, packing)  # (B, S, .)
+        k, v = kv.split([self.n_heads * self.d_head, self.n_heads * self.d_v], dim=-1)
         k = self._split(k, self.d_head)  # (B, H, S, Dk)
         if self.k_norm is not None:
             k = self.k_norm(k)
@@ -191,23 +205,29 @@ class CrossAttention(_HeadsMixin):
         *,
         memory_kv: tuple[Tensor, Tensor] | None = None,
         need_weights: bool = False,
+        packing: Packing | None = None,
+        memory_packing: Packing | None = None,
     ) -> AttentionOutput:
         """x: (B, T, D), memory: (B, S, Dm) -> out (B, T, Do), weights (B, H, T, S) or None.
 
         Pass ``memory_kv`` from :meth:`project_memory` instead of ``memory`` to reuse keys/values.
+        ``packing`` / ``memory_packing``: x / memory hold only real tokens (see nn.packing).
         """
-        _check_input(x, self.d_model, "x")
+        _check_input(x, self.d_model, "x", packed=packing is not None)
         if memory_kv is None:
             if memory is None:
                 raise ValueError("cross-attention needs memory (B, S, D) or memory_kv")
-            memory_kv = self.project_memory(memory)
+            memory_kv = self.project_memory(memory, memory_packing)
         k, v = memory_kv
-        if k.size(0) != x.size(0):
-            raise ValueError(f"memory batch {k.size(0)} != query batch {x.size(0)}")
-        q = self._split(self.q_proj(x), self.d_head)  # (B, H, T, Dk)
+        q = self.q_proj(x)  # (B, T, H*Dk) or (N, .)
+        if packing is not None:
+            q = unpack(q, packing)  # (B, T, H*Dk)
+        if k.size(0) != q.size(0):
+            raise ValueError(f"memory batch {k.size(0)} != query batch {q.size(0)}")
+        q = self._split(q, self.d_head)  # (B, H, T, Dk)
         if self.q_norm is not None:
             q = self.q_norm(q)
-        return self._attend(q, k, v, mask, False, need_weights)
+        return self._attend(q, k, v, mask, False, need_weights, packing)
 
 
 class LoopMultiHeadAttention(nn.Module):
@@ -256,12 +276,13 @@ class LoopMultiHeadAttention(nn.Module):
         return self.out_proj(h) if self.out_proj is not None else h
 
 
-def _check_input(x: Tensor, width: int, name: str) -> None:
+def _check_input(x: Tensor, width: int, name: str, packed: bool = False) -> None:
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != 3 or x.size(-1) != width:
-        raise ValueError(f"{name} must have shape (B, L, {width}), got {tuple(x.shape)}")
-    if x.size(1) == 0:
+    if x.dim() != (2 if packed else 3) or x.size(-1) != width:
+        want = f"(N, {width}) packed" if packed else f"(B, L, {width})"
+        raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
+    if x.size(-2) == 0:
         raise ValueError(f"{name} is an empty sequence (L=0)")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be floating point, got {x.dtype}")
