@@ -1,0 +1,119 @@
+"""The training loop through its Python API: resume, accumulation, run-directory safety."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from attnlab.config import ModelConfig
+from attnlab.errors import CheckpointError, ConfigError
+from attnlab.train import RunConfig, TrainConfig, train
+from attnlab.train.checkpoint import latest_checkpoint, load_checkpoint
+
+TINY_S2S = ModelConfig(kind="encoder_decoder", d_model=16, n_heads=2, n_layers=1, d_ff=32,
+                       max_len=24, dropout=0.1)  # fmt: skip
+TINY_LM = ModelConfig(kind="decoder_lm", d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16)
+
+
+def _s2s(**kw) -> RunConfig:
+    train_cfg = dict(task="seq2seq", data="reverse", n_train=200, n_val=16, steps=8,
+                     batch_size=8, grad_accum=2, warmup_steps=2, lr=3e-3, eval_every=0,
+                     save_every=0, log_every=1, progress=False)  # fmt: skip
+    return RunConfig(TINY_S2S, TrainConfig(**{**train_cfg, **kw}))
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("text") / "text.txt"
+    words = "the cat sat on a mat and the dog ran off to the park".split()
+    path.write_text(" ".join(words[(i * 7) % len(words)] for i in range(3000)), encoding="utf-8")
+    return str(path)
+
+
+def _losses(run_dir) -> list[float]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line)["train_loss"] for line in lines]
+
+
+def test_resume_in_a_fresh_process_is_bit_identical(tmp_path):
+    """N steps straight == N/2 steps, then a new process resuming for the other N/2 (dropout on,
+    gradient accumulation, Muon)."""
+    cfg = _s2s(optimizer="muon", threads=1)  # same reduction order in both processes
+    straight = train(cfg, run_dir=tmp_path / "a")
+    first = train(cfg, run_dir=tmp_path / "b", stop_at=4)
+    assert first.step == 4 and latest_checkpoint(tmp_path / "b").name == "step_00000004"
+    cmd = [sys.executable, "-m", "attnlab", "train", "--out", str(tmp_path / "b"), "--resume"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "resumed from" in proc.stdout
+    assert [loss for _, loss in straight.losses] == _losses(tmp_path / "a")
+    assert _losses(tmp_path / "b") == _losses(tmp_path / "a")  # exact float equality
+
+
+def test_gradient_accumulation_matches_one_big_batch(tmp_path, corpus):
+    base = dict(task="lm", data=corpus, context_len=16, steps=3, warmup_steps=1, eval_every=0,
+                save_every=0, log_every=1, progress=False)  # fmt: skip
+    big = train(RunConfig(TINY_LM, TrainConfig(**base, batch_size=8)), run_dir=tmp_path / "a")
+    acc = train(RunConfig(TINY_LM, TrainConfig(**base, batch_size=4, grad_accum=2)),
+                run_dir=tmp_path / "b")  # fmt: skip
+    for (_, x), (_, y) in zip(big.losses, acc.losses):
+        assert x == pytest.approx(y, rel=1e-5)
+    assert big.metrics["val_ppl"] == pytest.approx(acc.metrics["val_ppl"], rel=1e-4)
+
+
+def test_a_run_directory_with_checkpoints_is_never_overwritten(tmp_path):
+    train(_s2s(steps=2), run_dir=tmp_path)
+    before = (latest_checkpoint(tmp_path) / "model.safetensors").read_bytes()
+    with pytest.raises(ConfigError, match="already holds checkpoints.*--resume"):
+        train(_s2s(steps=2), run_dir=tmp_path)
+    assert (latest_checkpoint(tmp_path) / "model.safetensors").read_bytes() == before
+    other = RunConfig(TINY_S2S.replace(d_model=24), _s2s(steps=4).train)
+    with pytest.raises(CheckpointError, match="different model.*d_model: checkpoint 16"):
+        train(other, run_dir=tmp_path, resume=True)
+
+
+def test_resume_without_a_checkpoint_starts_fresh_and_extends_a_finished_run(tmp_path):
+    result = train(_s2s(steps=2), run_dir=tmp_path, resume=True)
+    assert result.resumed_from is None and result.step == 2
+    longer = train(_s2s(steps=4), run_dir=tmp_path, resume=True)
+    assert longer.start_step == 2 and longer.step == 4 and len(longer.losses) == 2
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [1, 2, 3, 4]  # one consistent history
+
+
+def test_outputs_of_a_run(tmp_path):
+    result = train(_s2s(steps=4, eval_every=2, save_every=2, keep_last=1,
+                        best_metric="val_exact_match"), run_dir=tmp_path)  # fmt: skip
+    assert (tmp_path / "loss.png").stat().st_size > 1000
+    assert (tmp_path / "config.toml").is_file()
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    keys = {"step", "train_loss", "lr", "tokens_per_s", "elapsed_s", "val_loss", "val_ppl",
+            "val_exact_match"}  # fmt: skip
+    assert keys <= set(records[-1]) and records[1]["step"] == 2 and "val_loss" in records[1]
+    ckpt = load_checkpoint(tmp_path)
+    assert ckpt.step == 4 and ckpt.tokenizer.to_dict() == result.tokenizer.to_dict()
+    assert ckpt.config.vocab_size == result.tokenizer.vocab_size
+    assert set(result.metrics) >= {"val_loss", "val_exact_match"}
+    assert len(result.predictions) == len(set(p.source for p in result.predictions))
+
+
+def test_classifier_and_recurrent_kinds_train(tmp_path):
+    clf = RunConfig(ModelConfig(kind="classifier", n_classes=2, d_model=16, n_heads=2, n_layers=1,
+                                d_ff=32, max_len=40),
+                    TrainConfig(task="classify", data="parens", n_train=100, n_val=20, steps=2,
+                                batch_size=8, warmup_steps=1, progress=False))  # fmt: skip
+    result = train(clf, run_dir=tmp_path / "clf")
+    assert set(result.metrics) == {"val_loss", "val_accuracy"}
+    pytest.importorskip("attnlab.models.lstm_seq2seq")
+    rnn = RunConfig(ModelConfig(kind="lstm_seq2seq", d_model=16, rnn_attention="additive"),
+                    _s2s(steps=2).train)  # fmt: skip
+    result = train(rnn, run_dir=tmp_path / "rnn")
+    assert "val_exact_match" in result.metrics
+
+
+def test_model_kind_must_fit_the_task(tmp_path):
+    with pytest.raises(ConfigError, match="cannot be trained on task 'seq2seq'.*encoder_decoder"):
+        train(RunConfig(TINY_LM, _s2s().train), run_dir=tmp_path)
