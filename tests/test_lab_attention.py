@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.lab import run_experiment
-from attnlab.lab.attention import TASKS, VARIANTS
+from attnlab.lab.attention import SHAPES, TASKS, VARIANTS
 from attnlab.lab.tasks import counting, kv_lookup
 
 
@@ -36,7 +36,7 @@ def test_quick_attention_run(tmp_path):
 
 def _check_every_task_and_variant_is_reported(report):
     rows = report.tables[0].rows
-    assert [(r["task"], r["attention"]) for r in rows] == [
-        (t, v) for t in TASKS for v, _, _ in VARIANTS
+    assert [(r["task"], r["model"], r["attention"]) for r in rows] == [
+        (t, shape, v) for t in TASKS for shape, _, _ in SHAPES for v, _, _ in VARIANTS
     ]
     assert all(0.0 <= r["test accuracy"] <= 1.0 for r in rows)

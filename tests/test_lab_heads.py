@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.lab import run_experiment
-from attnlab.lab.heads import NAMES, OBJECTS, WORDS, attention_flops, make_giving
+from attnlab.lab.heads import NAMES, OBJECTS, SETTINGS, WORDS, attention_flops, make_giving
 
 
 def test_generated_sentences_carry_their_roles():
@@ -40,6 +40,9 @@ def _check_flops_do_not_depend_on_the_number_of_heads(report):
 
 def _check_role_table_has_both_models(report):
     rows = report.table("(b) who gave what to whom").rows
-    assert [r["heads"] for r in rows] == [1, 4]
-    assert rows[0]["parameters"] == rows[1]["parameters"]  # same width: same parameter count
+    assert [(r["model"], r["heads"]) for r in rows] == [
+        (setting, h) for setting in SETTINGS for h in (1, 4)
+    ]
+    for setting in SETTINGS:  # same width: the head count does not change the parameter count
+        assert len({r["parameters"] for r in rows if r["model"] == setting}) == 1
     assert all(0.0 <= r["all three"] <= min(r["giver acc"], r["object acc"]) for r in rows)
