@@ -13,7 +13,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from attnlab.lab.report import FigureRef
-from attnlab.viz.figure import new_figure, save_figure
+from attnlab.viz.figure import as_array, check_tokens, label_axis, new_figure, save_figure
 
 
 def line_chart(
@@ -91,6 +91,29 @@ def bar_chart(
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
+    return fig
+
+
+def heatmap_panels(
+    panels: Sequence[tuple[object, Sequence[str], Sequence[str], str]],
+    *,
+    title: str,
+    cmap: str = "viridis",
+) -> Figure:
+    """Side-by-side heatmaps, each ``(weights (T, S), query tokens, key tokens, panel title)``,
+    on one colour scale from 0 to the largest weight (e.g. attention on two sentences)."""
+    arrays = [as_array(w, "weights") for w, _, _, _ in panels]
+    vmax = max(max(float(a.max()) for a in arrays), 1e-12)
+    fig = new_figure(3.6 * len(panels) + 1.2, 3.9)
+    axes = fig.subplots(1, len(panels), squeeze=False)[0]
+    image = None
+    for ax, a, (_, rows, cols, sub) in zip(axes, arrays, panels):
+        image = ax.imshow(a, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
+        label_axis(ax, "y", check_tokens(rows, a.shape[0], "query tokens"), a.shape[0])
+        label_axis(ax, "x", check_tokens(cols, a.shape[1], "key tokens"), a.shape[1])
+        ax.set_title(sub, fontsize=9)
+    fig.colorbar(image, ax=list(axes), label="attention weight", shrink=0.9)
+    fig.suptitle(title, fontsize=10)
     return fig
 
 

@@ -23,12 +23,11 @@ import torch
 from torch import Tensor
 
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import bar_chart, save_chart
+from attnlab.lab.charts import bar_chart, heatmap_panels, save_chart
 from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import Report, Table
 from attnlab.models import build_model
-from attnlab.viz import plot_attention
 
 NOUNS = ("oven", "bread", "cat", "dog", "chef", "girl", "boy", "king", "river", "table")
 VERBS = ("cooked", "saw", "chased", "broke", "liked", "found")
@@ -140,15 +139,18 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                   reference_label="best possible without order (1/2)"),
         out_dir, "accuracy.png", "Test accuracy per position representation; the test set holds "
         "every sentence and its swap, so a model blind to order scores at most 1/2.")]  # fmt: skip
-    words = EXAMPLE.split()
     for kind in ("none", "learned"):
-        fig = plot_attention(maps[kind], words, words,
-                             title=f"positions={kind}: layer 1, head 1; top: '{EXAMPLE[6:]}', "
-                             f"bottom: '{SWAPPED[6:]}' (labels of the top)")  # fmt: skip
+        fig = heatmap_panels(
+            [(maps[kind][0], EXAMPLE.split(), EXAMPLE.split(), EXAMPLE[6:]),
+             (maps[kind][1], SWAPPED.split(), SWAPPED.split(), SWAPPED[6:])],
+            title=f"positions = {kind}: layer 1, head 1 of the trained encoder")  # fmt: skip
         figures.append(save_chart(fig, out_dir, f"attention_{kind}.png",
-                                  f"Layer-1 attention (head 1) on both sentences, positions="
-                                  f"{kind}. Without positions the second map is the first with "
-                                  "rows and columns 'oven'/'bread' exchanged."))  # fmt: skip
+                                  f"Layer-1 attention (head 1) on both sentences, positions = "
+                                  f"{kind}. Without positions each word attends exactly as its "
+                                  "counterpart in the other sentence (the maps are permutations "
+                                  "of each other)." if kind == "none" else
+                                  f"Layer-1 attention (head 1) on both sentences, positions = "
+                                  f"{kind}: the maps differ."))  # fmt: skip
     gap_none = rows[0][GAP]
     learned = {k: accs[k] for k in KINDS[1:]}
     held = accs["none"] <= 0.5 + 1e-9 and gap_none < 1e-9 and min(learned.values()) > 0.9
