@@ -9,6 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from attnlab.bench.tables import threads
+
 
 def _plt():
     import matplotlib
@@ -52,7 +54,7 @@ def throughput_bars(result: dict[str, Any], path: Path) -> Path | None:
         ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
         ax.set_title(title, fontsize=9)
         ax.set_ylabel("tokens / s (median)", fontsize=8)
-    fig.suptitle(f"attnlab bench, {result['machine']['threads']} threads", fontsize=10)
+    fig.suptitle(f"attnlab bench, {threads(result['machine']['threads'])}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

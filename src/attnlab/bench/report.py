@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from attnlab.bench.tables import fmt_num, md_table, suite_tables
+from attnlab.bench.tables import fmt_num, md_table, suite_tables, threads
 
 
 def status_text(t: dict[str, Any]) -> str:
@@ -48,7 +48,7 @@ def machine_lines(result: dict[str, Any]) -> list[str]:
     return [
         f"- CPU: {m['cpu_model']} ({m['logical_cores']} logical cores, {m.get('cpu_capability')}"
         f"), {mem}; {m['platform']}",
-        f"- torch {m['torch']} with **{m['threads']} threads**, flush denormals on; "
+        f"- torch {m['torch']} with **{threads(m['threads'])}**, flush denormals on; "
         f"transformers {m.get('transformers')}; Python {m['python']}",
         f"- load average (1/5/15 min) at start {m.get('load_average_start')}, at end "
         f"{m.get('load_average_end')}",
@@ -60,7 +60,7 @@ def machine_lines(result: dict[str, Any]) -> list[str]:
 def format_text(result: dict[str, Any]) -> str:
     """The stdout summary: targets, then per-suite tables (Markdown reads fine as text)."""
     lines = [
-        f"attnlab bench ({result['mode']}), {result['machine']['threads']} threads, "
+        f"attnlab bench ({result['mode']}), {threads(result['machine']['threads'])}, "
         f"load {result['machine'].get('load_average_start')}",
         "",
     ]

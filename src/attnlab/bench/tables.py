@@ -18,6 +18,10 @@ def fmt_num(x: Any, fmt: str = ".3g") -> str:
     return format(x, fmt)
 
 
+def threads(n: int) -> str:
+    return f"{n} thread" if n == 1 else f"{n} threads"
+
+
 def fmt_mib(x: Any) -> str:
     return "-" if not x else f"{x / MIB:,.1f}"
 
@@ -50,7 +54,7 @@ def _matmul(s: dict) -> list[str]:
         for r in s["sizes"]
     ]
     return [
-        f"fp32 `torch.mm`, {s['threads']} threads; peak = best median = "
+        f"fp32 `torch.mm`, {threads(s['threads'])}; peak = best median = "
         f"**{s['peak_gflops']:.1f} GFLOP/s**",
         "",
     ] + md_table(["n", "median GFLOP/s", "rounds"], rows)
@@ -140,7 +144,7 @@ def _attention(s: dict) -> list[str]:
     sh = s["shape"]
     out = [
         f"(B, H, Dh) = ({sh['batch']}, {sh['heads']}, {sh['d_head']}), forward + backward, "
-        f"{s['threads']} threads. Memory: {s['memory_method']}.",
+        f"{threads(s['threads'])}. Memory: {s['memory_method']}.",
         "",
     ]
     rows = []
