@@ -350,40 +350,23 @@ def test_tiny_run_writes_json_report_and_plots(tmp_path, capsys):
 
 
 def test_recipe_suite_trains_both_presets_with_the_real_loop(tmp_path, monkeypatch):
-    """The harness around attnlab.train.train, with two tiny stand-in presets."""
-    import sys
-    import types
-
-    import attnlab.train
+    """The harness around attnlab.train.train, with two tiny stand-in presets (the real ones
+    train for minutes)."""
     from attnlab.bench.runner import run_bench
-    from attnlab.config import ModelConfig
-    from attnlab.train import RunConfig, TrainConfig
+    from attnlab.train import presets
 
     text = tmp_path / "text.txt"
     text.write_text("To be, or not to be, that is the question. " * 120)
 
-    def preset(lr: float) -> RunConfig:
-        model = ModelConfig(kind="decoder_lm", d_model=16, n_heads=2, n_layers=1, max_len=16)
-        train = TrainConfig(
-            task="lm",
-            data="unused",
-            steps=20,
-            lr=lr,
-            warmup_steps=2,
-            eval_every=10,
-            eval_batches=1,
-            batch_size=4,
-            context_len=16,
-            val_fraction=0.1,
-            save_every=0,
-            threads=1,
-        )
-        return RunConfig(model, train)
+    def preset(lr: float) -> dict:
+        model = dict(kind="decoder_lm", d_model=16, n_heads=2, n_layers=1, max_len=16)
+        train = dict(task="lm", data="unused", steps=20, lr=lr, warmup_steps=2, eval_every=10,
+                     eval_batches=1, batch_size=4, context_len=16, val_fraction=0.1,
+                     save_every=0, threads=1)  # fmt: skip
+        return {"model": model, "train": train}
 
-    presets = types.ModuleType("attnlab.train.presets")
-    presets.PRESETS = {"baseline-char": preset(1e-3), "fast-char": lambda: preset(1e-2)}
-    monkeypatch.setitem(sys.modules, "attnlab.train.presets", presets)
-    monkeypatch.setattr(attnlab.train, "presets", presets, raising=False)
+    tables = {"baseline-char": preset(1e-3), "fast-char": preset(1e-2)}
+    monkeypatch.setattr(presets, "RUN_PRESETS", {**presets.RUN_PRESETS, **tables})
     settings = BenchSettings.for_mode(tiny=True, suites=("recipe",), text=str(text), threads=1)
     suite = run_bench(settings)["suites"]["recipe"]
     assert suite["status"] == "ok", suite

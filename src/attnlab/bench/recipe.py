@@ -91,32 +91,20 @@ def compare(baseline_rows: list[dict], fast_rows: list[dict]) -> dict[str, Any]:
 
 
 def _train_api():
-    """(train, preset) from attnlab.train, or ImportError naming what is missing.
+    """(train, preset): the loop and ``preset(name) -> RunConfig``, or ImportError saying why.
 
-    ``preset(name)`` returns the preset's RunConfig, from ``attnlab.train.presets.get_preset``
-    or the dict ``attnlab.train.presets.PRESETS`` (a RunConfig or a zero-argument factory).
+    Presets are the tables of ``attnlab.train.presets.RUN_PRESETS`` (``attnlab train --preset``).
     """
-    from attnlab.train import train
+    from attnlab.train import RunConfig, train
+    from attnlab.train.presets import RUN_PRESETS, preset_tables
 
-    try:
-        from attnlab.train import presets
-    except ImportError as err:
-        raise ImportError(
-            "attnlab.train.presets (the baseline-char / fast-char run configs) has not landed "
-            f"yet ({err})"
-        ) from None
-    getter = getattr(presets, "get_preset", None)
-    table = getattr(presets, "PRESETS", None)
-    if getter is None and table is None:
-        raise ImportError("attnlab.train.presets has neither get_preset(name) nor PRESETS")
-
-    def preset(name: str):
-        if getter is not None:
-            return getter(name)
-        if name not in table:
-            raise ImportError(f"preset {name!r} is not defined yet (have: {sorted(table)})")
-        entry = table[name]
-        return entry() if callable(entry) else entry
+    def preset(name: str) -> RunConfig:
+        if name not in RUN_PRESETS:
+            raise ImportError(
+                f"training preset {name!r} is not defined yet in attnlab.train.presets "
+                f"(defined: {', '.join(sorted(RUN_PRESETS))})"
+            )
+        return RunConfig.from_dict(preset_tables(name), source=f"preset {name!r}")
 
     return train, preset
 
