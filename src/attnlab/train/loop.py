@@ -4,7 +4,7 @@ One optimizer step s (0-based) does, on every process:
 
     seed torch with f(seed, s, rank)                  dropout noise is a pure function of the step
     lr_s = lr_at(s)                                   warm-up + decay (attnlab.train.optim)
-    for k in 0..grad_accum-1:                         micro-batch j = s * grad_accum + k
+    for k in 0..grad_accum-1:                         shard k * world_size + rank of step s
         L_k = sum of per-target losses of batch j     (attnlab.train.objectives)
         backward(L_k * world_size / N)                N = targets in the step, over all ranks
     clip the global gradient norm; optimizer.step()
@@ -14,7 +14,8 @@ the global batch, exactly as one process would compute it (up to floating-point 
 order). Because data order, dropout noise and the learning rate depend only on (seed, step,
 rank), a run resumed from a checkpoint at step s repeats steps s, s+1, ... bit for bit.
 
-Rank 0 alone evaluates, writes metrics, plots and checkpoints; the others wait at a barrier.
+Rank 0 alone evaluates (``eval_batches`` batches of the global batch size), writes metrics,
+plots and checkpoints; the others wait at a barrier.
 """
 
 from __future__ import annotations
@@ -161,7 +162,9 @@ def _train(run_config: RunConfig, run_dir: Path, resume: bool, progress: bool,
         nonlocal evaluated_at
         metrics: dict[str, float] = {}
         if info.is_main:
-            res = evaluate(model, data, batch_size=cfg.batch_size, max_batches=cfg.eval_batches,
+            # eval_batches batches of the global batch: the same set whatever the process count
+            size = cfg.batch_size * info.world_size
+            res = evaluate(model, data, batch_size=size, max_batches=cfg.eval_batches,
                            device=device, autocast_dtype=amp)  # fmt: skip
             metrics, result.metrics, result.predictions = res.metrics, res.metrics, res.predictions
         evaluated_at = step
@@ -190,8 +193,8 @@ def _train(run_config: RunConfig, run_dir: Path, resume: bool, progress: bool,
             torch.manual_seed(step_seed(cfg.seed, step, info.rank))
             lr = set_lr(optimizers, step, cfg)
             batches = [
-                move_batch(data.train_batch(step * cfg.grad_accum + k, cfg.batch_size,
-                                            info.rank, info.world_size), device)
+                move_batch(data.train_batch(step, cfg.batch_size, k * info.world_size + info.rank,
+                                            cfg.grad_accum * info.world_size), device)
                 for k in range(cfg.grad_accum)
             ]  # fmt: skip
             count = torch.tensor([float(sum(target_count(b, data.kind) for b in batches))],

@@ -3,19 +3,21 @@
 ``build_task_data(train_cfg, ...)`` turns a :class:`~attnlab.train.run_config.TrainConfig` into a
 :class:`TaskData`: the tokenizer (and label set), the training batches, and the validation set.
 
-Training batches are a pure function of (seed, micro-batch index, rank, world size), never of a
-global RNG or of how many batches were drawn before. That is what makes ``--resume``
-bit-identical and lets every rank of a distributed run draw its own shard without talking:
+Training batches are a pure function of (seed, step, shard, shards), never of a global RNG or of
+how many batches were drawn before. That is what makes ``--resume`` bit-identical and lets every
+process of a distributed run draw its own shard without talking. The global batch of a step has
+B * shards rows, where shards = grad_accum * world_size; accumulation step k of rank r takes
+shard k * world_size + r:
 
-* LM:  micro-batch j is ``LMWindows.batch_at(j, ...)``: B * world random windows from
-  ``default_rng([seed, j])``, rank r taking rows r*B .. (r+1)*B - 1.
+* LM:  ``LMWindows.batch_at(step, ...)``: B * shards random windows from
+  ``default_rng([seed, step])``, shard i taking rows i*B .. (i+1)*B - 1.
 * pairs / labelled examples: an endless stream of shuffled epochs (epoch e is the permutation
-  ``default_rng([seed, e])`` of the training examples); micro-batch j is stream items
-  j*B*world .. (j+1)*B*world - 1, rank r taking its B of them.
+  ``default_rng([seed, e])`` of the training examples); step s covers stream items
+  s*B*shards .. (s+1)*B*shards - 1, shard i taking its B of them.
 
-Either way the union over ranks of micro-batch j equals micro-batch j of one process with batch
-size B * world, so a 2-process run sees exactly the data of a 1-process run with twice the batch.
-The micro-batch index is ``step * grad_accum + k`` for the k-th accumulation step.
+So the data of a step depends only on the global batch size: batch 8 in one process, batch 4
+with grad_accum 2, batch 4 on each of 2 processes, and batch 2 x accumulation 2 x 2 processes
+all train on exactly the same examples.
 
 Shapes: B batch, T context / target length, S source length.
 """
@@ -91,7 +93,7 @@ class TaskData:
     labels: LabelSet | None = None
     summary: str = ""
 
-    def train_batch(self, index: int, batch_size: int, rank: int = 0, world_size: int = 1) -> Any:
+    def train_batch(self, step: int, batch_size: int, shard: int = 0, shards: int = 1) -> Any:
         raise NotImplementedError
 
     def val_batches(self, batch_size: int, max_batches: int) -> list[Any]:
@@ -120,9 +122,9 @@ class LMData(TaskData):
                         f"tokens ({self.tokenizer.type} tokenizer, {self.tokenizer.vocab_size} "
                         f"ids), windows of {context_len}")  # fmt: skip
 
-    def train_batch(self, index: int, batch_size: int, rank: int = 0, world_size: int = 1) -> Any:
-        return self.train.batch_at(index, batch_size, self.context_len, self.seed, rank,
-                                   world_size)  # fmt: skip
+    def train_batch(self, step: int, batch_size: int, shard: int = 0, shards: int = 1) -> Any:
+        return self.train.batch_at(step, batch_size, self.context_len, self.seed, shard,
+                                   shards)  # fmt: skip
 
     def val_batches(self, batch_size: int, max_batches: int) -> list[Any]:
         return list(self.val.eval_batches(batch_size, self.context_len,
@@ -159,8 +161,8 @@ class PairData(TaskData):
         tok = self.tokenizer
         return collate_pairs(items, tok.pad_id, tok.bos_id, tok.eos_id)
 
-    def train_batch(self, index: int, batch_size: int, rank: int = 0, world_size: int = 1) -> Any:
-        start = (index * world_size + rank) * batch_size
+    def train_batch(self, step: int, batch_size: int, shard: int = 0, shards: int = 1) -> Any:
+        start = (step * shards + shard) * batch_size
         return self._collate([self.train_ids[i] for i in self.stream.indices(start, batch_size)])
 
     def val_batches(self, batch_size: int, max_batches: int) -> list[Any]:
@@ -197,8 +199,8 @@ class LabelData(TaskData):
             f"{origin}, {len(labels)} classes {list(labels.names)[:8]}"
         )
 
-    def train_batch(self, index: int, batch_size: int, rank: int = 0, world_size: int = 1) -> Any:
-        start = (index * world_size + rank) * batch_size
+    def train_batch(self, step: int, batch_size: int, shard: int = 0, shards: int = 1) -> Any:
+        start = (step * shards + shard) * batch_size
         items = [self.train_ids[i] for i in self.stream.indices(start, batch_size)]
         return collate_labelled(items, self.tokenizer.pad_id)
 
