@@ -28,7 +28,22 @@ def _s2s(**kw) -> RunConfig:
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("text") / "text.txt"
-    words = "the cat sat on a mat and the dog ran off to the park".split()
+    words = [
+        "the",
+        "cat",
+        "sat",
+        "on",
+        "a",
+        "mat",
+        "and",
+        "the",
+        "dog",
+        "ran",
+        "off",
+        "to",
+        "the",
+        "park",
+    ]
     path.write_text(" ".join(words[(i * 7) % len(words)] for i in range(3000)), encoding="utf-8")
     return str(path)
 
