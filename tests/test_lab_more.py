@@ -38,12 +38,15 @@ def out(tmp_path_factory):
 # long_range ----------------------------------------------------------------------------------
 def test_long_range_quick_report(out):
     report, path = run_experiment("long_range", quick=True, out_dir=out / "long_range")
-    _check_written(path, ["accuracy_vs_length.png", "alignment_bahdanau.png",
+    _check_written(path, ["accuracy_vs_length.png", "exact_vs_length.png",
+                          "accuracy_per_position.png", "alignment_bahdanau.png",
                           "cross_attention_transformer.png", "dates.png"])  # fmt: skip
-    rows = report.table("reversal: exact match per length").rows
+    rows = report.table("reversal: exact match by length").rows
     assert [r["length"] for r in rows] == report.metrics["lengths"]
-    assert set(report.metrics["accuracy"]) == set(long_range.MODELS)
-    assert all(0.0 <= a <= 1.0 for accs in report.metrics["accuracy"].values() for a in accs)
+    token, exact = report.metrics["token_accuracy"], report.metrics["exact_match"]
+    assert set(token) == set(exact) == set(long_range.MODELS)
+    for name in long_range.MODELS:  # a whole target right implies each of its tokens right
+        assert all(0.0 <= e <= t <= 1.0 for e, t in zip(exact[name], token[name]))
 
 
 @pytest.mark.parametrize("name", ["transformer", "bahdanau", "lstm"])
@@ -60,7 +63,7 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(name):
         long_range.masked_seq2seq_loss,
         long_range.FitConfig(steps=30, batch_size=40, lr=1e-2, warmup_steps=1),
     )
-    hits = long_range.exact_match(model, batch)
+    _, hits = long_range.score(model, batch)
     outputs = greedy_decode(model, batch.src, batch.src_mask, bos_id=tok.bos_id,
                             eos_id=tok.eos_id, max_new_tokens=12)  # fmt: skip
     greedy = torch.tensor([out == tok.encode(t) for out, (_, t) in zip(outputs, pairs)])
