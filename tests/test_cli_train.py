@@ -163,3 +163,31 @@ def test_full_disk_keeps_the_previous_checkpoint(run_dir, capsys, monkeypatch):
     monkeypatch.undo()
     assert load_checkpoint(run_dir).step == 4  # the latest good checkpoint still loads
     assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".tmp")]
+
+
+def test_language_model_on_a_text_file_then_a_test_file(tmp_path, capsys):
+    text, other = tmp_path / "train.txt", tmp_path / "test.txt"
+    text.write_text("a rose is a rose is a rose. " * 80, encoding="utf-8")
+    other.write_text("is a rose a rose? " * 20, encoding="utf-8")
+    out = tmp_path / "lm"
+    code, stdout, _ = _run(capsys, "train", "--text", str(text), "--out", str(out),
+                           "--steps", "2", "--context-len", "16", *TINY)  # fmt: skip
+    assert code == 0 and "decoder_lm on task 'lm'" in stdout and "val_ppl" in stdout
+    code, stdout, _ = _run(capsys, "evaluate", "--checkpoint", str(out), "--split", "test",
+                           "--text", str(other), "--json")  # fmt: skip
+    assert code == 0 and json.loads(stdout)["test_ppl"] > 1.0
+    _fails(capsys, "evaluate", "--checkpoint", str(out), "--split", "test",
+           match="needs its own text")  # fmt: skip
+
+
+def test_tensorboard_without_the_package_is_a_clear_error(tmp_path, capsys):
+    pytest.importorskip("torch")
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        _fails(capsys, "train", "--task", "reverse", *TINY, "--steps", "2", "--tensorboard",
+               "--out", str(tmp_path / "r"), match="needs the tensorboard package")  # fmt: skip
+    else:
+        code, _, _ = _run(capsys, "train", "--task", "reverse", *TINY, "--steps", "2",
+                          "--tensorboard", "--out", str(tmp_path / "r"))  # fmt: skip
+        assert code == 0 and (tmp_path / "r" / "tensorboard").is_dir()

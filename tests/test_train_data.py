@@ -7,11 +7,12 @@ import torch
 from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer, CopyTask
 from attnlab.models import build_model
+from attnlab.train.build_data import build_task_data
 from attnlab.train.evaluate import evaluate, greedy_decode
 from attnlab.train.objectives import batch_loss, correct_predictions, target_count
 from attnlab.train.run_config import TrainConfig
 from attnlab.train.setup import fit_model_config
-from attnlab.train.task_data import PairData, ShuffledStream, build_task_data
+from attnlab.train.task_data import PairData, ShuffledStream
 
 
 def _pairs_cfg(**kw) -> TrainConfig:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
@@ -132,3 +134,11 @@ def test_classifier_and_recurrent_kinds_train(tmp_path):
 def test_model_kind_must_fit_the_task(tmp_path):
     with pytest.raises(ConfigError, match="cannot be trained on task 'seq2seq'.*encoder_decoder"):
         train(RunConfig(TINY_LM, _s2s().train), run_dir=tmp_path)
+
+
+def test_bf16_autocast_trains_on_cpu(tmp_path, corpus):
+    cfg = TrainConfig(task="lm", data=corpus, context_len=16, steps=3, warmup_steps=1,
+                      batch_size=4, dtype="bf16", progress=False)  # fmt: skip
+    result = train(RunConfig(TINY_LM, cfg), run_dir=tmp_path)
+    assert all(math.isfinite(loss) for _, loss in result.losses)
+    assert next(result.model.parameters()).dtype == torch.float32  # master weights stay fp32

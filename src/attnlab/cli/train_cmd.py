@@ -264,10 +264,10 @@ def _attention_plot(result: Any) -> None:
     except ImportError:
         print("attention plot skipped: attnlab.viz is not available")
         return
-    if result.predictions:
-        text = result.predictions[0].source
-    else:
+    if not result.predictions:
         return
+    # the longest of the first examples: a date with words shows the alignment best
+    text = max((p.source for p in result.predictions[:20]), key=len)
     try:
         figures = model_attention_figures(result.model, result.tokenizer, text)
     except (ValueError, TypeError) as err:

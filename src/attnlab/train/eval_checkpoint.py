@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import NamedTuple
 
 from attnlab.errors import CheckpointError, DataError
+from attnlab.train.build_data import build_task_data
 from attnlab.train.checkpoint import load_checkpoint
 from attnlab.train.distributed import resolve_device
 from attnlab.train.evaluate import EvalResult, evaluate
 from attnlab.train.run_config import TrainConfig
 from attnlab.train.setup import KINDS_FOR_TASK
-from attnlab.train.task_data import build_task_data
 
 
 class CheckpointEvaluation(NamedTuple):

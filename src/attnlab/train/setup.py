@@ -21,9 +21,10 @@ from typing import Any, NamedTuple
 from attnlab.config import LM_KINDS, SEQ2SEQ_KINDS, ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.train.atomic import ensure_writable_dir
+from attnlab.train.build_data import build_task_data
 from attnlab.train.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
 from attnlab.train.distributed import DistInfo, barrier
-from attnlab.train.task_data import TaskData, build_task_data
+from attnlab.train.task_data import TaskData
 
 KINDS_FOR_TASK = {"lm": LM_KINDS, "seq2seq": SEQ2SEQ_KINDS, "classify": ("classifier",)}
 DEFAULT_KIND = {"lm": "decoder_lm", "seq2seq": "encoder_decoder", "classify": "classifier"}

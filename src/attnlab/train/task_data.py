@@ -1,6 +1,6 @@
 """The data of a training run, behind one small interface for the three task kinds.
 
-``build_task_data(train_cfg, ...)`` turns a :class:`~attnlab.train.run_config.TrainConfig` into a
+``attnlab.train.build_data.build_task_data(train_cfg)`` turns a TrainConfig into a
 :class:`TaskData`: the tokenizer (and label set), the training batches, and the validation set.
 
 Training batches are a pure function of (seed, step, shard, shards), never of a global RNG or of
@@ -24,37 +24,19 @@ Shapes: B batch, T context / target length, S source length.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 
 from attnlab.data import (
-    CLASSIFICATION_TASKS,
-    TASKS,
-    ByteTokenizer,
-    CharTokenizer,
     LabelSet,
     LMWindows,
     Tokenizer,
     collate_labelled,
     collate_pairs,
-    list_text_files,
-    load_corpus,
-    make_task,
-    prepare_corpus,
-    read_labelled,
-    read_pairs,
-    read_text,
-    split_items,
-    train_tokenizer,
 )
 from attnlab.errors import DataError
-
-TEST_SEED_OFFSET = 2_000_003  # generated test sets use seed + this (validation: seed + 1_000_003)
-VAL_SEED_OFFSET = 1_000_003
 
 
 class Example(NamedTuple):
@@ -229,186 +211,3 @@ def _encode_pairs(tok: Tokenizer, pairs: Sequence[tuple[str, str]], what: str) -
             raise DataError(f"{what} pair {i} has an empty source ({s!r} -> {t!r}); remove it")
         out.append((src, tok.encode(t)))
     return out
-
-
-# Building ------------------------------------------------------------------------------------
-def make_tokenizer(kind: str, texts: Sequence[str], bpe_vocab_size: int,
-                   chars: str | None = None) -> Tokenizer:  # fmt: skip
-    """A tokenizer of ``kind`` for in-memory texts (a char tokenizer may be given its alphabet)."""
-    if kind == "char":  # file data: characters unseen in training map to <unk> at test time
-        return CharTokenizer(chars) if chars else CharTokenizer.train(list(texts), unk=True)
-    if kind == "byte":
-        return ByteTokenizer()
-    return train_tokenizer("bpe", list(texts), vocab_size=bpe_vocab_size)
-
-
-def _limit(pairs: list[tuple[str, str]], max_src: int | None, max_tgt: int | None,
-           tok: Tokenizer) -> list[tuple[str, str]]:  # fmt: skip
-    """Keep pairs within explicit length limits (the summary reports how many were dropped)."""
-    if max_src is None and max_tgt is None:
-        return pairs
-    return [(s, t) for s, t in pairs
-            if (max_src is None or len(tok.encode(s)) <= max_src)
-            and (max_tgt is None or len(tok.encode(t)) + 1 <= max_tgt)]  # fmt: skip
-
-
-def _held_out(train: Sequence[tuple[str, str]], candidates: list[tuple[str, str]]) -> list:
-    seen = {s for s, _ in train}
-    return [p for p in candidates if p[0] not in seen]
-
-
-def _split(cfg: Any, items: list[tuple[str, str]], read: Any, split: str) -> tuple[list, list]:
-    """(train, evaluation) items: a separate file if given, else a deterministic split."""
-    if split == "test":
-        raise DataError("a test split of a file-based task needs its own file: pass it as the "
-                        "data flag of `attnlab evaluate` (e.g. --pairs test.tsv)")  # fmt: skip
-    if cfg.val_data:
-        return items, read(cfg.val_data)
-    train, val = split_items(items, cfg.val_fraction, cfg.seed)
-    if not val or not train:
-        raise DataError(
-            f"{cfg.data!r} has {len(items)} examples, too few to hold out val_fraction="
-            f"{cfg.val_fraction} for validation; add examples or pass --val-data FILE"
-        )
-    return train, val
-
-
-def build_task_data(
-    cfg: Any,
-    *,
-    data_dir: str | Path | None = None,
-    tokenizer: Tokenizer | None = None,
-    labels: LabelSet | None = None,
-    split: str = "val",
-    eval_data: str | None = None,
-    prepare: bool = True,
-) -> TaskData:
-    """The :class:`TaskData` of TrainConfig ``cfg``.
-
-    ``tokenizer``/``labels`` come from a checkpoint when resuming or evaluating (they must not
-    change); otherwise they are built from the training data. ``data_dir`` holds the prepared LM
-    corpus (memory-mapped). ``split="test"`` gives generated tasks a fresh held-out set;
-    ``eval_data`` replaces the validation set with a file (for ``attnlab evaluate``).
-    ``prepare=False`` only reads an LM corpus another process prepared in ``data_dir``.
-    """
-    if cfg.task == "lm":
-        if split == "test" and eval_data is None:
-            raise DataError("a language model's test split needs its own text: pass the file "
-                            "with --text to `attnlab evaluate --split test`")  # fmt: skip
-        return _lm_data(cfg, data_dir, tokenizer, eval_data, prepare)
-    if cfg.task == "seq2seq":
-        return _pair_data(cfg, tokenizer, split, eval_data)
-    if cfg.task == "classify":
-        return _label_data(cfg, tokenizer, labels, split, eval_data)
-    raise DataError(f"unknown task {cfg.task!r}; choose lm, seq2seq or classify")
-
-
-def _lm_data(cfg: Any, data_dir: Any, tokenizer: Tokenizer | None, eval_data: str | None,
-             prepare: bool):  # fmt: skip
-    if cfg.data in TASKS or cfg.data in CLASSIFICATION_TASKS:
-        raise DataError(f"task 'lm' needs a text file or directory, but data={cfg.data!r} names "
-                        f"a built-in task; pass --text FILE_OR_DIR")  # fmt: skip
-    if data_dir is None:
-        raise ValueError("an LM run needs data_dir for its memory-mapped corpus")
-    data_dir = Path(data_dir)
-    if eval_data is not None:  # evaluate a trained model on another text: only that is encoded
-        if tokenizer is None:
-            raise ValueError("evaluating an LM on a text file needs the model's tokenizer")
-        _check_text(eval_data)
-        other = prepare_corpus(eval_data, data_dir / "eval", tokenizer, val_fraction=0.0)
-        return LMData(dataclasses.replace(other, val=other.train), cfg.context_len, cfg.seed)
-    corpus_dir = data_dir / "corpus"
-    meta = corpus_dir / "meta.json"
-    if not prepare:
-        corpus = load_corpus(corpus_dir)
-    elif tokenizer is not None and meta.is_file():
-        corpus = load_corpus(corpus_dir)
-        if corpus.tokenizer.to_dict() != tokenizer.to_dict():
-            corpus = None
-    else:
-        corpus = None
-    if corpus is None:
-        _check_text(cfg.data)
-        if tokenizer is None:
-            tokenizer = train_tokenizer(cfg.tokenizer, Path(cfg.data),
-                                        vocab_size=cfg.bpe_vocab_size)  # fmt: skip
-        fraction = 0.0 if cfg.val_data else cfg.val_fraction
-        corpus = prepare_corpus(cfg.data, corpus_dir, tokenizer, val_fraction=fraction)
-    if cfg.val_data:  # a separate text file as the validation split
-        if prepare:
-            _check_text(cfg.val_data)
-            other = prepare_corpus(cfg.val_data, data_dir / "val", corpus.tokenizer,
-                                   val_fraction=0.0)  # fmt: skip
-        else:
-            other = load_corpus(data_dir / "val")
-        corpus = dataclasses.replace(corpus, val=other.train)
-    return LMData(corpus, cfg.context_len, cfg.seed)
-
-
-def _check_text(path: str) -> None:
-    """Fail early, naming the file, on a missing path or an empty single file."""
-    files = list_text_files(path)
-    if len(files) == 1 and files[0].stat().st_size == 0:
-        read_text(files[0])  # raises: "file ... is empty; give it some text or remove it"
-
-
-def _pair_data(cfg: Any, tokenizer: Tokenizer | None, split: str, eval_data: str | None):
-    if cfg.data in TASKS:
-        task = make_task(cfg.data)
-        train = task.make_pairs(cfg.n_train, seed=cfg.seed)
-        offset = TEST_SEED_OFFSET if split == "test" else VAL_SEED_OFFSET
-        val = _held_out(train, task.make_pairs(cfg.n_val, seed=cfg.seed + offset))
-        chars, origin = task.characters(), f"the generated {cfg.data!r} task"
-    elif cfg.data in CLASSIFICATION_TASKS:
-        raise DataError(f"{cfg.data!r} is a classification task; use --task classify with it")
-    elif eval_data is not None:  # a trained model on another file: the training file is not read
-        train = val = read_pairs(eval_data)
-        chars, origin = None, repr(eval_data)
-    else:
-        train, val = _split(cfg, read_pairs(cfg.data), read_pairs, split)
-        chars, origin = None, repr(cfg.data)
-    if eval_data is not None:
-        val = read_pairs(eval_data)
-    if tokenizer is None:
-        tokenizer = make_tokenizer(cfg.tokenizer, [x for p in train for x in p],
-                                   cfg.bpe_vocab_size, chars)  # fmt: skip
-    n_before = len(train)
-    train = _limit(train, cfg.max_src_len, cfg.max_tgt_len, tokenizer)
-    if not train:
-        raise DataError(f"no training pair fits max_src_len={cfg.max_src_len} / max_tgt_len="
-                        f"{cfg.max_tgt_len}; raise the limits")  # fmt: skip
-    if not val:
-        raise DataError(f"the validation set of {cfg.data!r} is empty after removing pairs seen "
-                        f"in training; raise n_val or give --val-data")  # fmt: skip
-    data = PairData(tokenizer, train, val, cfg.seed, origin, generated=cfg.data in TASKS)
-    if len(train) < n_before:
-        data.summary += f"; {n_before - len(train)} pairs over the length limits left out"
-    return data
-
-
-def _label_data(cfg: Any, tokenizer: Tokenizer | None, labels: LabelSet | None, split: str,
-                eval_data: str | None):  # fmt: skip
-    if cfg.data in CLASSIFICATION_TASKS:
-        task = make_task(cfg.data)
-        train = task.make_pairs(cfg.n_train, seed=cfg.seed)
-        offset = TEST_SEED_OFFSET if split == "test" else VAL_SEED_OFFSET
-        val = task.make_pairs(cfg.n_val, seed=cfg.seed + offset)
-        chars, origin, names = task.characters(), f"the generated {cfg.data!r} task", task.labels
-    elif cfg.data in TASKS:
-        raise DataError(f"{cfg.data!r} is a sequence-to-sequence task; use --task seq2seq with it")
-    elif eval_data is not None:
-        train = val = read_labelled(eval_data)
-        chars, origin, names = None, repr(eval_data), None
-    else:
-        train, val = _split(cfg, read_labelled(cfg.data), read_labelled, split)
-        chars, origin, names = None, repr(cfg.data), None
-    if eval_data is not None:
-        val = read_labelled(eval_data)
-    if labels is None:
-        labels = LabelSet(names) if names else LabelSet.from_labels(y for _, y in train + val)
-    if tokenizer is None:
-        tokenizer = make_tokenizer(cfg.tokenizer, [t for t, _ in train], cfg.bpe_vocab_size,
-                                   chars)  # fmt: skip
-    if cfg.max_src_len is not None:
-        train = [(t, y) for t, y in train if len(tokenizer.encode(t)) + 1 <= cfg.max_src_len]
-    return LabelData(tokenizer, labels, train, val, cfg.seed, origin)
