@@ -65,6 +65,7 @@ class FitResult(NamedTuple):
     lrs: list[float]
     seconds: float  # wall time of the optimisation steps
     diverged: bool  # a loss or gradient became NaN/inf and training stopped
+    evals: list[tuple[int, float]] = []  # (step, evaluate(model)) at the requested steps
 
     def final_loss(self, window: int = 20) -> float:
         """Mean of the last ``window`` losses (inf when the run diverged)."""
@@ -75,11 +76,20 @@ class FitResult(NamedTuple):
 
 
 def fit(
-    model: nn.Module, data: Sequence[Tensor], loss_fn: LossFn, cfg: FitConfig, *, seed: int = 0
+    model: nn.Module,
+    data: Sequence[Tensor],
+    loss_fn: LossFn,
+    cfg: FitConfig,
+    *,
+    seed: int = 0,
+    evaluate: Callable[[nn.Module], float] | None = None,
+    eval_at: Sequence[int] = (),
 ) -> FitResult:
     """Train ``model`` in place on rows of ``data`` (tensors sharing their first dim N).
 
-    Returns the loss history; the model is left in eval mode.
+    ``evaluate(model)`` (e.g. test accuracy) is called after each step count in ``eval_at``; the
+    values land in ``FitResult.evals`` as (step, value). Returns the loss history; the model is
+    left in eval mode.
     """
     n = _rows(data)
     optimizer = torch.optim.AdamW(
@@ -87,6 +97,7 @@ def fit(
     )
     gen = torch.Generator().manual_seed(seed)
     losses, norms, lrs = [], [], []
+    evals: list[tuple[int, float]] = []
     diverged = False
     model.train()
     start = time.perf_counter()
@@ -107,9 +118,12 @@ def fit(
         losses.append(value)
         norms.append(norm)
         lrs.append(lr)
+        if evaluate is not None and step + 1 in eval_at:
+            evals.append((step + 1, evaluate(model)))  # its time counts in ``seconds``
+            model.train()
     seconds = time.perf_counter() - start
     model.eval()
-    return FitResult(losses, norms, lrs, seconds, diverged)
+    return FitResult(losses, norms, lrs, seconds, diverged, evals)
 
 
 def _rows(data: Sequence[Tensor]) -> int:
