@@ -142,8 +142,9 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                 if accs[(COUNT, deep, hard)] > accs[(COUNT, one, hard)] + 0.1
                 else "more hard heads did not help."
             ),
-            "Without the straight-through estimator the argmax passes no gradient to queries and "
-            "keys, so where each head looks is frozen at initialisation: "
+            "Without the straight-through estimator the argmax passes no gradient to W_q and "
+            "W_k, so the model can only change where it looks indirectly, through the embeddings "
+            "that the values also train: "
             + ", ".join(
                 f"{t}, {sh}: {accs[(t, sh, frozen)]:.3f}" for t in TASKS for sh, _, _ in SHAPES
             )

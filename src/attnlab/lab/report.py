@@ -115,7 +115,8 @@ class Report:
         out += [
             f"{size} run, seed {self.seed}, wall time {self.wall_time_s:.1f} s on "
             f"{m.get('logical_cores', '?')} logical cores ({m.get('cpu_model', '?')}), "
-            f"{m.get('threads', '?')} torch threads, torch {m.get('torch', '?')}, "
+            f"{m.get('threads', '?')} torch thread{'' if m.get('threads') == 1 else 's'}, "
+            f"torch {m.get('torch', '?')}, "
             f"Python {m.get('python', '?')}.{_load_note(m)}",
             "",
         ]
