@@ -8,7 +8,9 @@ file and command-line flags override preset values.
 d_model 64, 4 heads) learns date normalisation ("tuesday 3 march 1998" -> "1998-03-03") from
 20,000 generated pairs to >= 95% exact match on 1,000 held-out dates. It was tuned for wall time
 on 2 CPU cores: a small width, batch 128, a high peak rate (3e-3) after a short warm-up, and
-betas (0.9, 0.98) as in Vaswani et al. 5.3. The measured numbers are in docs/training.md.
+betas (0.9, 0.98) as in Vaswani et al. 5.3, and one intra-op thread: at d_model 64 the matrices
+are too small for a second thread to pay, and when other processes share the cores a two-thread
+team spins waiting for its partner (measured 4-20x slower). The numbers are in docs/training.md.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ RUN_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "dates": {
         "model": dict(_SMALL_SEQ2SEQ),
         "train": dict(_FAST_TRAIN, task="seq2seq", data="dates", steps=800, eval_every=200,
-                      save_every=200, best_metric="val_exact_match", out="runs/dates"),
+                      save_every=200, best_metric="val_exact_match", out="runs/dates",
+                      threads=1),
     },
     "reverse": {
         "model": dict(_SMALL_SEQ2SEQ),
