@@ -18,6 +18,7 @@ import io
 import json
 import math
 import os
+import shutil
 import sys
 from collections.abc import Iterable
 from pathlib import Path
@@ -137,8 +138,9 @@ def progress_bar(total: int, initial: int, enabled: bool) -> Any:
     from tqdm.auto import tqdm
 
     show = enabled and sys.stderr.isatty()
-    return tqdm(total=total, initial=initial, disable=not show, unit="step", dynamic_ncols=True,
-                smoothing=0.1, file=sys.stderr)  # fmt: skip
+    size = shutil.get_terminal_size((100, 24))  # some ptys report 0 x 0, which hides the bar
+    return tqdm(total=total, initial=initial, disable=not show, unit="step", ncols=size.columns,
+                nrows=size.lines, smoothing=0.1, file=sys.stderr)  # fmt: skip
 
 
 def format_metrics(metrics: dict[str, float]) -> str:
