@@ -5,7 +5,7 @@ byte-level BPE vocabulary (one tokenizer shared by German and English, trained o
 pairs), with the same loss (label-smoothed cross-entropy) and the same number of steps:
 
     transformer   encoder-decoder, 3 + 3 pre-norm layers, d_model 256, 8 heads, d_ff 1024,
-                  sinusoidal positions, decoder input and output embeddings tied
+                  learned positions, decoder input and output embeddings tied
     bahdanau      bidirectional LSTM encoder + LSTM decoder with additive attention (004 eq. 4-8)
     lstm          plain 2-layer LSTM encoder-decoder reading the source reversed (004, Sutskever)
 
@@ -69,8 +69,8 @@ def recipes(quick: bool) -> dict[str, Recipe]:
     return {
         "transformer": Recipe("Transformer encoder-decoder", dict(
             kind="encoder_decoder", d_model=d, n_heads=4 if quick else 8, n_layers=2 if quick
-            else 3, d_ff=ff, dropout=0.1, positional="sinusoidal", max_len=256),
-            dict(lr=2e-3 if quick else 5e-4, warmup_steps=30 if quick else 400)),
+            else 3, d_ff=ff, dropout=0.1, positional="learned", max_len=256),
+            dict(lr=2e-3 if quick else 1e-3, warmup_steps=30 if quick else 200)),
         "bahdanau": Recipe("LSTM + Bahdanau attention", dict(
             kind="lstm_seq2seq", d_model=d, n_layers=1, rnn_attention="additive",
             bidirectional=True, dropout=0.3),
@@ -318,6 +318,10 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             f"{32 if quick else 128} sentence pairs (~{epochs:.1f} epochs), AdamW betas (0.9, "
             "0.98), weight decay 0.01, warm-up then cosine to lr/10, label smoothing 0.1, "
             "gradient clip 1.0, " + ("fp32." if quick else "bf16 autocast where the CPU has it."),
+            "Tuning note (development runs, not repeated here): with sinusoidal positions (unit "
+            "amplitude next to N(0, 0.02) token embeddings) and lr 5e-4 the Transformer reached "
+            "17.6 validation BLEU (greedy, 512 sentences) after 2000 steps; learned positions and "
+            "lr 1e-3 reached 21.8 after 500, so the recipe uses those.",
             "Learning rates: "
             + ", ".join(f"{n} {r.train['lr']:g}" for n, r in recipes(quick).items())
             + ".",
