@@ -77,7 +77,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "-m attnlab train --preset dates",
     )  # fmt: skip
     g = p.add_argument_group("run")
-    g.add_argument("--preset", help="a tuned run: dates, reverse, addition, parens, char-lm")
+    from attnlab.train.presets import RUN_PRESETS
+
+    g.add_argument("--preset", help=f"a tuned run: {', '.join(RUN_PRESETS)}")
     g.add_argument("--config", metavar="FILE.toml", help="run config with [model] and [train]")
     g.add_argument("--out", metavar="RUN_DIR", help="run directory (checkpoints, metrics, plots)")
     g.add_argument(
