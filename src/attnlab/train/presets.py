@@ -24,24 +24,24 @@ _SMALL_SEQ2SEQ = dict(kind="encoder_decoder", d_model=64, n_heads=4, n_layers=2,
                       max_len=64, dropout=0.0)  # fmt: skip
 _FAST_TRAIN = dict(batch_size=128, lr=3e-3, min_lr=1e-4, warmup_steps=100, weight_decay=0.01,
                    betas=[0.9, 0.98], grad_clip=1.0, n_train=20000, n_val=1000, eval_batches=8,
-                   log_every=20)  # fmt: skip
+                   log_every=20, threads=1)  # fmt: skip
 
 RUN_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "dates": {
         "model": dict(_SMALL_SEQ2SEQ),
         "train": dict(_FAST_TRAIN, task="seq2seq", data="dates", steps=800, eval_every=200,
-                      save_every=200, best_metric="val_exact_match", out="runs/dates",
-                      threads=1),
+                      save_every=200, best_metric="val_exact_match", out="runs/dates"),
     },
     "reverse": {
         "model": dict(_SMALL_SEQ2SEQ),
         "train": dict(_FAST_TRAIN, task="seq2seq", data="reverse", steps=1000, eval_every=250,
                       save_every=250, best_metric="val_exact_match", out="runs/reverse"),
     },
-    "addition": {
-        "model": dict(_SMALL_SEQ2SEQ),
-        "train": dict(_FAST_TRAIN, task="seq2seq", data="addition", steps=1500, eval_every=250,
-                      save_every=250, best_metric="val_exact_match", out="runs/addition"),
+    "addition": {  # carries need width: d_model 128 at lr 1e-3 (98.7 % vs 40 % at d_model 64)
+        "model": dict(_SMALL_SEQ2SEQ, d_model=128, d_ff=512),
+        "train": dict(_FAST_TRAIN, task="seq2seq", data="addition", steps=1500, lr=1e-3,
+                      eval_every=250, save_every=250, best_metric="val_exact_match",
+                      out="runs/addition"),
     },
     "parens": {
         "model": dict(kind="classifier", d_model=64, n_heads=4, n_layers=2, d_ff=256, max_len=64,
