@@ -14,7 +14,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--split test",
     )
     p.add_argument("--checkpoint", required=True, metavar="RUN",
-                   help="a run directory (its latest checkpoint) or a step_* directory")  # fmt: skip
+                   help="a run directory (its latest checkpoint) or a step_* dir")  # fmt: skip
     p.add_argument("--split", choices=("val", "test"), default="val",
                    help="val: the run's validation set; test: a fresh generated set (built-in "
                    "tasks) or the file given below")  # fmt: skip
