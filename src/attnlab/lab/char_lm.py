@@ -95,7 +95,7 @@ def recipe(quick: bool, seed: int, text: Path) -> RunConfig:
                         dropout=0.0 if quick else 0.1)  # fmt: skip
     cfg = TrainConfig(task="lm", data=str(text), tokenizer="char", val_fraction=0.1,
                       context_len=64 if quick else 128, batch_size=16 if quick else 32,
-                      steps=40 if quick else 1500, lr=3e-3 if quick else 1e-3, min_lr=1e-4,
+                      steps=40 if quick else 1000, lr=3e-3 if quick else 1e-3, min_lr=1e-4,
                       warmup_steps=5 if quick else 100, weight_decay=0.1, betas=(0.9, 0.95),
                       eval_every=20 if quick else 250, eval_batches=4 if quick else 20,
                       save_every=0 if quick else 250, keep_last=1, log_every=5 if quick else 25,
