@@ -89,13 +89,15 @@ def resolve_text(quick: bool, seed: int, text: str | None, work: Path) -> tuple[
 
 
 def recipe(quick: bool, seed: int, text: Path) -> RunConfig:
-    """A 4-layer, d_model 128 char Transformer (the ``char-lm`` preset, shortened for CPU)."""
+    """A 4-layer, d_model 128 char Transformer: the ``char-lm`` preset shortened to 1000 steps
+    for CPU, with lr 3e-3 and no dropout (at this budget the model underfits: a development run
+    with lr 1e-3 and dropout 0.1 had validation loss 2.37 at step 250, this recipe 2.24)."""
     model = ModelConfig(kind="decoder_lm", d_model=64 if quick else 128, n_heads=4,
                         n_layers=2 if quick else 4, max_len=64 if quick else 128,
-                        dropout=0.0 if quick else 0.1)  # fmt: skip
+                        dropout=0.0)  # fmt: skip
     cfg = TrainConfig(task="lm", data=str(text), tokenizer="char", val_fraction=0.1,
                       context_len=64 if quick else 128, batch_size=16 if quick else 32,
-                      steps=40 if quick else 1000, lr=3e-3 if quick else 1e-3, min_lr=1e-4,
+                      steps=40 if quick else 1000, lr=3e-3, min_lr=1e-4,
                       warmup_steps=5 if quick else 100, weight_decay=0.1, betas=(0.9, 0.95),
                       eval_every=20 if quick else 250, eval_batches=4 if quick else 20,
                       save_every=0 if quick else 250, keep_last=1, log_every=5 if quick else 25,
