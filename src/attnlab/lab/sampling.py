@@ -75,12 +75,14 @@ def real_word_rate(texts: list[str], vocabulary: set[str]) -> float:
 
 
 @torch.no_grad()
-def own_nll(model: Any, tok: Any, prompts: list[str], continuations: list[str]) -> float:
-    """Mean -log2 p(continuation char | everything before) under the model at temperature 1."""
+def own_nll(model: Any, tok: Any, prompts: list[str], continuations: list[list[int]]) -> float:
+    """Mean -log2 p(continuation token | everything before) under the model at temperature 1.
+
+    Continuations are token ids (a sampled <unk> would not survive a trip through text)."""
     total, count = 0.0, 0
     model.eval()
-    for prompt, cont in zip(prompts, continuations):
-        p, c = tok.encode(prompt), tok.encode(cont)
+    for prompt, c in zip(prompts, continuations):
+        p = tok.encode(prompt)
         if not c:
             continue
         ids = torch.tensor([p + c])  # (1, T)
@@ -92,10 +94,10 @@ def own_nll(model: Any, tok: Any, prompts: list[str], continuations: list[str]) 
 
 
 def decode(model: Any, tok: Any, prompts: list[str], n_new: int, seed: int,
-           **strategy: Any) -> list[str]:  # fmt: skip
-    """Continuations (without the prompt) of every prompt under one strategy."""
+           **strategy: Any) -> list[list[int]]:  # fmt: skip
+    """Continuations (without the prompt) of every prompt under one strategy, as token ids."""
     cfg = GenerationConfig(max_new_tokens=n_new, seed=seed, stop_token_ids=(), **strategy)
-    return generate(model, prompts, cfg, tokenizer=tok).texts
+    return generate(model, prompts, cfg, tokenizer=tok).tokens
 
 
 def pick_prompts(val_text: str, n: int, prompt_len: int, n_new: int,
@@ -166,21 +168,12 @@ def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Repor
     for name, strategy in STRATEGIES.items():
         first = decode(model, tok, prompts, n_new, seed, **strategy)
         again = decode(model, tok, prompts, n_new, seed + 1, **strategy)
-        outputs[name] = first
-        rows.append(
-            _metrics(
-                name,
-                model,
-                tok,
-                prompts,
-                first,
-                vocabulary,
-                unchanged=float(np.mean([a == b for a, b in zip(first, again)])),
-            )
-        )
-    rows.append(
-        _metrics("validation text (human)", model, tok, prompts, truth, vocabulary, unchanged=1.0)
-    )
+        outputs[name] = [tok.decode(ids) for ids in first]
+        same = float(np.mean([a == b for a, b in zip(first, again)]))
+        rows.append(_metrics(name, model, tok, prompts, first, vocabulary, same))
+    truth_ids = [tok.encode(t) for t in truth]
+    rows.append(_metrics("validation text (human)", model, tok, prompts, truth_ids, vocabulary,
+                         unchanged=1.0))  # fmt: skip
     figures = [quality_diversity_chart(rows, out_dir)]
     outputs["validation text (human)"] = truth
     shown = [{"prompt": _cell(prompts[i]), "strategy": name, "continuation": _cell(texts[i])}
@@ -239,11 +232,12 @@ def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Repor
     )
 
 
-def _metrics(name: str, model: Any, tok: Any, prompts: list[str], texts: list[str],
+def _metrics(name: str, model: Any, tok: Any, prompts: list[str], ids: list[list[int]],
              vocabulary: set[str], unchanged: float) -> dict[str, Any]:  # fmt: skip
+    texts = [tok.decode(x) for x in ids]
     return {
         "strategy": name,
-        "own NLL (bits/char)": own_nll(model, tok, prompts, texts),
+        "own NLL (bits/char)": own_nll(model, tok, prompts, ids),
         "distinct-1": distinct_n(texts, 1),
         "distinct-2": distinct_n(texts, 2),
         "rep-4": float(np.mean([repetition(t) for t in texts])),
