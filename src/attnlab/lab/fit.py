@@ -74,6 +74,14 @@ class FitResult(NamedTuple):
         tail = self.losses[-window:]
         return sum(tail) / len(tail)
 
+    def loss_at(self, frac: float, window: int = 11) -> float:
+        """Mean of up to ``window`` losses ending at fraction ``frac`` of the run (nan if empty)."""
+        if not self.losses:
+            return math.nan
+        i = min(len(self.losses) - 1, int(frac * len(self.losses)))
+        part = self.losses[max(0, i - window + 1) : i + 1]
+        return sum(part) / len(part)
+
 
 def fit(
     model: nn.Module,

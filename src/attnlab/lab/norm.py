@@ -102,7 +102,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                 label = f"{placement}-norm, warm-up {warmup}, lr {lr:g}"
                 curves[label] = result.losses
                 rows.append({"peak lr": lr, "norm": placement, "warm-up steps": warmup,
-                             "loss @25%": _mean_at(result.losses, 0.25),
+                             "loss @25%": result.loss_at(0.25),
                              "final loss": result.final_loss(), "diverged": result.diverged,
                              "max |grad|": max(result.grad_norms, default=math.nan),
                              "train s": result.seconds})  # fmt: skip
@@ -211,14 +211,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             ),
         ],  # fmt: skip
     )
-
-
-def _mean_at(losses: list[float], frac: float) -> float:
-    if not losses:
-        return math.nan
-    i = min(len(losses) - 1, int(frac * len(losses)))
-    window = losses[max(0, i - 10) : i + 1]
-    return sum(window) / len(window)
 
 
 def _lrs(values: list[float]) -> str:

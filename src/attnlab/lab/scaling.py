@@ -237,7 +237,7 @@ def _training(quick: bool, seed: int) -> tuple[list[dict], dict[str, list[float]
             curves[label] = result.losses
             rows.append({"W_q, W_k init": init, "scale_logits": scale,
                          "attention entropy at init": entropy_init,
-                         "loss @10%": _at(result.losses, 0.1), "loss @50%": _at(result.losses, 0.5),
+                         "loss @10%": result.loss_at(0.1), "loss @50%": result.loss_at(0.5),
                          "final loss": result.final_loss(),
                          "test accuracy": accuracy(model, test.ids, test.labels),
                          "diverged": result.diverged, "train s": result.seconds})  # fmt: skip
@@ -250,11 +250,3 @@ def attention_entropy(model: torch.nn.Module, ids: torch.Tensor) -> float:
     model.eval()
     weights = model(ids, need_weights=True).attentions[0].self_attn  # (N, H, T, T)
     return float(-(weights * weights.clamp_min(1e-30).log()).sum(-1).mean())
-
-
-def _at(losses: list[float], frac: float) -> float:
-    if not losses:
-        return math.nan
-    i = min(len(losses) - 1, int(frac * len(losses)))
-    window = losses[max(0, i - 10) : i + 1]
-    return sum(window) / len(window)
