@@ -174,6 +174,12 @@ def check_positions(positions: Tensor | None, ids: Tensor) -> None:
 
 def check_not_all_padding(mask: Tensor | None, name: str = "key_padding_mask") -> None:
     """Every sequence needs at least one real token, else attention has nothing to look at."""
-    if mask is not None and not bool(mask.any(dim=1).all()):
-        raise ValueError(f"a sequence in the batch is entirely padding ({name} all False)")
-
+    if mask is None:
+        return
+    empty = ~mask.any(dim=1)  # (B,)
+    if bool(empty.any()):
+        rows = empty.nonzero().flatten().tolist()
+        raise ValueError(
+            f"row(s) {rows} are entirely padding; every sequence needs at least one real token "
+            f"(check {name}: True = real token)"
+        )

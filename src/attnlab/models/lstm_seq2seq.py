@@ -49,6 +49,7 @@ from attnlab.models.base import (
     ModelOutput,
     Seq2SeqModel,
     check_ids,
+    check_not_all_padding,
     check_padding_mask,
 )
 from attnlab.nn.recurrent import RecurrentCache, attention_step, make_score
@@ -125,13 +126,8 @@ class LSTMSeq2Seq(Seq2SeqModel):
         check_padding_mask(src_mask, src, "src_mask")
         if src_mask is None:
             src_mask = torch.ones_like(src, dtype=torch.bool)
+        check_not_all_padding(src_mask, "src_mask")
         lengths = src_mask.sum(dim=1)  # (B,)
-        if bool((lengths == 0).any()):
-            rows = (lengths == 0).nonzero().flatten().tolist()
-            raise ValueError(
-                f"source row(s) {rows} are entirely padding; every source needs at "
-                "least one real token (check src_mask: True = real token)"
-            )
         full = bool(src_mask.all())
         if full and not self.cfg.reverse_source:
             out, _ = self.encoder(self.drop(self.src_emb(src)))  # (B, S, E)
@@ -191,8 +187,7 @@ class LSTMSeq2Seq(Seq2SeqModel):
                 f"encoded src_mask must be bool (B, S) = {tuple(memory.shape[:2])}, "
                 f"got {None if mask is None else (mask.dtype, tuple(mask.shape))}"
             )
-        if not bool(mask.any(dim=1).all()):
-            raise ValueError("a source sequence is entirely padding; every source needs a token")
+        check_not_all_padding(mask, "src_mask")
         return memory, mask
 
     # ----------------------------------------------------------------------------- decoder
