@@ -9,7 +9,6 @@ Shapes: B batch, T new tokens, S = cached + new tokens, D d_model, V vocabulary,
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
@@ -31,6 +30,7 @@ from attnlab.models.layers import (
 )
 from attnlab.nn.cache import KVCache
 from attnlab.nn.packing import make_packing, pack, unpack
+from attnlab.nn.positional import default_positions
 
 
 class DecoderLM(LanguageModel):
@@ -75,7 +75,7 @@ class DecoderLM(LanguageModel):
                 f"max_len={self.max_len}; crop the input to its last {self.max_len} tokens"
             )
         if positions is None:
-            positions = torch.arange(offset, offset + ids.size(1), device=ids.device)
+            positions = default_positions(ids.size(1), offset, ids.device)
         x = self.embed(ids, positions)  # (B, T, D)
         packing = None
         if cache is not None:

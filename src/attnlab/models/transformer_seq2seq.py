@@ -32,6 +32,7 @@ from attnlab.models.layers import (
 )
 from attnlab.nn.cache import KVCache
 from attnlab.nn.packing import make_packing, pack, unpack
+from attnlab.nn.positional import default_positions
 
 
 class TransformerEncoderDecoder(Seq2SeqModel):
@@ -82,7 +83,7 @@ class TransformerEncoderDecoder(Seq2SeqModel):
         if offset + tgt_in.size(1) > self.max_len:
             raise ValueError(f"target length {offset + tgt_in.size(1)} exceeds max_len="
                              f"{self.max_len}")
-        positions = torch.arange(offset, offset + tgt_in.size(1), device=tgt_in.device)
+        positions = default_positions(tgt_in.size(1), offset, tgt_in.device)
         x = self.tgt_embed(tgt_in, positions)  # (B, T, D)
         src_mask = cache.src_mask if cache is not None else encoded.src_mask
         cross_mask = key_mask(src_mask)  # (B, 1, 1, S)
