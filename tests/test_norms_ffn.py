@@ -141,3 +141,18 @@ def test_hidden_width_follows_the_config_multiple(mult, expected):
     assert block.ffn.down.weight.shape == (8, expected)
     explicit = make_encoder_block(cfg.replace(d_ff=12), None)
     assert explicit.ffn.up.out_features == 12
+
+
+def test_dropout_is_the_identity_when_off_and_nn_dropout_when_on():
+    from attnlab.nn import Dropout
+
+    x = torch.randn(4, 64)
+    assert Dropout(0.5).eval()(x) is x  # eval: no aten call, the same tensor back
+    assert Dropout(0.0).train()(x) is x  # p = 0
+    torch.manual_seed(0)
+    ours = Dropout(0.3).train()(x)
+    torch.manual_seed(0)
+    theirs = torch.nn.Dropout(0.3).train()(x)
+    assert torch.equal(ours, theirs)
+    assert (ours == 0).any()
+    assert Dropout(0.3).state_dict() == {}

@@ -205,3 +205,9 @@ def test_no_positions_is_identity_and_factory_builds_every_kind():
     with pytest.raises(ValueError, match="unknown positional 'alibi'"):
         make_positions("alibi", 8, 4, 16, 10000.0)
     assert torch.equal(default_positions(3, offset=4), torch.tensor([4, 5, 6]))
+
+
+def test_learned_positions_name_a_negative_position():
+    enc = LearnedPositions(max_len=5, d_model=4)
+    with pytest.raises(ValueError, match="positions must be >= 0, got -1"):
+        enc(torch.randn(1, 2, 4), torch.tensor([0, -1]))

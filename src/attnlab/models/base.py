@@ -138,8 +138,9 @@ def check_ids(ids: Tensor, vocab_size: int, name: str = "ids", max_len: int | No
         raise ValueError(
             f"{name} has length {ids.size(1)} but the model accepts at most max_len={max_len}"
         )
-    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocab_size):
-        bad = int(ids.max()) if int(ids.max()) >= vocab_size else int(ids.min())
+    lo, hi = (int(v) for v in torch.aminmax(ids)) if ids.numel() else (0, 0)  # one reduction
+    if lo < 0 or hi >= vocab_size:
+        bad = hi if hi >= vocab_size else lo
         raise ValueError(f"{name} contains token id {bad} outside the vocabulary [0, {vocab_size})")
 
 

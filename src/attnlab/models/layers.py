@@ -14,6 +14,7 @@ from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.nn.blocks import CausalBlock, DecoderBlock, EncoderBlock
+from attnlab.nn.dropout import Dropout
 from attnlab.nn.feedforward import FeedForward
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 from attnlab.nn.norms import make_norm
@@ -32,7 +33,7 @@ class Embeddings(nn.Module):
         self.pos_enc = make_positions(cfg.positional, cfg.d_model, cfg.head_dim, cfg.max_len,
                                       cfg.rope_base)
         self.scale = math.sqrt(cfg.d_model) if cfg.embed_scale else 1.0
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
 
     @property
     def rotary(self) -> RotaryPositions | None:

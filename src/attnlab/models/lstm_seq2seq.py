@@ -52,6 +52,7 @@ from attnlab.models.base import (
     check_not_all_padding,
     check_padding_mask,
 )
+from attnlab.nn.dropout import Dropout
 from attnlab.nn.recurrent import RecurrentCache, attention_step, make_score
 
 State = tuple[Tensor, Tensor]  # (h, c), each (L, B, D)
@@ -98,7 +99,7 @@ class LSTMSeq2Seq(Seq2SeqModel):
         self.decoder = nn.LSTM(
             d_in, d, n_dec, batch_first=True, dropout=cfg.dropout if n_dec > 1 else 0.0
         )
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.lm_head = nn.Linear(d, self.tgt_vocab_size, bias=False)
         self._init_weights()
         if cfg.tie_embeddings:

@@ -33,6 +33,7 @@ from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.models.base import LanguageModel, ModelOutput, check_ids, check_padding_mask
+from attnlab.nn.dropout import Dropout
 from attnlab.nn.recurrent import RecurrentCache, SimpleRNN
 
 
@@ -47,7 +48,7 @@ class RNNLM(LanguageModel):
         self.rnn = SimpleRNN(
             cfg.d_model, cfg.d_model, cfg.n_layers, dropout=cfg.dropout, bias=cfg.bias
         )
-        self.drop = nn.Dropout(cfg.dropout)
+        self.drop = Dropout(cfg.dropout)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         # Embedding ~ N(0, 1/D): unit-norm inputs x_t, and O(1) logits when E is tied.
         nn.init.normal_(self.tok_emb.weight, 0.0, 1.0 / math.sqrt(cfg.d_model))

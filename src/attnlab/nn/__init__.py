@@ -8,6 +8,7 @@ from attnlab.nn.attention import (
 )
 from attnlab.nn.blocks import BlockOutput, CausalBlock, DecoderBlock, EncoderBlock
 from attnlab.nn.cache import KVCache
+from attnlab.nn.dropout import Dropout
 from attnlab.nn.feedforward import FeedForward
 from attnlab.nn.masks import causal_mask, combine_masks, padding_mask
 from attnlab.nn.multihead import CrossAttention, LoopMultiHeadAttention, SelfAttention
@@ -34,7 +35,8 @@ __all__ = [
     "AdditiveScore", "DotScore", "GeneralScore", "RNNCell", "RecurrentCache", "SimpleRNN",
     "attention_step",
     "AttentionOutput", "BlockOutput", "CausalBlock", "ConcatPositions", "CrossAttention",
-    "DecoderBlock", "EncoderBlock", "FeedForward", "KVCache", "LayerNorm", "LearnedPositions",
+    "DecoderBlock", "Dropout", "EncoderBlock", "FeedForward", "KVCache", "LayerNorm",
+    "LearnedPositions",
     "LoopMultiHeadAttention", "NoPositions", "RMSNorm", "RotaryPositions", "SelfAttention",
     "SinusoidalPositions", "basic_self_attention", "causal_mask", "combine_masks", "hardmax",
     "padding_mask", "scaled_dot_product_attention", "sinusoidal_table",

@@ -20,6 +20,7 @@ from torch import Tensor, nn
 
 from attnlab.nn.attention import AttentionOutput
 from attnlab.nn.cache import KVCache
+from attnlab.nn.dropout import Dropout
 from attnlab.nn.feedforward import FeedForward
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 from attnlab.nn.packing import Packing
@@ -59,7 +60,7 @@ class EncoderBlock(_Residual):
         self.self_attn, self.ffn = self_attn, ffn
         self.self_attn_norm, self.ffn_norm = self_attn_norm, ffn_norm
         self.norm_first = norm_first
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(
         self,
@@ -100,7 +101,7 @@ class DecoderBlock(_Residual):
         self.self_attn_norm, self.cross_attn_norm = self_attn_norm, cross_attn_norm
         self.ffn_norm = ffn_norm
         self.norm_first = norm_first
-        self.drop = nn.Dropout(dropout)
+        self.drop = Dropout(dropout)
 
     def forward(
         self,

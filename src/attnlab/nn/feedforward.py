@@ -13,6 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.nn.dropout import Dropout
+
 
 def relu_squared(x: Tensor) -> Tensor:
     """ReLU(x)^2 (So et al. 2021, "Primer"): a cheap, strong modern alternative."""
@@ -39,7 +41,7 @@ class FeedForward(nn.Module):
         self.activation = activation
         self.up = nn.Linear(d_model, d_ff, bias=bias)  # W1, b1
         self.down = nn.Linear(d_ff, d_model, bias=bias)  # W2, b2
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = Dropout(dropout)
 
     def forward(self, h: Tensor) -> Tensor:
         """h: (B, T, D) -> (B, T, D)."""

@@ -58,12 +58,16 @@ class LearnedPositions(nn.Module):
         self.table = nn.Embedding(max_len, d_model)  # P
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        if positions.numel() and int(positions.max()) >= self.max_len:
+        try:  # the lookup itself bounds-checks, so a decode step pays no extra reduction
+            return x + self.table(positions)  # (B, T, D)
+        except IndexError:
+            lo, hi = (int(v) for v in torch.aminmax(positions))
+            if lo < 0:
+                raise ValueError(f"positions must be >= 0, got {lo}") from None
             raise ValueError(
-                f"position {int(positions.max())} is beyond the learned position table "
-                f"(max_len={self.max_len}); shorten the sequence or use sinusoidal/rotary positions"
-            )
-        return x + self.table(positions)  # (B, T, D)
+                f"position {hi} is beyond the learned position table (max_len={self.max_len}); "
+                "shorten the sequence or use sinusoidal/rotary positions"
+            ) from None
 
 
 class SinusoidalPositions(nn.Module):

@@ -31,6 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.nn.attention import AttentionOutput
+from attnlab.nn.dropout import Dropout
 
 _ACTIVATIONS = {"tanh": torch.tanh, "relu": torch.relu}
 
@@ -98,7 +99,7 @@ class SimpleRNN(nn.Module):
             RNNCell(d_input if i == 0 else d_hidden, d_hidden, bias=bias, activation=activation)
             for i in range(n_layers)
         )
-        self.drop = nn.Dropout(dropout)  # between layers, as in torch.nn.RNN
+        self.drop = Dropout(dropout)  # between layers, as in torch.nn.RNN
 
     def forward(
         self, x: Tensor, h0: Tensor | None = None, mask: Tensor | None = None
