@@ -142,3 +142,12 @@ def test_bf16_autocast_trains_on_cpu(tmp_path, corpus):
     result = train(RunConfig(TINY_LM, cfg), run_dir=tmp_path)
     assert all(math.isfinite(loss) for _, loss in result.losses)
     assert next(result.model.parameters()).dtype == torch.float32  # master weights stay fp32
+
+
+def test_training_restores_the_process_cpu_settings(tmp_path):
+    """train() flushes denormals and may set threads only while it runs."""
+    before = torch.get_num_threads()
+    train(_s2s(steps=2, threads=2), run_dir=tmp_path / "run", progress=False)
+    assert torch.get_num_threads() == before
+    tiny = torch.tensor([1e-40], dtype=torch.float32)
+    assert (tiny * 1.0).item() != 0.0  # denormals are kept again (PyTorch's default)

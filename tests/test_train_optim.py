@@ -102,3 +102,23 @@ def test_clip_gradients_scales_to_max_norm_and_reports_the_old_norm():
     p.grad = torch.tensor([3.0, 4.0, 0.0, 0.0])
     assert clip_gradients([p], 0.0) == pytest.approx(5.0)  # 0 = measure only
     assert float(p.grad.norm()) == pytest.approx(5.0)
+
+
+def test_adamw_uses_the_fused_kernel_on_cpu_and_matches_the_default_update():
+    model = _model()
+    cfg = TrainConfig(task="lm", data="x", lr=1e-2, weight_decay=0.1)
+    (fused,) = build_optimizers(model, cfg)
+    assert all(g["fused"] for g in fused.param_groups)
+    reference = _model()
+    reference.load_state_dict(model.state_dict())
+    (plain,) = build_optimizers(reference, cfg)
+    for g in plain.param_groups:
+        g["fused"] = False
+    ids = torch.randint(0, 40, (2, 8))
+    for net, opt in ((model, fused), (reference, plain)):
+        for _ in range(3):
+            net(ids).logits.square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    for a, b in zip(model.parameters(), reference.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -107,7 +107,7 @@ def build_optimizers(model: nn.Module, cfg: Any) -> list[torch.optim.Optimizer]:
     Each param group records its peak rate as ``base_lr``; :func:`set_lr` scales it each step.
     """
     split = split_parameters(model)
-    adam_kw = dict(betas=tuple(cfg.betas), eps=cfg.eps)
+    adam_kw = dict(betas=tuple(cfg.betas), eps=cfg.eps, fused=fused_available(model))
     if cfg.optimizer == "adamw":
         groups = parameter_groups(model, cfg.weight_decay)
         groups = [dict(g, lr=cfg.lr, base_lr=cfg.lr) for g in groups if g["params"]]
@@ -129,6 +129,18 @@ def build_optimizers(model: nn.Module, cfg: Any) -> list[torch.optim.Optimizer]:
     muon = torch.optim.Muon([muon_group], lr=cfg.muon_lr, weight_decay=cfg.weight_decay)
     adamw = torch.optim.AdamW([g for g in rest if g["params"]], **adam_kw)
     return [muon, adamw]
+
+
+def fused_available(model: nn.Module) -> bool:
+    """Whether AdamW can run its fused kernel: one pass per tensor instead of ~10 foreach ops.
+
+    PyTorch's fused AdamW takes floating-point parameters on CPU or CUDA (same update rule, the
+    arithmetic in one kernel); anything else falls back to the default implementation.
+    """
+    params = list(model.parameters())
+    return bool(params) and all(
+        p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params
+    )
 
 
 def lr_multiplier(step: int, cfg: Any) -> float:
