@@ -318,3 +318,16 @@ def test_bad_input_errors_name_the_problem(lm):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         generate(lm, [1, 2], GREEDY)  # a normal call warns about nothing
+
+
+def test_compiled_decode_step_gives_the_eager_tokens_and_logits(lm):
+    """compile=True: the same greedy tokens and (to 1e-5) logits for a left-padded batch."""
+    prompts = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12]]
+    eager = generate(lm, prompts, GREEDY.replace(max_new_tokens=30), return_logits=True)
+    compiled = generate(lm, prompts, GREEDY.replace(max_new_tokens=30, compile=True),
+                        return_logits=True)  # fmt: skip
+    assert compiled.tokens == eager.tokens
+    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
+                               atol=1e-5, rtol=1e-5)  # fmt: skip
+    with pytest.raises(ValueError, match="--compile.*--no-cache"):
+        GenerationConfig(compile=True, use_cache=False)

@@ -133,3 +133,12 @@ def test_bad_sources_are_clear_errors():
     lm = build_model(ModelConfig(vocab_size=30, d_model=32))
     with pytest.raises(TypeError, match="use generate"):
         generate_seq2seq(lm, [5, 6], GREEDY)
+
+
+def test_compiled_decode_step_gives_the_eager_tokens():
+    torch.manual_seed(3)
+    model = tiny_s2s()
+    sources = [[5, 6, 7, 8, 9], [10, 11]]
+    eager = generate_seq2seq(model, sources, GREEDY.replace(max_new_tokens=25))
+    compiled = generate_seq2seq(model, sources, GREEDY.replace(max_new_tokens=25, compile=True))
+    assert compiled.tokens == eager.tokens

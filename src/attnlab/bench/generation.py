@@ -13,6 +13,9 @@ the last new token attends to C + N - 1 earlier positions. Nothing is cropped or
 
     attnlab   attnlab.generate.generate(model, [prompt], GenerationConfig(max_new_tokens=N,
               temperature=0, stop_token_ids=()))
+    attnlab_compiled  the same with compile=True (only with ``--compile``): the one-token decode
+              step under torch.compile; its first call (compilation included) is timed
+              separately as ``first_call_seconds``
     hf_gpt2   hf_model.generate(ids, attention_mask=ones, max_new_tokens=N, min_new_tokens=N,
               do_sample=False, use_cache=True)
 
@@ -25,6 +28,7 @@ near-tie late in a long generation.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -32,7 +36,7 @@ import torch
 from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.lm_train import SHAPES, TINY_SHAPES, hf_gpt2_config
 
-CONTENDERS = ("attnlab", "hf_gpt2")
+CONTENDERS = ("attnlab", "attnlab_compiled", "hf_gpt2")
 MODEL_FIELDS = ("name", "n_layers", "n_heads", "d_model", "vocab")
 TARGET = 4.0  # attnlab tokens/s >= 4x transformers generate at both contexts (issue 6)
 
@@ -49,10 +53,12 @@ def build_pair(shape, n_positions: int, seed: int = 0):
     return hf, ours
 
 
-def make_attnlab_work(model, prompt: list[int], new_tokens: int, outputs: list):
+def make_attnlab_work(model, prompt: list[int], new_tokens: int, outputs: list,
+                      compile: bool = False):  # fmt: skip
     from attnlab.generate import GenerationConfig, generate
 
-    cfg = GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, stop_token_ids=())
+    cfg = GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, stop_token_ids=(),
+                           compile=compile)  # fmt: skip
 
     def work(r: int) -> float:
         tokens = generate(model, [prompt], cfg).tokens[0]
@@ -104,15 +110,14 @@ def run(settings, ctx) -> dict[str, Any]:
         for shape in (TINY_SHAPES if settings.tiny else SHAPES).values():
             for context in settings.contexts:
                 rows.append(_one_context(settings, ctx, shape, context, n))
-                targets.append(
-                    target_entry(
-                        f"generate_{shape.name}_ctx{context}_vs_hf",
-                        f"greedy tokens/s, {shape.name} model, batch 1, {n} new tokens after a "
-                        f"{context}-token prompt, attnlab / transformers generate",
-                        rows[-1]["ratios"].get("attnlab_vs_hf_gpt2"),
-                        TARGET,
-                    )
-                )
+                for name, suffix, how in (("attnlab", "", ""),
+                                          ("attnlab_compiled", "_compiled", " (compile=True)")):
+                    if f"{name}_vs_hf_gpt2" in rows[-1]["ratios"]:
+                        targets.append(target_entry(
+                            f"generate_{shape.name}_ctx{context}{suffix}_vs_hf",
+                            f"greedy tokens/s, {shape.name} model, batch 1, {n} new tokens "
+                            f"after a {context}-token prompt, attnlab{how} / transformers generate",
+                            rows[-1]["ratios"][f"{name}_vs_hf_gpt2"], TARGET))  # fmt: skip
     finally:
         transformers.logging.set_verbosity(verbosity)
     return {"status": "ok", "new_tokens": n, "runs": rows, "targets": targets}
@@ -122,22 +127,23 @@ def _one_context(settings, ctx, shape, context: int, n: int) -> dict[str, Any]:
     hf, ours = build_pair(shape, context + n)
     gen = torch.Generator().manual_seed(99)
     prompt = torch.randint(0, shape.vocab, (context,), generator=gen).tolist()
-    outputs: dict[str, list] = {"attnlab": [], "hf_gpt2": []}
-    works, info = {}, {}
-    try:
-        works["attnlab"] = make_attnlab_work(ours, prompt, n, outputs["attnlab"])
-    except ImportError as err:
-        info["attnlab"] = {
-            "name": "attnlab",
-            "status": "not_available",
-            "reason": f"attnlab.generate is not available yet ({err})",
-        }
+    outputs: dict[str, list] = {"attnlab": [], "attnlab_compiled": [], "hf_gpt2": []}
+    works, info, first_call = {}, {}, {}
+    works["attnlab"] = make_attnlab_work(ours, prompt, n, outputs["attnlab"])
+    if settings.compile:
+        works["attnlab_compiled"] = make_attnlab_work(ours, prompt, n, [], compile=True)
+        ctx.say(f"generate {shape.name} ctx {context}: compiling the decode step")
+        t0 = time.perf_counter()
+        works["attnlab_compiled"](-1)
+        first_call["attnlab_compiled"] = time.perf_counter() - t0
     works["hf_gpt2"] = make_hf_work(hf, prompt, n, outputs["hf_gpt2"])
     ctx.say(f"generate {shape.name} ctx {context}: timing {', '.join(works)} ({n} new tokens)")
     for name, timing in interleave(
         works, rounds=settings.rounds, warmup=settings.warmup, min_round_s=settings.min_round_s
     ).items():
         info[name] = {"name": name, "status": "ok", **timing.to_dict("tokens")}
+        if name in first_call:
+            info[name]["first_call_seconds"] = first_call[name]
         ctx.say(f"  {name:14s} {info[name]['tokens_per_s']:10.1f} tok/s")
     row: dict[str, Any] = {
         "model": {k: getattr(shape, k) for k in MODEL_FIELDS},
@@ -147,9 +153,11 @@ def _one_context(settings, ctx, shape, context: int, n: int) -> dict[str, Any]:
         "n_positions": context + n,
         "contenders": [info[c] for c in CONTENDERS if c in info],
         "ratios": {
-            "attnlab_vs_hf_gpt2": ratio(
-                info.get("attnlab", {}).get("tokens_per_s"), info["hf_gpt2"]["tokens_per_s"]
+            f"{name}_vs_hf_gpt2": ratio(
+                info[name]["tokens_per_s"], info["hf_gpt2"]["tokens_per_s"]
             )
+            for name in ("attnlab", "attnlab_compiled")
+            if name in info
         },
     }
     if outputs["attnlab"] and outputs["hf_gpt2"]:

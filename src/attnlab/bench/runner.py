@@ -57,7 +57,7 @@ class BenchSettings:
     warmup: int = 1  # untimed calls per contender before round 0
     min_round_s: float = 1.0  # calibrate repeats so a round lasts at least this long
     hf_eager: bool = True  # also time GPT-2 with attn_implementation="eager"
-    compile: bool = False  # lm: also time attnlab under torch.compile (minutes of compiling)
+    compile: bool = False  # lm, generate: also time attnlab under torch.compile (minutes)
     new_tokens: int = 500  # generate: new tokens per call
     contexts: tuple[int, ...] = (64, 512)  # generate: prompt lengths
     attention_lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384)

@@ -133,10 +133,13 @@ def _generate(s: dict) -> list[str]:
         for c in row["contenders"]:
             ours = c["name"] == "attnlab"
             speed = f"{c['tokens_per_s']:,.1f}" if c.get("status") == "ok" else c["status"]
-            ratio = fmt_num(row["ratios"]["attnlab_vs_hf_gpt2"], ".2f") if ours else ""
+            ratio = fmt_num(row["ratios"].get(f"{c['name']}_vs_hf_gpt2"), ".2f")
             agree = fmt_num(row.get("tokens_agree"), ".0%") if ours else ""
-            rows.append([model, str(row["context"]), c["name"], speed, ratio, agree])
-    header = ["model", "context", "contender", "tokens/s", "ratio", "same tokens"]
+            first = fmt_num(c.get("first_call_seconds"), ".1f")
+            rows.append([model, str(row["context"]), c["name"], speed,
+                         "" if c["name"] == "hf_gpt2" else ratio, agree, first])  # fmt: skip
+    header = ["model", "context", "contender", "tokens/s", "ratio", "same tokens",
+              "first call s (compile)"]  # fmt: skip
     return out + md_table(header, rows)
 
 

@@ -86,7 +86,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="lm suite: also time attnlab under torch.compile and report its compile time",
+        help="lm and generate suites: also time attnlab under torch.compile (the training "
+        "step; the decode step) and report its compile time",
     )
     p.add_argument(
         "--from-json",
@@ -184,7 +185,8 @@ def check_flag_use(args: argparse.Namespace, settings) -> None:
     """Flags that would be silently ignored are errors that say which suite or flag uses them."""
     unused = [
         (args.text is not None and "recipe" not in settings.suites, "--text", "--suite recipe"),
-        (args.compile and "lm" not in settings.suites, "--compile", "--suite lm"),
+        (args.compile and not {"lm", "generate"} & set(settings.suites), "--compile",
+         "--suite lm or generate"),
         (args.notes is not None and args.report is None, "--notes", "--report FILE"),
         (
             args.max_attention_len is not None and "attention" not in settings.suites,

@@ -45,6 +45,7 @@ class GenerationConfig:
     seed: int | None = None  # --seed; None draws a fresh seed (reported in the result)
     do_sample: bool | None = None  # None: sample iff temperature > 0 and num_beams == 1
     use_cache: bool = True  # --no-cache: recompute the whole context each step (reference)
+    compile: bool = False  # --compile: the one-token decode step under torch.compile
     bos_token_id: int | None = None  # default: the tokenizer's BOS
     pad_token_id: int | None = None  # default: the tokenizer's pad, else 0
 
@@ -83,6 +84,11 @@ class GenerationConfig:
         if not all(isinstance(s, str) and s for s in strings):
             raise ValueError(f"stop_strings (--stop) must be non-empty strings, got {strings!r}")
         object.__setattr__(self, "stop_strings", strings)
+        if self.compile and not self.use_cache:
+            raise ValueError(
+                "compile (--compile) speeds up the cached one-token decode step; it does nothing "
+                "with use_cache=False (--no-cache), so choose one"
+            )
         if self.seed is not None and not _is_int(self.seed):
             raise ValueError(f"seed (--seed) must be an int, got {self.seed!r}")
         for name in ("bos_token_id", "pad_token_id"):

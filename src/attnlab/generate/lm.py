@@ -77,6 +77,7 @@ def lm_stepper(
         batch.mask,
         config.max_new_tokens,
         use_cache=config.use_cache,
+        compile=config.compile,
         pad_id=specials.pad,
     )
     return stepper, batch, specials

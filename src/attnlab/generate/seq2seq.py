@@ -87,6 +87,7 @@ def seq2seq_stepper(
         specials.bos,
         config.max_new_tokens,
         use_cache=config.use_cache,
+        compile=config.compile,
         pad_id=specials.pad,
     )
     return stepper, batch, specials, config
