@@ -12,6 +12,11 @@ feed-forward with F = 4D, learned positions, final LayerNorm, head tied to the e
     hf_gpt2_eager  the same with attn_implementation="eager" (explicit softmax(QK^T)V)
     torch_nn       nn.Embedding x2 + nn.TransformerEncoder(norm_first=True, batch_first=True,
                    activation="gelu") with a causal mask (is_causal=True) + LayerNorm + tied head
+    attnlab_bf16, hf_gpt2_bf16  attnlab and GPT-2 (sdpa) under
+                   ``torch.autocast("cpu", dtype=torch.bfloat16)`` (fp32 weights and optimizer,
+                   bf16 matmuls): timed only when the CPU runs bf16 natively (AVX-512 BF16 / AMX)
+                   and not in --quick; they show what bf16 autocast buys and are not part of the
+                   fp32 targets (their FLOP/s are still divided by the fp32 matmul peak)
 
 Every contender uses ``torch.optim.AdamW(lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)`` with
 PyTorch's default implementation, and in round r every contender trains on the same batch r.
@@ -39,9 +44,11 @@ from torch import Tensor, nn
 
 from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.matmul_peak import make_matmul, sizes_for
+from attnlab.train.distributed import cpu_has_native_bf16
 
 VOCAB = 65
-CONTENDERS = ("attnlab", "attnlab_compiled", "hf_gpt2_sdpa", "hf_gpt2_eager", "torch_nn")
+CONTENDERS = ("attnlab", "attnlab_compiled", "hf_gpt2_sdpa", "hf_gpt2_eager", "torch_nn",
+              "attnlab_bf16", "hf_gpt2_bf16")
 BASELINE = "hf_gpt2_sdpa"
 TARGETS = {"small": 2.2, "medium": 1.5}  # attnlab tokens/s >= target x GPT-2's (issue 6)
 PEAK_TARGET = 0.75  # fraction of matmul FLOP/s at the medium shape
@@ -147,6 +154,15 @@ def attnlab_config(shape: LMShape, max_len: int | None = None) -> Any:
 
 def build_lm(contender: str, shape: LMShape, seed: int = 0):
     """(model, forward) where forward(ids (B, T)) -> logits (B, T, V)."""
+    if contender.endswith("_bf16"):
+        base = {"attnlab_bf16": "attnlab", "hf_gpt2_bf16": "hf_gpt2_sdpa"}[contender]
+        model, forward = build_lm(base, shape, seed)
+
+        def autocast_forward(ids: Tensor) -> Tensor:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                return forward(ids).float()  # (B, T, V) fp32 logits for the loss
+
+        return model, autocast_forward
     torch.manual_seed(seed)
     if contender in ("attnlab", "attnlab_compiled"):
         from attnlab.models import build_model
@@ -223,6 +239,8 @@ def contenders_for(settings) -> list[str]:
         names.remove("hf_gpt2_eager")
     if not settings.compile:
         names.remove("attnlab_compiled")
+    if settings.quick or settings.tiny or not cpu_has_native_bf16():
+        names = [n for n in names if not n.endswith("_bf16")]
     return names
 
 
@@ -280,6 +298,10 @@ def run(settings, ctx) -> dict[str, Any]:
             for r in rows
             if r["name"] != "attnlab"
         }
+        if "attnlab_bf16" in info and "hf_gpt2_bf16" in info:
+            ratios["attnlab_bf16_vs_hf_gpt2_bf16"] = ratio(
+                info["attnlab_bf16"].get("tokens_per_s"), info["hf_gpt2_bf16"].get("tokens_per_s")
+            )
         results.append(
             {
                 "shape": asdict(shape),

@@ -35,7 +35,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from attnlab.config import ModelConfig
 from attnlab.data import read_parallel
@@ -45,6 +44,7 @@ from attnlab.lab.charts import line_chart, save_chart
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import FigureRef, Report, Table
 from attnlab.train import RunConfig, TrainConfig, train
+from attnlab.train.distributed import cpu_has_native_bf16
 from attnlab.viz import attention_maps, plot_alignment, plot_attention, read_metrics
 
 DEFAULT_DATA = Path("..") / "shared" / "data" / "multi30k"
@@ -84,7 +84,7 @@ def recipes(quick: bool) -> dict[str, Recipe]:
 
 def train_config(quick: bool, seed: int, data: Path, steps: int, **changes: Any) -> TrainConfig:
     """Shared optimisation settings: AdamW, warm-up + cosine, label smoothing 0.1, bf16."""
-    bf16 = cpu_has_bf16()
+    bf16 = cpu_has_native_bf16()
     return TrainConfig(task="seq2seq", data=str(data / "train.jsonl"),
                        val_data=str(data / "val.jsonl"), tokenizer="bpe",
                        bpe_vocab_size=400 if quick else 8000, batch_size=32 if quick else 128,
@@ -95,14 +95,6 @@ def train_config(quick: bool, seed: int, data: Path, steps: int, **changes: Any)
                        seed=seed, dtype="bf16" if bf16 and not quick else "fp32",
                        log_every=5 if quick else 25, progress=False, threads=1 if quick else 0,
                        **changes)  # fmt: skip
-
-
-def cpu_has_bf16() -> bool:
-    """Whether oneDNN runs bfloat16 natively here (AVX-512 BF16 / AMX); else fp32 is faster."""
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
 
 
 # Data ----------------------------------------------------------------------------------------

@@ -63,6 +63,17 @@ def autocast_dtype(dtype: str, device: torch.device) -> torch.dtype | None:
     return torch.bfloat16
 
 
+def cpu_has_native_bf16() -> bool:
+    """Whether oneDNN runs bfloat16 matmuls natively here (AVX-512 BF16 or AMX).
+
+    Without it CPU bf16 autocast emulates the arithmetic and is slower than fp32.
+    """
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
 def init_distributed(device_name: str) -> tuple[DistInfo, torch.device]:
     """Join the process group if launched by torchrun (``WORLD_SIZE > 1``); pick the device."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
