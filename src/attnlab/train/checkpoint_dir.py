@@ -1,0 +1,199 @@
+"""The run's ``checkpoints/`` directory: file names, pointers, listing, retention, cleanup.
+
+The layout and the crash-safety argument are described in :mod:`attnlab.train.checkpoint`, which
+writes the checkpoints. This module holds the names of the files and directories described there
+and the bookkeeping around complete checkpoints: placing a finished ``.tmp-*`` directory with one
+atomic rename, reading the ``latest`` and ``best`` pointers, listing complete ``step_*``
+directories, deleting all but the newest ``keep_last``, removing the ``.tmp-*``, ``.del-*`` and
+``.old-*`` leftovers of crashed saves, and resolving a path a user passes to its checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import shutil
+from pathlib import Path
+
+from attnlab.errors import CheckpointError
+from attnlab.train.atomic import fsync_dir
+
+FORMAT = "attnlab-checkpoint"
+FORMAT_VERSION = 1
+CHECKPOINTS = "checkpoints"
+CONFIG, MODEL, TOKENIZER = "config.json", "model.safetensors", "tokenizer.json"
+LABELS = "labels.json"
+MANIFEST, TRAIN_STATE = "manifest.json", "train_state"
+OPTIMIZER, STATE = f"{TRAIN_STATE}/optimizer.safetensors", f"{TRAIN_STATE}/state.json"
+LATEST, BEST = "latest", "best"
+_STEP_DIR = re.compile(r"^step_(\d{8,})$")
+
+
+# Placing, pointers, retention, cleanup -------------------------------------------------------
+def _place_dir(tmp: Path, final: Path) -> None:
+    """Atomically rename the finished ``tmp`` to ``final``, replacing an existing one."""
+    old = final.with_name(f".old-{final.name}")
+    if final.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(final, old)  # recovered by _cleanup if we die before the next line
+    os.replace(tmp, final)
+    fsync_dir(final.parent)
+    if old.exists():
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _step_of(path: Path) -> int | None:
+    m = _STEP_DIR.match(path.name)
+    return int(m.group(1)) if m else None
+
+
+def _is_complete(path: Path) -> bool:
+    return all((path / f).is_file() for f in (CONFIG, MODEL, MANIFEST))
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """Complete checkpoint directories of a run (or of its ``checkpoints/`` dir), oldest first."""
+    root = _checkpoint_root(Path(run_dir))
+    if root is None:
+        return []
+    found = [p for p in root.iterdir() if _step_of(p) is not None and _is_complete(p)]
+    return sorted(found, key=lambda p: _step_of(p) or 0)
+
+
+def _checkpoint_root(p: Path) -> Path | None:
+    if (p / CHECKPOINTS).is_dir():
+        return p / CHECKPOINTS
+    if p.is_dir() and ((p / LATEST).is_file() or any(_step_of(c) is not None for c in p.iterdir())):
+        return p
+    return None
+
+
+def _is_ours(path: Path) -> bool:
+    """Whether ``path`` is an attnlab checkpoint directory (safe to replace)."""
+    try:
+        return json.loads((path / CONFIG).read_text(encoding="utf-8")).get("format") == FORMAT
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _read_pointer(root: Path, name: str) -> Path | None:
+    """The complete checkpoint a pointer file names (or its displaced copy mid re-save)."""
+    try:
+        target = root / (root / name).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if _step_of(target) is None:
+        return None
+    for candidate in (target, root / f".old-{target.name}"):  # see _place_dir
+        if _is_complete(candidate):
+            return candidate
+    return None
+
+
+def _current_best(root: Path) -> tuple[str | None, float | None]:
+    best = _read_pointer(root, BEST)
+    if best is None:
+        return None, None
+    try:
+        metric = json.loads((best / MANIFEST).read_text(encoding="utf-8")).get("metric")
+    except (OSError, ValueError):
+        return None, None
+    return best.name, metric
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint to resume from: ``latest``'s target, else the highest complete step dir.
+
+    ``run_dir`` may be a run directory, its ``checkpoints/`` directory, or a checkpoint directory
+    itself (returned as is). None when there is nothing to resume from.
+    """
+    p = Path(run_dir)
+    if (p / CONFIG).is_file():
+        return p
+    root = _checkpoint_root(p)
+    if root is None:
+        return None
+    target = _read_pointer(root, LATEST)
+    if target is not None:
+        return target
+    found = list_checkpoints(root)
+    return found[-1] if found else None
+
+
+def best_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The checkpoint with the best metric, or None if no save passed a metric."""
+    root = _checkpoint_root(Path(run_dir))
+    return None if root is None else _read_pointer(root, BEST)
+
+
+def _retain(root: Path, keep_last: int, protect: set[str | None]) -> None:
+    if keep_last == 0:
+        return
+    found = list_checkpoints(root)
+    for path in found[: max(len(found) - keep_last, 0)]:
+        if path.name not in protect:
+            doomed = root / f".del-{path.name}-{secrets.token_hex(3)}"
+            os.replace(path, doomed)  # never leave a half-deleted dir that looks complete
+            shutil.rmtree(doomed, ignore_errors=True)
+
+
+def _cleanup(root: Path) -> None:
+    """Remove leftovers of crashed saves; restore a checkpoint displaced by a crashed re-save."""
+    for p in root.iterdir():
+        stale_tmp = p.name.startswith(".tmp-") and not _owner_alive(p.name)
+        if stale_tmp or p.name.startswith(".del-"):
+            shutil.rmtree(p, ignore_errors=True)
+        elif p.name.startswith((f".{LATEST}.tmp-", f".{BEST}.tmp-")) and p.is_file():
+            p.unlink(missing_ok=True)  # a pointer write killed before its os.replace
+        elif p.name.startswith(".old-"):
+            original = root / p.name[len(".old-") :]
+            if original.exists():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                os.replace(p, original)
+
+
+def _owner_alive(name: str) -> bool:
+    """Whether the process that named ``.tmp-<what>-<pid>-<hex>`` still runs (and is not us)."""
+    parts = name.rsplit("-", 2)
+    if len(parts) != 3 or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True
+    return True
+
+
+# Resolving a user's path ---------------------------------------------------------------------
+def _resolve(path: str | os.PathLike) -> Path:
+    p = Path(path)
+    if not p.exists():
+        raise CheckpointError(
+            f"no checkpoint at {str(p)!r}: the path does not exist; pass a run directory "
+            f"(with checkpoints/ inside) or a checkpoint directory such as "
+            f"runs/NAME/checkpoints/step_00001000"
+        )
+    if p.is_file():
+        if p.name in (LATEST, BEST) and (target := _read_pointer(p.parent, p.name)) is not None:
+            return target
+        raise CheckpointError(
+            f"{str(p)!r} is a file, but a checkpoint is a directory (config.json + "
+            f"model.safetensors); pass the directory that contains it"
+        )
+    found = latest_checkpoint(p)
+    if found is None:
+        raise CheckpointError(
+            f"no checkpoint in {str(p)!r}: it holds neither config.json nor a checkpoints/ "
+            f"directory with a complete step_* checkpoint; train first (attnlab train --out "
+            f"{p}) or pass the right directory"
+        )
+    return found

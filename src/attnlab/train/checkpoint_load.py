@@ -1,0 +1,305 @@
+"""Loading checkpoints back: the model (tied weights re-tied), tokenizer, labels, training state.
+
+Every file read is checked against the sizes and CRC-32 checksums in ``manifest.json``; any problem
+is a CheckpointError naming the file and what to do about it. The on-disk layout is described in
+:mod:`attnlab.train.checkpoint`, which writes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import safetensors
+import torch
+from torch import Tensor, nn
+
+from attnlab.config import ModelConfig
+from attnlab.errors import CheckpointError, UserError
+from attnlab.train.checkpoint_dir import (
+    CONFIG,
+    FORMAT,
+    FORMAT_VERSION,
+    LABELS,
+    MANIFEST,
+    MODEL,
+    OPTIMIZER,
+    STATE,
+    TOKENIZER,
+    _resolve,
+)
+from attnlab.train.state import optimizer_state_from_tensors, scheduler_state_from_json
+
+
+class Checkpoint(NamedTuple):
+    """A loaded checkpoint. The model is in eval mode; ``train_state`` is None for exports."""
+
+    model: nn.Module
+    config: ModelConfig
+    tokenizer: Any | None  # attnlab.data.Tokenizer
+    train_state: dict[str, Any] | None
+    step: int
+    path: Path
+    labels: Any | None = None  # attnlab.data.LabelSet, classifiers only
+
+
+# Checks --------------------------------------------------------------------------------------
+def _load_state_dict(model: nn.Module, tensors: dict[str, Tensor], where: Path) -> None:
+    """Strict load with a message naming the first mismatching keys."""
+    expected = model.state_dict()
+    missing = [k for k in expected if k not in tensors]
+    unexpected = [k for k in tensors if k not in expected]
+    shapes = [
+        f"{k}: file {tuple(tensors[k].shape)} vs model {tuple(v.shape)}"
+        for k, v in expected.items()
+        if k in tensors and tensors[k].shape != v.shape
+    ]
+    problems = [
+        f"{label} {_few(items)}"
+        for label, items in (
+            ("missing keys", missing),
+            ("unexpected keys", unexpected),
+            ("shape mismatches", shapes),
+        )
+        if items
+    ]
+    if problems:
+        raise CheckpointError(
+            f"{where} does not match the model its config.json describes ({'; '.join(problems)}); "
+            f"the files come from different runs or were edited: use a checkpoint directory "
+            f"exactly as attnlab saved it"
+        )
+    model.load_state_dict(tensors, strict=True)
+
+
+def _few(items: Sequence[str], n: int = 4) -> str:
+    more = f" and {len(items) - n} more" if len(items) > n else ""
+    return ", ".join(items[:n]) + more
+
+
+def _check_vocab(config: ModelConfig, tokenizer: Any, labels: Any, where: str) -> None:
+    if tokenizer is not None and tokenizer.vocab_size != config.vocab_size:
+        raise CheckpointError(
+            f"checkpoint and tokenizer disagree at {where}: the tokenizer has "
+            f"{tokenizer.vocab_size} tokens but the model's vocab_size is {config.vocab_size}; "
+            f"build the model with vocab_size=tokenizer.vocab_size and keep the two together"
+        )
+    if labels is not None and config.n_classes is not None and len(labels) != config.n_classes:
+        raise CheckpointError(
+            f"checkpoint and labels disagree at {where}: {len(labels)} label names but the "
+            f"model has n_classes={config.n_classes}; keep the LabelSet the model was built with"
+        )
+
+
+# Reading and verifying files -----------------------------------------------------------------
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        raise CheckpointError(
+            f"checkpoint file {str(path)!r} is missing; the checkpoint is incomplete, use "
+            f"another one (see the other step_* directories) or re-save it"
+        )
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as err:
+        raise CheckpointError(
+            f"checkpoint file {str(path)!r} is not valid JSON ({err}); it was truncated or "
+            f"edited, use another checkpoint or restore the file"
+        ) from None
+
+
+def _verify(ckpt: Path, manifest: dict[str, Any] | None, name: str) -> None:
+    """Compare a file's size and CRC-32 with the manifest written at save time."""
+    entry = (manifest or {}).get("files", {}).get(name)
+    path = ckpt / name
+    if not path.is_file():
+        raise CheckpointError(
+            f"checkpoint file {str(path)!r} is missing; the checkpoint is incomplete, use "
+            f"another one (see the other step_* directories)"
+        )
+    if not isinstance(entry, dict):
+        return
+    size = path.stat().st_size
+    if size != entry.get("bytes"):
+        raise CheckpointError(
+            f"checkpoint file {str(path)!r} is truncated or damaged: {size} bytes on disk, "
+            f"{entry['bytes']} when saved; use another checkpoint or copy the file again"
+        )
+    crc = 0
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            crc = zlib.crc32(chunk, crc)
+    if crc != entry.get("crc32"):
+        raise CheckpointError(
+            f"checkpoint file {str(path)!r} is corrupt: its CRC-32 differs from the one recorded "
+            f"at save time in manifest.json; use another checkpoint or copy the file again"
+        )
+
+
+def _read_safetensors(path: Path) -> tuple[dict[str, Tensor], dict[str, str]]:
+    try:
+        with safetensors.safe_open(str(path), framework="pt", device="cpu") as f:
+            meta = f.metadata() or {}
+            return {k: f.get_tensor(k) for k in f.keys()}, meta  # noqa: SIM118
+    except (safetensors.SafetensorError, OSError, ValueError, RuntimeError) as err:
+        raise CheckpointError(
+            f"{str(path)!r} is not a readable safetensors file ({err}); it is truncated or "
+            f"corrupt, use another checkpoint (see the other step_* directories)"
+        ) from None
+
+
+# Loading -------------------------------------------------------------------------------------
+def read_config(path: str | os.PathLike, expect_kind: str | Sequence[str] | None = None):
+    """The ModelConfig of a checkpoint (run dir or checkpoint dir) without loading weights."""
+    ckpt = _resolve(path)
+    return _read_config(ckpt, expect_kind)[0]
+
+
+def _read_config(ckpt: Path, expect_kind: str | Sequence[str] | None) -> tuple[ModelConfig, dict]:
+    data = _read_json(ckpt / CONFIG)
+    where = str(ckpt / CONFIG)
+    if not isinstance(data, dict) or data.get("format") != FORMAT or "model" not in data:
+        raise CheckpointError(
+            f"{where!r} is not an attnlab checkpoint config (no format={FORMAT!r}); for Hugging "
+            f"Face weights use the interop import instead"
+        )
+    if data.get("format_version", 0) > FORMAT_VERSION:
+        raise CheckpointError(
+            f"{where!r} uses checkpoint format {data['format_version']}, newer than this attnlab "
+            f"reads ({FORMAT_VERSION}); upgrade attnlab"
+        )
+    kind = data.get("kind")
+    if expect_kind is not None:
+        wanted = (expect_kind,) if isinstance(expect_kind, str) else tuple(expect_kind)
+        if kind not in wanted:
+            raise CheckpointError(
+                f"the checkpoint at {str(ckpt)!r} holds a {kind!r} model but this needs "
+                f"{' or '.join(repr(k) for k in wanted)}; pass a checkpoint trained for that task"
+            )
+    try:
+        return ModelConfig.from_dict(data["model"]), data
+    except (ValueError, TypeError) as err:
+        raise CheckpointError(f"{where!r} holds an invalid model config: {err}") from None
+
+
+def load_checkpoint(
+    path: str | os.PathLike,
+    *,
+    map_location: str | torch.device = "cpu",
+    expect_kind: str | Sequence[str] | None = None,
+    verify: bool = True,
+) -> Checkpoint:
+    """Load a checkpoint directory, or the latest checkpoint of a run directory.
+
+    Builds the model from config.json, loads the weights (re-tying shared ones), the tokenizer
+    and labels if saved, and ``train_state/state.json``. ``verify`` checks every file read
+    against the sizes and CRC-32 checksums in manifest.json. Any problem is a CheckpointError
+    naming the file.
+    """
+    from attnlab.data import LabelSet, load_tokenizer
+    from attnlab.models import build_model
+
+    ckpt = _resolve(path)
+    config, data = _read_config(ckpt, expect_kind)
+    manifest = _read_json(ckpt / MANIFEST) if (ckpt / MANIFEST).is_file() else None
+    names = [n for n in (MODEL, TOKENIZER, LABELS, STATE) if n == MODEL or (ckpt / n).is_file()]
+    with ThreadPoolExecutor(max_workers=1) as pool:  # hash the files while the model is built
+        checked = pool.submit(lambda: [_verify(ckpt, manifest, n) for n in names if verify])
+        model = build_model(config)
+        checked.result()
+    tensors, meta = _read_safetensors(ckpt / MODEL)
+    try:
+        aliases = json.loads(meta.get("attnlab.aliases", "{}"))
+    except ValueError:
+        aliases = {}
+    for alias, source in aliases.items():
+        if source in tensors:
+            tensors[alias] = tensors[source]
+    _load_state_dict(model, tensors, ckpt / MODEL)
+    try:
+        model.to(map_location).eval()
+    except (RuntimeError, AssertionError, ValueError) as err:
+        raise UserError(
+            f"cannot place the checkpoint's model on {str(map_location)!r} ({err}); choose a "
+            f"device this machine has, e.g. 'cpu'"
+        ) from None
+    tokenizer = labels = None
+    if (ckpt / TOKENIZER).is_file():
+        try:
+            tokenizer = load_tokenizer(ckpt / TOKENIZER)
+        except (ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(
+                f"{str(ckpt / TOKENIZER)!r} is not a valid tokenizer: {err}"
+            ) from None
+    if (ckpt / LABELS).is_file():
+        try:
+            labels = LabelSet.from_dict(_read_json(ckpt / LABELS))
+        except (ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(
+                f"{str(ckpt / LABELS)!r} is not a valid label list: {err}"
+            ) from None
+    _check_vocab(config, tokenizer, labels, str(ckpt))
+    train_state = _read_json(ckpt / STATE) if (ckpt / STATE).is_file() else None
+    step = int((manifest or data).get("step", 0))
+    return Checkpoint(model, config, tokenizer, train_state, step, ckpt, labels)
+
+
+def check_same_model(checkpoint: Checkpoint, config: ModelConfig) -> None:
+    """Raise a CheckpointError naming the fields where ``config`` differs from the checkpoint's.
+
+    For resuming: the run's model settings must be the ones the checkpoint was trained with.
+    """
+    saved, wanted = checkpoint.config.to_dict(), config.to_dict()
+    diffs = [
+        f"{k} {saved[k]!r} (checkpoint) vs {wanted[k]!r}" for k in saved if saved[k] != wanted[k]
+    ]
+    if diffs:
+        raise CheckpointError(
+            f"the checkpoint at {str(checkpoint.path)!r} holds a different model: "
+            f"{_few(diffs)}; to resume, use the checkpoint's model settings (drop the changed "
+            f"flags or [model] keys), or train into a new --out directory"
+        )
+
+
+def restore_training(
+    checkpoint: Checkpoint,
+    optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
+    scheduler: Any | None = None,
+) -> dict[str, Any]:
+    """Load optimizer and scheduler state; return ``extra_state`` plus ``"rng"`` and ``"step"``.
+
+    Restore the RNG states last (``restore_rng_state(result["rng"])``), right before the next
+    step, so nothing else consumes random numbers in between.
+    """
+    state = checkpoint.train_state
+    if state is None:
+        raise CheckpointError(
+            f"{str(checkpoint.path)!r} has no training state (train_state/state.json): it was "
+            f"exported for inference; start a new run from its weights instead of resuming"
+        )
+    if optimizer is not None:
+        if not state.get("optimizer"):
+            raise CheckpointError(
+                f"{str(checkpoint.path)!r} was saved without optimizer state; it cannot resume "
+                f"training bit-identically, start a new run from its weights instead"
+            )
+        manifest_path = checkpoint.path / MANIFEST
+        manifest = _read_json(manifest_path) if manifest_path.is_file() else None
+        _verify(checkpoint.path, manifest, OPTIMIZER)
+        tensors, _ = _read_safetensors(checkpoint.path / OPTIMIZER)
+        optimizer_state_from_tensors(optimizer, tensors, state["optimizer"])
+    if scheduler is not None:
+        scheduler_state_from_json(scheduler, state.get("scheduler"))
+    try:
+        extra = dict(state.get("extra") or {})
+        return {**extra, "rng": state["rng"], "step": int(state["step"]),
+                "best_metric": state.get("best_metric")}  # fmt: skip
+    except (KeyError, TypeError, ValueError) as err:
+        raise CheckpointError(
+            f"{str(checkpoint.path / STATE)!r} is malformed (no valid {err}); it was edited or "
+            f"damaged, resume from another checkpoint"
+        ) from None
