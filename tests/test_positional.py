@@ -155,6 +155,25 @@ def test_rotary_batched_positions_rotate_each_row_by_its_own_position():
         torch.testing.assert_close(got[b : b + 1], rot.rotate(x[b : b + 1], positions[b]))
 
 
+def test_rotary_table_is_reused_only_for_the_same_unchanged_positions():
+    """Layers share one table per forward; new or in-place edited positions get a fresh one."""
+    rot = RotaryPositions(8)
+    x = torch.randn(1, 2, 4, 8)
+    positions = torch.arange(4)
+    first = rot.rotate(x, positions)
+    assert rot.cos_sin(positions, x.dtype)[0] is rot._last[3]  # reused, not recomputed
+    positions += 3  # the same tensor, edited in place
+    np.testing.assert_allclose(
+        rot.rotate(x, positions).numpy(), ref.rotary(x.double().numpy(), positions.numpy()),
+        rtol=1e-5, atol=1e-5,
+    )
+    torch.testing.assert_close(rot.rotate(x, torch.arange(4)), first)  # another tensor, same values
+    with torch.inference_mode():  # no version counter: never cached
+        shifted = torch.arange(4) + 1
+        rot.rotate(x, shifted)
+        assert rot._last is None
+
+
 def test_rotary_scores_depend_only_on_relative_position():
     """<R_m q, R_n k> = <q, R_{n-m} k>: shifting both positions by c leaves every score fixed."""
     rot = RotaryPositions(16).double()
