@@ -61,6 +61,14 @@ def test_attention_grid_has_a_panel_per_layer_and_head(tmp_path):
     assert len(heatmaps(plot_attention(w[0, 0].numpy()))) == 1  # (T, S) array
 
 
+def test_attention_panels_name_their_layer_and_head():
+    w = torch.softmax(torch.randn(2, 2, 3, 3), dim=-1)  # (L, H, T, S)
+    titles = [ax.get_title() for ax in heatmaps(plot_attention(w))]
+    assert titles == ["layer 1, head 1", "layer 1, head 2", "layer 2, head 1", "layer 2, head 2"]
+    last = [ax.get_title() for ax in heatmaps(plot_attention(w[-1], first_layer=3))]  # a slice
+    assert last == ["layer 3, head 1", "layer 3, head 2"]
+
+
 def test_long_sequences_cap_figure_size_and_thin_labels():
     w = torch.softmax(torch.randn(1, 1, 300, 300), dim=-1)
     tokens = [f"t{i}" for i in range(300)]

@@ -24,11 +24,14 @@ def plot_attention(
     title: str | None = None,
     *,
     cmap: str = "viridis",
+    first_layer: int = 1,
 ) -> Figure:
     """A grid of heatmaps, one row per layer and one column per head, with one shared colorbar.
 
     weights: (T, S), (H, T, S) or (L, H, T, S), a tensor or an array. Token labels go on the left
     column (queries) and the bottom row (keys); the colour scale runs from 0 to the largest weight.
+    Panels are titled "layer l, head h" counting layers from ``first_layer`` (pass the layer's
+    number when plotting a slice, e.g. the last of 3 layers: ``first_layer=3``).
     """
     w = as_array(weights, "attention weights")
     if w.ndim not in (2, 3, 4):
@@ -52,7 +55,7 @@ def plot_attention(
                 interpolation="nearest",
             )  # fmt: skip
             if n_layers * n_heads > 1:
-                ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=8)
+                ax.set_title(f"layer {first_layer + layer}, head {head + 1}", fontsize=8)
             ax.tick_params(length=2, labelsize=7)
     for layer in range(n_layers):
         label_axis(axes[layer, 0], "y", queries, t)
