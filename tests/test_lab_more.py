@@ -140,8 +140,9 @@ def test_translation_quick_report_and_resume(out):
     rows = report.table("test scores per model").rows
     assert len(rows) == 3 and all(0 <= r["lc BLEU beam 5"] <= 100 for r in rows)
     recipe = translation.recipes(True)["lstm"]
-    cfg = translation.train_config(True, 0, out / "translation" / "work" / "data", 60,
+    cfg = translation.train_config(True, 0, out / "translation" / "work" / "data",
                                    **recipe.train)  # fmt: skip
+    assert cfg.steps == 60
     result = translation.train_one(recipe, cfg, out / "translation" / "work" / "lstm")
     assert result.start_step == result.step == 60  # finished: reloaded, nothing retrained
 

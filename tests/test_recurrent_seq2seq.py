@@ -279,3 +279,24 @@ def test_bad_input_gets_a_clear_error():
     deeper = _model(n_decoder_layers=3)
     with pytest.raises(ValueError, match="use this model's new_cache"):
         model.decode(tgt, encoded, cache=deeper.new_cache(deeper.encode(src, mask)))
+
+
+@pytest.mark.parametrize("bidirectional,layers", [(True, 1), (True, 2), (False, 2)])
+def test_lstm_right_padded_equals_packed_sequences(bidirectional, layers):
+    from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+
+    from attnlab.nn.recurrent import lstm_right_padded
+
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(5, 6, layers, batch_first=True, bidirectional=bidirectional,
+                         dropout=0.3 if layers > 1 else 0.0).double().eval()  # fmt: skip
+    x = torch.randn(4, 7, 5, dtype=torch.float64, requires_grad=True)
+    lengths = torch.tensor([7, 3, 5, 1])
+    packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)
+    want, _ = pad_packed_sequence(lstm(packed)[0], batch_first=True, total_length=7)
+    got = lstm_right_padded(lstm, x, lengths)  # (B, S, H * directions)
+    assert got.shape == want.shape and torch.allclose(got, want, atol=1e-12)
+    (g_want,) = torch.autograd.grad((want * torch.arange(7.0)[:, None]).sum(), x)
+    (g_got,) = torch.autograd.grad((got * torch.arange(7.0)[:, None]).sum(), x)
+    assert torch.allclose(g_got, g_want, atol=1e-12)
+    assert g_got[1, 3:].abs().max() == 0  # padding steps never feed a real step

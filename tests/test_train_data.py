@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pytest
 import torch
 
 from attnlab.config import ModelConfig
@@ -115,3 +117,66 @@ def test_classification_data_and_accuracy():
     assert bool((batch.ids[:, 0] == data.tokenizer.bos_id).all())  # the CLS position
     res = evaluate(build_model(mcfg), data, batch_size=16, max_batches=10)
     assert set(res.metrics) == {"val_loss", "val_accuracy"} and len(res.predictions) == 30
+
+
+def test_bucketed_stream_sorts_each_pool_and_is_a_pure_function_of_the_index():
+    lengths = np.random.default_rng(0).integers(1, 50, size=103)
+    stream = ShuffledStream(103, seed=5, lengths=lengths, pool_batches=4)
+    batches = [stream.indices(k * 8, 8) for k in range(12)]  # 3 pools of 4 batches
+    for pool in range(3):
+        group = batches[pool * 4 : (pool + 1) * 4]
+        plain = ShuffledStream(103, seed=5).indices(pool * 32, 32)
+        assert sorted(i for b in group for i in b) == sorted(plain)  # same items, regrouped
+        spans = sorted((lengths[b].min(), lengths[b].max()) for b in group)
+        assert all(hi <= lo_next for (_, hi), (lo_next, _) in zip(spans, spans[1:]))
+    again = ShuffledStream(103, seed=5, lengths=lengths, pool_batches=4)
+    assert [again.indices(k * 8, 8) for k in (7, 2, 11)] == [batches[7], batches[2], batches[11]]
+    with pytest.raises(ValueError, match="whole batches"):
+        stream.indices(3, 8)
+
+
+def test_length_buckets_cut_padding_and_keep_rank_shards_consistent():
+    plain, bucketed = build_task_data(_pairs_cfg()), build_task_data(_pairs_cfg(length_buckets=8))
+
+    def padding(data):
+        batches = [data.train_batch(step, 16) for step in range(8)]
+        return sum(int((~b.src_mask).sum() + (~b.tgt_mask).sum()) for b in batches)
+
+    assert padding(bucketed) < padding(plain) / 2
+    whole = bucketed.train_batch(5, 8)
+    shards = [bucketed.train_batch(5, 4, shard=r, shards=2) for r in range(2)]
+    rows = {tuple(r[m].tolist()) for s in shards for r, m in zip(s.src, s.src_mask)}
+    assert rows == {tuple(r[m].tolist()) for r, m in zip(whole.src, whole.src_mask)}
+    with pytest.raises(ValueError, match="length_buckets"):
+        _pairs_cfg(length_buckets=-1)
+
+
+@pytest.mark.parametrize("kind", ["encoder_decoder", "lstm_seq2seq"])
+def test_real_only_logits_are_the_padded_logits_at_real_positions(kind):
+    data = build_task_data(_pairs_cfg())
+    batch = data.train_batch(0, 16)
+    extra = dict(n_heads=2, d_ff=32, max_len=32) if kind == "encoder_decoder" else {}
+    cfg = fit_model_config(ModelConfig(kind=kind, d_model=16, n_layers=1, **extra), data)
+    model = build_model(cfg).eval()
+    args = dict(src_mask=batch.src_mask, tgt_mask=batch.tgt_mask)
+    full = model(batch.src, batch.tgt_in, **args).logits  # (B, T, V)
+    real = model(batch.src, batch.tgt_in, real_only=True, **args).logits  # (N, V)
+    assert not batch.tgt_mask.all() and real.shape == (int(batch.tgt_mask.sum()), full.size(-1))
+    assert torch.allclose(real, full[batch.tgt_mask], atol=1e-5)
+    no_mask = model(batch.src[:2, :3], batch.tgt_in[:2, :4], real_only=True).logits
+    assert no_mask.shape == (8, full.size(-1))
+
+
+def test_seq2seq_loss_is_label_smoothed_cross_entropy_over_real_targets():
+    data = build_task_data(_pairs_cfg())
+    batch = data.train_batch(1, 16)
+    cfg = fit_model_config(ModelConfig(kind="encoder_decoder", d_model=16, n_heads=2,
+                                       n_layers=1, d_ff=32, max_len=32), data)  # fmt: skip
+    model = build_model(cfg).eval()
+    logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask,
+                   tgt_mask=batch.tgt_mask).logits  # (B, T, V)  # fmt: skip
+    targets = batch.tgt_out.masked_fill(~batch.tgt_mask, -100)
+    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
+                                                 reduction="sum", label_smoothing=0.1)  # fmt: skip
+    loss = batch_loss(model, batch, "seq2seq", label_smoothing=0.1)
+    assert torch.allclose(loss.total, expected, rtol=1e-5)

@@ -39,6 +39,8 @@ FLAG_FIELDS = {  # flag -> (config field, type, help)
     "--context-len": ("context_len", int, "LM: tokens per training window"),
     "--max-src-len": ("max_src_len", int, "drop training sources longer than this"),
     "--max-tgt-len": ("max_tgt_len", int, "drop training targets longer than this"),
+    "--length-buckets": ("length_buckets", int, "seq2seq/classify: sort the examples of each run "
+                         "of this many batches by length, for less padding (0 = random batches)"),
     "--n-train": ("n_train", int, "generated tasks: training examples"),
     "--n-val": ("n_val", int, "generated tasks: validation examples"),
     "--val-fraction": ("val_fraction", float, "share of file data held out for validation"),

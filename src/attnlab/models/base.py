@@ -87,8 +87,13 @@ class Seq2SeqModel(nn.Module):
         tgt_mask: Tensor | None = None,
         cache: DecodeCache | None = None,
         need_weights: bool = False,
+        real_only: bool = False,
     ) -> ModelOutput:
-        """tgt_in (B, T) shifted-right target ids -> logits (B, T, V_tgt)."""
+        """tgt_in (B, T) shifted-right target ids -> logits (B, T, V_tgt).
+
+        real_only=True (teacher forcing): logits (N, V_tgt) of the N real target positions only,
+        in row-major order, i.e. ``logits[tgt_mask]``; the head never runs on padding.
+        """
         raise NotImplementedError
 
     def new_cache(self, encoded: Encoded, max_len: int) -> DecodeCache:
@@ -102,10 +107,17 @@ class Seq2SeqModel(nn.Module):
         src_mask: Tensor | None = None,
         tgt_mask: Tensor | None = None,
         need_weights: bool = False,
+        real_only: bool = False,
     ) -> ModelOutput:
-        """Teacher forcing: decode(tgt_in, encode(src)); logits (B, T, V_tgt)."""
+        """Teacher forcing: decode(tgt_in, encode(src)); logits (B, T, V_tgt), or (N, V_tgt) at
+        the real target positions with ``real_only`` (what a loss needs)."""
         return self.decode(tgt_in, self.encode(src, src_mask), tgt_mask=tgt_mask,
-                           need_weights=need_weights)
+                           need_weights=need_weights, real_only=real_only)
+
+
+def real_positions(x: Tensor, tgt_mask: Tensor | None) -> Tensor:
+    """(B, T, D) -> (N, D): the rows of real target positions (row-major), all when no mask."""
+    return x.flatten(0, 1) if tgt_mask is None else x[tgt_mask]
 
 
 class Classifier(nn.Module):

@@ -40,7 +40,6 @@ import math
 
 import torch
 from torch import Tensor, nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 from attnlab.config import ModelConfig
 from attnlab.models.base import (
@@ -51,9 +50,10 @@ from attnlab.models.base import (
     check_ids,
     check_not_all_padding,
     check_padding_mask,
+    real_positions,
 )
 from attnlab.nn.dropout import Dropout
-from attnlab.nn.recurrent import RecurrentCache, attention_step, make_score
+from attnlab.nn.recurrent import RecurrentCache, attention_step, lstm_right_padded, make_score
 
 State = tuple[Tensor, Tensor]  # (h, c), each (L, B, D)
 
@@ -137,11 +137,8 @@ class LSTMSeq2Seq(Seq2SeqModel):
         x = self.drop(self.src_emb(src.gather(1, order)))  # (B, S, D) in reading order
         if full:
             out, _ = self.encoder(x)  # (B, S, E)
-        else:  # packing runs each row for its own length: padding never touches the state
-            packed = pack_padded_sequence(x, lengths.cpu(), batch_first=True, enforce_sorted=False)
-            out, _ = pad_packed_sequence(
-                self.encoder(packed)[0], batch_first=True, total_length=src.size(1)
-            )  # (B, S, E), zero tail
+        else:  # each row runs for its own length: padding never touches a real step's state
+            out = lstm_right_padded(self.encoder, x, lengths)  # (B, S, E), zero tail
         index = order[:, :, None].expand(-1, -1, out.size(-1))  # (B, S, E)
         memory = torch.zeros_like(out).scatter(1, index, out)  # (B, S, E) in source order
         return Encoded(memory, src_mask, src)
@@ -200,8 +197,10 @@ class LSTMSeq2Seq(Seq2SeqModel):
         tgt_mask: Tensor | None = None,
         cache: RecurrentCache | None = None,
         need_weights: bool = False,
+        real_only: bool = False,
     ) -> ModelOutput:
-        """tgt_in (B, T) shifted-right target ids -> logits (B, T, V).
+        """tgt_in (B, T) shifted-right target ids -> logits (B, T, V), or (N, V) at the real
+        positions with ``real_only`` (the head skips padding).
 
         tgt_mask (B, T): True = real token; padding steps leave the decoder state unchanged.
         cache: from :meth:`new_cache`; holds the state, so pass only new tokens; updated in place.
@@ -219,6 +218,7 @@ class LSTMSeq2Seq(Seq2SeqModel):
                 f"target batch has {tgt_in.size(0)} rows but the encoded source "
                 f"has {source['mask'].size(0)}"
             )
+        real = tgt_mask
         if tgt_mask is not None and bool(tgt_mask.all()):
             tgt_mask = None
         y = self.drop(self.tgt_emb(tgt_in))  # (B, T, D)
@@ -232,7 +232,9 @@ class LSTMSeq2Seq(Seq2SeqModel):
         if cache is not None:
             cache.state = state
             cache.length += tgt_in.size(1)
-        logits = self.lm_head(self.drop(out))  # (B, T, V)
+        if real_only:
+            out = real_positions(out, real)  # (N, D)
+        logits = self.lm_head(self.drop(out))  # (B, T, V), or (N, V)
         attentions = None
         if need_weights and weights is not None:
             attentions = (LayerAttention(None, weights[:, None]),)  # (B, 1, T, S)

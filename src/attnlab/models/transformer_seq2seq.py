@@ -20,6 +20,7 @@ from attnlab.models.base import (
     Seq2SeqModel,
     check_ids,
     check_padding_mask,
+    real_positions,
 )
 from attnlab.models.cache import TransformerCache
 from attnlab.models.encoder import TransformerEncoder
@@ -71,8 +72,10 @@ class TransformerEncoderDecoder(Seq2SeqModel):
         tgt_mask: Tensor | None = None,
         cache: TransformerCache | None = None,
         need_weights: bool = False,
+        real_only: bool = False,
     ) -> ModelOutput:
-        """tgt_in (B, T) shifted-right target ids -> logits (B, T, V).
+        """tgt_in (B, T) shifted-right target ids -> logits (B, T, V), or (N, V) at the real
+        positions with ``real_only``.
 
         tgt_mask (B, T) True = real token. The future mask is always applied. With a ``cache``
         only the new target tokens are given and cross-attention keys/values are reused.
@@ -109,8 +112,11 @@ class TransformerEncoderDecoder(Seq2SeqModel):
                 need_weights=need_weights, packing=packing, memory_packing=memory_packing,
             )
             weights.append(LayerAttention(sw, cw))
-        logits = self.lm_head(self.final_norm(x))  # (B, T, V), or (N, V) packed
-        if packing is not None:
+        h = self.final_norm(x)  # (B, T, D), or (N, D) packed
+        if real_only and packing is None:
+            h = real_positions(h, tgt_mask)  # (N, D)
+        logits = self.lm_head(h)  # (B, T, V), or (N, V)
+        if packing is not None and not real_only:
             logits = unpack(logits, packing)  # (B, T, V), zeros at padding
         return ModelOutput(logits, tuple(weights) if need_weights else None)
 

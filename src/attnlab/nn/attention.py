@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from attnlab.nn.dropout import dropout
 from attnlab.nn.masks import causal_mask, check_mask, combine_masks
 
 
@@ -96,7 +97,7 @@ def scaled_dot_product_attention(
     factor = _scale_factor(scale, dk)
     if causal and t == 1:
         causal = False  # a single query at the last position may see every key (decode step)
-    if need_weights or activation == "hardmax":
+    if need_weights or activation == "hardmax" or _cpu_dropout(q, dropout_p):
         return _explicit(q, k, v, mask, causal, factor, activation, straight_through, dropout_p)
     return _fused(q, k, v, mask, causal, factor, dropout_p)
 
@@ -116,8 +117,15 @@ def _explicit(q, k, v, mask, causal, factor, activation, straight_through, dropo
     if mask is not None:
         weights = weights * mask.any(dim=-1, keepdim=True)  # fully masked rows -> 0
     if dropout_p > 0.0:
-        weights = F.dropout(weights, p=dropout_p)
+        weights = dropout(weights, dropout_p)
     return AttentionOutput(weights @ v, weights)  # (B, H, T, Dv)
+
+
+def _cpu_dropout(q: Tensor, dropout_p: float) -> bool:
+    """PyTorch's CPU kernels have no fused attention dropout (they fall back to the math path and
+    materialise the weights anyway); there the explicit path with attnlab's cheaper dropout mask
+    is faster (measured: 29 vs 32 ms forward + backward at B 128, H 8, T 36)."""
+    return dropout_p > 0.0 and q.device.type == "cpu" and not torch.compiler.is_compiling()
 
 
 def _fused(q, k, v, mask, causal, factor, dropout_p):

@@ -194,7 +194,15 @@ def _pair_data(cfg: Any, tokenizer: Tokenizer | None, split: str, eval_data: str
     if not val:
         raise DataError(f"the validation set of {cfg.data!r} is empty after removing pairs seen "
                         f"in training; raise n_val or give --val-data")  # fmt: skip
-    data = PairData(tokenizer, train, val, cfg.seed, origin, generated=cfg.data in TASKS)
+    data = PairData(
+        tokenizer,
+        train,
+        val,
+        cfg.seed,
+        origin,
+        generated=cfg.data in TASKS,
+        length_buckets=cfg.length_buckets,
+    )
     if len(train) < n_before:
         data.summary += f"; {n_before - len(train)} pairs over the length limits left out"
     return data
@@ -225,4 +233,4 @@ def _label_data(cfg: Any, tokenizer: Tokenizer | None, labels: LabelSet | None, 
                                    chars)  # fmt: skip
     if cfg.max_src_len is not None:
         train = [(t, y) for t, y in train if len(tokenizer.encode(t)) + 1 <= cfg.max_src_len]
-    return LabelData(tokenizer, labels, train, val, cfg.seed, origin)
+    return LabelData(tokenizer, labels, train, val, cfg.seed, origin, cfg.length_buckets)

@@ -24,8 +24,6 @@ from typing import Any, NamedTuple
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-IGNORE = -100  # F.cross_entropy's ignore_index
-
 
 class LossSum(NamedTuple):
     """A summed loss, the number of targets it sums over, and the input tokens processed."""
@@ -46,13 +44,13 @@ def batch_loss(model: nn.Module, batch: Any, task: str, label_smoothing: float =
         total = F.cross_entropy(logits.flatten(0, 1).float(), batch.y.flatten(), reduction="sum")
         return LossSum(total, batch.y.numel(), batch.x.numel())
     if task == "seq2seq":
+        # The head, softmax and loss run on the N real target positions only, not on padding.
         logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask,
-                       tgt_mask=batch.tgt_mask).logits  # (B, T, V)  # fmt: skip
-        targets = batch.tgt_out.masked_fill(~batch.tgt_mask, IGNORE)  # (B, T)
-        total = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten(),
-                                ignore_index=IGNORE, reduction="sum",
+                       tgt_mask=batch.tgt_mask, real_only=True).logits  # (N, V)  # fmt: skip
+        targets = batch.tgt_out[batch.tgt_mask]  # (N,), the same row-major order
+        total = F.cross_entropy(logits.float(), targets, reduction="sum",
                                 label_smoothing=label_smoothing)  # fmt: skip
-        count = int(batch.tgt_mask.sum())
+        count = targets.numel()
         return LossSum(total, count, count + int(batch.src_mask.sum()))
     if task == "classify":
         logits = model(batch.ids, key_padding_mask=batch.mask).logits  # (B, C)

@@ -52,7 +52,15 @@ _CHOICES: dict[str, tuple[str, ...]] = {
 }
 _POSITIVE = ("n_train", "n_val", "bpe_vocab_size", "context_len", "batch_size", "grad_accum",
              "steps", "eval_batches", "log_every")  # fmt: skip
-_NON_NEGATIVE = ("warmup_steps", "eval_every", "save_every", "keep_last", "seed", "threads")
+_NON_NEGATIVE = (
+    "length_buckets",
+    "warmup_steps",
+    "eval_every",
+    "save_every",
+    "keep_last",
+    "seed",
+    "threads",
+)
 _LOWER_IS_BETTER = ("loss", "ppl", "perplexity", "error", "cer", "wer")
 
 
@@ -72,6 +80,7 @@ class TrainConfig:
     context_len: int = 128  # LM: tokens per training window (T)
     max_src_len: int | None = None  # seq2seq/classify: longest source; default model.max_len
     max_tgt_len: int | None = None  # seq2seq: longest target; default model.max_len
+    length_buckets: int = 0  # seq2seq/classify: sort each run of this many batches by length
     # Optimisation.
     batch_size: int = 64  # sequences per micro-batch (per process)
     grad_accum: int = 1  # micro-batches per optimizer step

@@ -13,7 +13,9 @@ shard k * world_size + r:
   ``default_rng([seed, step])``, shard i taking rows i*B .. (i+1)*B - 1.
 * pairs / labelled examples: an endless stream of shuffled epochs (epoch e is the permutation
   ``default_rng([seed, e])`` of the training examples); step s covers stream items
-  s*B*shards .. (s+1)*B*shards - 1, shard i taking its B of them.
+  s*B*shards .. (s+1)*B*shards - 1, shard i taking its B of them. With ``length_buckets`` k > 0
+  the items of each run of k global batches are first sorted by length (less padding), and
+  those k batches are shuffled with ``default_rng([seed, pool, 1])``.
 
 So the data of a step depends only on the global batch size: batch 8 in one process, batch 4
 with grad_accum 2, batch 4 on each of 2 processes, and batch 2 x accumulation 2 x 2 processes
@@ -48,13 +50,24 @@ class Example(NamedTuple):
 
 class ShuffledStream:
     """Item k of an endless stream of epochs: epoch e is ``default_rng([seed, e])``'s
-    permutation of the n items."""
+    permutation of the n items.
 
-    def __init__(self, n: int, seed: int):
+    With ``lengths`` and ``pool_batches`` > 0 the stream is read in length buckets (fairseq-style
+    bucketing, so a batch holds similar lengths and little padding): the items of each run of
+    ``pool_batches`` consecutive batches ("pool" p) are sorted by length, cut into batches, and
+    those batches are put in the order ``default_rng([seed, p, 1])``. Still a pure function of
+    (seed, start, count), and every item is seen once per epoch up to the pool at its edge.
+    """
+
+    def __init__(self, n: int, seed: int, lengths: Sequence[int] | None = None,
+                 pool_batches: int = 0):  # fmt: skip
         if n <= 0:
             raise DataError("the training set is empty; give at least one training example")
         self.n, self.seed = n, seed
+        self.lengths = None if lengths is None else np.asarray(lengths)
+        self.pool_batches = pool_batches
         self._cache: dict[int, np.ndarray] = {}
+        self._pool: tuple[tuple[int, int], np.ndarray] | None = None
 
     def _epoch(self, e: int) -> np.ndarray:
         if e not in self._cache:
@@ -63,8 +76,25 @@ class ShuffledStream:
             self._cache[e] = np.random.default_rng([self.seed, e]).permutation(self.n)
         return self._cache[e]
 
-    def indices(self, start: int, count: int) -> list[int]:
+    def _items(self, start: int, count: int) -> list[int]:
         return [int(self._epoch(k // self.n)[k % self.n]) for k in range(start, start + count)]
+
+    def indices(self, start: int, count: int) -> list[int]:
+        """Items ``start .. start + count - 1`` of the stream; bucketed streams need ``start`` to
+        be a multiple of ``count`` (whole batches)."""
+        if self.lengths is None or self.pool_batches <= 0:
+            return self._items(start, count)
+        if start % count:
+            raise ValueError(f"a bucketed stream reads whole batches: start={start} is not a "
+                             f"multiple of count={count}")  # fmt: skip
+        pool, batch = divmod(start // count, self.pool_batches)
+        if self._pool is None or self._pool[0] != (pool, count):
+            size = self.pool_batches * count
+            items = np.asarray(self._items(pool * size, size))
+            by_length = items[np.argsort(self.lengths[items], kind="stable")]
+            order = np.random.default_rng([self.seed, pool, 1]).permutation(self.pool_batches)
+            self._pool = ((pool, count), by_length.reshape(self.pool_batches, count)[order])
+        return [int(i) for i in self._pool[1][batch]]
 
 
 class TaskData:
@@ -127,12 +157,13 @@ class PairData(TaskData):
 
     def __init__(self, tokenizer: Tokenizer, train: Sequence[tuple[str, str]],
                  val: Sequence[tuple[str, str]], seed: int, origin: str,
-                 generated: bool = False):  # fmt: skip
+                 generated: bool = False, length_buckets: int = 0):  # fmt: skip
         self.tokenizer, self.seed, self.generated = tokenizer, seed, generated
         self.train_ids = _encode_pairs(tokenizer, train, "training")
         self.val_examples = [Example(s, t) for s, t in val]
         self.val_ids = _encode_pairs(tokenizer, val, "validation")
-        self.stream = ShuffledStream(len(self.train_ids), seed)
+        lengths = [max(len(s), len(t) + 1) for s, t in self.train_ids]  # padded size, with <bos>
+        self.stream = ShuffledStream(len(self.train_ids), seed, lengths, length_buckets)
         self.longest_target = max(len(t) for _, t in self.train_ids)
         self.summary = (
             f"{len(train):,} training and {len(val):,} validation pairs from "
@@ -144,8 +175,8 @@ class PairData(TaskData):
         return collate_pairs(items, tok.pad_id, tok.bos_id, tok.eos_id)
 
     def train_batch(self, step: int, batch_size: int, shard: int = 0, shards: int = 1) -> Any:
-        start = (step * shards + shard) * batch_size
-        return self._collate([self.train_ids[i] for i in self.stream.indices(start, batch_size)])
+        return self._collate([self.train_ids[i] for i in
+                              _shard_indices(self.stream, step, batch_size, shard, shards)])
 
     def val_batches(self, batch_size: int, max_batches: int) -> list[Any]:
         n = min(len(self.val_ids), batch_size * max_batches)
@@ -170,20 +201,22 @@ class LabelData(TaskData):
     kind = "classify"
 
     def __init__(self, tokenizer: Tokenizer, labels: LabelSet, train: Sequence[tuple[str, str]],
-                 val: Sequence[tuple[str, str]], seed: int, origin: str):  # fmt: skip
+                 val: Sequence[tuple[str, str]], seed: int, origin: str,
+                 length_buckets: int = 0):  # fmt: skip
         self.tokenizer, self.labels, self.seed = tokenizer, labels, seed
         self.train_ids = [(tokenizer.encode(t, add_bos=True), labels.encode(y)) for t, y in train]
         self.val_examples = [Example(t, y) for t, y in val]
         self.val_ids = [(tokenizer.encode(t, add_bos=True), labels.encode(y)) for t, y in val]
-        self.stream = ShuffledStream(len(self.train_ids), seed)
+        self.stream = ShuffledStream(len(self.train_ids), seed, [len(t) for t, _ in self.train_ids],
+                                     length_buckets)  # fmt: skip
         self.summary = (
             f"{len(train):,} training and {len(val):,} validation examples from "
             f"{origin}, {len(labels)} classes {list(labels.names)[:8]}"
         )
 
     def train_batch(self, step: int, batch_size: int, shard: int = 0, shards: int = 1) -> Any:
-        start = (step * shards + shard) * batch_size
-        items = [self.train_ids[i] for i in self.stream.indices(start, batch_size)]
+        items = [self.train_ids[i] for i in
+                 _shard_indices(self.stream, step, batch_size, shard, shards)]  # fmt: skip
         return collate_labelled(items, self.tokenizer.pad_id)
 
     def val_batches(self, batch_size: int, max_batches: int) -> list[Any]:
@@ -201,6 +234,13 @@ class LabelData(TaskData):
                 f"max_len is {model_cfg.max_len}; raise --max-len to at least {longest} or drop "
                 f"long texts with --max-src-len"
             )
+
+
+def _shard_indices(stream: ShuffledStream, step: int, batch_size: int, shard: int,
+                   shards: int) -> list[int]:  # fmt: skip
+    """Shard ``shard`` (B items) of the global batch of ``step`` (B * shards stream items)."""
+    global_batch = stream.indices(step * shards * batch_size, shards * batch_size)
+    return global_batch[shard * batch_size : (shard + 1) * batch_size]
 
 
 def _encode_pairs(tok: Tokenizer, pairs: Sequence[tuple[str, str]], what: str) -> list:
