@@ -381,3 +381,14 @@ def test_recipe_suite_trains_both_presets_with_the_real_loop(tmp_path, monkeypat
         assert target["value"] == pytest.approx(
             suite["fast"]["seconds"] / suite["baseline"]["seconds"]
         )
+
+
+def test_seq2seq_bench_losses_agree_between_real_only_and_padded_heads():
+    """attnlab's timed step (logits at real targets only) computes the padded step's loss."""
+    from attnlab.bench.seq2seq_train import TINY_SHAPE, build_seq2seq, contender_loss, padded_loss
+
+    batch = seq2seq_batches(TINY_SHAPE, 1)[0]
+    model, forward = build_seq2seq("attnlab", TINY_SHAPE)
+    assert not bool((batch.tgt_out != PAD).all())  # the batch really has padding
+    fast = contender_loss("attnlab", model, forward)(batch)
+    assert torch.allclose(fast, padded_loss(forward)(batch), rtol=1e-5)

@@ -17,7 +17,11 @@ and log(len_de / len_en) has sd 0.17; subword units lengthen that by ~10%, so we
     S ~ round(exp(N(log 14, 0.30))),  clipped to [4, 40]
     L ~ round(S * exp(N(0, 0.17))),   clipped to [4, 40];  tgt_in = [BOS] y,  tgt_out = y [EOS]
 
-One step = forward + token cross-entropy (ignoring pads) + backward + AdamW step. Throughput
+One step = forward + token cross-entropy (ignoring pads) + backward + AdamW step, each the way
+its users write it: attnlab's step is the one ``attnlab train`` runs (``batch_loss``: logits only
+at the real target positions, ``real_only=True``); the nn.Transformer step computes the head over
+all B x T positions and ignores pads in the loss (``ignore_index``), as PyTorch's tutorial does.
+Throughput
 counts **real target tokens** (non-pad positions of tgt_out) per second. ``achieved_gflops``
 counts the matmul FLOPs of the padded tensors (:func:`step_flops`) and ``fraction_of_peak``
 divides it by the fp32 matmul rate (the larger of the ``matmul`` suite's peak and a matmul timed
@@ -188,17 +192,43 @@ def build_seq2seq(contender: str, shape: Seq2SeqShape, seed: int = 0):
     raise ValueError(f"unknown seq2seq contender {contender!r}; choose from {CONTENDERS}")
 
 
-def make_train_step(model: nn.Module, forward, batches: list[Batch]):
+def padded_loss(forward):
+    """loss(batch): logits at every (B, T) position, pads ignored by the cross-entropy."""
+
+    def loss(batch: Batch) -> Tensor:
+        logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
+        return F.cross_entropy(
+            logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1), ignore_index=PAD
+        )
+
+    return loss
+
+
+def real_only_loss(model: nn.Module):
+    """loss(batch) as attnlab's trainer computes it: logits (N, V) at the N real targets only."""
+
+    def loss(batch: Batch) -> Tensor:
+        real = batch.tgt_in != PAD  # (B, T), the same positions as tgt_out != PAD
+        logits = model(batch.src, batch.tgt_in, src_mask=batch.src != PAD, tgt_mask=real,
+                       real_only=True).logits  # (N, V)  # fmt: skip
+        return F.cross_entropy(logits, batch.tgt_out[real])
+
+    return loss
+
+
+def contender_loss(contender: str, model: nn.Module, forward):
+    """The training loss each contender's users run (see the module docstring)."""
+    return real_only_loss(model) if contender == "attnlab" else padded_loss(forward)
+
+
+def make_train_step(model: nn.Module, loss_fn, batches: list[Batch]):
     """work(r) -> real target tokens of one optimizer step on batch r."""
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
 
     def work(r: int) -> float:
         batch = batches[max(r, 0) % len(batches)]
-        logits = forward(batch.src, batch.tgt_in)  # (B, T, V)
-        loss = F.cross_entropy(
-            logits.reshape(-1, logits.size(-1)), batch.tgt_out.reshape(-1), ignore_index=PAD
-        )
+        loss = loss_fn(batch)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -235,7 +265,7 @@ def run(settings, ctx) -> dict[str, Any]:
             "status": "ok",
             "params": sum(p.numel() for p in {id(p): p for p in model.parameters()}.values()),
         }
-        works[name] = make_train_step(model, forward, batches)
+        works[name] = make_train_step(model, contender_loss(name, model, forward), batches)
     ctx.say(f"seq2seq: timing {', '.join(works)} (+ a matmul reference)")
     works["matmul_ref"] = make_matmul(max(sizes_for(settings)))
     timings = interleave(
