@@ -23,7 +23,9 @@ Shapes: N examples, B batch, S source length, T target length, D d_model.
 
 from __future__ import annotations
 
+import multiprocessing
 import string
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -185,6 +187,44 @@ def charts(lengths: tuple[int, ...], token_acc: dict, exact: dict, per_position:
     return figures
 
 
+def task_data(kind: str, length: int, quick: bool, seed: int) -> tuple:
+    """(tokenizer, train pairs, test pairs, model max_len) of "reverse" at ``length`` or "dates"."""
+    n_train, n_test = (300, 60) if quick else (20000, 500)
+    if kind == "reverse":
+        task: ReverseTask | DateTask = ReverseTask(min_len=length, max_len=length,
+                                                   alphabet=ALPHABET)  # fmt: skip
+        tok = CharTokenizer(ALPHABET)
+    else:
+        task = DateTask()
+        tok = CharTokenizer(task.characters())
+    train, test = task.make_pairs(n_train, seed=seed), task.make_pairs(n_test, seed=seed + 1)
+    max_len = length + 1 if kind == "reverse" else max(len(s) for s, _ in train + test) + 1
+    return tok, train, test, max_len
+
+
+def run_job(job: tuple[str, int, str, bool, int]) -> tuple[dict, Tensor, Tensor, float]:
+    """One (task, length, model, quick, seed) run in this process, on one thread: the model's
+    state dict, its token and whole-target hits on the test set, and its training seconds."""
+    torch.set_num_threads(1)  # small models: a second thread costs more than it gives
+    kind, length, name, quick, seed = job
+    tok, train, test, max_len = task_data(kind, length, quick, seed)
+    model, tokens, exact, secs = train_and_test(name, tok, train, test, max_len, quick, seed)
+    return model.state_dict(), tokens, exact, secs
+
+
+def run_jobs(jobs: list[tuple], workers: int) -> dict[tuple, tuple]:
+    """run_job for every job, ``workers`` processes at a time (the runs are independent and each
+    is seeded, so the results do not depend on which process ran them or in which order)."""
+    if workers <= 1:
+        return {job: run_job(job) for job in jobs}
+    cost = {"bahdanau": 3}  # its decoder loops over target steps: start the longest runs first
+    order = sorted(jobs, key=lambda j: -cost.get(j[2], 1) * (j[1] or 24))
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process with torch threads
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = {job: pool.submit(run_job, job) for job in order}
+        return {job: futures[job].result() for job in jobs}
+
+
 @experiment(
     "long_range",
     claim="A plain LSTM encoder-decoder must squeeze the whole input into one vector, so its "
@@ -193,24 +233,28 @@ def charts(lengths: tuple[int, ...], token_acc: dict, exact: dict, per_position:
     notes="004 eq. 1-8 (seq2seq, attention); 000 'Transformer Encoder-Decoder'",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)  # small models: a second thread costs more than it gives
+    torch.set_num_threads(1)
     lengths = (4, 8) if quick else (8, 16, 32, 48)
     n_train, n_test = (300, 60) if quick else (20000, 500)
     tok = CharTokenizer(ALPHABET)
+    date_models = ("lstm", "bahdanau", "transformer")
+    jobs = [("reverse", length, name, quick, seed) for length in lengths for name in MODELS]
+    jobs += [("dates", 0, name, quick, seed) for name in date_models]
+    results = run_jobs(jobs, workers=2)  # one single-threaded run per core
     token_acc: dict[str, list[float]] = {name: [] for name in MODELS}
     exact: dict[str, list[float]] = {name: [] for name in MODELS}
     seconds, longest, per_position = dict.fromkeys(MODELS, 0.0), {}, {}
     for length in lengths:
-        task = ReverseTask(min_len=length, max_len=length, alphabet=ALPHABET)
-        train, test = task.make_pairs(n_train, seed=seed), task.make_pairs(n_test, seed=seed + 1)
         for name in MODELS:
-            model, tokens, whole, secs = train_and_test(name, tok, train, test, length + 1,
-                                                        quick, seed)  # fmt: skip
+            state, tokens, whole, secs = results[("reverse", length, name, quick, seed)]
             token_acc[name].append(float(tokens[:, :length].float().mean()))  # without <eos>
             exact[name].append(float(whole.float().mean()))
             seconds[name] += secs
-            longest[name] = model
             per_position[name] = tokens[:, :length].float().mean(0).tolist()  # (T,)
+            if length == lengths[-1]:
+                longest[name] = build_model(model_config(name, tok.vocab_size, length + 1, quick))
+                longest[name].load_state_dict(state)
+                longest[name].eval()
     budget = fit_config("lstm", quick)
     steps = f"{budget.steps} steps of {budget.batch_size}"
     figures = charts(lengths, token_acc, exact, per_position, steps, out_dir)
@@ -218,13 +262,11 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     source, target = example.make_pairs(1, seed=seed + 2)[0]
     figures += alignment_figures(longest, tok, source, target, out_dir)
     dates = DateTask()
-    d_tok = CharTokenizer(dates.characters())
-    d_train, d_test = dates.make_pairs(n_train, seed=seed), dates.make_pairs(n_test, seed=seed + 1)
-    d_max = max(len(s) for s, _ in d_train + d_test) + 1
+    _, _, d_test, _ = task_data("dates", 0, quick, seed)
     date_rows, date_acc = [], {}
     date_curves = {}
-    for name in ("lstm", "bahdanau", "transformer"):
-        _, tokens, hits, secs = train_and_test(name, d_tok, d_train, d_test, d_max, quick, seed)
+    for name in date_models:
+        _, tokens, hits, secs = results[("dates", 0, name, quick, seed)]
         seconds[name] += secs
         per_example = tokens.sum(1) / torch.tensor([len(t) + 1 for _, t in d_test])  # (N,)
         bins = date_bins(d_test, per_example)
@@ -271,7 +313,9 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "dates the plain LSTM reads the source reversed; on reversal we show both directions "
             "(reading as written is the trick there, since the target starts with x_T).",
             f"Equal budgets: {steps} (AdamW, warm-up {budget.warmup_steps} + cosine, clip 1), "
-            "lr 3e-3 for the LSTMs and 1e-3 for the Transformer; one torch thread.",
+            "lr 3e-3 for the LSTMs and 1e-3 for the Transformer; one torch thread per run, "
+            "two runs at a time (one per core; runs are seeded and independent, so the results "
+            "do not depend on it).",
             "Scores under teacher forcing: per-token accuracy (the argmax at each target "
             "position) and exact match (every position right, which equals greedy-decoding "
             "exact match).",
