@@ -21,6 +21,12 @@ def _pairs_cfg(**kw) -> TrainConfig:
     return TrainConfig(**{**dict(task="seq2seq", data="reverse", n_train=200, n_val=40), **kw})
 
 
+def _tiny_config(data, kind: str = "encoder_decoder", max_len: int = 32) -> ModelConfig:
+    """A one-layer, width-16 model of ``kind`` fitted to ``data``'s vocabulary."""
+    extra = dict(n_heads=2, d_ff=32, max_len=max_len) if kind == "encoder_decoder" else {}
+    return fit_model_config(ModelConfig(kind=kind, d_model=16, n_layers=1, **extra), data)
+
+
 def test_stream_epochs_are_permutations_and_a_pure_function_of_the_index():
     stream = ShuffledStream(7, seed=3)
     first, second = stream.indices(0, 7), stream.indices(7, 7)
@@ -48,8 +54,7 @@ def test_validation_sources_are_never_training_sources():
 def test_greedy_decode_agrees_with_teacher_forcing_on_its_own_output():
     """Cached step-by-step decoding and one teacher-forced pass must pick the same tokens."""
     data = build_task_data(_pairs_cfg())
-    cfg = fit_model_config(ModelConfig(kind="encoder_decoder", d_model=16, n_heads=2,
-                                       n_layers=1, d_ff=32, max_len=32), data)  # fmt: skip
+    cfg = _tiny_config(data)
     model = build_model(cfg).eval()
     batch = data.val_batches(8, 1)[0]
     tok = data.tokenizer
@@ -69,8 +74,7 @@ def test_teacher_forced_all_correct_equals_greedy_exact_match():
     task = CopyTask(min_len=1, max_len=3, alphabet="abcd")
     data = PairData(CharTokenizer(task.characters()), task.make_pairs(300, seed=0),
                     task.make_pairs(64, seed=1), seed=0, origin="copy")  # fmt: skip
-    cfg = fit_model_config(ModelConfig(kind="encoder_decoder", d_model=16, n_heads=2,
-                                       n_layers=1, d_ff=32, max_len=8), data)  # fmt: skip
+    cfg = _tiny_config(data, max_len=8)
     model = build_model(cfg)
     opt = torch.optim.AdamW(model.parameters(), 1e-2)
     for step in range(20):  # enough for some, not all, examples to be right
@@ -93,8 +97,7 @@ def test_teacher_forced_all_correct_equals_greedy_exact_match():
 def test_loss_sums_and_counts_ignore_padding():
     data = build_task_data(_pairs_cfg())
     batch = data.train_batch(0, 16)
-    cfg = fit_model_config(ModelConfig(kind="encoder_decoder", d_model=16, n_heads=2,
-                                       n_layers=1, d_ff=32, max_len=32), data)  # fmt: skip
+    cfg = _tiny_config(data)
     model = build_model(cfg).eval()
     loss = batch_loss(model, batch, "seq2seq")
     assert loss.count == target_count(batch, "seq2seq") == int(batch.tgt_mask.sum())
@@ -155,9 +158,7 @@ def test_length_buckets_cut_padding_and_keep_rank_shards_consistent():
 def test_real_only_logits_are_the_padded_logits_at_real_positions(kind):
     data = build_task_data(_pairs_cfg())
     batch = data.train_batch(0, 16)
-    extra = dict(n_heads=2, d_ff=32, max_len=32) if kind == "encoder_decoder" else {}
-    cfg = fit_model_config(ModelConfig(kind=kind, d_model=16, n_layers=1, **extra), data)
-    model = build_model(cfg).eval()
+    model = build_model(_tiny_config(data, kind)).eval()
     args = dict(src_mask=batch.src_mask, tgt_mask=batch.tgt_mask)
     full = model(batch.src, batch.tgt_in, **args).logits  # (B, T, V)
     real = model(batch.src, batch.tgt_in, real_only=True, **args).logits  # (N, V)
@@ -170,8 +171,7 @@ def test_real_only_logits_are_the_padded_logits_at_real_positions(kind):
 def test_seq2seq_loss_is_label_smoothed_cross_entropy_over_real_targets():
     data = build_task_data(_pairs_cfg())
     batch = data.train_batch(1, 16)
-    cfg = fit_model_config(ModelConfig(kind="encoder_decoder", d_model=16, n_heads=2,
-                                       n_layers=1, d_ff=32, max_len=32), data)  # fmt: skip
+    cfg = _tiny_config(data)
     model = build_model(cfg).eval()
     logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask,
                    tgt_mask=batch.tgt_mask).logits  # (B, T, V)  # fmt: skip

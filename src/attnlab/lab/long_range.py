@@ -187,9 +187,14 @@ def charts(lengths: tuple[int, ...], token_acc: dict, exact: dict, per_position:
     return figures
 
 
+def sizes(quick: bool) -> tuple[int, int]:
+    """Training and test examples per task (and per reversal length)."""
+    return (300, 60) if quick else (20000, 500)
+
+
 def task_data(kind: str, length: int, quick: bool, seed: int) -> tuple:
     """(tokenizer, train pairs, test pairs, model max_len) of "reverse" at ``length`` or "dates"."""
-    n_train, n_test = (300, 60) if quick else (20000, 500)
+    n_train, n_test = sizes(quick)
     if kind == "reverse":
         task: ReverseTask | DateTask = ReverseTask(min_len=length, max_len=length,
                                                    alphabet=ALPHABET)  # fmt: skip
@@ -235,7 +240,7 @@ def run_jobs(jobs: list[tuple], workers: int) -> dict[tuple, tuple]:
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
     torch.set_num_threads(1)
     lengths = (4, 8) if quick else (8, 16, 32, 48)
-    n_train, n_test = (300, 60) if quick else (20000, 500)
+    n_train, n_test = sizes(quick)
     tok = CharTokenizer(ALPHABET)
     date_models = ("lstm", "bahdanau", "transformer")
     jobs = [("reverse", length, name, quick, seed) for length in lengths for name in MODELS]

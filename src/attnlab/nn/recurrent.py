@@ -157,11 +157,11 @@ def lstm_right_padded(lstm: nn.LSTM, x: Tensor, lengths: Tensor) -> Tensor:
         return lstm(x)[0] * real[..., None]
     flip = torch.where(real, lengths[:, None] - 1 - step, step)  # (B, S), its own inverse
     zeros = x.new_zeros(1, b, lstm.hidden_size)
+    names = ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if lstm.bias else ())
     h = x
     for layer in range(lstm.num_layers):
         outs = []
         for suffix, order in ((f"_l{layer}", None), (f"_l{layer}_reverse", flip)):
-            names = ("weight_ih", "weight_hh") + (("bias_ih", "bias_hh") if lstm.bias else ())
             weights = [getattr(lstm, name + suffix) for name in names]
             inp = h if order is None else _gather_steps(h, order)
             out = torch.lstm(inp, (zeros, zeros), weights, lstm.bias, 1, 0.0, lstm.training,
