@@ -155,6 +155,20 @@ def test_explicit_and_fused_paths_agree_fp32(kind, causal, t, s):
     assert torch.isfinite(fused.out).all() and torch.isfinite(explicit.out).all()
 
 
+@pytest.mark.parametrize("kind", list(_masks()))
+def test_one_query_decode_form_matches_reference(kind):
+    """The reduction form used for a compiled decode step (T = 1) is eq. 9 under every mask."""
+    from attnlab.nn.attention import _one_query
+
+    q, k, v = _qkv(1, S)
+    mask = _masks()[kind]  # the last query row of each (it includes a fully masked row)
+    mask = None if mask is None else mask[..., -1:, :].expand(B, H, 1, S)
+    got = _one_query(q, k, v, mask, DK**-0.5)
+    want, _ = _oracle(q, k, v, mask)
+    np.testing.assert_allclose(got.out.numpy(), want, **TOL64)
+    assert got.weights is None
+
+
 @pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
 @pytest.mark.parametrize("activation", ["softmax", "hardmax"])
 def test_fully_masked_rows_give_zero_output_and_finite_gradient(need_weights, activation):

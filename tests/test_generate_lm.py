@@ -331,3 +331,22 @@ def test_compiled_decode_step_gives_the_eager_tokens_and_logits(lm):
                                atol=1e-5, rtol=1e-5)  # fmt: skip
     with pytest.raises(ValueError, match="--compile.*--no-cache"):
         GenerationConfig(compile=True, use_cache=False)
+
+
+def test_compiled_batch_one_step_matches_eager_and_compiles_a_bounded_number_of_times(lm):
+    """Batch 1 is the case where the compiled step turns weight products into loops
+    (decompose_mm_pass) and attention into reductions: same tokens, logits to 1e-5. Shapes
+    become dynamic after one recompilation, so longer outputs and other prompt lengths do not
+    recompile per token."""
+    from torch._dynamo.utils import counters
+
+    prompt = [3, 4, 5, 6, 7, 8]
+    eager = generate(lm, [prompt], GREEDY.replace(max_new_tokens=40), return_logits=True)
+    before = counters["stats"]["unique_graphs"]
+    compiled = generate(lm, [prompt], GREEDY.replace(max_new_tokens=40, compile=True),
+                        return_logits=True)  # fmt: skip
+    assert compiled.tokens == eager.tokens
+    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
+                               atol=1e-5, rtol=1e-5)  # fmt: skip
+    generate(lm, [prompt[:3]], GREEDY.replace(max_new_tokens=25, compile=True))
+    assert counters["stats"]["unique_graphs"] - before <= 3

@@ -22,12 +22,12 @@ stays one prefill per max_len/2 tokens instead of a full forward per token. The 
 crops each row to its last max_len tokens every step.
 
 ``compile=True`` runs the cached one-token step (``model.forward`` for LMs, ``model.decode`` for
-seq2seq) through ``torch.compile`` with dynamic shapes, so the growing cache length does not
-trigger a recompilation per token; the prefill stays eager. The compiled step is kept per model
-class and reused by later calls in the same process, so only the first generation pays the
-compile time (seconds to tens of seconds on CPU). It removes per-op dispatch and Python
-overhead, which is what a small model's decode step is made of; at widths where the weight reads
-dominate it gains little.
+seq2seq) through ``torch.compile`` (see :func:`compiled_step`); the prefill stays eager. The
+compiled step is kept per model class and reused by later calls in the same process, so only the
+first generation pays the compile time (seconds to tens of seconds on CPU). It removes per-op
+dispatch and Python overhead, which is what a small model's decode step is made of, and at batch
+1 turns each weight product into a loop that streams the weights on every core, which is what a
+wider model's step is made of.
 
 Shapes: R rows, P prompt columns, N max new tokens, V vocabulary, S source length.
 """
@@ -223,15 +223,28 @@ class Seq2SeqStepper:
 _COMPILED: dict[tuple[type, str], Callable[..., Any]] = {}
 
 
+# Inductor settings for the one-token step (each measured on the 2-core CPU; see
+# benchmarks/ANALYSIS.md, generation):
+#  * decompose_mm_pass: a (1, K) x (K, N) product becomes a multiply-and-sum loop in the generated
+#    code, which reads the weights at ~36 GB/s on both cores; the BLAS call for a matrix-vector
+#    product runs at ~11 GB/s on one. This is what a batch-1 step of a wide model is made of.
+#  * size_asserts=False: the wrapper otherwise re-checks every input's sizes and strides on each
+#    call (~0.15 ms per token at 6 layers), which the guards have already checked.
+_STEP_OPTIONS = {"post_grad_fusion_options": {"decompose_mm_pass": {}}, "size_asserts": False}
+
+
 def compiled_step(model: torch.nn.Module, method: str) -> Callable[..., Any]:
-    """``model.<method>(...)`` through ``torch.compile(dynamic=True)``.
+    """``model.<method>(...)`` through ``torch.compile``.
 
     The class's function is compiled once per process and shared by every model of that class
-    (the model is an input of the compiled code, so nothing keeps a model alive).
+    (the model is an input of the compiled code, so nothing keeps a model alive). Shapes start
+    static and become dynamic where they change (dynamo's automatic dynamic shapes): the growing
+    cache length costs one recompilation, not one per token, and the buffer sizes stay static,
+    which keeps the per-call shape guards small (~0.2 ms less per token than ``dynamic=True``).
     """
     key = (type(model), method)
     if key not in _COMPILED:
-        _COMPILED[key] = torch.compile(getattr(type(model), method), dynamic=True)
+        _COMPILED[key] = torch.compile(getattr(type(model), method), options=_STEP_OPTIONS)
     return functools.partial(_COMPILED[key], model)
 
 

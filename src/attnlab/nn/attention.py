@@ -99,6 +99,8 @@ def scaled_dot_product_attention(
         causal = False  # a single query at the last position may see every key (decode step)
     if need_weights or activation == "hardmax" or _cpu_dropout(q, dropout_p):
         return _explicit(q, k, v, mask, causal, factor, activation, straight_through, dropout_p)
+    if t == 1 and dropout_p == 0.0 and torch.compiler.is_compiling():
+        return _one_query(q, k, v, mask, factor)
     return _fused(q, k, v, mask, causal, factor, dropout_p)
 
 
@@ -119,6 +121,25 @@ def _explicit(q, k, v, mask, causal, factor, activation, straight_through, dropo
     if dropout_p > 0.0:
         weights = dropout(weights, dropout_p)
     return AttentionOutput(weights @ v, weights)  # (B, H, T, Dv)
+
+
+def _one_query(q, k, v, mask, factor):
+    """Eq. 9 for one query per row (a decode step), written as reductions instead of matmuls:
+
+        s_j = <q, k_j> * factor,  a = softmax_j(s),  out = sum_j a_j v_j.
+
+    Used only under ``torch.compile``, where these become a few fused loops over the cache in the
+    generated code; the fused kernel would be an opaque call per layer and token (measured on the
+    2-core CPU: see benchmarks/ANALYSIS.md, generation). q: (B, H, 1, Dk) -> (B, H, 1, Dv).
+    """
+    scores = (q * k).sum(dim=-1).unsqueeze(-2) * factor  # (B, H, 1, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)  # (B, H, 1, S)
+    if mask is not None:
+        weights = weights * mask.any(dim=-1, keepdim=True)  # fully masked rows -> 0
+    out = (weights.transpose(-2, -1) * v).sum(dim=-2, keepdim=True)  # (B, H, 1, Dv)
+    return AttentionOutput(out, None)
 
 
 def _cpu_dropout(q: Tensor, dropout_p: float) -> bool:
