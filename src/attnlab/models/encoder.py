@@ -25,7 +25,7 @@ from attnlab.models.layers import (
     make_encoder_block,
     make_final_norm,
 )
-from attnlab.nn.packing import Packing, make_packing, pack, unpack
+from attnlab.nn.packing import Packing, length_groups, make_packing, pack, unpack
 
 
 class EncoderOutput(NamedTuple):
@@ -73,10 +73,14 @@ class TransformerEncoder(nn.Module):
         check_padding_mask(key_padding_mask, ids)
         check_not_all_padding(key_padding_mask)
         x = self.embed(ids)  # (B, T, D)
-        packing = make_packing(key_padding_mask)
+        groups = None  # attention weights come back in the batch's own layout (B, H, T, T)
+        if key_padding_mask is not None and not need_weights:
+            groups = length_groups(key_padding_mask)
+        packing = make_packing(key_padding_mask, groups)
         if packing is None:
             return self.stack(x, key_mask(key_padding_mask), need_weights=need_weights)
-        # Position-wise layers run on the N real tokens only; padding outputs are zero.
+        # Position-wise layers run on the N real tokens only, attention on groups of rows of
+        # similar length (nn.packing); padding outputs are zero.
         hidden, weights = self.stack(pack(x, packing), key_mask(key_padding_mask),
                                      need_weights=need_weights, packing=packing)  # (N, D)
         return EncoderOutput(unpack(hidden, packing), weights)

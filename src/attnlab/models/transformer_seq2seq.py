@@ -30,9 +30,10 @@ from attnlab.models.layers import (
     key_mask,
     make_decoder_block,
     make_final_norm,
+    ones_mask,
 )
 from attnlab.nn.cache import KVCache
-from attnlab.nn.packing import make_packing, pack, unpack
+from attnlab.nn.packing import length_groups, make_packing, pack, row_major, unpack
 from attnlab.nn.positional import default_positions
 
 
@@ -97,8 +98,13 @@ class TransformerEncoderDecoder(Seq2SeqModel):
                 cache.memory_kv = [b.cross_attn.project_memory(memory) for b in self.blocks]
         else:
             self_mask = key_mask(tgt_mask)
-            # Teacher forcing on padded batches: position-wise layers see real tokens only.
-            packing, memory_packing = make_packing(tgt_mask), make_packing(src_mask)
+            # Teacher forcing on padded batches: position-wise layers see real tokens only, and
+            # attention runs on groups of rows of similar target length (nn.packing), the same
+            # groups for the target and the memory.
+            real = tgt_mask if tgt_mask is not None else ones_mask(*tgt_in.shape, tgt_in.device)
+            groups = None if need_weights else length_groups(real, src_mask)
+            packing = make_packing(real if groups else tgt_mask, groups)
+            memory_packing = make_packing(src_mask, groups)
             if packing is not None:
                 x = pack(x, packing)  # (N, D)
             if memory_packing is not None:
@@ -115,6 +121,8 @@ class TransformerEncoderDecoder(Seq2SeqModel):
         h = self.final_norm(x)  # (B, T, D), or (N, D) packed
         if real_only and packing is None:
             h = real_positions(h, tgt_mask)  # (N, D)
+        elif real_only:
+            h = row_major(h, packing)  # (N, D), the order of tgt_out[tgt_mask]
         logits = self.lm_head(h)  # (B, T, V), or (N, V)
         if packing is not None and not real_only:
             logits = unpack(logits, packing)  # (B, T, V), zeros at padding

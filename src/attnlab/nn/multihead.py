@@ -23,7 +23,14 @@ from torch import Tensor, nn
 from attnlab.nn.attention import AttentionOutput, scaled_dot_product_attention
 from attnlab.nn.cache import KVCache
 from attnlab.nn.norms import RMSNorm
-from attnlab.nn.packing import Packing, pack, unpack
+from attnlab.nn.packing import (
+    Packing,
+    group_mask,
+    group_positions,
+    pack_group,
+    unpack,
+    unpack_group,
+)
 from attnlab.nn.positional import RotaryPositions, default_positions
 
 
@@ -72,18 +79,25 @@ class _HeadsMixin(nn.Module):
             k = self.rotary.rotate(k, k_pos)
         return q, k
 
-    def _attend(self, q, k, v, mask, causal, need_weights, packing=None) -> AttentionOutput:
+    def _attend(self, q, k, v, mask, causal, need_weights) -> AttentionOutput:
+        """Heads q (B, H, T, Dk), k (B, H, S, Dk), v (B, H, S, Dv) -> the concatenation
+        [h^(1); ...; h^(H)] (B, T, H*Dv) and the weights (B, H, T, S) or None."""
         out, weights = scaled_dot_product_attention(
             q, k, v, mask, causal=causal, scale=self.scale, activation=self.activation,
             straight_through=self.straight_through,
             dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights,
         )  # (B, H, T, Dv)
-        out = self._merge(out)  # (B, T, H*Dv): the concatenation [h^(1); ...; h^(H)]
-        if packing is not None:
-            out = pack(out, packing)  # (N, H*Dv): W^O only on real tokens
-        if self.out_proj is not None:
-            out = self.out_proj(out)  # (B, T, Do)
-        return AttentionOutput(out, weights)
+        return AttentionOutput(self._merge(out), weights)
+
+    def _output(self, heads: AttentionOutput) -> AttentionOutput:
+        """W^O applied to the concatenated heads (.., H*Dv) -> (.., Do)."""
+        out = self.out_proj(heads.out) if self.out_proj is not None else heads.out
+        return AttentionOutput(out, heads.weights)
+
+    def _output_packed(self, per_group: list[AttentionOutput], packing: Packing) -> AttentionOutput:
+        """Each group's heads (b, T_g, H*Dv) -> W^O on the packed real tokens only, (N, Do)."""
+        heads = torch.cat([pack_group(o.out, g) for o, g in zip(per_group, packing.groups)])
+        return self._output(AttentionOutput(heads, per_group[0].weights if packing.whole else None))
 
 
 class SelfAttention(_HeadsMixin):
@@ -131,21 +145,32 @@ class SelfAttention(_HeadsMixin):
         """
         _check_input(x, self.d_model, "x", packed=packing is not None)
         _check_dtype(x, self.qkv_proj, "x")
-        hk, hv = self.n_heads * self.d_head, self.n_heads * self.d_v
+        _check_weights_layout(need_weights, packing)
         qkv = self.qkv_proj(x)  # (B, T, 2 H*Dk + H*Dv), or (N, .) packed
-        if packing is not None:
-            qkv = unpack(qkv, packing)  # (B, T, .): attention needs the sequence layout
+        if packing is None:
+            heads = self._self_attend(qkv, mask, causal, positions, cache, need_weights)
+            return self._output(heads)
+        # Attention needs the sequence layout: one group of rows at a time (see nn.packing).
+        return self._output_packed([
+            self._self_attend(unpack_group(qkv, g), group_mask(mask, g, g, packing.whole), causal,
+                              group_positions(positions, g, packing.whole), None, need_weights)
+            for g in packing.groups
+        ], packing)
+
+    def _self_attend(self, qkv, mask, causal, positions, cache, need_weights) -> AttentionOutput:
+        """qkv (B, T, 2 H*Dk + H*Dv) -> concatenated heads (B, T, H*Dv), weights."""
+        hk, hv = self.n_heads * self.d_head, self.n_heads * self.d_v
         q, k, v = qkv.split([hk, hk, hv], dim=-1)  # (B, T, H*Dk) x2, (B, T, H*Dv)
         q = self._split(q, self.d_head)  # (B, H, T, Dk)
         k = self._split(k, self.d_head)  # (B, H, T, Dk)
         v = self._split(v, self.d_v)  # (B, H, T, Dv)
         offset = cache.length if cache is not None else 0
         if self.rotary is not None and positions is None:
-            positions = default_positions(q.size(2), offset, x.device)
+            positions = default_positions(q.size(2), offset, qkv.device)
         q, k = self._prepare_qk(q, k, positions, positions)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H, S, Dk), (B, H, S, Dv)
-        return self._attend(q, k, v, mask, causal, need_weights, packing)
+        return self._attend(q, k, v, mask, causal, need_weights)
 
 
 class CrossAttention(_HeadsMixin):
@@ -191,6 +216,10 @@ class CrossAttention(_HeadsMixin):
         kv = self.kv_proj(memory)  # (B, S, H*(Dk+Dv)) or (N_src, .)
         if packing is not None:
             kv = unpack(kv, packing)  # (B, S, .)
+        return self._memory_heads(kv)
+
+    def _memory_heads(self, kv: Tensor) -> tuple[Tensor, Tensor]:
+        """kv (B, S, H*(Dk+Dv)) -> k (B, H, S, Dk), v (B, H, S, Dv)."""
         k, v = kv.split([self.n_heads * self.d_head, self.n_heads * self.d_v], dim=-1)
         k = self._split(k, self.d_head)  # (B, H, S, Dk)
         if self.k_norm is not None:
@@ -211,23 +240,41 @@ class CrossAttention(_HeadsMixin):
         """x: (B, T, D), memory: (B, S, Dm) -> out (B, T, Do), weights (B, H, T, S) or None.
 
         Pass ``memory_kv`` from :meth:`project_memory` instead of ``memory`` to reuse keys/values.
-        ``packing`` / ``memory_packing``: x / memory hold only real tokens (see nn.packing).
+        ``packing`` / ``memory_packing``: x / memory hold only real tokens (see nn.packing); when
+        the rows are grouped, both packings share the groups.
         """
         _check_input(x, self.d_model, "x", packed=packing is not None)
-        if memory_kv is None:
-            if memory is None:
-                raise ValueError("cross-attention needs memory (B, S, D) or memory_kv")
-            memory_kv = self.project_memory(memory, memory_packing)
-        k, v = memory_kv
+        _check_weights_layout(need_weights, packing)
+        if memory_kv is None and memory is None:
+            raise ValueError("cross-attention needs memory (B, S, D) or memory_kv")
         q = self.q_proj(x)  # (B, T, H*Dk) or (N, .)
-        if packing is not None:
-            q = unpack(q, packing)  # (B, T, H*Dk)
+        if packing is not None and not packing.whole:
+            if memory_packing is None or len(memory_packing.groups) != len(packing.groups):
+                raise ValueError("grouped queries need the memory packed in the same row groups")
+            _check_input(memory, self.d_memory, "memory", packed=True)
+            _check_dtype(memory, self.kv_proj, "memory")
+            kv = self.kv_proj(memory)  # (N_src, H*(Dk+Dv))
+            return self._output_packed([
+                self._cross_attend(unpack_group(q, g), self._memory_heads(unpack_group(kv, mg)),
+                                   group_mask(mask, g, mg, False), need_weights)
+                for g, mg in zip(packing.groups, memory_packing.groups)
+            ], packing)
+        if memory_kv is None:
+            memory_kv = self.project_memory(memory, memory_packing)
+        if packing is None:
+            return self._output(self._cross_attend(q, memory_kv, mask, need_weights))
+        heads = self._cross_attend(unpack(q, packing), memory_kv, mask, need_weights)
+        return self._output_packed([heads], packing)
+
+    def _cross_attend(self, q, memory_kv, mask, need_weights) -> AttentionOutput:
+        """q (B, T, H*Dk), memory keys/values (B, H, S, .) -> concatenated heads (B, T, H*Dv)."""
+        k, v = memory_kv
         if k.size(0) != q.size(0):
             raise ValueError(f"memory batch {k.size(0)} != query batch {q.size(0)}")
         q = self._split(q, self.d_head)  # (B, H, T, Dk)
         if self.q_norm is not None:
             q = self.q_norm(q)
-        return self._attend(q, k, v, mask, False, need_weights, packing)
+        return self._attend(q, k, v, mask, False, need_weights)
 
 
 class LoopMultiHeadAttention(nn.Module):
@@ -274,6 +321,12 @@ class LoopMultiHeadAttention(nn.Module):
             heads.append(out[:, 0])  # (B, T, Dv)
         h = torch.cat(heads, dim=-1)  # (B, T, H*Dv)
         return self.out_proj(h) if self.out_proj is not None else h
+
+
+def _check_weights_layout(need_weights: bool, packing: Packing | None) -> None:
+    if need_weights and packing is not None and not packing.whole:
+        raise ValueError("attention weights (B, H, T, S) need the batch packed as one group "
+                         "(make_packing without row groups)")
 
 
 def _check_input(x: Tensor, width: int, name: str, packed: bool = False) -> None:

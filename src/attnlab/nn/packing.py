@@ -1,40 +1,100 @@
-"""Packing: run position-wise layers on real tokens only, skipping padding.
+"""Packing: run position-wise layers on real tokens only, and attention on groups of similar rows.
 
 Everything in a Transformer except attention acts on each position independently (projections,
 the feed-forward net, norms, residual adds). On a padded batch those layers would spend their
 FLOPs on padding; packing gathers the N real tokens of a (B, T) batch into one (N, D) matrix for
-them, and attention scatters back to (B, T, .) only where it needs the sequence layout. The result
-is identical at real positions (tested); outputs at padding positions are defined as zero.
+them. Attention needs the sequence layout, so it scatters the tokens back to (rows, length, .),
+one *group* of rows at a time: with right padding the rows are sorted by length and cut into
+groups of ``GROUP_ROWS``, each padded only to its own longest row. Attention costs O(T^2) per
+row, so on a batch of sentences whose lengths vary (Multi30k-like: median 14, longest ~30-40)
+the padded layout does ~3x the necessary attention work and the grouped one ~1.4x (measured:
+forward + backward of flash attention at (B, H, Dh) = (64, 8, 32), 12.9 ms in one padded call,
+6.6 ms in four groups of 16). Results at real positions are identical (tested); outputs at
+padding positions are defined as zero.
 
-Shapes: B batch, T length, N real tokens, D features.
+Inside a group, row j holds its tokens at positions 0..l_j-1, the same positions as in the
+original right-padded batch, so masks and positions are sliced, not re-derived. Left-padded
+batches (batched LM prompts) and requests for attention weights use a single group: the
+original rows in order, padded to T.
+
+Shapes: B batch, T length, N real tokens, D features; per group b rows and length T_g.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
+import torch
 from torch import Tensor
+
+GROUP_ROWS = 16  # rows per attention group: fewer groups pad more, more groups cost more calls
+
+
+class Group(NamedTuple):
+    """Rows that attention processes together, and where their tokens are."""
+
+    start: int  # the group's tokens are packed rows [start, end)
+    end: int
+    rows: Tensor  # (b,) int64, the group's rows in the (B, T) batch
+    length: int  # T_g: the group's rows are padded to this length
+    index: Tensor  # (end - start,) flat positions j * T_g + t in the group's (b, T_g) layout
 
 
 class Packing(NamedTuple):
-    """Where the real tokens of a (B, T) batch live: flat indices b * T + t, (N,) int64."""
+    """Where the real tokens of a (B, T) batch live, in packed order (group by group)."""
 
-    index: Tensor
+    index: Tensor  # (N,) int64, flat positions b * T + t
     batch: int
     length: int
+    groups: tuple[Group, ...]
+    whole: bool  # one group: every row, in order, padded to T (masks and positions apply as is)
 
 
-def make_packing(key_padding_mask: Tensor | None) -> Packing | None:
-    """A Packing for a (B, T) mask (True = real token), or None when nothing is padding."""
-    if key_padding_mask is None or bool(key_padding_mask.all()):
+def length_groups(key_padding_mask: Tensor, *others: Tensor | None) -> list[Tensor] | None:
+    """Rows sorted by length (of the first mask) in chunks of GROUP_ROWS, or None for one group.
+
+    Grouping needs right padding (real tokens first) in every given (B, T) mask, True = real.
+    """
+    masks = [m for m in (key_padding_mask, *others) if m is not None]
+    b = key_padding_mask.size(0)
+    if b <= GROUP_ROWS or not all(_right_padded(m) for m in masks):
+        return None
+    order = key_padding_mask.sum(dim=1).argsort(stable=True)  # (B,) shortest first
+    return list(order.split(GROUP_ROWS))
+
+
+def make_packing(
+    key_padding_mask: Tensor | None, row_groups: list[Tensor] | None = None
+) -> Packing | None:
+    """A Packing for a (B, T) mask (True = real token).
+
+    Without ``row_groups``: one group of all rows in order, or None when nothing is padding.
+    With ``row_groups`` (from :func:`length_groups`, right padding): one group per entry, even
+    when nothing is padding, so that a source and a target packing share their groups.
+    """
+    if key_padding_mask is None:
         return None
     b, t = key_padding_mask.shape
-    index = key_padding_mask.reshape(-1).nonzero().squeeze(1)  # (N,)
-    return Packing(index, b, t)
+    if row_groups is None:
+        if bool(key_padding_mask.all()):
+            return None
+        rows = torch.arange(b, device=key_padding_mask.device)
+        index = key_padding_mask.reshape(-1).nonzero().squeeze(1)  # (N,)
+        return Packing(index, b, t, (Group(0, index.numel(), rows, t, index),), True)
+    lengths = key_padding_mask.sum(dim=1)  # (B,)
+    groups, flat, start = [], [], 0
+    for rows in row_groups:
+        length = max(int(lengths[rows].max()), 1)
+        real = key_padding_mask[rows, :length]  # (b, T_g)
+        local = real.reshape(-1).nonzero().squeeze(1)  # (n_g,) j * T_g + t
+        flat.append(rows[local // length] * t + local % length)  # (n_g,) b * T + t
+        groups.append(Group(start, start + local.numel(), rows, length, local))
+        start += local.numel()
+    return Packing(torch.cat(flat), b, t, tuple(groups), False)
 
 
 def pack(x: Tensor, packing: Packing) -> Tensor:
-    """(B, T, D) -> (N, D): the rows of real tokens."""
+    """(B, T, D) -> (N, D): the rows of real tokens, in packed order."""
     return x.reshape(packing.batch * packing.length, x.size(-1)).index_select(0, packing.index)
 
 
@@ -43,3 +103,52 @@ def unpack(x: Tensor, packing: Packing) -> Tensor:
     out = x.new_zeros(packing.batch * packing.length, x.size(-1))
     out = out.index_copy(0, packing.index, x)
     return out.view(packing.batch, packing.length, x.size(-1))
+
+
+def row_major(x: Tensor, packing: Packing) -> Tensor:
+    """Packed (N, D) -> the same rows in the batch's row-major order, as ``x_padded[mask]``."""
+    if packing.whole:
+        return x  # one group in batch order: packed order is row-major already
+    return x.index_select(0, packing.index.argsort())
+
+
+def unpack_group(x: Tensor, group: Group) -> Tensor:
+    """The group's slice of packed (N, D) -> (b, T_g, D), zeros at padding positions."""
+    b, d = group.rows.numel(), x.size(-1)
+    out = x.new_zeros(b * group.length, d)
+    out = out.index_copy(0, group.index, x[group.start:group.end])
+    return out.view(b, group.length, d)
+
+
+def pack_group(x: Tensor, group: Group) -> Tensor:
+    """(b, T_g, D) -> (n_g, D): the group's real tokens."""
+    return x.reshape(-1, x.size(-1)).index_select(0, group.index)
+
+
+def group_mask(mask: Tensor | None, group: Group, key_group: Group, whole: bool) -> Tensor | None:
+    """A (B|1, H|1, T|1, S) attention mask cut to the group: its rows, T_g queries, S_g keys.
+
+    ``whole`` (``Packing.whole``): a single group of every row in order: nothing to cut.
+    """
+    if mask is None or whole:
+        return mask
+    if mask.size(0) > 1:
+        mask = mask.index_select(0, group.rows)
+    if mask.size(-2) > 1:
+        mask = mask[..., : group.length, :]
+    return mask[..., : key_group.length]
+
+
+def group_positions(positions: Tensor | None, group: Group, whole: bool) -> Tensor | None:
+    """Positions (T,) or (B, T) cut to the group's rows and T_g columns."""
+    if positions is None or whole:
+        return positions
+    if positions.dim() == 2:
+        positions = positions.index_select(0, group.rows)
+    return positions[..., : group.length]
+
+
+def _right_padded(mask: Tensor) -> bool:
+    """Every row is real tokens followed by padding: (B, T) bool."""
+    lengths = mask.sum(dim=1, keepdim=True)  # (B, 1)
+    return bool((mask == (torch.arange(mask.size(1), device=mask.device) < lengths)).all())

@@ -1,0 +1,126 @@
+"""Packing (attnlab.nn.packing): real tokens only for position-wise layers, row groups for
+attention, and models whose grouped forward equals the one-group layout in value and gradient.
+
+Shapes: B batch, T length, N real tokens, D features.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlab.config import ModelConfig
+from attnlab.models import build_model
+from attnlab.nn.packing import (
+    GROUP_ROWS,
+    length_groups,
+    make_packing,
+    pack,
+    pack_group,
+    row_major,
+    unpack,
+    unpack_group,
+)
+
+TOL64 = {"rtol": 1e-10, "atol": 1e-10}
+
+
+def _right_padded(lengths: torch.Tensor, t: int | None = None) -> torch.Tensor:
+    t = int(lengths.max()) if t is None else t
+    return torch.arange(t)[None, :] < lengths[:, None]  # (B, T) True = real
+
+
+def test_groups_sort_rows_by_length_and_pad_each_to_its_longest():
+    torch.manual_seed(0)
+    lengths = torch.randint(1, 30, (3 * GROUP_ROWS + 5,))
+    mask = _right_padded(lengths)
+    groups = length_groups(mask)
+    assert [g.numel() for g in groups] == [GROUP_ROWS] * 3 + [5]
+    packing = make_packing(mask, groups)
+    assert not packing.whole and packing.index.numel() == int(lengths.sum())
+    order = torch.cat(groups)
+    assert torch.equal(lengths[order], lengths.sort(stable=True).values)
+    for g in packing.groups:
+        assert g.length == int(lengths[g.rows].max())
+    x = torch.randn(*mask.shape, 3)  # (B, T, D)
+    packed = pack(x, packing)  # (N, D)
+    assert torch.equal(unpack(packed, packing)[mask], x[mask])
+    assert torch.equal(row_major(packed, packing), x[mask])
+    for g in packing.groups:  # each group's layout holds its rows' tokens at positions 0..l-1
+        layout = unpack_group(packed, g)  # (b, T_g, D)
+        sub = mask[g.rows, : g.length]
+        assert torch.equal(layout[sub], x[g.rows, : g.length][sub])
+        assert torch.equal(layout[~sub], torch.zeros_like(layout[~sub]))
+        assert torch.equal(pack_group(layout, g), packed[g.start : g.end])
+
+
+def test_one_group_when_rows_are_few_left_padded_or_unpadded():
+    small = _right_padded(torch.randint(1, 9, (GROUP_ROWS,)), 9)
+    assert length_groups(small) is None
+    left = _right_padded(torch.randint(1, 9, (GROUP_ROWS + 4,)), 9).flip(1)
+    assert length_groups(left) is None
+    right = left.flip(1)
+    assert length_groups(right) is not None and length_groups(right, left) is None
+    packing = make_packing(left)  # one group: every row in order, full length
+    assert packing.whole and len(packing.groups) == 1 and packing.groups[0].length == 9
+    assert make_packing(torch.ones(3, 4, dtype=torch.bool)) is None
+    full = torch.ones(GROUP_ROWS + 4, 4, dtype=torch.bool)
+    shared = make_packing(full, length_groups(full))
+    assert shared is not None and len(shared.groups) == 2  # grouped even with no padding
+
+
+def _batch(b: int, vocab: int, max_len: int, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(1, max_len + 1, (b,), generator=gen)
+    ids = torch.randint(3, vocab, (b, int(lengths.max())), generator=gen)
+    return ids, _right_padded(lengths)
+
+
+def _grads(model):
+    return {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("positional", ["learned", "rotary"])
+def test_grouped_encoder_decoder_equals_one_group_in_value_and_gradient(positional):
+    """need_weights=True keeps one group (the batch layout); the default groups rows."""
+    torch.manual_seed(0)
+    cfg = ModelConfig(kind="encoder_decoder", vocab_size=40, d_model=16, n_heads=2, n_layers=2,
+                      d_ff=32, max_len=24, positional=positional)  # fmt: skip
+    model = build_model(cfg).double()
+    src, src_mask = _batch(2 * GROUP_ROWS + 7, 40, 20, seed=1)
+    tgt, tgt_mask = _batch(2 * GROUP_ROWS + 7, 40, 15, seed=2)
+    outs, grads = [], []
+    for need_weights in (False, True):
+        model.zero_grad()
+        out = model(src, tgt, src_mask=src_mask, tgt_mask=tgt_mask, need_weights=need_weights)
+        logits = out.logits[tgt_mask]  # (N, V)
+        (logits.sin().sum()).backward()  # position-dependent: a mix-up of rows would show
+        outs.append(logits.detach())
+        grads.append(_grads(model))
+    torch.testing.assert_close(outs[0], outs[1], **TOL64)
+    for name in grads[1]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], **TOL64)
+    real_only = model(src, tgt, src_mask=src_mask, tgt_mask=tgt_mask, real_only=True).logits
+    torch.testing.assert_close(real_only, outs[1], **TOL64)  # the order of logits[tgt_mask]
+
+
+def test_grouped_classifier_equals_one_group():
+    torch.manual_seed(0)
+    cfg = ModelConfig(kind="classifier", vocab_size=40, d_model=16, n_heads=2, n_layers=2,
+                      n_classes=3, max_len=24, pooling="mean")  # fmt: skip
+    model = build_model(cfg).double().eval()
+    ids, mask = _batch(3 * GROUP_ROWS, 40, 20, seed=3)
+    grouped = model(ids, key_padding_mask=mask).logits
+    one_group = model(ids, key_padding_mask=mask, need_weights=True).logits
+    torch.testing.assert_close(grouped, one_group, **TOL64)
+
+
+def test_weights_with_row_groups_are_refused():
+    from attnlab.nn.multihead import SelfAttention
+
+    mask = _right_padded(torch.arange(1, GROUP_ROWS + 3))
+    packing = make_packing(mask, length_groups(mask))
+    attn = SelfAttention(8, 2)
+    x = torch.randn(packing.index.numel(), 8)
+    with pytest.raises(ValueError, match="one group"):
+        attn(x, packing=packing, need_weights=True)
