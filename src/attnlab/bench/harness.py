@@ -29,18 +29,6 @@ from typing import Any
 
 import torch
 
-# The optimizer of every training benchmark, for every contender alike: AdamW with the fused
-# kernel, which is what ``attnlab train`` runs and what transformers' Trainer defaults to
-# (``adamw_torch_fused`` for torch >= 2.8).
-OPTIMIZER = "torch.optim.AdamW(lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1, fused=True)"
-
-
-def make_optimizer(model: torch.nn.Module) -> torch.optim.Optimizer:
-    """The benchmark optimizer (:data:`OPTIMIZER`) over ``model``'s parameters."""
-    return torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1,
-                             fused=True)  # fmt: skip
-
-
 Workload = Callable[[int], float]
 
 

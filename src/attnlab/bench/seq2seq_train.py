@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.bench.harness import interleave, make_optimizer, ratio, target_entry
+from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.matmul_peak import make_matmul, sizes_for
 
 PAD, BOS, EOS = 0, 1, 2
@@ -224,7 +224,7 @@ def contender_loss(contender: str, model: nn.Module, forward):
 def make_train_step(model: nn.Module, loss_fn, batches: list[Batch]):
     """work(r) -> real target tokens of one optimizer step on batch r."""
     model.train()
-    opt = make_optimizer(model)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.99), weight_decay=0.1)
 
     def work(r: int) -> float:
         batch = batches[max(r, 0) % len(batches)]
