@@ -115,7 +115,7 @@ def test_grouped_classifier_equals_one_group():
     torch.testing.assert_close(grouped, one_group, **TOL64)
 
 
-def test_weights_with_row_groups_are_refused():
+def test_weights_with_row_groups_and_a_cache_with_packing_are_refused():
     from attnlab.nn.multihead import SelfAttention
 
     mask = _right_padded(torch.arange(1, GROUP_ROWS + 3))
@@ -124,3 +124,7 @@ def test_weights_with_row_groups_are_refused():
     x = torch.randn(packing.index.numel(), 8)
     with pytest.raises(ValueError, match="one group"):
         attn(x, packing=packing, need_weights=True)
+    from attnlab.nn.cache import KVCache
+
+    with pytest.raises(ValueError, match="KV cache cannot be used with a packed batch"):
+        attn(x, packing=packing, cache=KVCache(packing.batch, 2, 32, 4, 4))

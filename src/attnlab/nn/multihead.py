@@ -146,6 +146,9 @@ class SelfAttention(_HeadsMixin):
         _check_input(x, self.d_model, "x", packed=packing is not None)
         _check_dtype(x, self.qkv_proj, "x")
         _check_weights_layout(need_weights, packing)
+        if packing is not None and cache is not None:
+            raise ValueError("a KV cache cannot be used with a packed batch (decode steps are "
+                             "not packed; pass one or the other)")
         qkv = self.qkv_proj(x)  # (B, T, 2 H*Dk + H*Dv), or (N, .) packed
         if packing is None:
             heads = self._self_attend(qkv, mask, causal, positions, cache, need_weights)
