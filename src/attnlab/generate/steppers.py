@@ -240,7 +240,9 @@ def compiled_step(model: torch.nn.Module, method: str) -> Callable[..., Any]:
     (the model is an input of the compiled code, so nothing keeps a model alive). Shapes start
     static and become dynamic where they change (dynamo's automatic dynamic shapes): the growing
     cache length costs one recompilation, not one per token, and the buffer sizes stay static,
-    which keeps the per-call shape guards small (~0.2 ms less per token than ``dynamic=True``).
+    which keeps the per-call shape guards small (profiled guard time per token with
+    ``dynamic=True`` -> now: ~0.4 -> ~0.2 ms for the 6-layer width-384 LM, 74 -> 57 us for the
+    4-layer width-128 one).
     """
     key = (type(model), method)
     if key not in _COMPILED:
