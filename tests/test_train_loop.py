@@ -151,3 +151,20 @@ def test_training_restores_the_process_cpu_settings(tmp_path):
     assert torch.get_num_threads() == before
     tiny = torch.tensor([1e-40], dtype=torch.float32)
     assert (tiny * 1.0).item() != 0.0  # denormals are kept again (PyTorch's default)
+
+
+def test_compile_on_padded_batches_warns_and_lm_windows_do_not(tmp_path, corpus, monkeypatch):
+    """--compile recompiles for every new padded batch shape; the loop says so (torch.compile is
+    replaced by the identity here: the warning, not compilation, is under test)."""
+    import warnings
+
+    import attnlab.train.loop as loop
+
+    monkeypatch.setattr(loop.torch, "compile", lambda module: module)
+    with pytest.warns(UserWarning, match="--compile on padded seq2seq batches"):
+        train(_s2s(steps=2, compile=True), run_dir=tmp_path / "s2s", progress=False)
+    cfg = TrainConfig(task="lm", data=corpus, context_len=16, steps=1, warmup_steps=0,
+                      batch_size=4, compile=True, progress=False)  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        train(RunConfig(TINY_LM, cfg), run_dir=tmp_path / "lm")

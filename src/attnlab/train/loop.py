@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -159,6 +160,13 @@ def _train(run_config: RunConfig, run_dir: Path, resume: bool, progress: bool,
         ids = [device.index] if device.type == "cuda" else None
         net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
     if cfg.compile:
+        if data.kind != "lm":
+            warnings.warn(
+                f"--compile on padded {data.kind} batches: their shapes change from batch to batch "
+                "and torch.compile recompiles for them (the dates preset, 120 steps: 93 s compiled "
+                "against 5.6 s eager); it pays off for LM windows, whose shape is fixed",
+                stacklevel=2,
+            )
         net = torch.compile(net)
     full_config = RunConfig(model_cfg, cfg)
     log = board = None
