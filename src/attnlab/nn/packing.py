@@ -27,7 +27,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-GROUP_ROWS = 16  # rows per attention group: fewer groups pad more, more groups cost more calls
+# Rows per attention group: fewer groups pad more, more groups cost more calls. Measured on the
+# seq2seq benchmark step (B = 64, 20 interleaved rounds): 8 rows 2913, 16 rows 3011, 32 rows 2954
+# target tokens/s, one group 2887.
+GROUP_ROWS = 16
 
 
 class Group(NamedTuple):
