@@ -64,6 +64,8 @@ def test_one_group_when_rows_are_few_left_padded_or_unpadded():
     packing = make_packing(left)  # one group: every row in order, full length
     assert packing.whole and len(packing.groups) == 1 and packing.groups[0].length == 9
     assert make_packing(torch.ones(3, 4, dtype=torch.bool)) is None
+    with pytest.raises(ValueError, match="right padding"):
+        make_packing(left, length_groups(right))
     full = torch.ones(GROUP_ROWS + 4, 4, dtype=torch.bool)
     shared = make_packing(full, length_groups(full))
     assert shared is not None and len(shared.groups) == 2  # grouped even with no padding

@@ -84,6 +84,8 @@ def make_packing(
         rows = torch.arange(b, device=key_padding_mask.device)
         index = key_padding_mask.reshape(-1).nonzero().squeeze(1)  # (N,)
         return Packing(index, b, t, (Group(0, index.numel(), rows, t, index),), True)
+    if not _right_padded(key_padding_mask):
+        raise ValueError("row groups need right padding: every row's real tokens first")
     lengths = key_padding_mask.sum(dim=1)  # (B,)
     groups, flat, start = [], [], 0
     for rows in row_groups:
