@@ -103,7 +103,7 @@ class TransformerEncoderDecoder(Seq2SeqModel):
             # groups for the target and the memory.
             real = tgt_mask if tgt_mask is not None else ones_mask(*tgt_in.shape, tgt_in.device)
             groups = None if need_weights else length_groups(real, src_mask)
-            packing = make_packing(real if groups else tgt_mask, groups)
+            packing = make_packing(real, groups)
             memory_packing = make_packing(src_mask, groups)
             if packing is not None:
                 x = pack(x, packing)  # (N, D)

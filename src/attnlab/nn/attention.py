@@ -109,18 +109,27 @@ def _explicit(q, k, v, mask, causal, factor, activation, straight_through, dropo
     scores = (q @ k.transpose(-2, -1)) * factor  # (B, H, T, S)
     if causal:
         mask = combine_masks(mask, causal_mask(q.size(-2), k.size(-2), device=q.device))
+    weights = _row_weights(scores, mask, activation, straight_through)  # (B, H, T, S)
+    if dropout_p > 0.0:
+        weights = dropout(weights, dropout_p)
+    return AttentionOutput(weights @ v, weights)  # (B, H, T, Dv)
+
+
+def _row_weights(scores, mask, activation="softmax", straight_through=False):
+    """A = a(scores) row by row over the admissible keys; a row with none gets zero weights.
+
+    scores (..., T, S), mask broadcastable to it or None -> weights (..., T, S).
+    """
     if mask is not None:
         # A finite fill keeps fully masked rows finite in value and gradient; they are zeroed below.
         scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     if activation == "softmax":
-        weights = scores.softmax(dim=-1)  # (B, H, T, S)
+        weights = scores.softmax(dim=-1)
     else:
         weights = hardmax(scores, straight_through)
     if mask is not None:
         weights = weights * mask.any(dim=-1, keepdim=True)  # fully masked rows -> 0
-    if dropout_p > 0.0:
-        weights = dropout(weights, dropout_p)
-    return AttentionOutput(weights @ v, weights)  # (B, H, T, Dv)
+    return weights
 
 
 def _one_query(q, k, v, mask, factor):
@@ -133,11 +142,7 @@ def _one_query(q, k, v, mask, factor):
     2-core CPU: see benchmarks/ANALYSIS.md, generation). q: (B, H, 1, Dk) -> (B, H, 1, Dv).
     """
     scores = (q * k).sum(dim=-1).unsqueeze(-2) * factor  # (B, H, 1, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    weights = scores.softmax(dim=-1)  # (B, H, 1, S)
-    if mask is not None:
-        weights = weights * mask.any(dim=-1, keepdim=True)  # fully masked rows -> 0
+    weights = _row_weights(scores, mask)  # (B, H, 1, S)
     out = (weights.transpose(-2, -1) * v).sum(dim=-2, keepdim=True)  # (B, H, 1, Dv)
     return AttentionOutput(out, None)
 

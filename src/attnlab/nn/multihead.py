@@ -214,12 +214,16 @@ class CrossAttention(_HeadsMixin):
 
         With ``packing`` the memory holds only the real source tokens, (N_src, Dm).
         """
-        _check_input(memory, self.d_memory, "memory", packed=packing is not None)
-        _check_dtype(memory, self.kv_proj, "memory")
-        kv = self.kv_proj(memory)  # (B, S, H*(Dk+Dv)) or (N_src, .)
+        kv = self._project_kv(memory, packed=packing is not None)  # (B, S, .) or (N_src, .)
         if packing is not None:
             kv = unpack(kv, packing)  # (B, S, .)
         return self._memory_heads(kv)
+
+    def _project_kv(self, memory: Tensor, packed: bool) -> Tensor:
+        """memory (B, S, Dm), or (N_src, Dm) packed -> [M W_k | M W_v] (.., H*(Dk+Dv))."""
+        _check_input(memory, self.d_memory, "memory", packed=packed)
+        _check_dtype(memory, self.kv_proj, "memory")
+        return self.kv_proj(memory)
 
     def _memory_heads(self, kv: Tensor) -> tuple[Tensor, Tensor]:
         """kv (B, S, H*(Dk+Dv)) -> k (B, H, S, Dk), v (B, H, S, Dv)."""
@@ -254,9 +258,7 @@ class CrossAttention(_HeadsMixin):
         if packing is not None and not packing.whole:
             if memory_packing is None or len(memory_packing.groups) != len(packing.groups):
                 raise ValueError("grouped queries need the memory packed in the same row groups")
-            _check_input(memory, self.d_memory, "memory", packed=True)
-            _check_dtype(memory, self.kv_proj, "memory")
-            kv = self.kv_proj(memory)  # (N_src, H*(Dk+Dv))
+            kv = self._project_kv(memory, packed=True)  # (N_src, H*(Dk+Dv))
             return self._output_packed([
                 self._cross_attend(unpack_group(q, g), self._memory_heads(unpack_group(kv, mg)),
                                    group_mask(mask, g, mg, False), need_weights)
