@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+import attnlab.nn.attention as attention_module
 from attnlab import reference as ref
 from attnlab.nn import basic_self_attention, hardmax, scaled_dot_product_attention
 from attnlab.nn.masks import causal_mask, combine_masks, padding_mask
@@ -18,6 +19,27 @@ from attnlab.nn.masks import causal_mask, combine_masks, padding_mask
 TOL64 = {"rtol": 1e-10, "atol": 1e-10}
 TOL32 = {"rtol": 1e-5, "atol": 1e-5}
 B, H, T, S, DK, DV = 2, 2, 3, 5, 4, 3
+
+
+def _force_path(name: str, monkeypatch) -> str:
+    """Route the weight-free calls through the fused kernel or the short-key node (see
+    ``attnlab.nn.short_attention``), whatever the automatic choice would be."""
+    if name != "explicit":
+        short = name == "short_keys"
+        monkeypatch.setattr(attention_module, "use_short_keys", lambda *args: short)
+    return name
+
+
+@pytest.fixture(params=["explicit", "fused", "short_keys"])
+def path(request, monkeypatch):
+    """The three execution paths; "explicit" = weights requested."""
+    return _force_path(request.param, monkeypatch)
+
+
+@pytest.fixture(params=["fused", "short_keys"])
+def fast_path(request, monkeypatch):
+    """The two weight-free paths."""
+    return _force_path(request.param, monkeypatch)
 
 
 def _qkv(t=T, s=S, dtype=torch.float64, b=B, h=H, dk=DK, dv=DV):
@@ -74,9 +96,9 @@ def test_basic_self_attention_matches_reference():
         np.testing.assert_allclose(got[i].numpy(), ref.basic_self_attention(x[i].numpy()), **TOL64)
 
 
-@pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
 @pytest.mark.parametrize("kind", list(_masks()))
-def test_attention_matches_reference_under_every_mask(kind, need_weights):
+def test_attention_matches_reference_under_every_mask(kind, path):
+    need_weights = path == "explicit"
     q, k, v = _qkv()
     mask = _masks()[kind]
     got = scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights)
@@ -88,11 +110,11 @@ def test_attention_matches_reference_under_every_mask(kind, need_weights):
         assert got.weights is None
 
 
-@pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
 @pytest.mark.parametrize(
     "t,s", [(4, 4), (2, 5), (1, 4)], ids=["square", "bottom_right", "decode_step"]
 )
-def test_causal_flag_equals_reference_causal_mask(t, s, need_weights):
+def test_causal_flag_equals_reference_causal_mask(t, s, path):
+    need_weights = path == "explicit"
     q, k, v = _qkv(t, s)
     got = scaled_dot_product_attention(q, k, v, causal=True, need_weights=need_weights)
     out, weights = _oracle(q, k, v, torch.from_numpy(ref.causal_mask(t, s)))
@@ -101,9 +123,9 @@ def test_causal_flag_equals_reference_causal_mask(t, s, need_weights):
         np.testing.assert_allclose(got.weights.numpy(), weights, **TOL64)
 
 
-@pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
 @pytest.mark.parametrize("scale", [True, False, 0.37], ids=["sqrt_dk", "unscaled", "float"])
-def test_scale_switch_matches_reference(scale, need_weights):
+def test_scale_switch_matches_reference(scale, path):
+    need_weights = path == "explicit"
     q, k, v = _qkv()
     got = scaled_dot_product_attention(q, k, v, scale=scale, need_weights=need_weights)
     out, _ = _oracle(q, k, v, scale=scale)
@@ -145,7 +167,7 @@ def test_masks_match_reference():
 @pytest.mark.parametrize("t,s", [(5, 5), (3, 7)], ids=["T==S", "T<S"])
 @pytest.mark.parametrize("causal", [False, True], ids=["bidirectional", "causal"])
 @pytest.mark.parametrize("kind", list(_masks()))
-def test_explicit_and_fused_paths_agree_fp32(kind, causal, t, s):
+def test_explicit_and_fused_paths_agree_fp32(kind, causal, t, s, fast_path):
     q, k, v = _qkv(t, s, torch.float32)
     mask = _masks(t, s)[kind]
     explicit = scaled_dot_product_attention(q, k, v, mask, causal=causal, need_weights=True)
@@ -169,9 +191,9 @@ def test_one_query_decode_form_matches_reference(kind):
     assert got.weights is None
 
 
-@pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
 @pytest.mark.parametrize("activation", ["softmax", "hardmax"])
-def test_fully_masked_rows_give_zero_output_and_finite_gradient(need_weights, activation):
+def test_fully_masked_rows_give_zero_output_and_finite_gradient(path, activation):
+    need_weights = path == "explicit"
     q, k, v = (x.float().requires_grad_() for x in _qkv())
     mask = torch.ones(B, H, T, S, dtype=torch.bool)
     mask[0, 1, 1] = False
@@ -189,7 +211,7 @@ def test_fully_masked_rows_give_zero_output_and_finite_gradient(need_weights, ac
     assert torch.equal(q.grad[0, 1, 1], torch.zeros(DK))  # the blocked query influences nothing
 
 
-def test_everything_masked_is_zero_in_both_paths():
+def test_everything_masked_is_zero_in_every_path(fast_path):
     q, k, v = _qkv(dtype=torch.float32)
     mask = torch.zeros(T, S, dtype=torch.bool)
     for need_weights in (True, False):
@@ -242,9 +264,9 @@ def test_hardmax_attention_straight_through_reaches_queries():
 # --------------------------------------------------------------------------- gradients
 
 
-@pytest.mark.parametrize("need_weights", [True, False], ids=["explicit", "fused"])
 @pytest.mark.parametrize("kind", ["none", "combined", "fully_masked_rows"])
-def test_gradcheck_both_paths(kind, need_weights):
+def test_gradcheck_both_paths(kind, path):
+    need_weights = path == "explicit"
     q, k, v = (x.requires_grad_() for x in _qkv(b=1, h=2, t=3, s=4, dk=3, dv=2))
     mask = _masks(3, 4, 1, 2)[kind]
     if mask is not None:
@@ -256,7 +278,7 @@ def test_gradcheck_both_paths(kind, need_weights):
     assert torch.autograd.gradcheck(f, (q, k, v))
 
 
-def test_gradcheck_causal_bottom_right_fused():
+def test_gradcheck_causal_bottom_right_fused(fast_path):
     q, k, v = (x.requires_grad_() for x in _qkv(b=1, h=1, t=2, s=4, dk=3, dv=2))
     assert torch.autograd.gradcheck(
         lambda q, k, v: scaled_dot_product_attention(q, k, v, causal=True).out, (q, k, v)

@@ -9,7 +9,10 @@ Two execution paths share one API, :func:`scaled_dot_product_attention`:
     attention);
   * the *fused* path calls ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-
     efficient kernels, no (T, S) matrix kept for backward) and is chosen automatically when the
-    weights are not requested.
+    weights are not requested;
+  * on the CPU, for masked attention over short key sequences (S <= 128: padded batches), the
+    explicit form as one autograd node with its gradient written out
+    (``attnlab.nn.short_attention``) replaces the fused kernel, whose masked path is slower there.
 
 Deviations from the notes:
   * 004 writes A_ij = softmax(<q_i, k_1>, ..., <q_i, k_M>) / sqrt(d_q): the scale belongs *inside*
@@ -29,6 +32,7 @@ from torch import Tensor
 
 from attnlab.nn.dropout import dropout
 from attnlab.nn.masks import causal_mask, check_mask, combine_masks
+from attnlab.nn.short_attention import short_key_attention, use_short_keys
 
 
 class AttentionOutput(NamedTuple):
@@ -101,6 +105,10 @@ def scaled_dot_product_attention(
         return _explicit(q, k, v, mask, causal, factor, activation, straight_through, dropout_p)
     if t == 1 and dropout_p == 0.0 and torch.compiler.is_compiling():
         return _one_query(q, k, v, mask, factor)
+    if causal and (mask is not None or t != s):
+        mask, causal = combine_masks(mask, causal_mask(t, s, device=q.device)), False
+    if mask is not None and use_short_keys(q, k, dropout_p):
+        return AttentionOutput(short_key_attention(q, k, v, mask, factor), None)
     return _fused(q, k, v, mask, causal, factor, dropout_p)
 
 
@@ -155,18 +163,13 @@ def _cpu_dropout(q: Tensor, dropout_p: float) -> bool:
 
 
 def _fused(q, k, v, mask, causal, factor, dropout_p):
-    """The same function through PyTorch's fused kernel; weights are never materialised."""
-    t, s = q.size(-2), k.size(-2)
-    if causal and mask is None and t == s:
-        out = F.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout_p, is_causal=True, scale=factor
-        )
-        return AttentionOutput(out, None)
-    if causal:
-        mask = combine_masks(mask, causal_mask(t, s, device=q.device))
+    """The same function through PyTorch's fused kernel; weights are never materialised.
+
+    ``causal`` only without a mask and with T == S (the caller folds every other case into mask).
+    """
     if mask is None:
-        return AttentionOutput(F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p,
-                                                              scale=factor), None)
+        return AttentionOutput(F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p, is_causal=causal, scale=factor), None)
     # Rows with no admissible key would be NaN in the kernel: let them attend everywhere, then
     # zero their output, so value and gradient stay finite (and match the explicit path).
     row_any = mask.any(dim=-1, keepdim=True)  # (B|1, H|1, T, 1)
