@@ -350,3 +350,24 @@ def test_compiled_batch_one_step_matches_eager_and_compiles_a_bounded_number_of_
                                atol=1e-5, rtol=1e-5)  # fmt: skip
     generate(lm, [prompt[:3]], GREEDY.replace(max_new_tokens=25, compile=True))
     assert counters["stats"]["unique_graphs"] - before <= 3
+    assert torch._dynamo.config.use_recursive_dict_tags_for_guards is False  # only around calls
+
+
+def test_compiled_step_follows_a_model_changed_in_place(lm):
+    """The compiled step's guards check the module tree by dictionary tags (see
+    ``steppers._with_dict_tag_guards``); a model whose parameters were swapped through ``.data``
+    (what ``model.double()`` does) or rescaled in place must still give its own eager result."""
+    import copy
+
+    model = copy.deepcopy(lm)
+    prompt = [3, 4, 5, 6, 7, 8]
+    config = GREEDY.replace(max_new_tokens=12)
+    generate(model, [prompt], config.replace(compile=True))
+    with torch.no_grad():
+        model.double()
+        for p in model.parameters():
+            p.mul_(1.5)
+    eager = generate(model, [prompt], config, return_logits=True)
+    compiled = generate(model, [prompt], config.replace(compile=True), return_logits=True)
+    assert compiled.tokens == eager.tokens
+    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits))

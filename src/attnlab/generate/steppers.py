@@ -247,7 +247,25 @@ def compiled_step(model: torch.nn.Module, method: str) -> Callable[..., Any]:
     key = (type(model), method)
     if key not in _COMPILED:
         _COMPILED[key] = torch.compile(getattr(type(model), method), options=_STEP_OPTIONS)
-    return functools.partial(_COMPILED[key], model)
+    return functools.partial(_with_dict_tag_guards, _COMPILED[key], model)
+
+
+def _with_dict_tag_guards(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``step`` with dynamo's recursive dict-tag guards on for the graphs it compiles.
+
+    Dynamo guards every parameter of the model on each call (~0.24 ms per token for the 6-layer
+    width-384 LM, profiled); with ``use_recursive_dict_tags_for_guards`` an unchanged module tree
+    is checked by its dictionaries' version tags instead (~0.13 ms). The setting is read when a
+    graph's guards are built, so it is switched on only around these calls, not for the process.
+    Changing a parameter's shape or dtype through ``.data`` still recompiles (tested).
+    """
+    config = torch._dynamo.config
+    before = config.use_recursive_dict_tags_for_guards
+    config.use_recursive_dict_tags_for_guards = True
+    try:
+        return step(*args, **kwargs)
+    finally:
+        config.use_recursive_dict_tags_for_guards = before
 
 
 def _device(model: torch.nn.Module) -> torch.device:
