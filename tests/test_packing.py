@@ -11,12 +11,15 @@ import torch
 
 from attnlab.config import ModelConfig
 from attnlab.models import build_model
+from attnlab.nn.masks import padding_mask
 from attnlab.nn.packing import (
     GROUP_ROWS,
+    grouped_heads,
     length_groups,
     make_packing,
     pack,
     pack_group,
+    packed_heads,
     row_major,
     unpack,
     unpack_group,
@@ -130,3 +133,62 @@ def test_weights_with_row_groups_and_a_cache_with_packing_are_refused():
 
     with pytest.raises(ValueError, match="KV cache cannot be used with a packed batch"):
         attn(x, packing=packing, cache=KVCache(packing.batch, 2, 32, 4, 4))
+
+
+def test_grouped_heads_put_each_token_head_at_its_row_and_position():
+    """grouped_heads: packed (N, parts*H*D) -> per part and group (b, H, T_g, D), every real
+    token's head h at [row, h, t]; packed_heads takes the real slots back in packed order."""
+    torch.manual_seed(0)
+    lengths = torch.randint(1, 12, (2 * GROUP_ROWS + 3,))
+    mask = _right_padded(lengths)
+    packing = make_packing(mask, length_groups(mask))
+    n, parts, h, d = packing.index.numel(), 3, 2, 4
+    x = torch.randn(n, parts * h * d)
+    per_part = grouped_heads(x, packing, parts, h)
+    assert len(per_part) == parts and all(len(p) == len(packing.groups) for p in per_part)
+    for part, blocks in enumerate(per_part):
+        want_part = x.view(n, parts, h, d)[:, part]  # (N, H, D)
+        for g, block in zip(packing.groups, blocks):
+            assert block.shape == (g.rows.numel(), h, g.length, d) and block.is_contiguous()
+            real = mask[g.rows, : g.length]  # (b, T_g)
+            got = block.permute(0, 2, 1, 3)[real]  # (n_g, H, D) in the group's token order
+            torch.testing.assert_close(got, want_part[g.start : g.end], rtol=0, atol=0)
+            assert torch.isfinite(block).all()  # padding slots hold finite values
+        back = packed_heads(blocks, packing)  # (N, H*D)
+        torch.testing.assert_close(back, want_part.reshape(n, h * d), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("d_v", [None, 3], ids=["d_v=d_head", "d_v!=d_head"])
+def test_grouped_attention_modules_equal_the_padded_computation(d_v):
+    """SelfAttention and CrossAttention on packed row groups give, at the real tokens, what they
+    give on the padded batch (value and input gradient, float64)."""
+    from attnlab.nn.multihead import CrossAttention, SelfAttention
+
+    torch.manual_seed(0)
+    b, d = 2 * GROUP_ROWS + 5, 8
+    tgt_mask = _right_padded(torch.randint(1, 10, (b,)))
+    src_mask = _right_padded(torch.randint(1, 13, (b,)))
+    groups = length_groups(tgt_mask, src_mask)
+    packing, memory_packing = make_packing(tgt_mask, groups), make_packing(src_mask, groups)
+    x = torch.randn(b, tgt_mask.size(1), d, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(b, src_mask.size(1), d, dtype=torch.float64, requires_grad=True)
+    self_attn = SelfAttention(d, 2, d_v=d_v).double()
+    cross = CrossAttention(d, 2, d_v=d_v).double()
+    key_mask = padding_mask(tgt_mask)  # (B, 1, 1, T)
+
+    def both(packed: bool):
+        if packed:
+            y = self_attn(pack(x, packing), key_mask, causal=True, packing=packing).out
+            z = cross(y, pack(memory, memory_packing), padding_mask(src_mask), packing=packing,
+                      memory_packing=memory_packing).out  # (N, D)  # fmt: skip
+            return row_major(z, packing)
+        y = self_attn(x, key_mask, causal=True).out
+        return cross(y, memory, padding_mask(src_mask)).out[tgt_mask]  # (N, D)
+
+    grads = []
+    for packed in (True, False):
+        out = both(packed)
+        gx, gm = torch.autograd.grad(out.sin().sum(), (x, memory))
+        grads.append((out.detach(), gx[tgt_mask], gm[src_mask]))
+    for got, want in zip(*grads):
+        torch.testing.assert_close(got, want, **TOL64)

@@ -27,7 +27,9 @@ from attnlab.nn.packing import (
     Packing,
     group_mask,
     group_positions,
+    grouped_heads,
     pack_group,
+    packed_heads,
     unpack,
     unpack_group,
 )
@@ -82,12 +84,20 @@ class _HeadsMixin(nn.Module):
     def _attend(self, q, k, v, mask, causal, need_weights) -> AttentionOutput:
         """Heads q (B, H, T, Dk), k (B, H, S, Dk), v (B, H, S, Dv) -> the concatenation
         [h^(1); ...; h^(H)] (B, T, H*Dv) and the weights (B, H, T, S) or None."""
-        out, weights = scaled_dot_product_attention(
+        out, weights = self._attend_heads(q, k, v, mask, causal, need_weights)  # (B, H, T, Dv)
+        return AttentionOutput(self._merge(out), weights)
+
+    def _attend_heads(self, q, k, v, mask, causal, need_weights=False) -> AttentionOutput:
+        """head_h = Attention(q_h, k_h, v_h) for every head at once: (B, H, T, Dv), weights."""
+        return scaled_dot_product_attention(
             q, k, v, mask, causal=causal, scale=self.scale, activation=self.activation,
             straight_through=self.straight_through,
             dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights,
-        )  # (B, H, T, Dv)
-        return AttentionOutput(self._merge(out), weights)
+        )
+
+    def _grouped_output(self, per_group: list[Tensor], packing: Packing) -> AttentionOutput:
+        """Each row group's heads (b, H, T_g, Dv) -> W^O on the packed real tokens, (N, Do)."""
+        return self._output(AttentionOutput(packed_heads(per_group, packing), None))
 
     def _output(self, heads: AttentionOutput) -> AttentionOutput:
         """W^O applied to the concatenated heads (.., H*Dv) -> (.., Do)."""
@@ -153,12 +163,26 @@ class SelfAttention(_HeadsMixin):
         if packing is None:
             heads = self._self_attend(qkv, mask, causal, positions, cache, need_weights)
             return self._output(heads)
+        if not packing.whole and self.d_v == self.d_head:
+            return self._self_attend_groups(qkv, mask, causal, positions, packing)
         # Attention needs the sequence layout: one group of rows at a time (see nn.packing).
         return self._output_packed([
             self._self_attend(unpack_group(qkv, g), group_mask(mask, g, g, packing.whole), causal,
                               group_positions(positions, g, packing.whole), None, need_weights)
             for g in packing.groups
         ], packing)
+
+    def _self_attend_groups(self, qkv, mask, causal, positions, packing) -> AttentionOutput:
+        """Packed qkv (N, 3 H*Dh) -> attention on each row group (nn.packing) -> W^O, (N, Do)."""
+        per_group = []
+        for g, q, k, v in zip(packing.groups, *grouped_heads(qkv, packing, 3, self.n_heads)):
+            pos = group_positions(positions, g, False)
+            if self.rotary is not None and pos is None:
+                pos = default_positions(g.length, 0, qkv.device)
+            q, k = self._prepare_qk(q, k, pos, pos)  # (b, H, T_g, Dh)
+            mask_g = group_mask(mask, g, g, False)
+            per_group.append(self._attend_heads(q, k, v, mask_g, causal).out)  # (b, H, T_g, Dh)
+        return self._grouped_output(per_group, packing)
 
     def _self_attend(self, qkv, mask, causal, positions, cache, need_weights) -> AttentionOutput:
         """qkv (B, T, 2 H*Dk + H*Dv) -> concatenated heads (B, T, H*Dv), weights."""
@@ -259,6 +283,8 @@ class CrossAttention(_HeadsMixin):
             if memory_packing is None or len(memory_packing.groups) != len(packing.groups):
                 raise ValueError("grouped queries need the memory packed in the same row groups")
             kv = self._project_kv(memory, packed=True)  # (N_src, H*(Dk+Dv))
+            if self.d_v == self.d_head:
+                return self._cross_attend_groups(q, kv, mask, packing, memory_packing)
             return self._output_packed([
                 self._cross_attend(unpack_group(q, g), self._memory_heads(unpack_group(kv, mg)),
                                    group_mask(mask, g, mg, False), need_weights)
@@ -270,6 +296,20 @@ class CrossAttention(_HeadsMixin):
             return self._output(self._cross_attend(q, memory_kv, mask, need_weights))
         heads = self._cross_attend(unpack(q, packing), memory_kv, mask, need_weights)
         return self._output_packed([heads], packing)
+
+    def _cross_attend_groups(self, q, kv, mask, packing, memory_packing) -> AttentionOutput:
+        """Packed q (N, H*Dh) and memory kv (N_src, 2 H*Dh) -> attention on each row group
+        (query group g with memory group g, nn.packing) -> W^O, (N, Do)."""
+        (queries,) = grouped_heads(q, packing, 1, self.n_heads)  # each (b, H, T_g, Dh)
+        keys, values = grouped_heads(kv, memory_packing, 2, self.n_heads)  # each (b, H, S_g, Dh)
+        per_group = []
+        for g, mg, q_g, k_g, v_g in zip(packing.groups, memory_packing.groups, queries, keys,
+                                        values):  # fmt: skip
+            if self.q_norm is not None:
+                q_g, k_g = self.q_norm(q_g), self.k_norm(k_g)
+            out = self._attend_heads(q_g, k_g, v_g, group_mask(mask, g, mg, False), False).out
+            per_group.append(out)  # (b, H, T_g, Dh)
+        return self._grouped_output(per_group, packing)
 
     def _cross_attend(self, q, memory_kv, mask, need_weights) -> AttentionOutput:
         """q (B, T, H*Dk), memory keys/values (B, H, S, .) -> concatenated heads (B, T, H*Dv)."""

@@ -130,6 +130,46 @@ def pack_group(x: Tensor, group: Group) -> Tensor:
     return x.reshape(-1, x.size(-1)).index_select(0, group.index)
 
 
+def grouped_heads(x: Tensor, packing: Packing, parts: int, n_heads: int) -> list[list[Tensor]]:
+    """Packed (N, parts * H * D), e.g. [Q | K | V] -> for each part, each group's (b, H, T_g, D).
+
+    One ``index_select`` for every part and group (and one scatter-add in backward): row
+    (i, part, h) of the (N * parts * H, D) view of x goes to slot (j, h, t) of its group's block,
+    which is already the head-major layout the attention products want (no per-head copies).
+    Slots beyond a row's length hold a copy of the group's first token instead of zeros: they are
+    padding keys (masked: weight exactly 0, so a finite value contributes nothing, in value or
+    gradient) and padding queries (whose outputs :func:`packed_heads` drops).
+    """
+    n, width = x.shape
+    d = width // (parts * n_heads)
+    heads = torch.arange(n_heads, device=x.device)
+    index, shapes = [], []
+    for part in range(parts):
+        for g in packing.groups:
+            b = g.rows.numel()
+            token = torch.full((b * g.length,), g.start, dtype=torch.long, device=x.device)
+            token[g.index] = torch.arange(g.start, g.end, device=x.device)  # (b T_g,) packed row
+            rows = (token.view(b, 1, g.length) * parts + part) * n_heads + heads.view(1, -1, 1)
+            index.append(rows.reshape(-1))  # (b H T_g,) rows of x viewed as (N parts H, D)
+            shapes.append((b, n_heads, g.length, d))
+    blocks = x.reshape(n * parts * n_heads, d).index_select(0, torch.cat(index))
+    out = [blk.view(shape) for blk, shape in zip(blocks.split([i.numel() for i in index]), shapes)]
+    k = len(packing.groups)
+    return [out[part * k:(part + 1) * k] for part in range(parts)]
+
+
+def packed_heads(per_group: list[Tensor], packing: Packing) -> Tensor:
+    """Each group's attention output (b, H, T_g, D) -> packed (N, H * D), real tokens only."""
+    rows = []
+    for out, g in zip(per_group, packing.groups):
+        _, h, t, d = out.shape
+        j, col = g.index // t, g.index % t  # (n_g,) each token's row and position in the group
+        heads = torch.arange(h, device=out.device)
+        index = ((j[:, None] * h + heads) * t + col[:, None]).reshape(-1)  # (n_g H,)
+        rows.append(out.reshape(-1, d).index_select(0, index))  # (n_g H, D), token-major
+    return torch.cat(rows).view(packing.index.numel(), -1)
+
+
 def group_mask(mask: Tensor | None, group: Group, key_group: Group, whole: bool) -> Tensor | None:
     """A (B|1, H|1, T|1, S) attention mask cut to the group: its rows, T_g queries, S_g keys.
 
