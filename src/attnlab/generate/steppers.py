@@ -257,7 +257,8 @@ def _with_dict_tag_guards(step: Callable[..., Any], *args: Any, **kwargs: Any) -
     width-384 LM, profiled); with ``use_recursive_dict_tags_for_guards`` an unchanged module tree
     is checked by its dictionaries' version tags instead (~0.13 ms). The setting is read when a
     graph's guards are built, so it is switched on only around these calls, not for the process.
-    Changing a parameter's shape or dtype through ``.data`` still recompiles (tested).
+    A model changed in place between calls (``model.double()``, which swaps ``.data``; rescaled
+    parameters) still gets its own result (tested).
     """
     config = torch._dynamo.config
     before = config.use_recursive_dict_tags_for_guards
