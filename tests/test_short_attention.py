@@ -80,3 +80,21 @@ def test_second_derivative_is_refused_not_wrong():
     (grad_q,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable"):
         grad_q.sum().backward()
+
+
+def test_torch_func_transforms_take_the_fused_kernel():
+    """torch.func.grad / vmap worked through the fused kernel before this node existed; under a
+    transform the node steps aside (it has no functorch rules), with the same result."""
+    q, k, v = (torch.randn(2, 2, 5, 4, dtype=torch.float64) for _ in range(3))
+    mask = _key_padding(2, 5, [5, 3])
+
+    def loss(q):
+        return scaled_dot_product_attention(q, k, v, mask).out.square().sum()
+
+    q_eager = q.clone().requires_grad_()
+    loss(q_eager).backward()  # the node (eager autograd)
+    torch.testing.assert_close(torch.func.grad(loss)(q), q_eager.grad)
+    per_row = torch.func.vmap(lambda q1: scaled_dot_product_attention(
+        q1[None], k[:1], v[:1], mask[:1]).out[0])(q[:1])  # fmt: skip
+    torch.testing.assert_close(per_row, scaled_dot_product_attention(q[:1], k[:1], v[:1],
+                                                                     mask[:1]).out)

@@ -38,6 +38,8 @@ def use_short_keys(q: Tensor, k: Tensor, dropout_p: float) -> bool:
     """True where this path is the faster one: CPU, fp32/fp64, eager, no dropout, 1 < T, S <= 128.
 
     A single query (a decode step) is faster through the fused kernel (13 vs 50 us at S = 64).
+    Under ``torch.func`` transforms (grad, vmap, jacrev, ...) the fused kernel is used: this node
+    has a first derivative only and no batching rule.
     """
     return (
         q.device.type == "cpu"
@@ -46,6 +48,7 @@ def use_short_keys(q: Tensor, k: Tensor, dropout_p: float) -> bool:
         and q.size(-2) > 1
         and k.size(-2) <= SHORT_KEYS
         and not torch.compiler.is_compiling()
+        and not torch._C._are_functorch_transforms_active()
     )
 
 
