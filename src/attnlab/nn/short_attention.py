@@ -15,14 +15,15 @@ tiles for long sequences), and autograd on the explicit form keeps and revisits 
 the five products above need. Measured forward + backward on the 2-core CPU (fp32, ad hoc timing
 loop, 100 calls each, contiguous q, k, v): (B, H, T, Dh) = (16, 8, 20, 32) with a key padding
 mask 1327 us fused, 582 us explicit with autograd, 482 us here; (16, 8, 128, 32) 14.5 / - / 10.0
-ms. Inside multi-head attention the heads are strided views of one projection and the products
-need contiguous copies, which eats much of that: on the seq2seq benchmark's whole training step
-(padded batches, row groups of 16) the node gives +6% (ad hoc A/B, 12 interleaved rounds: 2928 vs
-2767 target tokens/s), and with a causal mask alone PyTorch's ``is_causal`` kernel is as fast, so
-the node is used only for masked attention. From S = 256 (Dh 64) the fused kernel is as fast and
-from S = 512 faster, so the node is used only up to :data:`SHORT_KEYS` keys, where the (T, S)
-matrix kept for backward is at most 128 / Dh times the size of Q: memory stays O(N) in the
-sequence length as a whole (long sequences take the fused path).
+ms. Inside multi-head attention on an unpacked batch the heads are strided views of one
+projection and the products need contiguous copies, which eats much of that (the row groups of a
+packed batch arrive contiguous: ``nn.packing.grouped_heads``). On the seq2seq benchmark's whole
+training step the node gave +6% (ad hoc A/B, 12 interleaved rounds: 2928 vs 2767 target tokens/s,
+before ``grouped_heads``); with a causal mask alone PyTorch's ``is_causal`` kernel is as fast (LM
+step A/B), so the node is used only for masked attention. From S = 256 (Dh 64) the fused kernel
+is as fast and from S = 512 faster, so the node is used only up to :data:`SHORT_KEYS` keys, where
+the (T, S) matrix kept for backward is at most 128 / Dh times the size of Q: memory stays O(N) in
+the sequence length as a whole (long sequences take the fused path).
 """
 
 from __future__ import annotations
