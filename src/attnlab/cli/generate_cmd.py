@@ -138,7 +138,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--compile",
         action="store_true",
-        help="run the one-token decode step under torch.compile: 2.5-3x faster per token on the "
+        help="run the one-token decode step under torch.compile: 2.4-4x faster per token on the "
         "benchmark models (less per-op overhead; at batch 1 the weight reads use every core) "
         "after a one-off compile of seconds to tens of seconds; pays off for long outputs",
     )
