@@ -34,6 +34,9 @@ from torch.autograd.function import once_differentiable
 
 SHORT_KEYS = 128  # up to this many keys the CPU uses this path (see the module docstring)
 
+# True inside torch.func transforms (a private hook; without it, assume none are active).
+_functorch_active = getattr(torch._C, "_are_functorch_transforms_active", lambda: False)
+
 
 def use_short_keys(q: Tensor, k: Tensor, dropout_p: float) -> bool:
     """True where this path is the faster one: CPU, fp32/fp64, eager, no dropout, 1 < T, S <= 128.
@@ -49,7 +52,7 @@ def use_short_keys(q: Tensor, k: Tensor, dropout_p: float) -> bool:
         and q.size(-2) > 1
         and k.size(-2) <= SHORT_KEYS
         and not torch.compiler.is_compiling()
-        and not torch._C._are_functorch_transforms_active()
+        and not _functorch_active()
     )
 
 
