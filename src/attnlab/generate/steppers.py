@@ -261,6 +261,8 @@ def _with_dict_tag_guards(step: Callable[..., Any], *args: Any, **kwargs: Any) -
     parameters) still gets its own result (tested).
     """
     config = torch._dynamo.config
+    if not hasattr(config, "use_recursive_dict_tags_for_guards"):  # older torch: plain guards
+        return step(*args, **kwargs)
     before = config.use_recursive_dict_tags_for_guards
     config.use_recursive_dict_tags_for_guards = True
     try:
