@@ -73,12 +73,16 @@ class _HeadsMixin(nn.Module):
         b, h, l, d = x.shape
         return x.transpose(1, 2).reshape(b, l, h * d)  # (B, L, H*Dv)
 
-    def _prepare_qk(self, q: Tensor, k: Tensor, q_pos: Tensor | None, k_pos: Tensor | None):
+    def _prepare_qk(self, q: Tensor, k: Tensor, positions: Tensor | None, offset: int = 0):
+        """QK-norm, then rotary positions on q, k (B, H, T, Dk) of the same T tokens: the given
+        ``positions``, or ``offset``, ``offset`` + 1, ... (after ``offset`` cached tokens)."""
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary is not None:
-            q = self.rotary.rotate(q, q_pos)
-            k = self.rotary.rotate(k, k_pos)
+            if positions is None:
+                positions = default_positions(q.size(2), offset, q.device)
+            q = self.rotary.rotate(q, positions)
+            k = self.rotary.rotate(k, positions)
         return q, k
 
     def _attend(self, q, k, v, mask, causal, need_weights) -> AttentionOutput:
@@ -176,10 +180,7 @@ class SelfAttention(_HeadsMixin):
         """Packed qkv (N, 3 H*Dh) -> attention on each row group (nn.packing) -> W^O, (N, Do)."""
         per_group = []
         for g, q, k, v in zip(packing.groups, *grouped_heads(qkv, packing, 3, self.n_heads)):
-            pos = group_positions(positions, g, False)
-            if self.rotary is not None and pos is None:
-                pos = default_positions(g.length, 0, qkv.device)
-            q, k = self._prepare_qk(q, k, pos, pos)  # (b, H, T_g, Dh)
+            q, k = self._prepare_qk(q, k, group_positions(positions, g, False))  # (b, H, T_g, Dh)
             mask_g = group_mask(mask, g, g, False)
             per_group.append(self._attend_heads(q, k, v, mask_g, causal).out)  # (b, H, T_g, Dh)
         return self._grouped_output(per_group, packing)
@@ -191,10 +192,7 @@ class SelfAttention(_HeadsMixin):
         q = self._split(q, self.d_head)  # (B, H, T, Dk)
         k = self._split(k, self.d_head)  # (B, H, T, Dk)
         v = self._split(v, self.d_v)  # (B, H, T, Dv)
-        offset = cache.length if cache is not None else 0
-        if self.rotary is not None and positions is None:
-            positions = default_positions(q.size(2), offset, qkv.device)
-        q, k = self._prepare_qk(q, k, positions, positions)
+        q, k = self._prepare_qk(q, k, positions, cache.length if cache is not None else 0)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H, S, Dk), (B, H, S, Dv)
         return self._attend(q, k, v, mask, causal, need_weights)

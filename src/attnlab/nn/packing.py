@@ -143,17 +143,20 @@ def grouped_heads(x: Tensor, packing: Packing, parts: int, n_heads: int) -> list
     n, width = x.shape
     d = width // (parts * n_heads)
     heads = torch.arange(n_heads, device=x.device)
-    index, shapes = [], []
-    for part in range(parts):
-        for g in packing.groups:
-            b = g.rows.numel()
-            token = torch.full((b * g.length,), g.start, dtype=torch.long, device=x.device)
-            token[g.index] = torch.arange(g.start, g.end, device=x.device)  # (b T_g,) packed row
-            rows = (token.view(b, 1, g.length) * parts + part) * n_heads + heads.view(1, -1, 1)
-            index.append(rows.reshape(-1))  # (b H T_g,) rows of x viewed as (N parts H, D)
-            shapes.append((b, n_heads, g.length, d))
-    blocks = x.reshape(n * parts * n_heads, d).index_select(0, torch.cat(index))
-    out = [blk.view(shape) for blk, shape in zip(blocks.split([i.numel() for i in index]), shapes)]
+    rows, shapes = [], []
+    for g in packing.groups:  # row of part 0 for every slot (j, h, t): (i * parts * H + h)
+        b = g.rows.numel()
+        token = torch.full((b * g.length,), g.start, dtype=torch.long, device=x.device)
+        token[g.index] = torch.arange(g.start, g.end, device=x.device)  # (b T_g,) packed row
+        rows.append((token.view(b, 1, g.length) * (parts * n_heads) + heads.view(1, -1, 1))
+                    .reshape(-1))  # (b H T_g,)  # fmt: skip
+        shapes.append((b, n_heads, g.length, d))
+    first = torch.cat(rows)  # (M,) every group's slots, part 0
+    offsets = torch.arange(parts, device=x.device) * n_heads  # part p: rows shifted by p * H
+    index = (offsets[:, None] + first[None, :]).reshape(-1)  # (parts M,) part-major
+    blocks = x.reshape(n * parts * n_heads, d).index_select(0, index)
+    sizes = [r.numel() for r in rows] * parts
+    out = [blk.view(shape) for blk, shape in zip(blocks.split(sizes), shapes * parts)]
     k = len(packing.groups)
     return [out[part * k:(part + 1) * k] for part in range(parts)]
 
