@@ -25,6 +25,7 @@ from attnlab.bench.runner import BenchSettings, to_json
 from attnlab.bench.seq2seq_train import PAD, TINY_SHAPE
 from attnlab.bench.seq2seq_train import make_batches as seq2seq_batches
 from attnlab.cli import main
+from attnlab.errors import UserError
 
 
 class FakeClock:
@@ -392,3 +393,41 @@ def test_seq2seq_bench_losses_agree_between_real_only_and_padded_heads():
     assert not bool((batch.tgt_out != PAD).all())  # the batch really has padding
     fast = contender_loss("attnlab", model, forward)(batch)
     assert torch.allclose(fast, padded_loss(forward)(batch), rtol=1e-5)
+
+
+def test_suite_in_a_child_process_returns_its_result_and_the_peak_it_measured():
+    """fresh_process_per_suite: the lm suite runs in a child, which also measures the matmul
+    peak it needs; both come back to the parent as plain results."""
+    from attnlab.bench.runner import run_bench
+
+    settings = BenchSettings.for_mode(
+        tiny=True, suites=("lm",), threads=1, fresh_process_per_suite=True
+    )
+    result = run_bench(settings)
+    assert set(result["suites"]) == {"matmul", "lm"}
+    assert result["suites"]["matmul"]["status"] == "ok"
+    lm = result["suites"]["lm"]
+    assert lm["status"] == "ok", lm
+    assert [t["id"] for t in result["targets"]][:2] == ["lm_small_vs_gpt2", "lm_medium_vs_gpt2"]
+    assert result["settings"]["fresh_process_per_suite"] is True
+
+
+def test_suite_child_reports_user_errors_and_its_own_death(tmp_path, monkeypatch):
+    from attnlab.bench import runner
+
+    short = tmp_path / "short.txt"
+    short.write_text("ab")
+    settings = BenchSettings.for_mode(
+        tiny=True, suites=("recipe",), threads=1, text=str(short), fresh_process_per_suite=True
+    )
+    with pytest.raises(UserError, match="context_len"):  # the user's input, said in the parent
+        runner.run_bench(settings)
+    monkeypatch.setattr(runner, "_CHILD_CODE", "raise SystemExit(3)")
+    suite = runner.run_bench(settings)["suites"]["recipe"]
+    assert suite["status"] == "error" and "exit code 3" in suite["error"]
+
+
+def test_settings_survive_the_json_round_trip_to_a_child():
+    settings = BenchSettings.for_mode(quick=True, threads=2, contexts=(8, 16))
+    again = BenchSettings.from_dict(json.loads(json.dumps(settings.to_dict())))
+    assert again == settings

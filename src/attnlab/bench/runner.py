@@ -1,10 +1,16 @@
-"""Run benchmark suites in one process and collect one JSON-ready result dict.
+"""Run benchmark suites and collect one JSON-ready result dict.
 
 Suites (one module each): ``matmul``, ``lm``, ``seq2seq``, ``generate``, ``attention``,
 ``memory``, ``profile``, ``recipe`` (only when asked for: it trains two models). Each module
 exposes ``run(settings, ctx) -> dict`` with a ``status`` of
 "ok", "not_available" (with ``reason``: a piece of attnlab it needs has not landed, or an optional
 library is missing) or "error" (with ``error``). A suite failing never stops the others.
+
+Each suite of a full run starts in a fresh child process (``fresh_process_per_suite``): its
+contenders share that process and are timed in interleaved rounds, and no suite inherits the heap,
+thread pools or compiled caches an earlier suite left behind (which once made ``nn.Transformer``
+faster inside the full run than alone). The parent only collects the children's results; quick and
+tiny runs keep every suite in the calling process.
 
 Modes: the default is the full run of issue 6; ``quick`` shortens it to about a minute (fewer
 rounds, lengths, tokens; every reduction is recorded in ``settings``); ``tiny`` swaps in toy sizes
@@ -17,6 +23,9 @@ import dataclasses
 import importlib
 import json
 import math
+import os
+import subprocess
+import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -63,6 +72,7 @@ class BenchSettings:
     attention_lengths: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192, 16384)
     memory_cap_gib: float = 8.0  # skip explicit-attention lengths predicted to need more
     fresh_process_per_case: bool = True  # memory: a new child per case (else one per suite)
+    fresh_process_per_suite: bool = True  # every suite in its own child process (else in-process)
     text: str | None = None  # recipe: the training text
     recipe_presets: tuple[str, str] = ("baseline-char", "fast-char")
 
@@ -98,6 +108,7 @@ class BenchSettings:
                 new_tokens=100,
                 attention_lengths=(256, 512, 1024, 2048),
                 fresh_process_per_case=False,
+                fresh_process_per_suite=False,
             )
         if tiny:
             base.update(
@@ -112,6 +123,11 @@ class BenchSettings:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> BenchSettings:
+        """Inverse of :meth:`to_dict` after a JSON round trip (lists back to tuples)."""
+        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
 
 
 @dataclass
@@ -153,7 +169,11 @@ def run_bench(
     }
     ordered = [s for s in SUITES if s in settings.suites]
     for name in ordered:
-        if name not in ctx.suites:
+        if name in ctx.suites:
+            continue
+        if settings.fresh_process_per_suite:
+            ctx.suites.update(_run_suite_in_child(name, ctx))
+        else:
             ctx.suites[name] = _run_suite(name, ctx)
     result["suites"] = {name: ctx.suites[name] for name in SUITES if name in ctx.suites}
     result["targets"] = [t for s in result["suites"].values() for t in s.get("targets", [])]
@@ -197,3 +217,68 @@ def _run_suite(name: str, ctx: Context) -> dict[str, Any]:
         ctx.say(f"  {name}: {out['status']}: {out.get('reason') or out.get('error')}")
     out["suite_seconds"] = time.perf_counter() - t0
     return out
+
+
+_RESULT_MARK = "attnlab-bench-suite-result "
+# not ``-m attnlab.bench.runner``: the package imports this module, which would then load twice
+_CHILD_CODE = "from attnlab.bench.runner import _child_main; raise SystemExit(_child_main())"
+
+
+def _run_suite_in_child(name: str, ctx: Context) -> dict[str, dict[str, Any]]:
+    """Run suite ``name`` in a fresh Python process; return every suite result it produced.
+
+    The child gets the settings, the results so far (so it reuses the run's matmul peak) and
+    prints progress on the shared stderr; it returns ``name``'s result and any suite it ran on
+    the way (the matmul peak, when the parent had not measured it yet).
+    """
+    request = {
+        "suite": name,
+        "settings": ctx.settings.to_dict(),
+        "done": ctx.suites,
+        "progress": ctx.progress is not None,
+    }
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    proc = subprocess.run(
+        [sys.executable, "-c", _CHILD_CODE],
+        input=json.dumps(request),
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+        check=False,
+    )
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(_RESULT_MARK):
+            reply = json.loads(line[len(_RESULT_MARK) :])
+            if "user_error" in reply:
+                raise UserError(reply["user_error"])
+            return reply["suites"]
+    failed = {
+        "status": "error",
+        "error": f"the {name} suite's child process died (exit code {proc.returncode}) "
+        "before reporting; its stderr is above",
+    }
+    ctx.say(f"  {name}: {failed['error']}")
+    return {name: failed}
+
+
+def _child_main() -> int:
+    """Child entry point: read one request (JSON) on stdin, print the result line on stdout."""
+    request = json.loads(sys.stdin.read())
+    settings = BenchSettings.from_dict(request["settings"])
+    setup_torch(settings.threads)
+
+    def progress(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
+    ctx = Context(settings, progress if request["progress"] else None)
+    ctx.suites.update(request["done"])
+    before = set(ctx.suites)
+    name = request["suite"]
+    try:
+        ctx.suites[name] = _run_suite(name, ctx)
+    except UserError as err:
+        print(_RESULT_MARK + json.dumps({"user_error": str(err)}), flush=True)
+        return 0
+    new = {k: v for k, v in ctx.suites.items() if k not in before}
+    print(_RESULT_MARK + json.dumps({"suites": new}), flush=True)
+    return 0
