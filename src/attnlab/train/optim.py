@@ -11,8 +11,9 @@ and by its dimension, so it works for every model family without naming conventi
 parameter (``lm_head.weight is tok_emb.weight``) is one tensor: it is counted once, and because an
 Embedding owns it, it is not decayed.
 
-Muon (Jordan et al. 2024; ``torch.optim.Muon``) orthogonalises the momentum of 2-D hidden weight
-matrices with a Newton-Schulz iteration. It is meant for hidden matrices only, so embeddings,
+Muon (Jordan et al. 2024; :class:`attnlab.train.muon.Muon`, ``torch.optim.Muon`` with its
+Newton-Schulz iteration in fp32 where bf16 is emulated) orthogonalises the momentum of 2-D hidden
+weight matrices with a Newton-Schulz iteration. It is meant for hidden matrices only, so embeddings,
 the output head, norms and biases stay with AdamW (:func:`build_optimizers` returns both).
 
 The schedule is a plain function of the step (no ``LambdaLR`` state), so resuming at step s
@@ -32,6 +33,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from attnlab.train.muon import Muon
 
 # Modules whose parameters are never decayed nor given to Muon: tables and normalisers.
 _TABLES = (nn.Embedding, nn.EmbeddingBag)
@@ -126,7 +129,7 @@ def build_optimizers(model: nn.Module, cfg: Any) -> list[torch.optim.Optimizer]:
     ]  # fmt: skip
     muon_group = {"params": [p for _, p in split["hidden_matrices"]], "lr": cfg.muon_lr,
                   "base_lr": cfg.muon_lr, "weight_decay": cfg.weight_decay}  # fmt: skip
-    muon = torch.optim.Muon([muon_group], lr=cfg.muon_lr, weight_decay=cfg.weight_decay)
+    muon = Muon([muon_group], lr=cfg.muon_lr, weight_decay=cfg.weight_decay)
     adamw = torch.optim.AdamW([g for g in rest if g["params"]], **adam_kw)
     return [muon, adamw]
 
