@@ -136,6 +136,7 @@ def test_model_kind_must_fit_the_task(tmp_path):
         train(RunConfig(TINY_LM, _s2s().train), run_dir=tmp_path)
 
 
+@pytest.mark.filterwarnings("ignore:dtype='bf16' on a CPU without native")  # AVX2 hosts
 def test_bf16_autocast_trains_on_cpu(tmp_path, corpus):
     cfg = TrainConfig(task="lm", data=corpus, context_len=16, steps=3, warmup_steps=1,
                       batch_size=4, dtype="bf16", progress=False)  # fmt: skip
@@ -168,3 +169,18 @@ def test_compile_on_padded_batches_warns_and_lm_windows_do_not(tmp_path, corpus,
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         train(RunConfig(TINY_LM, cfg), run_dir=tmp_path / "lm")
+
+
+def test_bf16_on_a_cpu_that_emulates_it_warns(monkeypatch):
+    import warnings
+
+    from attnlab.train import distributed
+
+    monkeypatch.setattr(distributed, "cpu_has_native_bf16", lambda: False)
+    with pytest.warns(UserWarning, match="without native bfloat16.*dtype='fp32'"):
+        assert distributed.autocast_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+    monkeypatch.setattr(distributed, "cpu_has_native_bf16", lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert distributed.autocast_dtype("bf16", torch.device("cpu")) == torch.bfloat16
+        assert distributed.autocast_dtype("fp32", torch.device("cpu")) is None

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import warnings
 from typing import NamedTuple
 
 import torch
@@ -60,6 +61,13 @@ def autocast_dtype(dtype: str, device: torch.device) -> torch.dtype | None:
         raise ConfigError("dtype='bf16' but this GPU has no bfloat16 support; use fp32")
     if device.type not in ("cpu", "cuda"):
         raise ConfigError(f"dtype='bf16' autocast is not supported on {device.type}; use fp32")
+    if device.type == "cpu" and not cpu_has_native_bf16():
+        warnings.warn(
+            "dtype='bf16' on a CPU without native bfloat16 products (no AVX-512 BF16 / AMX): "
+            "PyTorch emulates them, which is usually several times slower than fp32 here; "
+            "use dtype='fp32' unless you are checking bf16 numerics",
+            stacklevel=2,
+        )
     return torch.bfloat16
 
 
