@@ -12,8 +12,8 @@ prompt, then times 499 one-token steps four ways, interleaved over 7 rounds (med
   call      the generated module's ``call`` on the same arguments: buffer allocation and kernel
 
 All four grow the cache from 64 to 563 positions (``direct`` and ``call`` replay the argument
-lists recorded during a warm-up generation, in order). Uses inductor internals
-(``PyCodeCache.modules``) that may change between PyTorch releases.
+lists recorded during a warm-up generation, in order, and return the same logits: checked).
+Uses inductor internals (``PyCodeCache.modules``) that may change between PyTorch releases.
 """
 
 from __future__ import annotations
@@ -28,18 +28,17 @@ from torch._inductor.codecache import PyCodeCache
 from torch._inductor.compile_fx import compile_fx
 
 from attnlab.bench.generation import build_pair
-from attnlab.bench.lm_train import SHAPES
+from attnlab.bench.lm_train import SHAPES, LMShape
 from attnlab.generate import steppers
 
-PROMPT, NEW = 64, 500
+KINDS = ("full", "no-guards", "direct", "call")
 
 
-def main(shape_name: str) -> None:
-    torch.set_num_threads(2)
-    torch.set_flush_denormal(True)
-    shape = SHAPES[shape_name]
-    _, model = build_pair(shape, PROMPT + NEW)
-    seen: dict[str, object] = {"calls": [], "record": True}
+def breakdown(shape: LMShape, prompt: int = 64, new: int = 500, rounds: int = 7) -> dict:
+    """Median ms per one-token step for each of KINDS, and the number of graph inputs."""
+    _, model = build_pair(shape, prompt + new)
+    seen: dict = {"calls": [], "record": True}
+    modules_before = set(map(id, PyCodeCache.modules))
 
     def backend(gm, example_inputs):
         with inductor_config.patch(steppers._STEP_OPTIONS):
@@ -54,42 +53,57 @@ def main(shape_name: str) -> None:
         return remember
 
     step = torch.compile(type(model).forward, backend=backend)
-    ids = torch.randint(0, shape.vocab, (1, PROMPT), generator=torch.Generator().manual_seed(9))
+    ids = torch.randint(0, shape.vocab, (1, prompt), generator=torch.Generator().manual_seed(9))
     token = torch.tensor([[3]])
 
-    def steps(kind: str) -> float:
-        """Median-able ms per step over NEW - 1 steps after a fresh prefill."""
+    def steps(kind: str) -> tuple[float, torch.Tensor]:
+        """ms per step over ``new - 1`` steps after a fresh prefill, and the last logits (1, V)."""
         with torch.inference_mode():
-            cache = model.new_cache(1, PROMPT + NEW)
+            cache = model.new_cache(1, prompt + new)
             model(ids, cache=cache)
             t0 = time.perf_counter()
-            for i in range(NEW - 1):
+            for i in range(new - 1):
                 if kind == "full":
-                    steppers._with_dict_tag_guards(step, model, token, cache=cache)
+                    out = steppers._with_dict_tag_guards(step, model, token, cache=cache)
                 elif kind == "no-guards":
                     with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
-                        steppers._with_dict_tag_guards(step, model, token, cache=cache)
+                        out = steppers._with_dict_tag_guards(step, model, token, cache=cache)
                 elif kind == "direct":
-                    seen["fn"](*recorded[i])
+                    out = seen["fn"](*recorded[i])
                 else:
-                    module.call(list(recorded[i]))
-            return (time.perf_counter() - t0) / (NEW - 1) * 1e3
+                    out = module.call(list(recorded[i]))
+            seconds = time.perf_counter() - t0
+        logits = out.logits if kind in ("full", "no-guards") else out[0]
+        return seconds / (new - 1) * 1e3, logits.reshape(1, -1)
 
     steps("full")  # compiles: static shapes, then dynamic ones for the growing cache length
     seen["calls"].clear()
-    steps("full")
-    recorded = list(seen["calls"])  # (NEW - 1) argument lists, cache length 64 .. 562
+    _, reference = steps("full")
+    recorded = list(seen["calls"])  # (new - 1) argument lists, cache length prompt .. prompt+new-2
     seen["record"] = False
-    module = [m for m in PyCodeCache.modules if hasattr(m, "call")][-1]
-    kinds = ("full", "no-guards", "direct", "call")
-    times: dict[str, list[float]] = {k: [] for k in kinds}
-    for _ in range(7):
-        for kind in kinds:
-            times[kind].append(steps(kind))
-    print(f"{shape_name} model, {NEW - 1} one-token steps after a {PROMPT}-token prompt")
-    for kind in kinds:
-        print(f"  {kind:10s} {statistics.median(times[kind]):6.3f} ms per step (median of 7)")
-    print(f"  graph inputs per call: {len(recorded[0])}")
+    new_modules = [m for m in PyCodeCache.modules if id(m) not in modules_before]
+    module = [m for m in new_modules if hasattr(m, "call")][-1]  # the dynamic-shape graph
+    times: dict[str, list[float]] = {k: [] for k in KINDS}
+    for _ in range(rounds):
+        for kind in KINDS:
+            ms, logits = steps(kind)
+            if not torch.allclose(logits, reference, rtol=1e-4, atol=1e-5):
+                raise AssertionError(f"{kind}: the last step's logits differ from the full path's")
+            times[kind].append(ms)
+    return {
+        "ms_per_step": {k: statistics.median(v) for k, v in times.items()},
+        "graph_inputs": len(recorded[0]),
+    }
+
+
+def main(shape_name: str) -> None:
+    torch.set_num_threads(2)
+    torch.set_flush_denormal(True)
+    result = breakdown(SHAPES[shape_name])
+    print(f"{shape_name} model, 499 one-token steps after a 64-token prompt")
+    for kind, ms in result["ms_per_step"].items():
+        print(f"  {kind:10s} {ms:6.3f} ms per step (median of 7)")
+    print(f"  graph inputs per call: {result['graph_inputs']}")
 
 
 if __name__ == "__main__":
