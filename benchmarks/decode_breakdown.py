@@ -5,10 +5,13 @@
 Builds the generate suite's model (random GPT-2 weights copied into attnlab), prefills a 64-token
 prompt, then times 499 one-token steps four ways, interleaved over 7 rounds (median ms per step):
 
-  full      ``compiled_step`` as ``generate(compile=True)`` calls it: dynamo's guards, the
-            graph's argument collection, AOT autograd's runtime wrapper, inductor's code
+  full      ``compiled_step`` through dynamo, as ``generate(compile=True)`` runs its first steps:
+            dynamo's guards, the graph's argument collection, AOT autograd's runtime wrapper,
+            inductor's code
   no-guards the same under ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``
-  direct    the compiled graph replaying a recorded generation's arguments: no dynamo at all
+  direct    the compiled graph replaying a recorded generation's arguments: no dynamo at all,
+            which is how ``generate(compile=True)`` runs its later steps
+            (``attnlab.generate.steppers.Replay``)
   call      the generated module's ``call`` on the same arguments: buffer allocation and kernel
 
 All four grow the cache from 64 to 563 positions (``direct`` and ``call`` replay the argument

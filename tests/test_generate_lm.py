@@ -371,3 +371,78 @@ def test_compiled_step_follows_a_model_changed_in_place(lm):
     compiled = generate(model, [prompt], config.replace(compile=True), return_logits=True)
     assert compiled.tokens == eager.tokens
     torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits))
+
+
+def count_replays(monkeypatch) -> list[int]:
+    """Count the compiled steps that ran as a :class:`Replay` (without dynamo)."""
+    from attnlab.generate import steppers
+
+    calls = [0]
+    original = steppers.Replay.__call__
+
+    def counted(self, ids):
+        calls[0] += 1
+        return original(self, ids)
+
+    monkeypatch.setattr(steppers.Replay, "__call__", counted)
+    return calls
+
+
+def test_compiled_generation_replays_the_graph_and_keeps_the_eager_tokens(lm, monkeypatch):
+    """After two recorded steps through dynamo, the compiled graph is called directly: the same
+    greedy and seeded-sampling tokens as eager, logits to 1e-5."""
+    replays = count_replays(monkeypatch)
+    prompt, n = [3, 4, 5, 6, 7, 8], 30
+    for config in (GREEDY.replace(max_new_tokens=n), GenerationConfig(max_new_tokens=n, seed=5)):
+        eager = generate(lm, [prompt], config, return_logits=True)
+        replays[0] = 0
+        compiled = generate(lm, [prompt], config.replace(compile=True), return_logits=True)
+        assert compiled.tokens == eager.tokens
+        torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
+                                   atol=1e-5, rtol=1e-5)  # fmt: skip
+        # n - 1 steps after the prefill; the first two (three while shapes become dynamic) are
+        # recorded through dynamo
+        assert n - 4 <= replays[0] <= n - 3
+
+
+def test_replay_stops_at_a_window_slide_and_resumes_on_the_new_cache(monkeypatch):
+    torch.manual_seed(9)
+    model = tiny_lm("learned", max_len=16)
+    replays = count_replays(monkeypatch)
+    prompt, cfg = list(range(3, 15)), GREEDY.replace(max_new_tokens=40)
+    eager = generate(model, [prompt], cfg, return_logits=True)
+    compiled = generate(model, [prompt], cfg.replace(compile=True), return_logits=True)
+    assert compiled.tokens == eager.tokens
+    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
+                               atol=1e-5, rtol=1e-5)  # fmt: skip
+    # 39 steps, 5 slides (each a prefill, then two recorded steps): some replays, not all
+    assert 0 < replays[0] < 39 - 5
+
+
+def test_replay_needs_two_steps_that_differ_only_in_token_and_lengths():
+    from attnlab.generate.steppers import GraphCall, Replay
+
+    def graph(*args):
+        return (torch.full((1, 1, 3), float(args[2])), args[0])
+
+    weight, ids1, ids2 = torch.ones(2), torch.tensor([[1]]), torch.tensor([[2]])
+    out1, out2 = graph(weight, ids1, 5), graph(weight, ids2, 6)
+    prev = GraphCall(graph, [weight, ids1, 5], out1, ids1, out1[0])
+    cur = GraphCall(graph, [weight, ids2, 6], out2, ids2, out2[0])
+    layers = [SimpleNamespace(length=6, max_len=8), SimpleNamespace(length=6, max_len=8)]
+    replay = Replay.between(prev, cur, layers)
+    assert (replay.token_at, replay.length_at, replay.logits_at) == (1, [2], 0)
+    assert replay(torch.tensor([[3]]))[0, 0, 0] == 7.0  # the graph saw lengths + 1
+    assert [layer.length for layer in layers] == [7, 7]  # the model's side effect, replayed
+    replay(torch.tensor([[3]]))
+    with pytest.raises(ValueError, match="KV cache overflow"):
+        replay(torch.tensor([[3]]))
+    # anything else changed: no replay
+    other = GraphCall(graph, [torch.ones(2), ids2, 6], out2, ids2, out2[0])  # a new weight tensor
+    assert Replay.between(prev, other, layers) is None
+    jump = GraphCall(graph, [weight, ids2, 7], out2, ids2, out2[0])  # lengths + 2
+    assert Replay.between(prev, jump, layers) is None
+    elsewhere = GraphCall(lambda *a: a, cur.args, out2, ids2, out2[0])  # another graph
+    assert Replay.between(prev, elsewhere, layers) is None
+    unseen = GraphCall(graph, cur.args, out2, ids2, torch.zeros(1))  # logits not a graph output
+    assert Replay.between(prev, unseen, layers) is None

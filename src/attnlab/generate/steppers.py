@@ -27,7 +27,10 @@ compiled step is kept per model class and reused by later calls in the same proc
 first generation pays the compile time (seconds to tens of seconds on CPU). It removes per-op
 dispatch and Python overhead, which is what a small model's decode step is made of, and at batch
 1 turns each weight product into a loop that streams the weights on every core, which is what a
-wider model's step is made of.
+wider model's step is made of. Once two steps in a row have shown that only the token and the
+cache length change, later steps call the compiled graph directly, without dynamo's per-call
+guards and input collection (:class:`Replay`; rows with their own positions, i.e. a left-padded
+batch, always go through dynamo).
 
 Shapes: R rows, P prompt columns, N max new tokens, V vocabulary, S source length.
 """
@@ -37,7 +40,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -66,8 +69,10 @@ class LMStepper:
         compile: bool = False,
         pad_id: int = 0,
     ):
-        self.model, self.use_cache = model, use_cache
+        self.model, self.use_cache, self.compile = model, use_cache, compile
         self.step_fn = compiled_step(model, "forward") if compile else model
+        self.replay: Replay | None = None  # compile=True: the graph called without dynamo
+        self.last_call: GraphCall | None = None
         self.window: int | None = getattr(model, "max_len", None)
         rows, p = ids.shape
         device = _device(model)
@@ -115,14 +120,33 @@ class LMStepper:
             self.ctx = torch.where(full, max(1, self.window // 2), self.ctx + 1)
             if bool(full.any()):
                 return self._prefill()
-        positions = None
-        if self.next_pos is not None:
+        ids = next_ids[:, None]  # (R, 1)
+        if self.next_pos is not None:  # padded rows: positions from each row's own count
             positions = self.next_pos[:, None]  # (R, 1)
             self.next_pos = self.next_pos + 1  # not in place: ``positions`` is a view
-        out = self.step_fn(next_ids[:, None], positions=positions, cache=self.cache)
-        return out.logits[:, -1]  # (R, V)
+            return self.step_fn(ids, positions=positions, cache=self.cache).logits[:, -1]
+        if self.replay is not None:
+            return self.replay(ids)[:, -1]  # (R, V)
+        if self.compile:
+            return self._compiled_step(ids)
+        return self.step_fn(ids, cache=self.cache).logits[:, -1]
+
+    def _compiled_step(self, ids: Tensor) -> Tensor:
+        """One compiled step through dynamo, recorded; two such steps in a row that differ only
+        in the token and the cache length switch to :class:`Replay`. ids (R, 1) -> logits (R, V)."""
+        before = self.cache.length
+        with _CAPTURE.recording() as calls:
+            out = self.step_fn(ids, cache=self.cache)
+        call = None
+        if len(calls) == 1 and all(layer.length == before + 1 for layer in self.cache.layers):
+            call = GraphCall(*calls[0], ids, out.logits)
+        if call is not None and self.last_call is not None:
+            self.replay = Replay.between(self.last_call, call, self.cache.layers)
+        self.last_call = call
+        return out.logits[:, -1]
 
     def reorder(self, index: Tensor) -> None:
+        self.replay = self.last_call = None
         self.ids = self.ids.index_select(0, index)
         self.ctx = self.ctx.index_select(0, index)
         if self.mask is not None:
@@ -138,6 +162,7 @@ class LMStepper:
         The buffer keeps every row's real tokens contiguous at its right end, so those are the
         last ``ctx[r]`` columns; the rest of the window (W = max ctx columns) is masked out.
         """
+        self.replay = self.last_call = None  # a new cache: replays of the old one are void
         width = int(self.ctx.max())
         ids = self.ids[:, self.t - width : self.t]  # (R, W)
         mask = positions = self.next_pos = None
@@ -233,6 +258,105 @@ _COMPILED: dict[tuple[type, str], Callable[..., Any]] = {}
 _STEP_OPTIONS = {"post_grad_fusion_options": {"decompose_mm_pass": {}}, "size_asserts": False}
 
 
+class GraphCall(NamedTuple):
+    """One call of a compiled graph: the graph, its flat arguments and outputs, and the step's
+    token ids and logits (as the stepper passed and received them)."""
+
+    fn: Callable[..., Any]
+    args: list[Any]
+    outputs: Any
+    ids: Tensor
+    logits: Tensor
+
+
+class _Capture:
+    """The ``torch.compile`` backend of the step: inductor with ``_STEP_OPTIONS``, whose graphs
+    report each call made inside :meth:`recording` (the graph, its arguments and outputs)."""
+
+    def __init__(self):
+        self.calls: list[tuple[Callable[..., Any], list[Any], Any]] | None = None
+
+    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
+        from torch._inductor.compile_fx import compile_fx
+
+        compiled = compile_fx(gm, example_inputs, config_patches=_STEP_OPTIONS)
+
+        def run(*args: Any) -> Any:
+            outputs = compiled(*args)
+            if self.calls is not None:
+                self.calls.append((compiled, list(args), outputs))
+            return outputs
+
+        return run
+
+    @contextmanager
+    def recording(self) -> Iterator[list]:
+        self.calls = []
+        try:
+            yield self.calls
+        finally:
+            self.calls = None
+
+
+_CAPTURE = _Capture()
+
+
+class Replay:
+    """The compiled step's graph called directly, without dynamo, while only the token and the
+    cache length change from one step to the next.
+
+    Each call through ``torch.compile`` pays dynamo's guards and its collection of the graph's
+    inputs (every parameter, each layer's k/v buffers and fill length): 0.13-0.18 ms of a 0.30-0.38
+    ms step for the 4-layer width-128 LM, 0.23-0.34 of 2.0-2.8 ms for the 6-layer width-384 one
+    (``benchmarks/decode_breakdown.py``). Between two tokens of one generation the inputs are the
+    same tensors but for the new token, and the lengths are one more, so once two recorded steps
+    in a row show exactly that (:meth:`between`), the next steps call the graph with those two
+    changes and advance the layers' lengths as the model's Python code would (its only side
+    effect, checked when recording). Anything else -- a slide of the window (a new cache), a
+    reorder (beam search), padded rows (positions change) -- goes back through dynamo, whose
+    guards then apply. Within one generation the model must not be replaced piecewise (a new
+    parameter object): in-place updates are seen, replaced tensors are not.
+    """
+
+    def __init__(self, call: GraphCall, token_at: int, length_at: list[int], logits_at: int,
+                 layers: list[Any]):  # fmt: skip
+        self.fn, self.args = call.fn, list(call.args)
+        self.token_at, self.length_at, self.logits_at = token_at, length_at, logits_at
+        self.layers = layers
+
+    @classmethod
+    def between(cls, prev: GraphCall, cur: GraphCall, layers: list[Any]) -> Replay | None:
+        """A replay of ``cur`` when it repeats ``prev`` with a new token and lengths + 1."""
+        if cur.fn is not prev.fn or len(cur.args) != len(prev.args):
+            return None
+        token_at = [j for j, arg in enumerate(cur.args) if arg is cur.ids]
+        logits_at = [j for j, out in enumerate(cur.outputs) if out is cur.logits]
+        if len(token_at) != 1 or len(logits_at) != 1 or prev.args[token_at[0]] is not prev.ids:
+            return None
+        length_at = []
+        for j, (a, b) in enumerate(zip(prev.args, cur.args)):
+            if j == token_at[0]:
+                continue
+            if type(a) is int and type(b) is int and b == a + 1:
+                length_at.append(j)
+            elif a is not b:
+                return None
+        return cls(cur, token_at[0], length_at, logits_at[0], layers)
+
+    def __call__(self, ids: Tensor) -> Tensor:
+        """ids (R, 1) -> logits (R, 1, V); the cache gains one position."""
+        if self.layers[0].length >= self.layers[0].max_len:
+            raise ValueError(f"KV cache overflow: the cache holds {self.layers[0].max_len} "
+                             "positions; allocate a longer cache or slide the window")  # fmt: skip
+        self.args[self.token_at] = ids
+        for j in self.length_at:
+            self.args[j] += 1
+        logits = self.fn(*self.args)[self.logits_at]
+        for layer in self.layers:
+            layer.length += 1
+        return logits
+
+
 def compiled_step(model: torch.nn.Module, method: str) -> Callable[..., Any]:
     """``model.<method>(...)`` through ``torch.compile``.
 
@@ -246,7 +370,7 @@ def compiled_step(model: torch.nn.Module, method: str) -> Callable[..., Any]:
     """
     key = (type(model), method)
     if key not in _COMPILED:
-        _COMPILED[key] = torch.compile(getattr(type(model), method), options=_STEP_OPTIONS)
+        _COMPILED[key] = torch.compile(getattr(type(model), method), backend=_CAPTURE)
     return functools.partial(_with_dict_tag_guards, _COMPILED[key], model)
 
 
