@@ -1,6 +1,6 @@
 """Where a compiled one-token decode step spends its time (a diagnostic, not a suite).
 
-    python benchmarks/decode_breakdown.py medium   # or: small
+    python benchmarks/decode_breakdown.py medium   # or: small; --tiny: a toy run for the tests
 
 Builds the generate suite's model (random GPT-2 weights copied into attnlab), prefills a 64-token
 prompt, then times 499 one-token steps four ways, interleaved over 7 rounds (median ms per step):
@@ -16,7 +16,8 @@ prompt, then times 499 one-token steps four ways, interleaved over 7 rounds (med
 
 All four grow the cache from 64 to 563 positions (``direct`` and ``call`` replay the argument
 lists recorded during a warm-up generation, in order, and return the same logits: checked).
-Uses inductor internals (``PyCodeCache.modules``) that may change between PyTorch releases.
+Uses inductor internals (``PyCodeCache.modules``) that may change between PyTorch releases, and
+needs a fresh process: it finds the generated module among those loaded during its own compile.
 """
 
 from __future__ import annotations
@@ -31,13 +32,14 @@ from torch._inductor.codecache import PyCodeCache
 from torch._inductor.compile_fx import compile_fx
 
 from attnlab.bench.generation import build_pair
-from attnlab.bench.lm_train import SHAPES, LMShape
+from attnlab.bench.lm_train import SHAPES, TINY_SHAPES, LMShape
 from attnlab.generate import steppers
 
 KINDS = ("full", "no-guards", "direct", "call")
+PROMPT, NEW = 64, 500  # prompt tokens, new tokens
 
 
-def breakdown(shape: LMShape, prompt: int = 64, new: int = 500, rounds: int = 7) -> dict:
+def breakdown(shape: LMShape, prompt: int = PROMPT, new: int = NEW, rounds: int = 7) -> dict:
     """Median ms per one-token step for each of KINDS, and the number of graph inputs."""
     _, model = build_pair(shape, prompt + new)
     seen: dict = {"calls": [], "record": True}
@@ -85,7 +87,10 @@ def breakdown(shape: LMShape, prompt: int = 64, new: int = 500, rounds: int = 7)
     recorded = list(seen["calls"])  # (new - 1) argument lists, cache length prompt .. prompt+new-2
     seen["record"] = False
     new_modules = [m for m in PyCodeCache.modules if id(m) not in modules_before]
-    module = [m for m in new_modules if hasattr(m, "call")][-1]  # the dynamic-shape graph
+    graphs = [m for m in new_modules if hasattr(m, "call")]
+    if not graphs:
+        raise RuntimeError("no newly generated module found: run this script in a fresh process")
+    module = graphs[-1]  # the dynamic-shape graph
     times: dict[str, list[float]] = {k: [] for k in KINDS}
     for _ in range(rounds):
         for kind in KINDS:
@@ -99,15 +104,19 @@ def breakdown(shape: LMShape, prompt: int = 64, new: int = 500, rounds: int = 7)
     }
 
 
-def main(shape_name: str) -> None:
+def main(argv: list[str]) -> None:
     torch.set_num_threads(2)
     torch.set_flush_denormal(True)
-    result = breakdown(SHAPES[shape_name])
-    print(f"{shape_name} model, 499 one-token steps after a 64-token prompt")
+    name = next((a for a in argv if not a.startswith("--")), "medium")
+    shape, prompt, new, rounds = SHAPES[name], PROMPT, NEW, 7
+    if "--tiny" in argv:
+        shape, prompt, new, rounds = TINY_SHAPES[name], 8, 12, 1
+    result = breakdown(shape, prompt, new, rounds)
+    print(f"{name} model, {new - 1} one-token steps after a {prompt}-token prompt")
     for kind, ms in result["ms_per_step"].items():
-        print(f"  {kind:10s} {ms:6.3f} ms per step (median of 7)")
+        print(f"  {kind:10s} {ms:6.3f} ms per step (median of {rounds})")
     print(f"  graph inputs per call: {result['graph_inputs']}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "medium")
+    main(sys.argv[1:])

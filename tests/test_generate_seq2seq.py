@@ -135,10 +135,31 @@ def test_bad_sources_are_clear_errors():
         generate_seq2seq(lm, [5, 6], GREEDY)
 
 
-def test_compiled_decode_step_gives_the_eager_tokens():
+def test_compiled_decode_step_gives_the_eager_tokens(monkeypatch):
+    """Greedy and beam search; after its first steps greedy decoding replays the compiled graph
+    without dynamo (steppers.Replay), beam search (which reorders the cache) does not."""
+    from attnlab.generate import steppers
+
+    replays = [0]
+    original = steppers.Replay.__call__
+
+    def counted(self, ids):
+        replays[0] += 1
+        return original(self, ids)
+
+    monkeypatch.setattr(steppers.Replay, "__call__", counted)
     torch.manual_seed(3)
     model = tiny_s2s()
     sources = [[5, 6, 7, 8, 9], [10, 11]]
-    eager = generate_seq2seq(model, sources, GREEDY.replace(max_new_tokens=25))
-    compiled = generate_seq2seq(model, sources, GREEDY.replace(max_new_tokens=25, compile=True))
+    greedy = GREEDY.replace(max_new_tokens=25)
+    eager = generate_seq2seq(model, sources, greedy, return_logits=True)
+    compiled = generate_seq2seq(model, sources, greedy.replace(compile=True), return_logits=True)
     assert compiled.tokens == eager.tokens
+    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
+                               atol=1e-5, rtol=1e-5)  # fmt: skip
+    assert replays[0] >= 25 - 5  # rows stop at different steps; the batch runs until all stop
+    replays[0] = 0
+    beams = greedy.replace(num_beams=3)
+    assert (generate_seq2seq(model, sources, beams.replace(compile=True)).tokens
+            == generate_seq2seq(model, sources, beams).tokens)  # fmt: skip
+    assert replays[0] == 0

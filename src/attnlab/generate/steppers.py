@@ -69,10 +69,8 @@ class LMStepper:
         compile: bool = False,
         pad_id: int = 0,
     ):
-        self.model, self.use_cache, self.compile = model, use_cache, compile
-        self.step_fn = compiled_step(model, "forward") if compile else model
-        self.replay: Replay | None = None  # compile=True: the graph called without dynamo
-        self.last_call: GraphCall | None = None
+        self.model, self.use_cache = model, use_cache
+        self.compiled = ReplayingStep(model, "forward") if compile else None
         self.window: int | None = getattr(model, "max_len", None)
         rows, p = ids.shape
         device = _device(model)
@@ -124,29 +122,15 @@ class LMStepper:
         if self.next_pos is not None:  # padded rows: positions from each row's own count
             positions = self.next_pos[:, None]  # (R, 1)
             self.next_pos = self.next_pos + 1  # not in place: ``positions`` is a view
-            return self.step_fn(ids, positions=positions, cache=self.cache).logits[:, -1]
-        if self.replay is not None:
-            return self.replay(ids)[:, -1]  # (R, V)
-        if self.compile:
-            return self._compiled_step(ids)
-        return self.step_fn(ids, cache=self.cache).logits[:, -1]
-
-    def _compiled_step(self, ids: Tensor) -> Tensor:
-        """One compiled step through dynamo, recorded; two such steps in a row that differ only
-        in the token and the cache length switch to :class:`Replay`. ids (R, 1) -> logits (R, V)."""
-        before = self.cache.length
-        with _CAPTURE.recording() as calls:
-            out = self.step_fn(ids, cache=self.cache)
-        call = None
-        if len(calls) == 1 and all(layer.length == before + 1 for layer in self.cache.layers):
-            call = GraphCall(*calls[0], ids, out.logits)
-        if call is not None and self.last_call is not None:
-            self.replay = Replay.between(self.last_call, call, self.cache.layers)
-        self.last_call = call
-        return out.logits[:, -1]
+            step = self.model if self.compiled is None else self.compiled.traced
+            return step(ids, positions=positions, cache=self.cache).logits[:, -1]
+        if self.compiled is not None:
+            return self.compiled(ids, cache=self.cache)[:, -1]  # (R, V)
+        return self.model(ids, cache=self.cache).logits[:, -1]
 
     def reorder(self, index: Tensor) -> None:
-        self.replay = self.last_call = None
+        if self.compiled is not None:
+            self.compiled.reset()
         self.ids = self.ids.index_select(0, index)
         self.ctx = self.ctx.index_select(0, index)
         if self.mask is not None:
@@ -162,7 +146,8 @@ class LMStepper:
         The buffer keeps every row's real tokens contiguous at its right end, so those are the
         last ``ctx[r]`` columns; the rest of the window (W = max ctx columns) is masked out.
         """
-        self.replay = self.last_call = None  # a new cache: replays of the old one are void
+        if self.compiled is not None:
+            self.compiled.reset()  # a new cache: replays of the old one are void
         width = int(self.ctx.max())
         ids = self.ids[:, self.t - width : self.t]  # (R, W)
         mask = positions = self.next_pos = None
@@ -202,7 +187,7 @@ class Seq2SeqStepper:
         pad_id: int = 0,
     ):
         self.model, self.use_cache = model, use_cache
-        self.decode_fn = compiled_step(model, "decode") if compile else model.decode
+        self.compiled = ReplayingStep(model, "decode") if compile else None
         device = _device(model)
         self.src, self.src_mask = src.to(device), src_mask.to(device)  # (R, S)
         self.encoded: Encoded | None = None  # encoded in start(), under inference mode
@@ -229,12 +214,16 @@ class Seq2SeqStepper:
     def advance(self, next_ids: Tensor) -> Tensor:
         self.ids[:, self.t] = next_ids
         self.t += 1
-        if self.use_cache:
-            out = self.decode_fn(next_ids[:, None], self.encoded, cache=self.cache)
-            return out.logits[:, -1]  # (R, V)
-        return self._decode(self.ids[:, : self.t])
+        if not self.use_cache:
+            return self._decode(self.ids[:, : self.t])
+        ids = next_ids[:, None]  # (R, 1)
+        if self.compiled is not None:
+            return self.compiled(ids, self.encoded, cache=self.cache)[:, -1]  # (R, V)
+        return self.model.decode(ids, self.encoded, cache=self.cache).logits[:, -1]
 
     def reorder(self, index: Tensor) -> None:
+        if self.compiled is not None:
+            self.compiled.reset()
         self.ids = self.ids.index_select(0, index)
         self.encoded = Encoded(*(x.index_select(0, index) for x in self.encoded))
         if self.cache is not None:
@@ -311,11 +300,13 @@ class Replay:
     (``benchmarks/decode_breakdown.py``). Between two tokens of one generation the inputs are the
     same tensors but for the new token, and the lengths are one more, so once two recorded steps
     in a row show exactly that (:meth:`between`), the next steps call the graph with those two
-    changes and advance the layers' lengths as the model's Python code would (its only side
-    effect, checked when recording). Anything else -- a slide of the window (a new cache), a
-    reorder (beam search), padded rows (positions change) -- goes back through dynamo, whose
-    guards then apply. Within one generation the model must not be replaced piecewise (a new
-    parameter object): in-place updates are seen, replaced tensors are not.
+    changes and advance the layers' lengths as the model's Python code would (checked when
+    recording; attnlab's models have no other Python side effect in a cached one-token step, the
+    cross-attention memory of a seq2seq cache being set by the eager first step). Anything else
+    -- a slide of the window (a new cache), a reorder (beam search), padded rows (positions
+    change) -- goes back through dynamo, whose guards then apply. Within one generation the
+    model must not be replaced piecewise (a new parameter object): in-place updates are seen,
+    replaced tensors are not.
     """
 
     def __init__(self, call: GraphCall, token_at: int, length_at: list[int], logits_at: int,
@@ -355,6 +346,38 @@ class Replay:
         for layer in self.layers:
             layer.length += 1
         return logits
+
+
+class ReplayingStep:
+    """``model.<method>`` compiled (:func:`compiled_step`), called through dynamo and recorded
+    until two steps in a row allow a :class:`Replay`, then replayed until :meth:`reset`.
+
+    Call with ids (R, 1), the method's other arguments and ``cache=``; returns logits (R, 1, V).
+    ``traced`` is the plain compiled callable (always through dynamo).
+    """
+
+    def __init__(self, model: torch.nn.Module, method: str):
+        self.traced = compiled_step(model, method)
+        self.replay: Replay | None = None
+        self.last_call: GraphCall | None = None
+
+    def reset(self) -> None:
+        """The cache or the batch changed: back through dynamo (and its guards)."""
+        self.replay = self.last_call = None
+
+    def __call__(self, ids: Tensor, *args: Any, cache: Any) -> Tensor:
+        if self.replay is not None:
+            return self.replay(ids)
+        before = cache.length
+        with _CAPTURE.recording() as calls:
+            out = self.traced(ids, *args, cache=cache)
+        call = None
+        if len(calls) == 1 and all(layer.length == before + 1 for layer in cache.layers):
+            call = GraphCall(*calls[0], ids, out.logits)
+        if call is not None and self.last_call is not None:
+            self.replay = Replay.between(self.last_call, call, cache.layers)
+        self.last_call = call
+        return out.logits
 
 
 def compiled_step(model: torch.nn.Module, method: str) -> Callable[..., Any]:
