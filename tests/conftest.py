@@ -32,3 +32,19 @@ def tinyshakespeare() -> str:
     if not os.path.exists(path):
         pytest.skip("../shared/data/tinyshakespeare.txt not present")
     return path
+
+
+@pytest.fixture
+def replays(monkeypatch) -> list[int]:
+    """A one-item counter of the compiled decode steps that ran as a ``steppers.Replay``."""
+    from attnlab.generate import steppers
+
+    calls = [0]
+    original = steppers.Replay.__call__
+
+    def counted(self, ids):
+        calls[0] += 1
+        return original(self, ids)
+
+    monkeypatch.setattr(steppers.Replay, "__call__", counted)
+    return calls

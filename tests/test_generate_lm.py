@@ -373,25 +373,9 @@ def test_compiled_step_follows_a_model_changed_in_place(lm):
     torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits))
 
 
-def count_replays(monkeypatch) -> list[int]:
-    """Count the compiled steps that ran as a :class:`Replay` (without dynamo)."""
-    from attnlab.generate import steppers
-
-    calls = [0]
-    original = steppers.Replay.__call__
-
-    def counted(self, ids):
-        calls[0] += 1
-        return original(self, ids)
-
-    monkeypatch.setattr(steppers.Replay, "__call__", counted)
-    return calls
-
-
-def test_compiled_generation_replays_the_graph_and_keeps_the_eager_tokens(lm, monkeypatch):
+def test_compiled_generation_replays_the_graph_and_keeps_the_eager_tokens(lm, replays):
     """After two recorded steps through dynamo, the compiled graph is called directly: the same
     greedy and seeded-sampling tokens as eager, logits to 1e-5."""
-    replays = count_replays(monkeypatch)
     prompt, n = [3, 4, 5, 6, 7, 8], 30
     for config in (GREEDY.replace(max_new_tokens=n), GenerationConfig(max_new_tokens=n, seed=5)):
         eager = generate(lm, [prompt], config, return_logits=True)
@@ -405,10 +389,9 @@ def test_compiled_generation_replays_the_graph_and_keeps_the_eager_tokens(lm, mo
         assert n - 4 <= replays[0] <= n - 3
 
 
-def test_replay_stops_at_a_window_slide_and_resumes_on_the_new_cache(monkeypatch):
+def test_replay_stops_at_a_window_slide_and_resumes_on_the_new_cache(replays):
     torch.manual_seed(9)
     model = tiny_lm("learned", max_len=16)
-    replays = count_replays(monkeypatch)
     prompt, cfg = list(range(3, 15)), GREEDY.replace(max_new_tokens=40)
     eager = generate(model, [prompt], cfg, return_logits=True)
     compiled = generate(model, [prompt], cfg.replace(compile=True), return_logits=True)
