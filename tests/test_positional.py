@@ -164,8 +164,10 @@ def test_rotary_table_is_reused_only_for_the_same_unchanged_positions():
     assert rot.cos_sin(positions, x.dtype)[0] is rot._last[3]  # reused, not recomputed
     positions += 3  # the same tensor, edited in place
     np.testing.assert_allclose(
-        rot.rotate(x, positions).numpy(), ref.rotary(x.double().numpy(), positions.numpy()),
-        rtol=1e-5, atol=1e-5,
+        rot.rotate(x, positions).numpy(),
+        ref.rotary(x.double().numpy(), positions.numpy()),
+        rtol=1e-5,
+        atol=1e-5,
     )
     torch.testing.assert_close(rot.rotate(x, torch.arange(4)), first)  # another tensor, same values
     with torch.inference_mode():  # no version counter: never cached

@@ -96,5 +96,6 @@ def test_torch_func_transforms_take_the_fused_kernel():
     torch.testing.assert_close(torch.func.grad(loss)(q), q_eager.grad)
     per_row = torch.func.vmap(lambda q1: scaled_dot_product_attention(
         q1[None], k[:1], v[:1], mask[:1]).out[0])(q[:1])  # fmt: skip
-    torch.testing.assert_close(per_row, scaled_dot_product_attention(q[:1], k[:1], v[:1],
-                                                                     mask[:1]).out)
+    torch.testing.assert_close(
+        per_row, scaled_dot_product_attention(q[:1], k[:1], v[:1], mask[:1]).out
+    )

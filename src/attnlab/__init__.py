@@ -14,7 +14,17 @@ from attnlab.models import (
 
 __version__ = "0.1.0"
 __all__ = [
-    "PRESETS", "RNNLM", "DecoderLM", "EncoderClassifier", "GenerationConfig", "LSTMSeq2Seq",
-    "ModelConfig", "TransformerEncoder", "TransformerEncoderDecoder", "build_model", "generate",
-    "generate_seq2seq", "stream",
+    "PRESETS",
+    "RNNLM",
+    "DecoderLM",
+    "EncoderClassifier",
+    "GenerationConfig",
+    "LSTMSeq2Seq",
+    "ModelConfig",
+    "TransformerEncoder",
+    "TransformerEncoderDecoder",
+    "build_model",
+    "generate",
+    "generate_seq2seq",
+    "stream",
 ]

@@ -209,6 +209,15 @@ def _divisors(n: int) -> list[int]:
 PRESETS: dict[str, dict[str, Any]] = {
     "tiny": dict(d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=64),  # tests, seconds
     "small": dict(d_model=128, n_heads=4, n_layers=4, max_len=256),
-    "base": dict(d_model=512, n_heads=8, n_layers=6, d_ff=2048, max_len=512, dropout=0.1,
-                 positional="sinusoidal", norm_placement="post", embed_scale=True),  # Vaswani
+    "base": dict(
+        d_model=512,
+        n_heads=8,
+        n_layers=6,
+        d_ff=2048,
+        max_len=512,
+        dropout=0.1,
+        positional="sinusoidal",
+        norm_placement="post",
+        embed_scale=True,
+    ),  # Vaswani
 }

@@ -110,8 +110,10 @@ def run(settings, ctx) -> dict[str, Any]:
         for shape in (TINY_SHAPES if settings.tiny else SHAPES).values():
             for context in settings.contexts:
                 rows.append(_one_context(settings, ctx, shape, context, n))
-                for name, suffix, how in (("attnlab", "", ""),
-                                          ("attnlab_compiled", "_compiled", " (compile=True)")):
+                for name, suffix, how in (
+                    ("attnlab", "", ""),
+                    ("attnlab_compiled", "_compiled", " (compile=True)"),
+                ):
                     if f"{name}_vs_hf_gpt2" in rows[-1]["ratios"]:
                         targets.append(target_entry(
                             f"generate_{shape.name}_ctx{context}{suffix}_vs_hf",
@@ -153,9 +155,7 @@ def _one_context(settings, ctx, shape, context: int, n: int) -> dict[str, Any]:
         "n_positions": context + n,
         "contenders": [info[c] for c in CONTENDERS if c in info],
         "ratios": {
-            f"{name}_vs_hf_gpt2": ratio(
-                info[name]["tokens_per_s"], info["hf_gpt2"]["tokens_per_s"]
-            )
+            f"{name}_vs_hf_gpt2": ratio(info[name]["tokens_per_s"], info["hf_gpt2"]["tokens_per_s"])
             for name in ("attnlab", "attnlab_compiled")
             if name in info
         },

@@ -47,8 +47,15 @@ from attnlab.bench.matmul_peak import make_matmul, sizes_for
 from attnlab.train.distributed import cpu_has_native_bf16
 
 VOCAB = 65
-CONTENDERS = ("attnlab", "attnlab_compiled", "hf_gpt2_sdpa", "hf_gpt2_eager", "torch_nn",
-              "attnlab_bf16", "hf_gpt2_bf16")
+CONTENDERS = (
+    "attnlab",
+    "attnlab_compiled",
+    "hf_gpt2_sdpa",
+    "hf_gpt2_eager",
+    "torch_nn",
+    "attnlab_bf16",
+    "hf_gpt2_bf16",
+)
 BASELINE = "hf_gpt2_sdpa"
 TARGETS = {"small": 2.2, "medium": 1.5}  # attnlab tokens/s >= target x GPT-2's (issue 6)
 PEAK_TARGET = 0.75  # fraction of matmul FLOP/s at the medium shape

@@ -59,6 +59,11 @@ def format_error(err: BaseException) -> str:
     """One readable paragraph: what went wrong, from the error's own message."""
     kind = "error" if isinstance(err, UserError) else type(err).__name__
     text = str(err) or repr(err)
-    body = textwrap.fill(f"attnlab: {kind}: {text}", width=100, subsequent_indent="  ",
-                         break_on_hyphens=False, break_long_words=False)
+    body = textwrap.fill(
+        f"attnlab: {kind}: {text}",
+        width=100,
+        subsequent_indent="  ",
+        break_on_hyphens=False,
+        break_long_words=False,
+    )
     return body + "\n  (run with --debug for the full traceback)"

@@ -185,8 +185,11 @@ def check_flag_use(args: argparse.Namespace, settings) -> None:
     """Flags that would be silently ignored are errors that say which suite or flag uses them."""
     unused = [
         (args.text is not None and "recipe" not in settings.suites, "--text", "--suite recipe"),
-        (args.compile and not {"lm", "generate"} & set(settings.suites), "--compile",
-         "--suite lm or generate"),
+        (
+            args.compile and not {"lm", "generate"} & set(settings.suites),
+            "--compile",
+            "--suite lm or generate",
+        ),
         (args.notes is not None and args.report is None, "--notes", "--report FILE"),
         (
             args.max_attention_len is not None and "attention" not in settings.suites,

@@ -341,8 +341,8 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             "amplitude next to N(0, 0.02) token embeddings) and lr 5e-4 the Transformer reached "
             "17.6 validation BLEU (greedy, 512 sentences) after 2000 steps; learned positions and "
             "lr 1e-3 reached 21.8 after 500, so the recipe uses those.",
-            "\"train min\" is the time spent in the training loop (accumulated across "
-            "interruptions when a run is resumed from its checkpoint); \"s/step\" divides it by "
+            '"train min" is the time spent in the training loop (accumulated across '
+            'interruptions when a run is resumed from its checkpoint); "s/step" divides it by '
             "the steps.",
             "Learning rates: "
             + ", ".join(f"{n} {r.train['lr']:g}" for n, r in recipes(quick).items())

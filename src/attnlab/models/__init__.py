@@ -16,7 +16,18 @@ from attnlab.models.rnn_lm import RNNLM
 from attnlab.models.transformer_seq2seq import TransformerEncoderDecoder
 
 __all__ = [
-    "Classifier", "DecoderLM", "Encoded", "EncoderClassifier", "EncoderOutput", "LanguageModel",
-    "LayerAttention", "LSTMSeq2Seq", "ModelOutput", "RNNLM", "Seq2SeqModel", "TransformerEncoder",
-    "TransformerEncoderDecoder", "build_model",
+    "Classifier",
+    "DecoderLM",
+    "Encoded",
+    "EncoderClassifier",
+    "EncoderOutput",
+    "LanguageModel",
+    "LayerAttention",
+    "LSTMSeq2Seq",
+    "ModelOutput",
+    "RNNLM",
+    "Seq2SeqModel",
+    "TransformerEncoder",
+    "TransformerEncoderDecoder",
+    "build_model",
 ]

@@ -111,8 +111,13 @@ class Seq2SeqModel(nn.Module):
     ) -> ModelOutput:
         """Teacher forcing: decode(tgt_in, encode(src)); logits (B, T, V_tgt), or (N, V_tgt) at
         the real target positions with ``real_only`` (what a loss needs)."""
-        return self.decode(tgt_in, self.encode(src, src_mask), tgt_mask=tgt_mask,
-                           need_weights=need_weights, real_only=real_only)
+        return self.decode(
+            tgt_in,
+            self.encode(src, src_mask),
+            tgt_mask=tgt_mask,
+            need_weights=need_weights,
+            real_only=real_only,
+        )
 
 
 def real_positions(x: Tensor, tgt_mask: Tensor | None) -> Tensor:

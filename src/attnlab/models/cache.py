@@ -12,8 +12,13 @@ from attnlab.nn.cache import KVCache
 class TransformerCache:
     """Mutable decoding state; models update it in place when called with ``cache=``."""
 
-    def __init__(self, layers: list[KVCache], batch_size: int, max_len: int,
-                 device: torch.device | None = None):
+    def __init__(
+        self,
+        layers: list[KVCache],
+        batch_size: int,
+        max_len: int,
+        device: torch.device | None = None,
+    ):
         self.layers = layers
         # key_mask[b, j]: position j of row b is a real token (False for left padding).
         self.key_mask = torch.ones(batch_size, max_len, dtype=torch.bool, device=device)
@@ -33,18 +38,19 @@ class TransformerCache:
         """Store the padding mask of the T new positions; return the (B, 1, 1, S) mask to use."""
         start = self.length
         if key_padding_mask is not None:
-            self.key_mask[:, start:start + t] = key_padding_mask
+            self.key_mask[:, start : start + t] = key_padding_mask
             self.has_padding = self.has_padding or not bool(key_padding_mask.all())
         if not self.has_padding:
             return None
-        return self.key_mask[:, None, None, :start + t]  # (B, 1, 1, S)
+        return self.key_mask[:, None, None, : start + t]  # (B, 1, 1, S)
 
     def reorder(self, index: Tensor) -> None:
         for layer in self.layers:
             layer.reorder(index)
         self.key_mask = self.key_mask.index_select(0, index)
         if self.memory_kv is not None:
-            self.memory_kv = [(k.index_select(0, index), v.index_select(0, index))
-                              for k, v in self.memory_kv]
+            self.memory_kv = [
+                (k.index_select(0, index), v.index_select(0, index)) for k, v in self.memory_kv
+            ]
         if self.src_mask is not None:
             self.src_mask = self.src_mask.index_select(0, index)

@@ -41,13 +41,21 @@ class EncoderStack(nn.Module):
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
 
-    def forward(self, x: Tensor, mask: Tensor | None = None, *, positions: Tensor | None = None,
-                need_weights: bool = False, packing: Packing | None = None) -> EncoderOutput:
+    def forward(
+        self,
+        x: Tensor,
+        mask: Tensor | None = None,
+        *,
+        positions: Tensor | None = None,
+        need_weights: bool = False,
+        packing: Packing | None = None,
+    ) -> EncoderOutput:
         """x: (B, T, D), or (N, D) real tokens with ``packing`` -> hidden of the same shape."""
         weights = []
         for block in self.blocks:
-            x, w, _ = block(x, mask, positions=positions, need_weights=need_weights,
-                            packing=packing)
+            x, w, _ = block(
+                x, mask, positions=positions, need_weights=need_weights, packing=packing
+            )
             weights.append(LayerAttention(w, None))
         return EncoderOutput(self.final_norm(x), tuple(weights) if need_weights else None)
 
@@ -66,8 +74,9 @@ class TransformerEncoder(nn.Module):
         self.stack = EncoderStack(blocks, make_final_norm(cfg))
         init_weights(self, cfg.n_layers)
 
-    def forward(self, ids: Tensor, *, key_padding_mask: Tensor | None = None,
-                need_weights: bool = False) -> EncoderOutput:
+    def forward(
+        self, ids: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False
+    ) -> EncoderOutput:
         """ids (B, T), key_padding_mask (B, T) True = real -> hidden (B, T, D)."""
         check_ids(ids, self.vocab_size, "ids", self.max_len)
         check_padding_mask(key_padding_mask, ids)
@@ -81,8 +90,9 @@ class TransformerEncoder(nn.Module):
             return self.stack(x, key_mask(key_padding_mask), need_weights=need_weights)
         # Position-wise layers run on the N real tokens only, attention on groups of rows of
         # similar length (nn.packing); padding outputs are zero.
-        hidden, weights = self.stack(pack(x, packing), key_mask(key_padding_mask),
-                                     need_weights=need_weights, packing=packing)  # (N, D)
+        hidden, weights = self.stack(
+            pack(x, packing), key_mask(key_padding_mask), need_weights=need_weights, packing=packing
+        )  # (N, D)
         return EncoderOutput(unpack(hidden, packing), weights)
 
 
@@ -103,10 +113,12 @@ class EncoderClassifier(Classifier):
         nn.init.normal_(self.head.weight, 0.0, 0.02)
         nn.init.zeros_(self.head.bias)
 
-    def forward(self, ids: Tensor, *, key_padding_mask: Tensor | None = None,
-                need_weights: bool = False) -> ModelOutput:
-        hidden, attentions = self.encoder(ids, key_padding_mask=key_padding_mask,
-                                          need_weights=need_weights)  # (B, T, D)
+    def forward(
+        self, ids: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False
+    ) -> ModelOutput:
+        hidden, attentions = self.encoder(
+            ids, key_padding_mask=key_padding_mask, need_weights=need_weights
+        )  # (B, T, D)
         if self.pooling == "cls":
             pooled = hidden[:, 0]  # (B, D)
         elif key_padding_mask is None:

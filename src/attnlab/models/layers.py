@@ -30,8 +30,9 @@ class Embeddings(nn.Module):
     def __init__(self, vocab_size: int, cfg: ModelConfig):
         super().__init__()
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
-        self.pos_enc = make_positions(cfg.positional, cfg.d_model, cfg.head_dim, cfg.max_len,
-                                      cfg.rope_base)
+        self.pos_enc = make_positions(
+            cfg.positional, cfg.d_model, cfg.head_dim, cfg.max_len, cfg.rope_base
+        )
         self.scale = math.sqrt(cfg.d_model) if cfg.embed_scale else 1.0
         self.drop = Dropout(cfg.dropout)
 
@@ -50,18 +51,36 @@ class Embeddings(nn.Module):
 
 def make_self_attention(cfg: ModelConfig, rotary: RotaryPositions | None) -> SelfAttention:
     return SelfAttention(
-        cfg.d_model, cfg.n_heads, d_head=cfg.d_head, d_v=cfg.d_v, bias=cfg.bias,
-        out_proj=cfg.out_proj, dropout=cfg.dropout, activation=cfg.attention,
-        scale=cfg.scale_logits, qk_norm=cfg.qk_norm, rotary=rotary,
-        d_out=cfg.d_model, straight_through=cfg.straight_through,
+        cfg.d_model,
+        cfg.n_heads,
+        d_head=cfg.d_head,
+        d_v=cfg.d_v,
+        bias=cfg.bias,
+        out_proj=cfg.out_proj,
+        dropout=cfg.dropout,
+        activation=cfg.attention,
+        scale=cfg.scale_logits,
+        qk_norm=cfg.qk_norm,
+        rotary=rotary,
+        d_out=cfg.d_model,
+        straight_through=cfg.straight_through,
     )
 
 
 def make_cross_attention(cfg: ModelConfig, d_memory: int | None = None) -> CrossAttention:
     return CrossAttention(
-        cfg.d_model, cfg.n_heads, d_memory=d_memory, d_head=cfg.d_head, d_v=cfg.d_v,
-        bias=cfg.bias, out_proj=cfg.out_proj, dropout=cfg.dropout, activation=cfg.attention,
-        scale=cfg.scale_logits, qk_norm=cfg.qk_norm, d_out=cfg.d_model,
+        cfg.d_model,
+        cfg.n_heads,
+        d_memory=d_memory,
+        d_head=cfg.d_head,
+        d_v=cfg.d_v,
+        bias=cfg.bias,
+        out_proj=cfg.out_proj,
+        dropout=cfg.dropout,
+        activation=cfg.attention,
+        scale=cfg.scale_logits,
+        qk_norm=cfg.qk_norm,
+        d_out=cfg.d_model,
         straight_through=cfg.straight_through,
     )
 
@@ -71,15 +90,21 @@ def _norm(cfg: ModelConfig) -> nn.Module:
 
 
 def _ffn(cfg: ModelConfig) -> FeedForward:
-    return FeedForward(cfg.d_model, cfg.ff_dim, activation=cfg.activation, bias=cfg.bias,
-                       dropout=cfg.dropout)
+    return FeedForward(
+        cfg.d_model, cfg.ff_dim, activation=cfg.activation, bias=cfg.bias, dropout=cfg.dropout
+    )
 
 
-def make_encoder_block(cfg: ModelConfig, rotary: RotaryPositions | None,
-                       block_cls: type[EncoderBlock] = EncoderBlock) -> EncoderBlock:
+def make_encoder_block(
+    cfg: ModelConfig, rotary: RotaryPositions | None, block_cls: type[EncoderBlock] = EncoderBlock
+) -> EncoderBlock:
     return block_cls(
-        self_attn=make_self_attention(cfg, rotary), ffn=_ffn(cfg), self_attn_norm=_norm(cfg),
-        ffn_norm=_norm(cfg), norm_first=cfg.norm_placement == "pre", dropout=cfg.dropout,
+        self_attn=make_self_attention(cfg, rotary),
+        ffn=_ffn(cfg),
+        self_attn_norm=_norm(cfg),
+        ffn_norm=_norm(cfg),
+        norm_first=cfg.norm_placement == "pre",
+        dropout=cfg.dropout,
     )
 
 
@@ -89,9 +114,14 @@ def make_causal_block(cfg: ModelConfig, rotary: RotaryPositions | None) -> Causa
 
 def make_decoder_block(cfg: ModelConfig, rotary: RotaryPositions | None) -> DecoderBlock:
     return DecoderBlock(
-        self_attn=make_self_attention(cfg, rotary), cross_attn=make_cross_attention(cfg),
-        ffn=_ffn(cfg), self_attn_norm=_norm(cfg), cross_attn_norm=_norm(cfg),
-        ffn_norm=_norm(cfg), norm_first=cfg.norm_placement == "pre", dropout=cfg.dropout,
+        self_attn=make_self_attention(cfg, rotary),
+        cross_attn=make_cross_attention(cfg),
+        ffn=_ffn(cfg),
+        self_attn_norm=_norm(cfg),
+        cross_attn_norm=_norm(cfg),
+        ffn_norm=_norm(cfg),
+        norm_first=cfg.norm_placement == "pre",
+        dropout=cfg.dropout,
     )
 
 

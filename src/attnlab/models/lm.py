@@ -88,8 +88,14 @@ class DecoderLM(LanguageModel):
         weights = []
         for i, block in enumerate(self.blocks):
             layer_cache = cache.layers[i] if cache is not None else None
-            x, w, _ = block(x, mask, positions=positions, cache=layer_cache,
-                            need_weights=need_weights, packing=packing)
+            x, w, _ = block(
+                x,
+                mask,
+                positions=positions,
+                cache=layer_cache,
+                need_weights=need_weights,
+                packing=packing,
+            )
             weights.append(LayerAttention(w, None))
         logits = self.lm_head(self.final_norm(x))  # (B, T, V), or (N, V) packed
         if packing is not None:
@@ -100,8 +106,15 @@ class DecoderLM(LanguageModel):
         max_len = max_len or self.max_len
         param = self.lm_head.weight
         layers = [
-            KVCache(batch_size, self.cfg.n_heads, max_len, self.cfg.head_dim, self.cfg.value_dim,
-                    dtype=param.dtype, device=param.device)
+            KVCache(
+                batch_size,
+                self.cfg.n_heads,
+                max_len,
+                self.cfg.head_dim,
+                self.cfg.value_dim,
+                dtype=param.dtype,
+                device=param.device,
+            )
             for _ in self.blocks
         ]
         return TransformerCache(layers, batch_size, max_len, param.device)

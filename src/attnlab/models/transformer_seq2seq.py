@@ -85,8 +85,9 @@ class TransformerEncoderDecoder(Seq2SeqModel):
         check_ids(tgt_in, self.tgt_vocab_size, "target ids")
         check_padding_mask(tgt_mask, tgt_in, "tgt_mask")
         if offset + tgt_in.size(1) > self.max_len:
-            raise ValueError(f"target length {offset + tgt_in.size(1)} exceeds max_len="
-                             f"{self.max_len}")
+            raise ValueError(
+                f"target length {offset + tgt_in.size(1)} exceeds max_len={self.max_len}"
+            )
         positions = default_positions(tgt_in.size(1), offset, tgt_in.device)
         x = self.tgt_embed(tgt_in, positions)  # (B, T, D)
         src_mask = cache.src_mask if cache is not None else encoded.src_mask
@@ -112,10 +113,16 @@ class TransformerEncoderDecoder(Seq2SeqModel):
         weights = []
         for i, block in enumerate(self.blocks):
             x, sw, cw = block(
-                x, memory, self_mask=self_mask, cross_mask=cross_mask,
-                positions=positions, cache=cache.layers[i] if cache is not None else None,
+                x,
+                memory,
+                self_mask=self_mask,
+                cross_mask=cross_mask,
+                positions=positions,
+                cache=cache.layers[i] if cache is not None else None,
                 memory_kv=cache.memory_kv[i] if cache is not None else None,
-                need_weights=need_weights, packing=packing, memory_packing=memory_packing,
+                need_weights=need_weights,
+                packing=packing,
+                memory_packing=memory_packing,
             )
             weights.append(LayerAttention(sw, cw))
         h = self.final_norm(x)  # (B, T, D), or (N, D) packed
@@ -133,8 +140,15 @@ class TransformerEncoderDecoder(Seq2SeqModel):
         b = encoded.memory.size(0)
         param = self.lm_head.weight
         layers = [
-            KVCache(b, self.cfg.n_heads, max_len, self.cfg.head_dim, self.cfg.value_dim,
-                    dtype=param.dtype, device=param.device)
+            KVCache(
+                b,
+                self.cfg.n_heads,
+                max_len,
+                self.cfg.head_dim,
+                self.cfg.value_dim,
+                dtype=param.dtype,
+                device=param.device,
+            )
             for _ in self.blocks
         ]
         cache = TransformerCache(layers, b, max_len, param.device)

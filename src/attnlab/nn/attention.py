@@ -168,15 +168,18 @@ def _fused(q, k, v, mask, causal, factor, dropout_p):
     ``causal`` only without a mask and with T == S (the caller folds every other case into mask).
     """
     if mask is None:
-        return AttentionOutput(F.scaled_dot_product_attention(
-            q, k, v, dropout_p=dropout_p, is_causal=causal, scale=factor), None)
+        return AttentionOutput(
+            F.scaled_dot_product_attention(
+                q, k, v, dropout_p=dropout_p, is_causal=causal, scale=factor
+            ),
+            None,
+        )
     # Rows with no admissible key would be NaN in the kernel: let them attend everywhere, then
     # zero their output, so value and gradient stay finite (and match the explicit path).
     row_any = mask.any(dim=-1, keepdim=True)  # (B|1, H|1, T, 1)
     all_rows_ok = bool(row_any.all())
     safe = mask if all_rows_ok else mask | ~row_any
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe, dropout_p=dropout_p,
-                                         scale=factor)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe, dropout_p=dropout_p, scale=factor)
     if not all_rows_ok:
         out = out * row_any
     return AttentionOutput(out, None)  # (B, H, T, Dv)

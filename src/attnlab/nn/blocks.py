@@ -54,8 +54,16 @@ class EncoderBlock(_Residual):
 
     causal = False  # the encoder sees the whole sequence
 
-    def __init__(self, *, self_attn: SelfAttention, ffn: FeedForward, self_attn_norm: nn.Module,
-                 ffn_norm: nn.Module, norm_first: bool = True, dropout: float = 0.0):
+    def __init__(
+        self,
+        *,
+        self_attn: SelfAttention,
+        ffn: FeedForward,
+        self_attn_norm: nn.Module,
+        ffn_norm: nn.Module,
+        norm_first: bool = True,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.self_attn, self.ffn = self_attn, ffn
         self.self_attn_norm, self.ffn_norm = self_attn_norm, ffn_norm
@@ -76,9 +84,19 @@ class EncoderBlock(_Residual):
 
         With ``packing`` x holds only the real tokens, (N, D) (see ``attnlab.nn.packing``).
         """
-        x, weights = self._add_norm(x, self.self_attn_norm, lambda h: self.self_attn(
-            h, mask, causal=self.causal, positions=positions, cache=cache,
-            need_weights=need_weights, packing=packing))
+        x, weights = self._add_norm(
+            x,
+            self.self_attn_norm,
+            lambda h: self.self_attn(
+                h,
+                mask,
+                causal=self.causal,
+                positions=positions,
+                cache=cache,
+                need_weights=need_weights,
+                packing=packing,
+            ),
+        )
         x, _ = self._add_norm(x, self.ffn_norm, self._ffn)
         return BlockOutput(x, weights, None)
 
@@ -93,9 +111,18 @@ class DecoderBlock(_Residual):
     """Masked self-attention, cross-attention to the encoder output, feed-forward; each with
     Add & Norm (000 "Transformer Encoder-Decoder"; 003 "Decoder")."""
 
-    def __init__(self, *, self_attn: SelfAttention, cross_attn: CrossAttention, ffn: FeedForward,
-                 self_attn_norm: nn.Module, cross_attn_norm: nn.Module, ffn_norm: nn.Module,
-                 norm_first: bool = True, dropout: float = 0.0):
+    def __init__(
+        self,
+        *,
+        self_attn: SelfAttention,
+        cross_attn: CrossAttention,
+        ffn: FeedForward,
+        self_attn_norm: nn.Module,
+        cross_attn_norm: nn.Module,
+        ffn_norm: nn.Module,
+        norm_first: bool = True,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.self_attn, self.cross_attn, self.ffn = self_attn, cross_attn, ffn
         self.self_attn_norm, self.cross_attn_norm = self_attn_norm, cross_attn_norm
@@ -120,11 +147,31 @@ class DecoderBlock(_Residual):
         """x: (B, T, D) target stream; memory: (B, S, D) encoder output (or its projected
         ``memory_kv``); self_mask ~ (B, H, T, T), cross_mask ~ (B, H, T, S).
         ``packing`` / ``memory_packing``: x / memory hold only real tokens."""
-        x, self_w = self._add_norm(x, self.self_attn_norm, lambda h: self.self_attn(
-            h, self_mask, causal=True, positions=positions, cache=cache,
-            need_weights=need_weights, packing=packing))
-        x, cross_w = self._add_norm(x, self.cross_attn_norm, lambda h: self.cross_attn(
-            h, memory, cross_mask, memory_kv=memory_kv, need_weights=need_weights,
-            packing=packing, memory_packing=memory_packing))
+        x, self_w = self._add_norm(
+            x,
+            self.self_attn_norm,
+            lambda h: self.self_attn(
+                h,
+                self_mask,
+                causal=True,
+                positions=positions,
+                cache=cache,
+                need_weights=need_weights,
+                packing=packing,
+            ),
+        )
+        x, cross_w = self._add_norm(
+            x,
+            self.cross_attn_norm,
+            lambda h: self.cross_attn(
+                h,
+                memory,
+                cross_mask,
+                memory_kv=memory_kv,
+                need_weights=need_weights,
+                packing=packing,
+                memory_packing=memory_packing,
+            ),
+        )
         x, _ = self._add_norm(x, self.ffn_norm, self._ffn)
         return BlockOutput(x, self_w, cross_w)

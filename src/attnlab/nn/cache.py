@@ -14,8 +14,17 @@ from torch import Tensor
 class KVCache:
     """Per-layer cache: k (B, H, L, Dk) and v (B, H, L, Dv) buffers and a fill ``length``."""
 
-    def __init__(self, batch_size: int, n_heads: int, max_len: int, d_head: int, d_v: int,
-                 *, dtype: torch.dtype = torch.float32, device: torch.device | None = None):
+    def __init__(
+        self,
+        batch_size: int,
+        n_heads: int,
+        max_len: int,
+        d_head: int,
+        d_v: int,
+        *,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | None = None,
+    ):
         self.k = torch.zeros(batch_size, n_heads, max_len, d_head, dtype=dtype, device=device)
         self.v = torch.zeros(batch_size, n_heads, max_len, d_v, dtype=dtype, device=device)
         self.length = 0
@@ -33,8 +42,8 @@ class KVCache:
                 f"KV cache overflow: {end} positions but the cache holds {self.max_len}; "
                 "allocate a longer cache or slide the window"
             )
-        self.k[:, :, self.length:end] = k
-        self.v[:, :, self.length:end] = v
+        self.k[:, :, self.length : end] = k
+        self.v[:, :, self.length : end] = v
         self.length = end
         return self.k[:, :, :end], self.v[:, :, :end]
 

@@ -33,8 +33,15 @@ ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "gelu_tanh": gelu_tanh, "relu2": 
 class FeedForward(nn.Module):
     """W2 a(W1 h + b1) + b2 with a in {ReLU (000), GELU (exact or tanh), ReLU^2}."""
 
-    def __init__(self, d_model: int, d_ff: int, *, activation: str = "relu", bias: bool = True,
-                 dropout: float = 0.0):
+    def __init__(
+        self,
+        d_model: int,
+        d_ff: int,
+        *,
+        activation: str = "relu",
+        bias: bool = True,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if activation not in ACTIVATIONS:
             raise ValueError(f"unknown activation {activation!r}; choose from {list(ACTIVATIONS)}")

@@ -39,8 +39,22 @@ from attnlab.nn.positional import RotaryPositions, default_positions
 class _HeadsMixin(nn.Module):
     """Shared head bookkeeping: split (B, L, H*Dh) <-> (B, H, L, Dh), the attention call, W^O."""
 
-    def _init_heads(self, d_model, n_heads, d_head, d_v, d_out, bias, out_proj, dropout,
-                    activation, scale, qk_norm, rotary, straight_through):
+    def _init_heads(
+        self,
+        d_model,
+        n_heads,
+        d_head,
+        d_v,
+        d_out,
+        bias,
+        out_proj,
+        dropout,
+        activation,
+        scale,
+        qk_norm,
+        rotary,
+        straight_through,
+    ):
         for name, value in (("d_model", d_model), ("n_heads", n_heads)):
             if not isinstance(value, int) or value <= 0:
                 raise ValueError(f"{name}={value!r} must be a positive int")
@@ -94,9 +108,16 @@ class _HeadsMixin(nn.Module):
     def _attend_heads(self, q, k, v, mask, causal, need_weights=False) -> AttentionOutput:
         """head_h = Attention(q_h, k_h, v_h) for every head at once: (B, H, T, Dv), weights."""
         return scaled_dot_product_attention(
-            q, k, v, mask, causal=causal, scale=self.scale, activation=self.activation,
+            q,
+            k,
+            v,
+            mask,
+            causal=causal,
+            scale=self.scale,
+            activation=self.activation,
             straight_through=self.straight_through,
-            dropout_p=self.dropout if self.training else 0.0, need_weights=need_weights,
+            dropout_p=self.dropout if self.training else 0.0,
+            need_weights=need_weights,
         )
 
     def _grouped_output(self, per_group: list[Tensor], packing: Packing) -> AttentionOutput:
@@ -135,8 +156,21 @@ class SelfAttention(_HeadsMixin):
         straight_through: bool = False,
     ):
         super().__init__()
-        self._init_heads(d_model, n_heads, d_head, d_v, d_out, bias, out_proj, dropout,
-                         activation, scale, qk_norm, rotary, straight_through)
+        self._init_heads(
+            d_model,
+            n_heads,
+            d_head,
+            d_v,
+            d_out,
+            bias,
+            out_proj,
+            dropout,
+            activation,
+            scale,
+            qk_norm,
+            rotary,
+            straight_through,
+        )
         self.qkv_proj = nn.Linear(d_model, n_heads * (2 * self.d_head + self.d_v), bias=bias)
 
     def forward(
@@ -161,8 +195,10 @@ class SelfAttention(_HeadsMixin):
         _check_dtype(x, self.qkv_proj, "x")
         _check_weights_layout(need_weights, packing)
         if packing is not None and cache is not None:
-            raise ValueError("a KV cache cannot be used with a packed batch (decode steps are "
-                             "not packed; pass one or the other)")
+            raise ValueError(
+                "a KV cache cannot be used with a packed batch (decode steps are "
+                "not packed; pass one or the other)"
+            )
         qkv = self.qkv_proj(x)  # (B, T, 2 H*Dk + H*Dv), or (N, .) packed
         if packing is None:
             heads = self._self_attend(qkv, mask, causal, positions, cache, need_weights)
@@ -170,11 +206,20 @@ class SelfAttention(_HeadsMixin):
         if not packing.whole and self.d_v == self.d_head:
             return self._self_attend_groups(qkv, mask, causal, positions, packing)
         # Attention needs the sequence layout: one group of rows at a time (see nn.packing).
-        return self._output_packed([
-            self._self_attend(unpack_group(qkv, g), group_mask(mask, g, g, packing.whole), causal,
-                              group_positions(positions, g, packing.whole), None, need_weights)
-            for g in packing.groups
-        ], packing)
+        return self._output_packed(
+            [
+                self._self_attend(
+                    unpack_group(qkv, g),
+                    group_mask(mask, g, g, packing.whole),
+                    causal,
+                    group_positions(positions, g, packing.whole),
+                    None,
+                    need_weights,
+                )
+                for g in packing.groups
+            ],
+            packing,
+        )
 
     def _self_attend_groups(self, qkv, mask, causal, positions, packing) -> AttentionOutput:
         """Packed qkv (N, 3 H*Dh) -> attention on each row group (nn.packing) -> W^O, (N, Do)."""
@@ -223,8 +268,21 @@ class CrossAttention(_HeadsMixin):
         straight_through: bool = False,
     ):
         super().__init__()
-        self._init_heads(d_model, n_heads, d_head, d_v, d_out, bias, out_proj, dropout,
-                         activation, scale, qk_norm, None, straight_through)
+        self._init_heads(
+            d_model,
+            n_heads,
+            d_head,
+            d_v,
+            d_out,
+            bias,
+            out_proj,
+            dropout,
+            activation,
+            scale,
+            qk_norm,
+            None,
+            straight_through,
+        )
         self.d_memory = d_memory if d_memory is not None else d_model
         self.q_proj = nn.Linear(d_model, n_heads * self.d_head, bias=bias)
         self.kv_proj = nn.Linear(self.d_memory, n_heads * (self.d_head + self.d_v), bias=bias)
@@ -283,11 +341,18 @@ class CrossAttention(_HeadsMixin):
             kv = self._project_kv(memory, packed=True)  # (N_src, H*(Dk+Dv))
             if self.d_v == self.d_head:
                 return self._cross_attend_groups(q, kv, mask, packing, memory_packing)
-            return self._output_packed([
-                self._cross_attend(unpack_group(q, g), self._memory_heads(unpack_group(kv, mg)),
-                                   group_mask(mask, g, mg, False), need_weights)
-                for g, mg in zip(packing.groups, memory_packing.groups)
-            ], packing)
+            return self._output_packed(
+                [
+                    self._cross_attend(
+                        unpack_group(q, g),
+                        self._memory_heads(unpack_group(kv, mg)),
+                        group_mask(mask, g, mg, False),
+                        need_weights,
+                    )
+                    for g, mg in zip(packing.groups, memory_packing.groups)
+                ],
+                packing,
+            )
         if memory_kv is None:
             memory_kv = self.project_memory(memory, memory_packing)
         if packing is None:
@@ -326,8 +391,15 @@ class LoopMultiHeadAttention(nn.Module):
     Slower than the fused form and numerically equal to it (see :meth:`from_fused`).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_head: int, d_v: int, d_out: int | None,
-                 bias: bool = True):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_head: int,
+        d_v: int,
+        d_out: int | None,
+        bias: bool = True,
+    ):
         super().__init__()
         self.q = nn.ModuleList(nn.Linear(d_model, d_head, bias=bias) for _ in range(n_heads))
         self.k = nn.ModuleList(nn.Linear(d_model, d_head, bias=bias) for _ in range(n_heads))
@@ -345,11 +417,14 @@ class LoopMultiHeadAttention(nn.Module):
         b = attn.qkv_proj.bias.detach() if bias else None
         with torch.no_grad():
             for i in range(h):
-                for lin, start, d in ((loop.q[i], i * dk, dk), (loop.k[i], h * dk + i * dk, dk),
-                                      (loop.v[i], 2 * h * dk + i * dv, dv)):
-                    lin.weight.copy_(w[start:start + d])
+                for lin, start, d in (
+                    (loop.q[i], i * dk, dk),
+                    (loop.k[i], h * dk + i * dk, dk),
+                    (loop.v[i], 2 * h * dk + i * dv, dv),
+                ):
+                    lin.weight.copy_(w[start : start + d])
                     if bias:
-                        lin.bias.copy_(b[start:start + d])
+                        lin.bias.copy_(b[start : start + d])
             if d_out is not None:
                 loop.out_proj.load_state_dict(attn.out_proj.state_dict())
         return loop
@@ -368,8 +443,10 @@ class LoopMultiHeadAttention(nn.Module):
 
 def _check_weights_layout(need_weights: bool, packing: Packing | None) -> None:
     if need_weights and packing is not None and not packing.whole:
-        raise ValueError("attention weights (B, H, T, S) need the batch packed as one group "
-                         "(make_packing without row groups)")
+        raise ValueError(
+            "attention weights (B, H, T, S) need the batch packed as one group "
+            "(make_packing without row groups)"
+        )
 
 
 def _check_input(x: Tensor, width: int, name: str, packed: bool = False) -> None:

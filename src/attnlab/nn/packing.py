@@ -121,7 +121,7 @@ def unpack_group(x: Tensor, group: Group) -> Tensor:
     """The group's slice of packed (N, D) -> (b, T_g, D), zeros at padding positions."""
     b, d = group.rows.numel(), x.size(-1)
     out = x.new_zeros(b * group.length, d)
-    out = out.index_copy(0, group.index, x[group.start:group.end])
+    out = out.index_copy(0, group.index, x[group.start : group.end])
     return out.view(b, group.length, d)
 
 
@@ -158,7 +158,7 @@ def grouped_heads(x: Tensor, packing: Packing, parts: int, n_heads: int) -> list
     sizes = [r.numel() for r in rows] * parts
     out = [blk.view(shape) for blk, shape in zip(blocks.split(sizes), shapes * parts)]
     k = len(packing.groups)
-    return [out[part * k:(part + 1) * k] for part in range(parts)]
+    return [out[part * k : (part + 1) * k] for part in range(parts)]
 
 
 def packed_heads(per_group: list[Tensor], packing: Packing) -> Tensor:

@@ -21,8 +21,9 @@ import torch
 from torch import Tensor, nn
 
 
-def sinusoidal_table(positions: Tensor, d: int, base: float = 10000.0,
-                     dtype: torch.dtype = torch.float32) -> Tensor:
+def sinusoidal_table(
+    positions: Tensor, d: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> Tensor:
     """PE(n, 2i) = sin(n / base^(2i/d)), PE(n, 2i+1) = cos(n / base^(2i/d))   (004 eq. 16).
 
     positions: (...) integer or float -> (..., d) in ``dtype`` (computed in float64). Odd d ends
@@ -125,8 +126,13 @@ class RotaryPositions(nn.Module):
         # Inference tensors carry no version counter, so in-place edits would go unseen: no cache.
         cacheable = not (torch.compiler.is_compiling() or positions.is_inference())
         last = self._last
-        if (cacheable and last is not None and last[0] is positions
-                and last[1] == positions._version and last[2] == dtype):
+        if (
+            cacheable
+            and last is not None
+            and last[0] is positions
+            and last[1] == positions._version
+            and last[2] == dtype
+        ):
             return last[3], last[4]
         i2 = torch.arange(0, self.d_head, 2, dtype=torch.float64, device=positions.device)
         inv_freq = self.base ** (-i2 / self.d_head)  # theta_i, (Dh/2,), float64 for exactness

@@ -175,8 +175,12 @@ class PairData(TaskData):
         return collate_pairs(items, tok.pad_id, tok.bos_id, tok.eos_id)
 
     def train_batch(self, step: int, batch_size: int, shard: int = 0, shards: int = 1) -> Any:
-        return self._collate([self.train_ids[i] for i in
-                              _shard_indices(self.stream, step, batch_size, shard, shards)])
+        return self._collate(
+            [
+                self.train_ids[i]
+                for i in _shard_indices(self.stream, step, batch_size, shard, shards)
+            ]
+        )
 
     def val_batches(self, batch_size: int, max_batches: int) -> list[Any]:
         n = min(len(self.val_ids), batch_size * max_batches)
