@@ -7,9 +7,10 @@
         finished rows keep producing ``pad`` (their outputs are masked out) until all are done.
 
 Per step the work is the model call, the sampler, and a few (R,)-sized tensor ops; text is decoded
-only when stop strings or a text stream ask for it. :meth:`DecodeLoop.step` runs under
-``torch.inference_mode`` itself, so a stream that yields between steps never leaves the caller in
-inference mode.
+only when stop strings or a text stream ask for it, and rows are masked only when they can finish
+early (stop tokens or strings). :meth:`DecodeLoop.step` runs under ``torch.inference_mode``
+itself, so a stream that yields between steps never leaves the caller in inference mode;
+:meth:`DecodeLoop.run` enters it once for the whole loop.
 
 Shapes: R rows, N max new tokens, V vocabulary.
 """
@@ -60,20 +61,48 @@ class DecodeLoop:
             if tokenizer is None:
                 raise ValueError("stop strings and text streaming need a tokenizer to decode")
             self.rows_text = [TextRow(tokenizer, config.stop_strings) for _ in range(rows)]
+        # Rows can finish early only with stop tokens or stop strings; without them every row keeps
+        # every token, and the per-step masking below (4 tensor ops) is skipped.
+        self.may_stop = self.stop is not None or self.rows_text is not None
+        self.every_row = torch.ones(rows, dtype=torch.bool, device=device)  # `kept` then
         self.logits: list[Tensor] | None = [] if keep_logits else None
         self.steps = 0
         self.finished = False
         self._next_logits: Tensor | None = None
 
-    @torch.inference_mode()
     def step(self) -> tuple[Tensor, Tensor] | None:
         """One new token per row: (tokens (R,), kept (R,) bool), or None when generation is over."""
+        with torch.inference_mode():
+            return self._step()
+
+    def run(self) -> None:
+        with torch.inference_mode():  # entered once, not per token
+            while self._step() is not None:
+                pass
+
+    def _step(self) -> tuple[Tensor, Tensor] | None:
         if self.finished:
             return None
         logits = self.stepper.start() if self.steps == 0 else self._next_logits
         if self.logits is not None:
             self.logits.append(logits.float().clone())  # (R, V) raw model logits
         nxt = choose_next(logits, self.config, self.seen, self.generator)  # (R,)
+        kept = self.every_row
+        if self.may_stop:
+            nxt, kept = self._stop_rows(nxt)
+        self.out[:, self.steps] = nxt
+        if self.seen is not None:
+            self.seen[torch.arange(nxt.size(0)), nxt] = True
+        self.steps += 1
+        if self.steps == self.config.max_new_tokens or (self.may_stop and bool(self.done.all())):
+            self._finish()
+        else:
+            self._next_logits = self.stepper.advance(nxt)
+        return nxt, kept
+
+    def _stop_rows(self, nxt: Tensor) -> tuple[Tensor, Tensor]:
+        """Finished rows emit pad; a stop token finishes its row (not kept), a completed stop
+        string finishes it after its last token (kept). Returns (tokens (R,), kept (R,))."""
         nxt = nxt.masked_fill(self.done, self.pad_id)
         kept = ~self.done
         if self.stop is not None:
@@ -83,22 +112,10 @@ class DecodeLoop:
                     self.reasons[r] = "stop_token"
                 kept = kept & ~hit
                 self.done |= hit
-        self.out[:, self.steps] = nxt
         self.count += kept
-        if self.seen is not None:
-            self.seen[torch.arange(nxt.size(0)), nxt] = True
         if self.rows_text is not None:
             self._push_text(nxt, kept)
-        self.steps += 1
-        if self.steps == self.config.max_new_tokens or bool(self.done.all()):
-            self._finish()
-        else:
-            self._next_logits = self.stepper.advance(nxt)
         return nxt, kept
-
-    def run(self) -> None:
-        while self.step() is not None:
-            pass
 
     def _push_text(self, nxt: Tensor, kept: Tensor) -> None:
         for r in kept.nonzero().flatten().tolist():
@@ -116,7 +133,7 @@ class DecodeLoop:
 
     # Results -------------------------------------------------------------------------------
     def tokens(self) -> list[list[int]]:
-        counts = self.count.tolist()
+        counts = self.count.tolist() if self.may_stop else [self.steps] * self.count.numel()
         return [row[:c] for row, c in zip(self.out.tolist(), counts, strict=True)]
 
     def result(self, prompts: list[list[int]], tokenizer: Any | None) -> GenerationResult:
