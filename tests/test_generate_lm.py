@@ -153,12 +153,11 @@ def test_stop_tokens_end_rows_independently(lm):
         assert res.tokens[1] == free[1] and res.finish_reasons[1] == "length"
 
 
-def test_rows_that_cannot_stop_skip_the_masking_and_keep_every_token(lm):
+def test_rows_keep_every_token_until_one_finishes(lm):
     from attnlab.generate.lm import lm_loop
 
     prompts = [[5, 6, 7], [9, 8]]
     free, _ = lm_loop(lm, prompts, GREEDY.replace(stop_token_ids=()), None)
-    assert not free.may_stop
     steps = []
     while (step := free.step()) is not None:
         steps.append(step)
@@ -168,7 +167,6 @@ def test_rows_that_cannot_stop_skip_the_masking_and_keep_every_token(lm):
     assert [len(t) for t in tokens] == [GREEDY.max_new_tokens] * 2
     unused = next(i for i in range(3, 40) if all(i not in t for t in tokens))
     masked, _ = lm_loop(lm, prompts, GREEDY.replace(stop_token_ids=(unused,)), None)
-    assert masked.may_stop
     masked.run()
     assert masked.tokens() == tokens and masked.reasons == ["length", "length"]
     assert not torch.is_inference_mode_enabled()

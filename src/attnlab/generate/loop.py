@@ -7,8 +7,8 @@
         finished rows keep producing ``pad`` (their outputs are masked out) until all are done.
 
 Per step the work is the model call, the sampler, and a few (R,)-sized tensor ops; text is decoded
-only when stop strings or a text stream ask for it, and rows are masked only when they can finish
-early (stop tokens or strings). :meth:`DecodeLoop.step` runs under ``torch.inference_mode``
+only when stop strings or a text stream ask for it, and finished rows are masked only once there
+are some. :meth:`DecodeLoop.step` runs under ``torch.inference_mode``
 itself, so a stream that yields between steps never leaves the caller in inference mode;
 :meth:`DecodeLoop.run` enters it once for the whole loop.
 
@@ -47,8 +47,10 @@ class DecodeLoop:
         rows, n = stepper.rows, config.max_new_tokens
         device = stepper.ids.device
         self.out = torch.full((rows, n), pad_id, dtype=torch.long, device=device)  # (R, N)
-        self.count = torch.zeros(rows, dtype=torch.long, device=device)  # kept tokens per row
         self.done = torch.zeros(rows, dtype=torch.bool, device=device)  # (R,)
+        self.kept_len: list[int | None] = [None] * rows  # tokens kept by each finished row
+        self.n_done = 0
+        self.every_row = torch.ones(rows, dtype=torch.bool, device=device)  # `kept` while none done
         self.reasons = ["length"] * rows
         self.stop = torch.tensor(stop_ids, dtype=torch.long, device=device) if stop_ids else None
         self.seed = seed
@@ -61,10 +63,6 @@ class DecodeLoop:
             if tokenizer is None:
                 raise ValueError("stop strings and text streaming need a tokenizer to decode")
             self.rows_text = [TextRow(tokenizer, config.stop_strings) for _ in range(rows)]
-        # Rows can finish early only with stop tokens or stop strings; without them every row keeps
-        # every token, and the per-step masking below (4 tensor ops) is skipped.
-        self.may_stop = self.stop is not None or self.rows_text is not None
-        self.every_row = torch.ones(rows, dtype=torch.bool, device=device)  # `kept` then
         self.logits: list[Tensor] | None = [] if keep_logits else None
         self.steps = 0
         self.finished = False
@@ -87,14 +85,12 @@ class DecodeLoop:
         if self.logits is not None:
             self.logits.append(logits.float().clone())  # (R, V) raw model logits
         nxt = choose_next(logits, self.config, self.seen, self.generator)  # (R,)
-        kept = self.every_row
-        if self.may_stop:
-            nxt, kept = self._stop_rows(nxt)
+        nxt, kept = self._stop_rows(nxt)
         self.out[:, self.steps] = nxt
         if self.seen is not None:
             self.seen[torch.arange(nxt.size(0)), nxt] = True
         self.steps += 1
-        if self.steps == self.config.max_new_tokens or (self.may_stop and bool(self.done.all())):
+        if self.steps == self.config.max_new_tokens or self.n_done == len(self.reasons):
             self._finish()
         else:
             self._next_logits = self.stepper.advance(nxt)
@@ -102,26 +98,32 @@ class DecodeLoop:
 
     def _stop_rows(self, nxt: Tensor) -> tuple[Tensor, Tensor]:
         """Finished rows emit pad; a stop token finishes its row (not kept), a completed stop
-        string finishes it after its last token (kept). Returns (tokens (R,), kept (R,))."""
-        nxt = nxt.masked_fill(self.done, self.pad_id)
-        kept = ~self.done
+        string finishes it after its last token (kept). Returns (tokens (R,), kept (R,)).
+
+        Which rows are done is also tracked in Python, so until one is, a step costs no masking
+        and, with stop tokens, one ``isin`` and one host read.
+        """
+        kept = self.every_row
+        if self.n_done:
+            nxt = nxt.masked_fill(self.done, self.pad_id)
+            kept = ~self.done
         if self.stop is not None:
-            hit = torch.isin(nxt, self.stop) & kept
+            hit = torch.isin(nxt, self.stop)
             if bool(hit.any()):
+                hit &= kept
                 for r in hit.nonzero().flatten().tolist():
-                    self.reasons[r] = "stop_token"
+                    self._end_row(r, "stop_token", kept_tokens=self.steps)
                 kept = kept & ~hit
-                self.done |= hit
-        self.count += kept
         if self.rows_text is not None:
-            self._push_text(nxt, kept)
+            for r in kept.nonzero().flatten().tolist():
+                if self.rows_text[r].push(int(nxt[r])):
+                    self._end_row(r, "stop_string", kept_tokens=self.steps + 1)
         return nxt, kept
 
-    def _push_text(self, nxt: Tensor, kept: Tensor) -> None:
-        for r in kept.nonzero().flatten().tolist():
-            if self.rows_text[r].push(int(nxt[r])):
-                self.reasons[r] = "stop_string"
-                self.done[r] = True
+    def _end_row(self, r: int, reason: str, kept_tokens: int) -> None:
+        self.reasons[r], self.kept_len[r] = reason, kept_tokens
+        self.done[r] = True
+        self.n_done += 1
 
     def _finish(self) -> None:
         self.finished = True
@@ -133,7 +135,7 @@ class DecodeLoop:
 
     # Results -------------------------------------------------------------------------------
     def tokens(self) -> list[list[int]]:
-        counts = self.count.tolist() if self.may_stop else [self.steps] * self.count.numel()
+        counts = [self.steps if n is None else n for n in self.kept_len]
         return [row[:c] for row, c in zip(self.out.tolist(), counts, strict=True)]
 
     def result(self, prompts: list[list[int]], tokenizer: Any | None) -> GenerationResult:
