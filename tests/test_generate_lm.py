@@ -408,6 +408,25 @@ def test_compiled_generation_replays_the_graph_and_keeps_the_eager_tokens(lm, re
         assert n - 4 <= replays[0] <= n - 3
 
 
+def test_compiled_models_of_other_widths_in_one_process_each_keep_their_eager_tokens(replays):
+    """The compiled step is shared by a class: a second model with other widths and depth makes
+    dynamo recompile (with symbolic head sizes), and each model, in turn, still replays its own
+    graph and matches its eager tokens and logits."""
+    torch.manual_seed(4)
+    narrow = tiny_lm("learned")
+    cfg = ModelConfig(kind="decoder_lm", vocab_size=40, d_model=48, n_heads=2, n_layers=3)
+    wide = spread(build_model(cfg))
+    prompt, cfg = [3, 4, 5, 6, 7], GREEDY.replace(max_new_tokens=20)
+    for model in (narrow, wide, narrow, wide):
+        eager = generate(model, [prompt], cfg, return_logits=True)
+        replays[0] = 0
+        compiled = generate(model, [prompt], cfg.replace(compile=True), return_logits=True)
+        assert compiled.tokens == eager.tokens
+        torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
+                                   atol=1e-5, rtol=1e-5)  # fmt: skip
+        assert replays[0] > 0
+
+
 def test_replay_stops_at_a_window_slide_and_resumes_on_the_new_cache(replays):
     torch.manual_seed(9)
     model = tiny_lm("learned", max_len=16)
