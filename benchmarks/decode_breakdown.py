@@ -69,10 +69,10 @@ def breakdown(shape: LMShape, prompt: int = PROMPT, new: int = NEW, rounds: int 
             t0 = time.perf_counter()
             for i in range(new - 1):
                 if kind == "full":
-                    out = steppers._with_dict_tag_guards(step, model, token, cache=cache)
+                    out = steppers._with_step_config(step, model, token, cache=cache)
                 elif kind == "no-guards":
                     with torch.compiler.set_stance("default", skip_guard_eval_unsafe=True):
-                        out = steppers._with_dict_tag_guards(step, model, token, cache=cache)
+                        out = steppers._with_step_config(step, model, token, cache=cache)
                 elif kind == "direct":
                     out = seen["fn"](*recorded[i])
                 else:

@@ -372,9 +372,21 @@ def test_compiled_batch_one_step_matches_eager_and_compiles_a_bounded_number_of_
     assert torch._dynamo.config.use_recursive_dict_tags_for_guards is False  # only around calls
 
 
+def test_the_step_config_is_switched_on_only_around_the_compiled_calls():
+    from attnlab.generate.steppers import STEP_RECOMPILE_LIMIT, _with_step_config
+
+    config = torch._dynamo.config
+    outside = (config.recompile_limit, config.use_recursive_dict_tags_for_guards)
+    seen = _with_step_config(
+        lambda: (config.recompile_limit, config.use_recursive_dict_tags_for_guards)
+    )
+    assert seen == (max(outside[0], STEP_RECOMPILE_LIMIT), True)
+    assert (config.recompile_limit, config.use_recursive_dict_tags_for_guards) == outside
+
+
 def test_compiled_step_follows_a_model_changed_in_place(lm):
     """The compiled step's guards check the module tree by dictionary tags (see
-    ``steppers._with_dict_tag_guards``); a model whose parameters were swapped through ``.data``
+    ``steppers._with_step_config``); a model whose parameters were swapped through ``.data``
     (what ``model.double()`` does) or rescaled in place must still give its own eager result."""
     import copy
 

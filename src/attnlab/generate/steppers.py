@@ -394,28 +394,43 @@ def compiled_step(model: torch.nn.Module, method: str) -> Callable[..., Any]:
     key = (type(model), method)
     if key not in _COMPILED:
         _COMPILED[key] = torch.compile(getattr(type(model), method), backend=_CAPTURE)
-    return functools.partial(_with_dict_tag_guards, _COMPILED[key], model)
+    return functools.partial(_with_step_config, _COMPILED[key], model)
 
 
-def _with_dict_tag_guards(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """Call ``step`` with dynamo's recursive dict-tag guards on for the graphs it compiles.
+# Graphs dynamo may keep for the step's function (per class, shared by its models). Each model
+# shape needs 2-3 (the first step's static shapes, then a dynamic cache length, maybe a dynamic
+# buffer size); dynamo's default of 8 is reached after a few models, and beyond it every new shape
+# would silently run eager, with no error.
+STEP_RECOMPILE_LIMIT = 64
 
-    Dynamo guards every parameter of the model on each call (~0.24 ms per token for the 6-layer
-    width-384 LM, profiled); with ``use_recursive_dict_tags_for_guards`` an unchanged module tree
-    is checked by its dictionaries' version tags instead (~0.13 ms). The setting is read when a
-    graph's guards are built, so it is switched on only around these calls, not for the process.
-    A model changed in place between calls (``model.double()``, which swaps ``.data``; rescaled
-    parameters) still gets its own result (tested).
+
+def _with_step_config(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """Call ``step`` with the dynamo settings of the decode step, switched on only around it.
+
+    * Recursive dict-tag guards. Dynamo guards every parameter of the model on each call (~0.24
+      ms per token for the 6-layer width-384 LM, profiled); with
+      ``use_recursive_dict_tags_for_guards`` an unchanged module tree is checked by its
+      dictionaries' version tags instead (~0.13 ms). The setting is read when a graph's guards
+      are built. A model changed in place between calls (``model.double()``, which swaps
+      ``.data``; rescaled parameters) still gets its own result (tested).
+    * A recompile limit of at least :data:`STEP_RECOMPILE_LIMIT` for the step's function.
+
+    Neither is set for the process, only for these calls.
     """
     config = torch._dynamo.config
-    if not hasattr(config, "use_recursive_dict_tags_for_guards"):  # older torch: plain guards
-        return step(*args, **kwargs)
-    before = config.use_recursive_dict_tags_for_guards
-    config.use_recursive_dict_tags_for_guards = True
+    changes: dict[str, Any] = {}
+    if hasattr(config, "use_recursive_dict_tags_for_guards"):  # older torch: plain guards
+        changes["use_recursive_dict_tags_for_guards"] = True
+    limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    changes[limit] = max(getattr(config, limit), STEP_RECOMPILE_LIMIT)
+    before = {name: getattr(config, name) for name in changes}
+    for name, value in changes.items():
+        setattr(config, name, value)
     try:
         return step(*args, **kwargs)
     finally:
-        config.use_recursive_dict_tags_for_guards = before
+        for name, value in before.items():
+            setattr(config, name, value)
 
 
 def _device(model: torch.nn.Module) -> torch.device:
