@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from attnlab.config import ModelConfig
 from attnlab.nn.cache import KVCache
 
 
@@ -25,6 +26,26 @@ class TransformerCache:
         self.has_padding = False
         self.memory_kv: list[tuple[Tensor, Tensor]] | None = None  # per decoder layer
         self.src_mask: Tensor | None = None  # (B, S)
+
+    @classmethod
+    def empty(
+        cls, cfg: ModelConfig, n_layers: int, batch_size: int, max_len: int, like: Tensor
+    ) -> TransformerCache:
+        """A fresh cache of ``n_layers`` KV buffers for ``max_len`` positions, in ``like``'s dtype
+        and device (the model's parameters)."""
+        layers = [
+            KVCache(
+                batch_size,
+                cfg.n_heads,
+                max_len,
+                cfg.head_dim,
+                cfg.value_dim,
+                dtype=like.dtype,
+                device=like.device,
+            )
+            for _ in range(n_layers)
+        ]
+        return cls(layers, batch_size, max_len, like.device)
 
     @property
     def length(self) -> int:

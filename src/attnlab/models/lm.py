@@ -28,7 +28,6 @@ from attnlab.models.layers import (
     make_causal_block,
     make_final_norm,
 )
-from attnlab.nn.cache import KVCache
 from attnlab.nn.packing import make_packing, pack, unpack
 from attnlab.nn.positional import default_positions
 
@@ -104,17 +103,6 @@ class DecoderLM(LanguageModel):
 
     def new_cache(self, batch_size: int, max_len: int | None = None) -> TransformerCache:
         max_len = max_len or self.max_len
-        param = self.lm_head.weight
-        layers = [
-            KVCache(
-                batch_size,
-                self.cfg.n_heads,
-                max_len,
-                self.cfg.head_dim,
-                self.cfg.value_dim,
-                dtype=param.dtype,
-                device=param.device,
-            )
-            for _ in self.blocks
-        ]
-        return TransformerCache(layers, batch_size, max_len, param.device)
+        return TransformerCache.empty(
+            self.cfg, len(self.blocks), batch_size, max_len, self.lm_head.weight
+        )

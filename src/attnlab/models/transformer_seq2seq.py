@@ -32,7 +32,6 @@ from attnlab.models.layers import (
     make_final_norm,
     ones_mask,
 )
-from attnlab.nn.cache import KVCache
 from attnlab.nn.packing import length_groups, make_packing, pack, row_major, unpack
 from attnlab.nn.positional import default_positions
 
@@ -138,19 +137,6 @@ class TransformerEncoderDecoder(Seq2SeqModel):
     def new_cache(self, encoded: Encoded, max_len: int | None = None) -> TransformerCache:
         max_len = max_len or self.max_len
         b = encoded.memory.size(0)
-        param = self.lm_head.weight
-        layers = [
-            KVCache(
-                b,
-                self.cfg.n_heads,
-                max_len,
-                self.cfg.head_dim,
-                self.cfg.value_dim,
-                dtype=param.dtype,
-                device=param.device,
-            )
-            for _ in self.blocks
-        ]
-        cache = TransformerCache(layers, b, max_len, param.device)
+        cache = TransformerCache.empty(self.cfg, len(self.blocks), b, max_len, self.lm_head.weight)
         cache.src_mask = encoded.src_mask
         return cache
