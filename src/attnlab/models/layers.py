@@ -49,10 +49,9 @@ class Embeddings(nn.Module):
         return self.drop(self.pos_enc(x, positions))
 
 
-def make_self_attention(cfg: ModelConfig, rotary: RotaryPositions | None) -> SelfAttention:
-    return SelfAttention(
-        cfg.d_model,
-        cfg.n_heads,
+def _attention_options(cfg: ModelConfig) -> dict:
+    """The ModelConfig fields that every attention layer of a model shares."""
+    return dict(
         d_head=cfg.d_head,
         d_v=cfg.d_v,
         bias=cfg.bias,
@@ -61,28 +60,17 @@ def make_self_attention(cfg: ModelConfig, rotary: RotaryPositions | None) -> Sel
         activation=cfg.attention,
         scale=cfg.scale_logits,
         qk_norm=cfg.qk_norm,
-        rotary=rotary,
         d_out=cfg.d_model,
         straight_through=cfg.straight_through,
     )
+
+
+def make_self_attention(cfg: ModelConfig, rotary: RotaryPositions | None) -> SelfAttention:
+    return SelfAttention(cfg.d_model, cfg.n_heads, rotary=rotary, **_attention_options(cfg))
 
 
 def make_cross_attention(cfg: ModelConfig, d_memory: int | None = None) -> CrossAttention:
-    return CrossAttention(
-        cfg.d_model,
-        cfg.n_heads,
-        d_memory=d_memory,
-        d_head=cfg.d_head,
-        d_v=cfg.d_v,
-        bias=cfg.bias,
-        out_proj=cfg.out_proj,
-        dropout=cfg.dropout,
-        activation=cfg.attention,
-        scale=cfg.scale_logits,
-        qk_norm=cfg.qk_norm,
-        d_out=cfg.d_model,
-        straight_through=cfg.straight_through,
-    )
+    return CrossAttention(cfg.d_model, cfg.n_heads, d_memory=d_memory, **_attention_options(cfg))
 
 
 def _norm(cfg: ModelConfig) -> nn.Module:
