@@ -339,15 +339,20 @@ def test_bad_input_errors_name_the_problem(lm):
         generate(lm, [1, 2], GREEDY)  # a normal call warns about nothing
 
 
+def assert_compiled_matches_eager(model, prompts, config, tol: float | None = 1e-5) -> None:
+    """generate() with config.replace(compile=True) gives the eager tokens, and logits equal to
+    ``tol`` (None: assert_close's defaults for the dtype)."""
+    eager = generate(model, prompts, config, return_logits=True)
+    compiled = generate(model, prompts, config.replace(compile=True), return_logits=True)
+    assert compiled.tokens == eager.tokens
+    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
+                               atol=tol, rtol=tol)  # fmt: skip
+
+
 def test_compiled_decode_step_gives_the_eager_tokens_and_logits(lm):
     """compile=True: the same greedy tokens and (to 1e-5) logits for a left-padded batch."""
     prompts = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12]]
-    eager = generate(lm, prompts, GREEDY.replace(max_new_tokens=30), return_logits=True)
-    compiled = generate(lm, prompts, GREEDY.replace(max_new_tokens=30, compile=True),
-                        return_logits=True)  # fmt: skip
-    assert compiled.tokens == eager.tokens
-    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
-                               atol=1e-5, rtol=1e-5)  # fmt: skip
+    assert_compiled_matches_eager(lm, prompts, GREEDY.replace(max_new_tokens=30))
     with pytest.raises(ValueError, match="--compile.*--no-cache"):
         GenerationConfig(compile=True, use_cache=False)
 
@@ -360,13 +365,8 @@ def test_compiled_batch_one_step_matches_eager_and_compiles_a_bounded_number_of_
     from torch._dynamo.utils import counters
 
     prompt = [3, 4, 5, 6, 7, 8]
-    eager = generate(lm, [prompt], GREEDY.replace(max_new_tokens=40), return_logits=True)
-    before = counters["stats"]["unique_graphs"]
-    compiled = generate(lm, [prompt], GREEDY.replace(max_new_tokens=40, compile=True),
-                        return_logits=True)  # fmt: skip
-    assert compiled.tokens == eager.tokens
-    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
-                               atol=1e-5, rtol=1e-5)  # fmt: skip
+    before = counters["stats"]["unique_graphs"]  # eager generation compiles nothing
+    assert_compiled_matches_eager(lm, [prompt], GREEDY.replace(max_new_tokens=40))
     generate(lm, [prompt[:3]], GREEDY.replace(max_new_tokens=25, compile=True))
     assert counters["stats"]["unique_graphs"] - before <= 3
     assert torch._dynamo.config.use_recursive_dict_tags_for_guards is False  # only around calls
@@ -398,10 +398,7 @@ def test_compiled_step_follows_a_model_changed_in_place(lm):
         model.double()
         for p in model.parameters():
             p.mul_(1.5)
-    eager = generate(model, [prompt], config, return_logits=True)
-    compiled = generate(model, [prompt], config.replace(compile=True), return_logits=True)
-    assert compiled.tokens == eager.tokens
-    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits))
+    assert_compiled_matches_eager(model, [prompt], config, tol=None)
 
 
 def test_compiled_generation_replays_the_graph_and_keeps_the_eager_tokens(lm, replays):
@@ -409,12 +406,8 @@ def test_compiled_generation_replays_the_graph_and_keeps_the_eager_tokens(lm, re
     greedy and seeded-sampling tokens as eager, logits to 1e-5."""
     prompt, n = [3, 4, 5, 6, 7, 8], 30
     for config in (GREEDY.replace(max_new_tokens=n), GenerationConfig(max_new_tokens=n, seed=5)):
-        eager = generate(lm, [prompt], config, return_logits=True)
         replays[0] = 0
-        compiled = generate(lm, [prompt], config.replace(compile=True), return_logits=True)
-        assert compiled.tokens == eager.tokens
-        torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
-                                   atol=1e-5, rtol=1e-5)  # fmt: skip
+        assert_compiled_matches_eager(lm, [prompt], config)
         # n - 1 steps after the prefill; the first two (three while shapes become dynamic) are
         # recorded through dynamo
         assert n - 4 <= replays[0] <= n - 3
@@ -430,12 +423,8 @@ def test_compiled_models_of_other_widths_in_one_process_each_keep_their_eager_to
     wide = spread(build_model(cfg))
     prompt, cfg = [3, 4, 5, 6, 7], GREEDY.replace(max_new_tokens=20)
     for model in (narrow, wide, narrow, wide):
-        eager = generate(model, [prompt], cfg, return_logits=True)
         replays[0] = 0
-        compiled = generate(model, [prompt], cfg.replace(compile=True), return_logits=True)
-        assert compiled.tokens == eager.tokens
-        torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
-                                   atol=1e-5, rtol=1e-5)  # fmt: skip
+        assert_compiled_matches_eager(model, [prompt], cfg)
         assert replays[0] > 0
 
 
@@ -443,11 +432,7 @@ def test_replay_stops_at_a_window_slide_and_resumes_on_the_new_cache(replays):
     torch.manual_seed(9)
     model = tiny_lm("learned", max_len=16)
     prompt, cfg = list(range(3, 15)), GREEDY.replace(max_new_tokens=40)
-    eager = generate(model, [prompt], cfg, return_logits=True)
-    compiled = generate(model, [prompt], cfg.replace(compile=True), return_logits=True)
-    assert compiled.tokens == eager.tokens
-    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
-                               atol=1e-5, rtol=1e-5)  # fmt: skip
+    assert_compiled_matches_eager(model, [prompt], cfg)
     # 39 steps, 5 slides (each a prefill, then two recorded steps): some replays, not all
     assert 0 < replays[0] < 39 - 5
 
