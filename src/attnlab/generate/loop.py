@@ -8,9 +8,9 @@
 
 Per step the work is the model call, the sampler, and a few (R,)-sized tensor ops; text is decoded
 only when stop strings or a text stream ask for it, and finished rows are masked only once there
-are some. :meth:`DecodeLoop.step` runs under ``torch.inference_mode``
-itself, so a stream that yields between steps never leaves the caller in inference mode;
-:meth:`DecodeLoop.run` enters it once for the whole loop.
+are some. :meth:`DecodeLoop.step` runs under ``torch.inference_mode`` itself, so a stream that
+yields between steps never leaves the caller in inference mode; :meth:`DecodeLoop.run` enters it
+once for the whole loop.
 
 Shapes: R rows, N max new tokens, V vocabulary.
 """
