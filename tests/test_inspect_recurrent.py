@@ -180,7 +180,7 @@ def test_replacing_an_rnn_state_changes_only_later_positions():
 def test_capture_during_generation_records_every_step():
     model = _seq2seq()
     src, mask, _ = _batch()
-    config = GenerationConfig(max_new_tokens=4, bos_token_id=1, stop_token_ids=())
+    config = GenerationConfig(max_new_tokens=4, temperature=0.0, bos_token_id=1, stop_token_ids=())
     with inspect.capture(model, ["alpha", "v"]) as cache:
         attnlab.generate_seq2seq(model, src[:1].tolist(), config)
     steps = cache.calls("alpha")

@@ -37,14 +37,31 @@ class InspectError(UserError, ValueError):
 
 def hook_points(model: nn.Module) -> dict[str, HookPoint]:
     """Every named activation of ``model``: {public name: its HookPoint}, in forward order of the
-    module tree (embeddings, then layer by layer)."""
+    module tree (embeddings, then layer by layer). Points this model never reaches (the rotated
+    Q_rot, K_rot without rotary positions; P where no signal is added) are left out, so that
+    asking for them is an error rather than a silent no-op."""
     if not isinstance(model, nn.Module):
         raise InspectError(f"attnlab.inspect needs a torch.nn.Module, got {type(model).__name__}")
-    return {
-        hook_name(path): module
-        for path, module in model.named_modules()
-        if isinstance(module, HookPoint)
-    }
+    points = {}
+    for owner_path, owner in model.named_modules():
+        for attr, child in owner._modules.items():
+            if isinstance(child, HookPoint) and not _dormant(owner, attr):
+                points[hook_name(f"{owner_path}.{attr}" if owner_path else attr)] = child
+    return points
+
+
+def _dormant(owner: nn.Module, attr: str) -> bool:
+    """True for a point its owner never calls in this configuration."""
+    if attr in ("hook_Q_rot", "hook_K_rot"):
+        return getattr(owner, "rotary", None) is None
+    if attr == "hook_P" and hasattr(owner, "pos_enc"):
+        from attnlab.nn import positional
+
+        base = getattr(positional, "Positions", None)  # its signal is None: nothing is added
+        signal = getattr(type(owner.pos_enc), "signal", None)
+        rotary = isinstance(owner.pos_enc, positional.RotaryPositions)
+        return rotary or signal is None or (base is not None and signal is base.signal)
+    return False
 
 
 def activation_names(model: nn.Module, names: Selection = None) -> list[str]:
