@@ -8,23 +8,13 @@ import torch
 from torch import nn
 
 from attnlab import inspect
-from attnlab.config import ModelConfig
 from attnlab.errors import UserError
-from attnlab.models.build import build_model
 from attnlab.nn.hooks import HookPoint
+from test_recurrent_seq2seq import _model as _recurrent_seq2seq
 
 
 def _seq2seq():
-    cfg = ModelConfig(
-        kind="lstm_seq2seq",
-        vocab_size=9,
-        tgt_vocab_size=7,
-        d_model=4,
-        n_layers=1,
-        rnn_attention="additive",
-        d_attn=3,
-    )
-    return build_model(cfg).eval()
+    return _recurrent_seq2seq(n_layers=1)
 
 
 def _inputs():

@@ -14,35 +14,13 @@ from attnlab import reference as ref
 from attnlab.config import ModelConfig
 from attnlab.generate import GenerationConfig
 from attnlab.models.build import build_model
-
-V_SRC, V_TGT, D = 9, 7, 4
-
-
-def _seq2seq(**changes):
-    settings = dict(
-        kind="lstm_seq2seq",
-        vocab_size=V_SRC,
-        tgt_vocab_size=V_TGT,
-        d_model=D,
-        n_layers=2,
-        rnn_attention="additive",
-        d_attn=3,
-    )
-    return build_model(ModelConfig(**{**settings, **changes})).eval()
+from test_recurrent_seq2seq import V_SRC, D, _batch
+from test_recurrent_seq2seq import _model as _seq2seq
 
 
 def _rnn_lm(**changes):
     cfg = dict(kind="rnn_lm", vocab_size=V_SRC, d_model=D, n_layers=2)
     return build_model(ModelConfig(**{**cfg, **changes})).eval()
-
-
-def _batch(b: int = 3, s: int = 6, t: int = 5):
-    src = torch.randint(1, V_SRC, (b, s))
-    mask = torch.ones(b, s, dtype=torch.bool)
-    mask[1, 4:] = False  # right padding
-    mask[2, :2] = False  # left padding
-    src[~mask] = 0
-    return src, mask, torch.randint(1, V_TGT, (b, t))
 
 
 def _np(t: torch.Tensor) -> np.ndarray:
