@@ -119,3 +119,38 @@ def test_no_progress_logs_each_evaluation_as_it_happens(tmp_path):
     lines = log.read_text().splitlines()
     assert any(line.startswith("resumed from") and "(step 2)" in line for line in lines)
     assert any(line.startswith("step 4: train_loss") and "val_loss" in line for line in lines)
+
+
+def _tiny_lm_run(run_dir, steps=(1,)):
+    from attnlab.data import CharTokenizer
+    from attnlab.models import build_model
+    from attnlab.train.checkpoint import save_checkpoint
+
+    tok = CharTokenizer("abc ")
+    cfg = ModelConfig(kind="decoder_lm", vocab_size=tok.vocab_size, d_model=16, n_heads=2,
+                      n_layers=1, d_ff=32, max_len=16)  # fmt: skip
+    for step in steps:
+        save_checkpoint(run_dir, model=build_model(cfg), config=cfg, tokenizer=tok, step=step)
+
+
+def test_pointers_resolve_only_inside_their_own_run(tmp_path):
+    import os
+
+    from attnlab.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+
+    _tiny_lm_run(tmp_path / "mine", steps=(1, 2))
+    _tiny_lm_run(tmp_path / "other", steps=(9,))
+    root = tmp_path / "mine" / "checkpoints"
+    (root / "latest").write_text("../../other/checkpoints/step_00000009\n")
+    with pytest.warns(UserWarning, match="not a checkpoint of this run"):
+        assert latest_checkpoint(tmp_path / "mine") == root / "step_00000002"
+    with pytest.warns(UserWarning, match="not a checkpoint of this run"):
+        assert load_checkpoint(root / "latest").step == 2
+    os.symlink(tmp_path / "other" / "checkpoints" / "step_00000009", root / "step_00000009")
+    assert [p.name for p in list_checkpoints(tmp_path / "mine")] == [
+        "step_00000001",
+        "step_00000002",
+    ]
+    (root / "latest").write_text("step_00000009\n")  # a symlink out of the run
+    with pytest.warns(UserWarning, match="not a checkpoint of this run"):
+        assert load_checkpoint(tmp_path / "mine").step == 2
