@@ -208,7 +208,13 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     if flags.get("model.kind") == "classifier" and "n_classes" not in tables["model"]:
         flags["n_classes"] = 2  # a placeholder: training takes n_classes from the labels
     run = merge_overrides(run, flags)
-    run = merge_overrides(run, _data_flags(args, Path(run.train.out)))
+    data_flags = _data_flags(args, Path(run.train.out))
+    if args.best_metric is None and "task" in data_flags:  # a preset's metric may not fit
+        from attnlab.train.run_config import metric_names
+
+        if run.train.best_metric not in metric_names(data_flags["task"], data_flags["data"]):
+            data_flags["best_metric"] = "val_loss"
+    run = merge_overrides(run, data_flags)
     task = run.train.task
     if not explicit_kind and run.model.kind not in KINDS_FOR_TASK[task]:
         kind = DEFAULT_KIND[task]  # n_classes: a placeholder, training takes it from the labels
