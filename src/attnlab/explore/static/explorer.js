@@ -96,7 +96,7 @@ export function mountExplorer(root, transport, initial = {}) {
   root.dataset.busy = "0";
   root.replaceChildren();
 
-  const errorBox = h("div", { class: "ax-error", role: "alert", hidden: true });
+  const errorBox = h("div", { id: "ax-error", class: "ax-error", role: "alert", hidden: true });
   const tooltip = h("div", { class: "ax-tooltip", hidden: true });
   const header = h("header", { class: "ax-header" }, h("h1", { text: "attnlab attention explorer" }));
   const textInput = h("textarea", { id: "ax-text", rows: 2, spellcheck: "false" });
@@ -420,34 +420,48 @@ export function mountExplorer(root, transport, initial = {}) {
   async function run() {
     await guarded(async () => {
       clearError();
-      const tokens = await call("tokens", request());
-      drawTokens(tokens);
+      drawTokens(await call("tokens", request()));
       state.attention = await call("attention", request({ ablate: ablateList() }));
       const first = state.info.sites[0];
-      const sel = state.selected;
-      if (first && (!sel || !state.attention.sites[sel.site])) {
+      if (first && (!state.selected || !state.attention.sites[state.selected.site])) {
         state.selected = { site: first.name, layer: 0, head: 0 };
       }
       const work = [drawPositions()];
-      if (state.selected) {
-        drawModelView();
-        drawHeadControls();
-        drawHeadView();
-        work.push(drawWalkthrough());
-      }
       if (state.info.generative) work.push(drawNext());
-      await Promise.all(work);
+      const settled = Promise.allSettled(work);
+      let failure = null;
+      if (state.selected) {
+        try {
+          await drawWalkthrough(); // the server checks the head exists
+          drawHead();
+        } catch (err) {
+          state.selected = null;
+          failure = err;
+        }
+      }
+      for (const r of await settled) if (r.status === "rejected" && !failure) failure = r.reason;
+      if (failure) throw failure;
     });
   }
 
+  function drawHead() {
+    drawModelView();
+    drawHeadControls();
+    drawHeadView();
+  }
+
   async function select(head) {
+    const previous = state.selected;
     state.selected = head;
     await guarded(async () => {
       clearError();
-      drawModelView();
-      drawHeadControls();
-      drawHeadView();
-      await drawWalkthrough();
+      try {
+        await drawWalkthrough();
+      } catch (err) {
+        state.selected = previous;
+        throw err;
+      }
+      drawHead();
     });
   }
 
@@ -507,6 +521,10 @@ export function mountExplorer(root, transport, initial = {}) {
     textLabel.textContent = info.seq2seq ? "Target prefix (decoder input after <bos>)" : "Input";
     generativeSection.hidden = !info.generative;
     drawAblation();
+    if (initial.head) {
+      const [site, layer, head] = String(initial.head).split(":");
+      state.selected = { site, layer: +layer, head: +head };
+    }
     root.dataset.ready = "true";
     if (textInput.value) await run();
   });

@@ -5,4 +5,5 @@ const params = new URLSearchParams(window.location.search);
 mountExplorer(document.getElementById("app"), httpTransport(""), {
   text: params.get("text") || "",
   source: params.get("source") || "",
+  head: params.get("head") || "", // site:layer:head, e.g. decoder:1:0
 });
