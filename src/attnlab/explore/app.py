@@ -35,6 +35,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from attnlab.errors import UserError
+from attnlab.explore.endpoints import ENDPOINTS, dispatch, stream_kwargs
 from attnlab.explore.session import Session
 
 log = logging.getLogger("attnlab.explore")
@@ -59,19 +60,18 @@ async def _body(request: Request) -> dict[str, Any]:
     return data
 
 
-def _endpoint(method_name: str, fields: tuple[str, ...]):
-    """A POST handler calling ``session.<method_name>`` with the named fields of the body."""
+def _endpoint(name: str):
+    """A POST handler answering ``name`` (endpoints.ENDPOINTS) from the JSON body."""
 
     async def handler(request: Request) -> Response:
         session: Session = request.app.state.session
         try:
             body = await _body(request)
-            kwargs = {k: body[k] for k in fields if k in body}
-            result = await run_in_threadpool(getattr(session, method_name), **kwargs)
+            result = await run_in_threadpool(dispatch, session, name, body)
         except UserError as err:
             return error(str(err))
         except Exception as err:  # a bug must not take the server down: log it, say so
-            log.exception("explorer: %s failed", method_name)
+            log.exception("explorer: %s failed", name)
             return error(f"Internal error ({type(err).__name__}): {err}", 500)
         return JSONResponse(result)
 
@@ -86,15 +86,11 @@ async def info(request: Request) -> Response:
     return JSONResponse(request.app.state.session.info())
 
 
-STREAM_FIELDS = ("text", "source", "strategy", "max_new_tokens", "temperature", "top_k", "top_p",
-                 "beams", "seed")  # fmt: skip
-
-
 async def stream(request: Request) -> Response:
     """Server-sent events, one per token as the model makes it (``pace_ms`` slows the display)."""
     session: Session = request.app.state.session
     q = request.query_params
-    kwargs: dict[str, Any] = {k: q[k] for k in STREAM_FIELDS if k in q}
+    kwargs = stream_kwargs(dict(q))
     try:
         pace = min(max(float(q.get("pace_ms", 0)), 0.0), 2000.0) / 1000.0
         kwargs["ablate"] = json.loads(q["ablate"]) if q.get("ablate") else None
@@ -136,23 +132,7 @@ def create_app(session: Session, *, allowed_hosts: list[str] | None = None) -> S
     routes = [
         Route("/", index),
         Route("/api/info", info),
-        Route("/api/tokens", _endpoint("tokens", ("text", "source")), methods=["POST"]),
-        Route(
-            "/api/attention",
-            _endpoint("attention", ("text", "source", "ablate")),
-            methods=["POST"],
-        ),
-        Route(
-            "/api/walkthrough",
-            _endpoint("walkthrough", ("text", "source", "site", "layer", "head")),
-            methods=["POST"],
-        ),
-        Route("/api/positions", _endpoint("positions", ("text", "source")), methods=["POST"]),
-        Route(
-            "/api/next",
-            _endpoint("next_token", ("text", "source", "temperature", "top_k", "top_p", "ablate")),
-            methods=["POST"],
-        ),
+        *(Route(f"/api/{name}", _endpoint(name), methods=["POST"]) for name in ENDPOINTS),
         Route("/api/stream", stream),
         Mount("/static", StaticFiles(directory=str(STATIC)), name="static"),
     ]
