@@ -19,7 +19,7 @@ import torch
 
 from attnlab.explore import Session
 from attnlab.explore.server import start_in_thread
-from explore_models import TOK, tiny_model
+from explore_models import TOK, tiny_model, trained_lm, trained_reverser
 
 CHROMIUM = os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -33,6 +33,7 @@ ARGS = [
 ]
 DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images" / "explorer"
 TEXT = "abc dea"
+PERIODS = "abcdefgh%20abcdefgh%20abc"  # what the trained LM has learned to continue
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(CHROMIUM),
@@ -44,8 +45,8 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def servers():
     sessions = {
-        "lm": Session(tiny_model("decoder_lm"), TOK, name="tiny LM"),
-        "s2s": Session(tiny_model("encoder_decoder", seed=1), TOK, name="tiny encoder-decoder"),
+        "lm": Session(trained_lm(), TOK, name="tiny LM"),
+        "s2s": Session(trained_reverser(), TOK, name="tiny encoder-decoder (reverses letters)"),
         "lstm": Session(tiny_model("lstm_seq2seq", seed=2, rnn_attention="additive"), TOK,
                         name="tiny Bahdanau LSTM"),
     }  # fmt: skip
@@ -242,11 +243,11 @@ def test_screenshots_of_each_view(servers, page, tmp_path):
     }  # fmt: skip
     for name, views in shots.items():
         url, _ = servers[name]
-        query = f"?text={TEXT}" if name == "lm" else "?text=ab%20c&source=hello%20ab"
+        query = f"?text={PERIODS}&head=decoder:1:1" if name == "lm" else "?text=edc&source=abcde"
         open_page(page, url, query)
         page.wait_for_selector("#ax-heatmap td")
         if name == "lm":
-            page.click("#ax-ablate button[data-site='decoder'][data-layer='1'][data-head='0']")
+            page.click("#ax-ablate button[data-site='decoder'][data-layer='1'][data-head='1']")
             page.wait_for_timeout(50)
             settle(page)
             page.fill("#ax-pace", "0")

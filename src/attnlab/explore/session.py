@@ -145,8 +145,7 @@ class Session:
 
     def tokens(self, text: Any = None, source: Any = None) -> dict[str, Any]:
         """The tokens as the tokenizer cut them (with their ids)."""
-        with self.lock:
-            inputs = self._inputs(text, source)
+        inputs = self._inputs(text, source)  # the tokenizer only: no lock needed
         return {k: {"ids": v, "tokens": self._labels(v)} for k, v in inputs.items()}
 
     def parse_heads(self, ablate: Any) -> list[Head]:
