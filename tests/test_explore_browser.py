@@ -260,3 +260,59 @@ def test_screenshots_of_each_view(servers, page, tmp_path):
     if out is tmp_path:
         shutil.rmtree(tmp_path, ignore_errors=True)
     assert page.errors == []
+
+
+WIDGET_HOST = """
+async (esm) => {
+  // A stand-in for the notebook: anywidget's model object, its messages carried to the server's
+  // endpoints (the Python side of the widget answers with the same dispatch, test_explore_notebook).
+  const mod = await import(URL.createObjectURL(new Blob([esm], { type: "text/javascript" })));
+  let handler = null;
+  const values = { text: "abc dea", source: "", head: "decoder:1:1" };
+  const model = {
+    get: (k) => values[k],
+    on: (_event, cb) => { handler = cb; },
+    off: () => { handler = null; },
+    send: async (msg) => {
+      if (msg.kind === "stream") {
+        const q = new URLSearchParams({ ...msg.params, ablate: JSON.stringify(msg.params.ablate) });
+        const source = new EventSource(`/api/stream?${q}`);
+        const relay = (e) => {
+          const event = JSON.parse(e.data);
+          handler({ id: msg.id, event });
+          if (event.type !== "token") source.close();
+        };
+        source.addEventListener("token", relay);
+        source.addEventListener("done", relay);
+        return;
+      }
+      const init = msg.payload === null ? {} : { method: "POST", body: JSON.stringify(msg.payload) };
+      const r = await fetch(`/api/${msg.endpoint}`, init);
+      const data = await r.json();
+      handler(r.ok ? { id: msg.id, result: data } : { id: msg.id, error: data.error });
+    },
+  };
+  const el = document.createElement("div");
+  el.id = "widget";
+  document.body.replaceChildren(el);
+  mod.default.render({ model, el });
+}
+"""
+
+
+def test_the_widget_front_end_runs_the_same_views(servers, page):
+    pytest.importorskip("anywidget")
+    from attnlab.explore.widget import ExplorerWidget
+
+    url, session = servers["lm"]
+    page.goto(url + "static/explorer.css")  # same origin as the endpoints, nothing else loaded
+    page.evaluate(WIDGET_HOST, ExplorerWidget._esm)
+    page.wait_for_function("document.getElementById('widget').dataset.ready === 'true'")
+    page.wait_for_selector("#widget #ax-heatmap td")
+    page.wait_for_function("document.getElementById('widget').dataset.busy === '0'")
+    np.testing.assert_allclose(cells(page), weights(session.model, 1, 1), atol=1e-6)
+    page.fill("#ax-max-new", "4")
+    page.click("#ax-continue")
+    page.wait_for_selector("#ax-stream[data-state='done']")
+    assert page.get_attribute("#ax-stream", "data-count") == "4"
+    assert page.errors == []

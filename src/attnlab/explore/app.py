@@ -82,6 +82,10 @@ async def index(request: Request) -> Response:
     return FileResponse(str(STATIC / "index.html"), media_type="text/html")
 
 
+async def no_icon(request: Request) -> Response:
+    return Response(status_code=204)  # browsers ask for /favicon.ico; the page has none
+
+
 async def info(request: Request) -> Response:
     return JSONResponse(request.app.state.session.info())
 
@@ -131,6 +135,7 @@ def create_app(session: Session, *, allowed_hosts: list[str] | None = None) -> S
     """The ASGI app over ``session``. ``allowed_hosts`` guards against DNS rebinding."""
     routes = [
         Route("/", index),
+        Route("/favicon.ico", no_icon),
         Route("/api/info", info),
         *(Route(f"/api/{name}", _endpoint(name), methods=["POST"]) for name in ENDPOINTS),
         Route("/api/stream", stream),
