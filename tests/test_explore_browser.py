@@ -264,8 +264,8 @@ def test_screenshots_of_each_view(servers, page, tmp_path):
 
 WIDGET_HOST = """
 async (esm) => {
-  // A stand-in for the notebook: anywidget's model object, its messages carried to the server's
-  // endpoints (the Python side of the widget answers with the same dispatch, test_explore_notebook).
+  // A stand-in for the notebook: anywidget's model object, its messages carried to the
+  // server's endpoints (the widget's Python side answers with the same dispatch).
   const mod = await import(URL.createObjectURL(new Blob([esm], { type: "text/javascript" })));
   let handler = null;
   const values = { text: "abc dea", source: "", head: "decoder:1:1" };
@@ -286,7 +286,8 @@ async (esm) => {
         source.addEventListener("done", relay);
         return;
       }
-      const init = msg.payload === null ? {} : { method: "POST", body: JSON.stringify(msg.payload) };
+      const body = JSON.stringify(msg.payload);
+      const init = msg.payload === null ? {} : { method: "POST", body };
       const r = await fetch(`/api/${msg.endpoint}`, init);
       const data = await r.json();
       handler(r.ok ? { id: msg.id, result: data } : { id: msg.id, error: data.error });
