@@ -141,6 +141,21 @@ def test_walkthrough_steps_follow_the_equation(clients, models, name, site):
         assert (np.triu(np.ones_like(mask), 1).astype(bool) & mask).sum() == 0  # future masked
 
 
+def test_bahdanau_walkthrough_follows_004_eq_5_to_8(clients, models):
+    got = post(clients["lstm"], "walkthrough", text="ab", source=SOURCE)
+    assert got["head"] == {"site": "alignment", "layer": 0, "head": 0}
+    q = {s["key"]: torch.tensor(s["values"], dtype=torch.float64) for s in got["steps"]}
+    score = copy.deepcopy(models["lstm"].score).double()
+    with torch.no_grad():
+        close(q["keys"], score.U(q["f"]), atol=1e-5)  # U f_t
+        for step in (1, 2):  # e_l = v^T tanh(W h^d_{l-1} + U f_t) from the previous state
+            close(q["e"][step], score(q["h_dec"][step - 1][None], q["keys"][None])[0], atol=1e-5)
+    close(q["alpha"], q["e"].softmax(-1))
+    close(q["v_l"], q["alpha"] @ q["f"], atol=1e-5)
+    alignment = post(clients["lstm"], "attention", text="ab", source=SOURCE)["sites"]["alignment"]
+    close(alignment["layers"][0][0], q["alpha"])
+
+
 # ---------------------------------------------------------------------------------- positions
 def test_positions_show_each_models_signal(clients, models):
     learned = post(clients["lm"], "positions", text="abc")["views"][0]

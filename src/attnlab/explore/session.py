@@ -17,21 +17,24 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
+from attnlab import inspect
 from attnlab.errors import UserError
 from attnlab.explore import probes
 from attnlab.explore.probes import matrix
-from attnlab.explore.walkthrough import positions_view, walkthrough_steps
+from attnlab.explore.walkthrough import bahdanau_steps, positions_view, walkthrough_steps
 from attnlab.models.base import Classifier, LanguageModel, Seq2SeqModel
 
 MAX_TOKENS = 256  # longest input the explorer draws (GPT-2's 1024 would be 12 x 12 x 1M cells)
 TOP = 20  # next-token candidates shown
+# The recurrent attention's named activations (attnlab.inspect; 004 eq. 2, 5-8).
+RECURRENT_NAMES = ("h_enc", "f", "keys", "e", "alpha", "v_l", "h_dec")
 SITE_LABELS = {
     "encoder": "self-attention (encoder)",
     "decoder": "masked self-attention",
@@ -195,22 +198,25 @@ class Session:
             yield
 
     def _forward(self, inputs: dict[str, list[int]], record: bool = False):
-        """One forward pass: (last-position logits (V,) or None, recorded inputs, alignment)."""
+        """One forward pass: (last-position logits (V,) or None, recorded inputs, the recurrent
+        attention's named activations (attnlab.inspect: f, keys, e, alpha, v_l, ...) or {})."""
         model, device = self.model, _device(self.model)
         target = torch.tensor([inputs["target"]], device=device)  # (1, T)
         modules = [pm for s in self.sites for pm in s.modules] if record else []
-        alignment = None
-        with probes.record_inputs(modules) as seen, torch.inference_mode():
+        names = RECURRENT_NAMES if record and self.recurrent_alignment else ()
+        with (
+            probes.record_inputs(modules) as seen,
+            inspect.capture(model, list(names)) if names else nullcontext({}) as cache,
+            torch.inference_mode(),
+        ):
             if self.seq2seq:
                 src = torch.tensor([inputs["source"]], device=device)  # (1, S)
-                out = model.decode(target, model.encode(src), need_weights=True)
-                if self.recurrent_alignment:
-                    alignment = out.attentions[0].cross_attn[0, 0]  # (T, S)
-                logits = out.logits[0, -1]
+                logits = model.decode(target, model.encode(src)).logits[0, -1]
             else:
                 out = model(target)
                 logits = out.logits[0, -1] if isinstance(model, LanguageModel) else None
-        return logits, dict(seen), alignment
+        recurrent = {n: cache[n][0] for n in names}  # batch of one
+        return logits, dict(seen), recurrent
 
     def _steps(self, seen, path: str, module: nn.Module) -> dict[str, Tensor]:
         return probes.head_steps(module, seen[path])
@@ -227,8 +233,9 @@ class Session:
                     layers = [self._steps(seen, p, m)["A"] for p, m in site.modules]
                     sites[site.name] = {"layers": [matrix(a) for a in layers]}
                     sites[site.name].update(self._axes(site.name, inputs))
-        if alignment is not None:
-            sites["alignment"] = {"layers": [[matrix(alignment)]], **self._axes("cross", inputs)}
+        if alignment:  # alpha_l of every target step over the source (004 eq. 7)
+            sites["alignment"] = {"layers": [[matrix(alignment["alpha"])]]}
+            sites["alignment"].update(self._axes("cross", inputs))
         return {"sites": sites, "ablated": [h.__dict__ for h in heads]}
 
     def _axes(self, site: str, inputs: dict[str, list[int]]) -> dict[str, list[str]]:
@@ -241,11 +248,10 @@ class Session:
     ) -> dict[str, Any]:
         """The chosen head's equation step by step with its actual numbers (walkthrough.py)."""
         with self.lock:
+            if self.recurrent_alignment:
+                return self._bahdanau_walkthrough(text, source)
             if not self.sites:
-                raise ExploreError(
-                    "The walkthrough follows a Transformer head; this model has none "
-                    "(the head view shows a recurrent model's alignment)."
-                )
+                raise ExploreError("This model has no attention to walk through.")
             site = site or self.sites[0].name
             try:
                 chosen = self._check_head(str(site), int(layer), int(head))
@@ -262,6 +268,14 @@ class Session:
             "module": path,
             "steps": walkthrough_steps(steps, module, chosen, axes, self.cfg),
         }
+
+    def _bahdanau_walkthrough(self, text: Any, source: Any) -> dict[str, Any]:
+        inputs = self._inputs(text, source)
+        _, _, recurrent = self._forward(inputs, record=True)
+        axes = self._axes("cross", inputs)
+        head = Head("alignment", 0, 0)
+        steps = bahdanau_steps(recurrent, axes, self.model.attention)
+        return {"head": head.__dict__, "module": "", "steps": steps}
 
     def positions(self, text: Any = None, source: Any = None) -> dict[str, Any]:
         """The position signal each embedding adds for these tokens (walkthrough.py)."""

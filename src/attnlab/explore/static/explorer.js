@@ -329,21 +329,16 @@ export function mountExplorer(root, transport, initial = {}) {
 
   async function drawWalkthrough() {
     const sel = state.selected;
-    if (sel.site === "alignment") {
-      walkView.replaceChildren(h("p", { class: "ax-note" },
-        "Bahdanau attention (004 eq. 5-8): f_t = T(h^e_t), e_lt = v^T tanh(W h^d_{l-1} + U f_t), ",
-        "α_l = softmax(e_l), v_l = Σ_t α_lt f_t. The head view shows α, one row per target step."));
-      return;
-    }
     const data = await call("walkthrough", request({ site: sel.site, layer: sel.layer, head: sel.head }));
-    walkView.replaceChildren(h("p", { class: "ax-small", text: `module ${data.module}` }));
+    walkView.replaceChildren();
+    if (data.module) walkView.append(h("p", { class: "ax-small", text: `module ${data.module}` }));
     for (const step of data.steps) {
       const card = h("div", { class: "ax-step", "data-step": step.key },
         h("h3", { text: step.title }), h("p", { class: "ax-eq", text: step.equation }),
         h("p", { class: "ax-note", text: step.note }),
         step.shape.length ? h("p", { class: "ax-small", text: `shape ${step.shape.join(" × ")}` }) : null);
       if (step.values.length) {
-        const weights = step.key === "A" || step.key === "mask";
+        const weights = ["A", "mask", "alpha"].includes(step.key);
         card.append(heatmap(step.values, step.rows, step.cols, {
           id: `ax-step-${step.key}`, signed: !weights, cell: 18, highlight: step.highlight || null,
           describe: (i, j, v) => `${step.key}[${step.rows[i]}, ${step.cols[j]}] = ${v}`,
