@@ -19,7 +19,7 @@ from starlette.testclient import TestClient
 
 from attnlab import reference
 from attnlab.errors import CheckpointError
-from attnlab.explore import Session, load
+from attnlab.explore import ExploreError, Session, load
 from attnlab.explore.app import create_app
 from attnlab.generate import GenerationConfig, generate, generate_seq2seq
 from attnlab.generate.sampling import process_logits
@@ -99,6 +99,30 @@ def test_attention_equals_the_models_weights_seq2seq(clients, models, name):
         close(sites["decoder"]["layers"][i], dec.attentions[i].self_attn[0])
         close(sites["cross"]["layers"][i], dec.attentions[i].cross_attn[0])
     assert len(sites["cross"]["rows"]) == 3 and len(sites["cross"]["cols"]) == len(SOURCE)
+
+
+@pytest.mark.parametrize("kind", ["classifier", "encoder"])
+def test_encoder_only_models_show_their_self_attention(kind):
+    model = tiny_model(kind, **({"n_classes": 3} if kind == "classifier" else {}))
+    session = Session(model, TOK)
+    got = session.attention("abc")["sites"]["encoder"]
+    ids_ = ids("abc", bos=kind == "classifier")  # the class token sits at position 0
+    with torch.no_grad():
+        want = model(ids_, need_weights=True).attentions
+    for layer, w in zip(got["layers"], want):
+        close(layer, w.self_attn[0])
+    assert not session.info()["generative"]
+    with pytest.raises(ExploreError, match="predicts labels"):
+        session.next_token("abc")
+
+
+def test_a_model_without_attention_still_shows_tokens_and_next_token():
+    session = Session(tiny_model("rnn_lm"), TOK)
+    assert session.info()["sites"] == [] and session.attention("abc")["sites"] == {}
+    assert session.positions("abc")["views"][0]["kind"] == "none"
+    assert len(session.next_token("abc")["candidates"]) == 20
+    with pytest.raises(ExploreError, match="no attention"):
+        session.walkthrough("abc")
 
 
 def test_bahdanau_alignment_equals_alpha(clients, models):
