@@ -133,6 +133,48 @@ def test_bahdanau_alignment_equals_alpha(clients, models):
     close(got["layers"][0][0], out.attentions[0].cross_attn[0, 0])
 
 
+def test_values_equal_the_inspect_apis(models):
+    """Attention, every walkthrough step and ablated distributions, against attnlab.inspect."""
+    from attnlab import inspect
+
+    session = Session(models["s2s"], TOK)
+    if not session.hooked:
+        pytest.skip("this build's attention modules have no hook points yet (attnlab.nn.hooks)")
+    model, src, tgt = models["s2s"], ids(SOURCE), ids("ab", bos=True)
+    with torch.no_grad(), inspect.capture(model) as cache:
+        logits = model.decode(tgt, model.encode(src)).logits
+    sites = session.attention("ab", SOURCE)["sites"]
+    for site, prefix in (("encoder", "encoder.stack.blocks"), ("decoder", "blocks"),
+                         ("cross", "blocks")):  # fmt: skip
+        kind = "cross_attn" if site == "cross" else "self_attn"
+        for layer in range(2):
+            close(sites[site]["layers"][layer], cache[f"{prefix}.{layer}.{kind}.A"][0])
+    walk = session.walkthrough("ab", SOURCE, site="cross", layer=1, head=0)["steps"]
+    for step in walk:
+        name = f"blocks.1.cross_attn.{step['key']}"
+        if step["key"] in ("Q", "K", "V", "scores", "scaled", "A", "heads"):
+            close(step["values"], cache[name][0, 0], atol=1e-6)
+        elif step["key"] in ("concat", "out"):
+            close(step["values"], cache[name][0], atol=1e-6)
+    heads = [(0, 1)]
+    with torch.no_grad(), inspect.ablate_heads(model, heads, site="cross"):
+        p = model.decode(tgt, model.encode(src)).logits[0, -1].softmax(-1)
+    got = session.next_token("ab", SOURCE, ablate=[["cross", 0, 1]])["candidates"]
+    close([c["p"] for c in got], p[[c["id"] for c in got]])
+    plain = session.next_token("ab", SOURCE)["candidates"]
+    close([c["p"] for c in plain], logits[0, -1].softmax(-1)[[c["id"] for c in plain]])
+
+
+def test_the_lstm_alignment_is_inspects_alpha(models):
+    from attnlab import inspect
+
+    model = models["lstm"]
+    with torch.no_grad():
+        _, cache = inspect.run_with_cache(model, ids(SOURCE), ids("ab", bos=True))
+    got = Session(model, TOK).attention("ab", SOURCE)["sites"]["alignment"]["layers"][0][0]
+    close(got, cache["alpha"][0])
+
+
 # -------------------------------------------------------------------------------- walkthrough
 @pytest.mark.parametrize(("name", "site"), [("lm", "decoder"), ("rotary", "decoder"),
                                             ("s2s", "cross"), ("s2s", "encoder")])  # fmt: skip

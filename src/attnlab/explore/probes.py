@@ -1,9 +1,11 @@
 """Reading one forward pass of a Transformer head by head, and switching heads off.
 
-This is the explorer's only contact with module internals; everything else in ``attnlab.explore``
-asks :mod:`attnlab.explore.session`. Until ``attnlab.inspect`` provides the named hook points
-(``blocks.0.attn.Q``, ``.A``, ...), the quantities are recomputed from what each attention module
-received (its input X, memory M, mask and positions, recorded by a forward pre-hook) with the
+This is the explorer's only contact with the model's inside; everything else in
+``attnlab.explore`` asks :mod:`attnlab.explore.session`. Where the attention modules own hook
+points (``hook_Q``, ``hook_A``, ...), every quantity is read with ``attnlab.inspect.capture`` under
+its public name (``blocks.0.self_attn.A``) and heads are switched off with
+``attnlab.inspect.ablate_heads``; the module's inputs X and M are recorded by a forward pre-hook.
+For models built before the hook points, the quantities are recomputed from those inputs with the
 module's own weights and helpers, step by step as the notes write them:
 
     Q = X W_Q, K = M W_K, V = M W_V              (002; 004 eq. 13, per head, after any rotary)
@@ -93,6 +95,34 @@ def record_inputs(modules: list[tuple[str, nn.Module]]) -> Iterator[dict[str, Re
 def _batched(x: Tensor) -> Tensor:
     """A packed single row (N, D) back to (1, N, D) (one row packs to its tokens in order)."""
     return x[None] if x.dim() == 2 else x
+
+
+STEP_NAMES = ("Q", "K", "V", "scores", "scaled", "mask", "A", "heads", "concat", "out")
+
+
+def has_hook_points(modules: list[tuple[str, nn.Module]]) -> bool:
+    """True when the attention modules own the hook points attnlab.inspect reads."""
+    return bool(modules) and all(hasattr(m, "hook_A") for _, m in modules)
+
+
+def step_names(path: str, module: nn.Module) -> list[str]:
+    """The inspect names of one attention module's steps (the rotated Q, K with RoPE)."""
+    rotary = getattr(module, "rotary", None) is not None
+    names = [f"{path}.{n}" for n in STEP_NAMES]
+    return names + ([f"{path}.Q_rot", f"{path}.K_rot"] if rotary else [])
+
+
+def cached_steps(module: nn.Module, path: str, rec: Recorded, cache) -> dict[str, Tensor]:
+    """The steps of :func:`head_steps` read from an ``attnlab.inspect`` cache (batch of one)."""
+    rotary = getattr(module, "rotary", None) is not None
+    get = {n: cache[f"{path}.{n}"][0] for n in STEP_NAMES}
+    if rotary:  # the notes' Q and K of the dot product are the rotated ones
+        get["Q"], get["K"] = cache[f"{path}.Q_rot"][0], cache[f"{path}.K_rot"][0]
+    t, s = get["A"].shape[-2:]
+    mask = torch.broadcast_to(get["mask"], (get["mask"].size(0), t, s))[0]  # (T, S)
+    factor = _scale_factor(module.scale, get["Q"].size(-1))
+    return {**get, "X": rec.x[0], "M": rec.memory[0], "mask": mask,
+            "factor": torch.tensor(factor)}  # fmt: skip
 
 
 def head_steps(module: nn.Module, rec: Recorded) -> dict[str, Tensor]:

@@ -64,6 +64,7 @@ class Session:
         self.cfg = getattr(model, "cfg", None)
         self.sites = probes.attention_sites(model)
         self.lock = threading.RLock()
+        self.hooked = probes.has_hook_points([pm for s in self.sites for pm in s.modules])
         self.recurrent_alignment = not self.sites and isinstance(model, Seq2SeqModel)
         self.recurrent_alignment &= getattr(model, "attention", "none") != "none"
 
@@ -186,15 +187,25 @@ class Session:
     # -- forward passes -------------------------------------------------------------------
     @contextmanager
     def ablated(self, heads: list[Head]) -> Iterator[None]:
-        """Heads switched off (zero ablation of head_h in the concatenation before W^O)."""
+        """Heads switched off: head_h = 0 in the concatenation before W^O (004 eq. 13), through
+        ``attnlab.inspect.ablate_heads``."""
         with ExitStack() as stack:
             for site in self.sites:
-                chosen: dict[int, list[int]] = {}
-                for h in heads:
-                    if h.site == site.name:
-                        chosen.setdefault(h.layer, []).append(h.head)
-                mods = [m for _, m in site.modules]
-                stack.enter_context(probes.ablate(mods, chosen))
+                chosen = [(h.layer, h.head) for h in heads if h.site == site.name]
+                if not chosen:
+                    continue
+                if self.hooked:
+                    where, part = ("cross", None) if site.name == "cross" else ("self", site.name)
+                    if sum(s.name != "cross" for s in self.sites) == 1:
+                        part = None  # one self-attention stack: nothing to choose
+                    stack.enter_context(inspect.ablate_heads(self.model, chosen, site=where,
+                                                             part=part))  # fmt: skip
+                else:
+                    by_layer: dict[int, list[int]] = {}
+                    for layer, head in chosen:
+                        by_layer.setdefault(layer, []).append(head)
+                    mods = [m for _, m in site.modules]
+                    stack.enter_context(probes.ablate(mods, by_layer))
             yield
 
     def _forward(self, inputs: dict[str, list[int]], record: bool = False):
@@ -203,7 +214,11 @@ class Session:
         model, device = self.model, _device(self.model)
         target = torch.tensor([inputs["target"]], device=device)  # (1, T)
         modules = [pm for s in self.sites for pm in s.modules] if record else []
-        names = RECURRENT_NAMES if record and self.recurrent_alignment else ()
+        names: tuple[str, ...] = ()
+        if record and self.recurrent_alignment:
+            names = RECURRENT_NAMES
+        elif record and self.hooked:
+            names = tuple(n for path, m in modules for n in probes.step_names(path, m))
         with (
             probes.record_inputs(modules) as seen,
             inspect.capture(model, list(names)) if names else nullcontext({}) as cache,
@@ -215,10 +230,13 @@ class Session:
             else:
                 out = model(target)
                 logits = out.logits[0, -1] if isinstance(model, LanguageModel) else None
-        recurrent = {n: cache[n][0] for n in names}  # batch of one
-        return logits, dict(seen), recurrent
+        if self.recurrent_alignment:
+            return logits, dict(seen), {n: cache[n][0] for n in names}  # batch of one
+        return logits, dict(seen), cache
 
-    def _steps(self, seen, path: str, module: nn.Module) -> dict[str, Tensor]:
+    def _steps(self, seen, cache, path: str, module: nn.Module) -> dict[str, Tensor]:
+        if self.hooked:
+            return probes.cached_steps(module, path, seen[path], cache)
         return probes.head_steps(module, seen[path])
 
     # -- views ----------------------------------------------------------------------------
@@ -227,10 +245,11 @@ class Session:
         with self.lock:
             inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
             with self.ablated(heads), torch.inference_mode():
-                _, seen, alignment = self._forward(inputs, record=True)
+                _, seen, cache = self._forward(inputs, record=True)
+                alignment = cache if self.recurrent_alignment else None
                 sites = {}
                 for site in self.sites:
-                    layers = [self._steps(seen, p, m)["A"] for p, m in site.modules]
+                    layers = [self._steps(seen, cache, p, m)["A"] for p, m in site.modules]
                     sites[site.name] = {"layers": [matrix(a) for a in layers]}
                     sites[site.name].update(self._axes(site.name, inputs))
         if alignment:  # alpha_l of every target step over the source (004 eq. 7)
@@ -259,9 +278,9 @@ class Session:
                 raise ExploreError("layer and head must be whole numbers") from None
             inputs = self._inputs(text, source)
             with torch.inference_mode():
-                _, seen, _ = self._forward(inputs, record=True)
+                _, seen, cache = self._forward(inputs, record=True)
                 path, module = {s.name: s for s in self.sites}[chosen.site].modules[chosen.layer]
-                steps = self._steps(seen, path, module)
+                steps = self._steps(seen, cache, path, module)
         axes = self._axes(chosen.site, inputs)
         return {
             "head": chosen.__dict__,
