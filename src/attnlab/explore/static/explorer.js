@@ -183,6 +183,13 @@ export function mountExplorer(root, transport, initial = {}) {
     return payload;
   }
   const ablateList = () => [...state.ablate.values()];
+  // Only the newest answer of a view is drawn: an older request that resolves later is dropped.
+  const sent = {};
+  async function latest(view, endpoint, payload) {
+    const ticket = (sent[view] = (sent[view] || 0) + 1);
+    const data = await call(endpoint, payload);
+    return ticket === sent[view] ? data : null;
+  }
 
   function showTooltip(event, text) {
     tooltip.textContent = text;
@@ -329,7 +336,8 @@ export function mountExplorer(root, transport, initial = {}) {
 
   async function drawWalkthrough() {
     const sel = state.selected;
-    const data = await call("walkthrough", request({ site: sel.site, layer: sel.layer, head: sel.head }));
+    const data = await latest("walkthrough", "walkthrough", request({ site: sel.site, layer: sel.layer, head: sel.head }));
+    if (!data) return;
     walkView.replaceChildren();
     if (data.module) walkView.append(h("p", { class: "ax-small", text: `module ${data.module}` }));
     for (const step of data.steps) {
@@ -349,7 +357,8 @@ export function mountExplorer(root, transport, initial = {}) {
   }
 
   async function drawPositions() {
-    const data = await call("positions", request());
+    const data = await latest("positions", "positions", request());
+    if (!data) return;
     posView.replaceChildren();
     for (const v of data.views) {
       const card = h("div", { class: "ax-step", "data-kind": v.kind },
@@ -367,9 +376,10 @@ export function mountExplorer(root, transport, initial = {}) {
   }
 
   async function drawNext() {
-    const data = await call("next", request({
+    const data = await latest("next", "next", request({
       temperature: +temperature.value, top_k: +topK.value, top_p: +topP.value, ablate: ablateList(),
     }));
+    if (!data) return;
     const table = h("table", { class: "ax-next", id: "ax-next-table", "data-ablate": JSON.stringify(ablateList()) },
       h("tr", {}, h("th", { text: "token" }), h("th", { text: "id" }), h("th", { text: "p = softmax(z)" }),
         h("th", { text: "p after τ, top-k, top-p" })));
@@ -416,7 +426,9 @@ export function mountExplorer(root, transport, initial = {}) {
     await guarded(async () => {
       clearError();
       drawTokens(await call("tokens", request()));
-      state.attention = await call("attention", request({ ablate: ablateList() }));
+      const attention = await latest("attention", "attention", request({ ablate: ablateList() }));
+      if (!attention) return;
+      state.attention = attention;
       const first = state.info.sites[0];
       if (first && (!state.selected || !state.attention.sites[state.selected.site])) {
         state.selected = { site: first.name, layer: 0, head: 0 };
@@ -468,7 +480,9 @@ export function mountExplorer(root, transport, initial = {}) {
     await guarded(async () => {
       clearError();
       await drawNext();
-      state.attention = await call("attention", request({ ablate: ablateList() }));
+      const attention = await latest("attention", "attention", request({ ablate: ablateList() }));
+      if (!attention) return;
+      state.attention = attention;
       drawModelView();
       drawHeadView();
     });
