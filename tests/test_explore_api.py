@@ -18,6 +18,7 @@ import torch
 from starlette.testclient import TestClient
 
 from attnlab import reference
+from attnlab.data import LabelSet
 from attnlab.errors import CheckpointError
 from attnlab.explore import ExploreError, Session, load
 from attnlab.explore.app import create_app
@@ -112,8 +113,22 @@ def test_encoder_only_models_show_their_self_attention(kind):
     for layer, w in zip(got["layers"], want):
         close(layer, w.self_attn[0])
     assert not session.info()["generative"]
-    with pytest.raises(ExploreError, match="predicts labels"):
-        session.next_token("abc")
+    if kind == "encoder":
+        assert session.info()["output"] is None
+        with pytest.raises(ExploreError, match="outputs vectors"):
+            session.next_token("abc")
+        return
+    labels = LabelSet(["neg", "neu", "pos"])
+    session = Session(model, TOK, labels=labels)
+    got = session.next_token("abc", ablate=[["encoder", 1, 0]])["candidates"]
+    edited = _without_head(model, "encoder.stack.blocks.1.self_attn", 0)
+    with torch.no_grad():
+        p = edited(ids_).logits[0].softmax(-1)
+    assert sorted(c["token"] for c in got) == ["neg", "neu", "pos"]
+    close([c["p"] for c in got], p[[c["id"] for c in got]])
+    assert session.info()["output"] == "labels"
+    with pytest.raises(ExploreError, match="labels, not tokens"):
+        list(session.continuation("abc"))
 
 
 def test_a_model_without_attention_still_shows_tokens_and_next_token():

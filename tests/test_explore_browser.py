@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab.data import LabelSet
 from attnlab.explore import Session
 from attnlab.explore.server import start_in_thread
 from explore_models import TOK, tiny_model, trained_lm, trained_reverser
@@ -47,6 +48,8 @@ def servers():
     sessions = {
         "lm": Session(trained_lm(), TOK, name="tiny LM"),
         "s2s": Session(trained_reverser(), TOK, name="tiny encoder-decoder (reverses letters)"),
+        "clf": Session(tiny_model("classifier", n_classes=3), TOK, name="tiny classifier",
+                       labels=LabelSet(["neg", "neu", "pos"])),
         "lstm": Session(tiny_model("lstm_seq2seq", seed=2, rnn_attention="additive"), TOK,
                         name="tiny Bahdanau LSTM"),
     }  # fmt: skip
@@ -125,10 +128,14 @@ def weights(model, layer, head):
 
 def test_page_loads_with_zero_console_errors(servers, page):
     for name, query in (("lm", f"?text={TEXT}"), ("s2s", "?text=ab&source=hello"),
-                        ("lstm", "?text=ab&source=hello")):  # fmt: skip
+                        ("lstm", "?text=ab&source=hello"), ("clf", "?text=abc")):  # fmt: skip
         open_page(page, servers[name][0], query)
         page.wait_for_selector("#ax-heatmap td")
         assert page.is_hidden("#ax-error")
+    classes = page.eval_on_selector_all(
+        "#ax-next-table td.ax-token-cell", "t => t.map(x => x.textContent)"
+    )
+    assert sorted(classes) == ["neg", "neu", "pos"] and page.is_hidden("#ax-continue")
     assert page.errors == []
 
 

@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.explore.server import serve
 
     loaded = load(args.path, LoadOptions(device=args.device))
-    session = Session(loaded.model, loaded.tokenizer, name=loaded.name)
+    session = Session(loaded.model, loaded.tokenizer, name=loaded.name, labels=loaded.labels)
 
     def ready(url: str) -> None:
         print(f"attnlab explore: {loaded.name} at {url}  (Ctrl-C to stop)", flush=True)

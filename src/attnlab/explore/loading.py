@@ -33,6 +33,7 @@ class Loaded(NamedTuple):
     model: nn.Module
     tokenizer: Any  # the attnlab Tokenizer interface: encode, decode, token_to_str, vocab_size
     name: str  # what the page shows as the model's name
+    labels: Any = None  # a classifier's class names
 
 
 def load(path: str | os.PathLike, options: LoadOptions | None = None) -> Loaded:
@@ -55,7 +56,7 @@ def load(path: str | os.PathLike, options: LoadOptions | None = None) -> Loaded:
             f"the checkpoint at {str(ckpt.path)!r} has no tokenizer.json, so text cannot be "
             "turned into tokens; save the checkpoint with its tokenizer"
         )
-    return Loaded(ckpt.model, ckpt.tokenizer, f"{root.name} (step {ckpt.step})")
+    return Loaded(ckpt.model, ckpt.tokenizer, f"{root.name} (step {ckpt.step})", ckpt.labels)
 
 
 def _is_hf_config(path: Path) -> bool:

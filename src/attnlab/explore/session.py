@@ -59,8 +59,11 @@ class Head:
 class Session:
     """One model + tokenizer, explored through JSON-ready answers."""
 
-    def __init__(self, model: nn.Module, tokenizer: Any, *, name: str = "model"):
+    def __init__(
+        self, model: nn.Module, tokenizer: Any, *, name: str = "model", labels: Any = None
+    ):
         self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
+        self.labels = labels  # a classifier's class names (attnlab.data.LabelSet), if known
         self.cfg = getattr(model, "cfg", None)
         self.sites = probes.attention_sites(model)
         self.lock = threading.RLock()
@@ -76,6 +79,13 @@ class Session:
     @property
     def generative(self) -> bool:
         return isinstance(self.model, (LanguageModel, Seq2SeqModel))
+
+    @property
+    def output(self) -> str | None:
+        """What the model predicts: "tokens", "labels" (a classifier) or None (an encoder)."""
+        if self.generative:
+            return "tokens"
+        return "labels" if isinstance(self.model, Classifier) else None
 
     def info(self) -> dict[str, Any]:
         sites = [
@@ -96,6 +106,7 @@ class Session:
             "kind": cfg.kind if cfg is not None else type(self.model).__name__,
             "seq2seq": self.seq2seq,
             "generative": self.generative,
+            "output": self.output,
             "sites": sites,
             "positional": getattr(cfg, "positional", None),
             "max_len": min(getattr(self.model, "max_len", None) or MAX_TOKENS, MAX_TOKENS),
@@ -229,7 +240,11 @@ class Session:
                 logits = model.decode(target, model.encode(src)).logits[0, -1]
             else:
                 out = model(target)
-                logits = out.logits[0, -1] if isinstance(model, LanguageModel) else None
+                logits = None
+                if isinstance(model, LanguageModel):
+                    logits = out.logits[0, -1]  # (V,) the next token
+                elif isinstance(model, Classifier):
+                    logits = out.logits[0]  # (C,) the classes
         if self.recurrent_alignment:
             return logits, dict(seen), {n: cache[n][0] for n in names}  # batch of one
         return logits, dict(seen), cache
@@ -313,9 +328,10 @@ class Session:
         ablate: Any = None,
     ) -> dict[str, Any]:
         """The 20 most likely next tokens: p = softmax(z) and the sampling distribution after
-        temperature, top-k and top-p (attnlab.generate.sampling, the generator's own code)."""
-        if not self.generative:
-            raise ExploreError("This model predicts labels, not tokens: no next-token view.")
+        temperature, top-k and top-p (attnlab.generate.sampling, the generator's own code).
+        For a classifier: p(c | x) = softmax(z) over its classes (p_sample = p)."""
+        if self.output is None:
+            raise ExploreError("This model outputs vectors, not tokens or labels: nothing to show.")
         from attnlab.generate.sampling import process_logits
 
         config = generation_config(temperature=temperature, top_k=top_k, top_p=top_p)
@@ -325,7 +341,9 @@ class Session:
                 logits, _, _ = self._forward(inputs)
         logits = logits.float()  # (V,)
         p = logits.softmax(dim=-1)  # (V,)
-        if config.sampling:
+        if self.output == "labels":
+            q = p
+        elif config.sampling:
             q = process_logits(logits[None], config, None)[0].softmax(dim=-1)  # (V,)
         else:  # greedy: all mass on the argmax
             q = torch.zeros_like(p).scatter_(0, logits.argmax()[None], 1.0)
@@ -334,7 +352,7 @@ class Session:
             "candidates": [
                 {
                     "id": int(i),
-                    "token": self.tokenizer.token_to_str(int(i)),
+                    "token": self._output_label(int(i)),
                     "p": round(float(p[i]), 7),
                     "p_sample": round(float(q[i]), 7),
                 }
@@ -342,6 +360,11 @@ class Session:
             ],
             "ablated": [h.__dict__ for h in heads],
         }
+
+    def _output_label(self, i: int) -> str:
+        if self.output == "tokens":
+            return self.tokenizer.token_to_str(i)
+        return self.labels.names[i] if self.labels is not None else f"class {i}"
 
     def continuation(
         self,

@@ -131,16 +131,18 @@ export function mountExplorer(root, transport, initial = {}) {
     h("h2", { text: title }), equation ? h("p", { class: "ax-eq", text: equation }) : null, ...body);
   const labelled = (text, input) => h("label", { class: "ax-inline" }, h("span", { text }), input);
 
-  const generativeSection = section("ax-sec-next", "Next token and continuation",
-    "p(w_t | w_<t) = softmax(z / τ), then top-k / top-p (003 'Decoding'; attnlab.generate)",
-    h("div", { class: "ax-controls" }, labelled("temperature", temperature), labelled("top-k", topK),
-      labelled("top-p", topP)),
-    nextBox,
+  const samplingControls = h("div", { class: "ax-controls" }, labelled("temperature", temperature),
+    labelled("top-k", topK), labelled("top-p", topP));
+  const continuation = h("div", {}, h("div", { class: "ax-controls" }, labelled("strategy", strategy),
+    labelled("new tokens", maxNew), labelled("beams", beams), labelled("seed", seed),
+    labelled("pace ms", pace), streamButton), streamOut);
+  const outputTitle = h("h2", { text: "Next token and continuation" });
+  const outputEquation = h("p", { class: "ax-eq",
+    text: "p(w_t | w_<t) = softmax(z / τ), then top-k / top-p (003 'Decoding'; attnlab.generate)" });
+  const generativeSection = h("section", { class: "ax-section", id: "ax-sec-next" },
+    outputTitle, outputEquation, samplingControls, nextBox,
     h("h3", { text: "Heads (click to switch off: head_h ← 0 in concat(head_1..head_H) W^O, 004 eq. 13)" }),
-    ablateBox,
-    h("div", { class: "ax-controls" }, labelled("strategy", strategy), labelled("new tokens", maxNew),
-      labelled("beams", beams), labelled("seed", seed), labelled("pace ms", pace), streamButton),
-    streamOut);
+    ablateBox, continuation);
 
   root.append(header, errorBox,
     section("ax-sec-input", "Input", null,
@@ -380,14 +382,17 @@ export function mountExplorer(root, transport, initial = {}) {
       temperature: +temperature.value, top_k: +topK.value, top_p: +topP.value, ablate: ablateList(),
     }));
     if (!data) return;
-    const table = h("table", { class: "ax-next", id: "ax-next-table", "data-ablate": JSON.stringify(ablateList()) },
-      h("tr", {}, h("th", { text: "token" }), h("th", { text: "id" }), h("th", { text: "p = softmax(z)" }),
-        h("th", { text: "p after τ, top-k, top-p" })));
+    const labels = state.info.output === "labels";
+    const table = h("table", { class: "ax-next", id: "ax-next-table", "data-ablate": JSON.stringify(data.ablated) },
+      h("tr", {}, h("th", { text: labels ? "class" : "token" }), h("th", { text: "id" }),
+        h("th", { text: labels ? "p(c | x)" : "p = softmax(z)" }),
+        labels ? null : h("th", { text: "p after τ, top-k, top-p" })));
+    const bar = (p, cls) => h("span", { class: cls, style: `width:${Math.round(120 * p)}px` });
     for (const c of data.candidates) {
       table.append(h("tr", { "data-id": c.id },
         h("td", { class: "ax-token-cell", text: c.token }), h("td", { text: c.id }),
-        h("td", { "data-p": c.p }, h("span", { class: "ax-bar", style: `width:${Math.round(120 * c.p)}px` }), ` ${fmt(c.p)}`),
-        h("td", { "data-p-sample": c.p_sample }, h("span", { class: "ax-bar ax-bar2", style: `width:${Math.round(120 * c.p_sample)}px` }), ` ${fmt(c.p_sample)}`)));
+        h("td", { "data-p": c.p }, bar(c.p, "ax-bar"), ` ${fmt(c.p)}`),
+        h("td", { "data-p-sample": c.p_sample, hidden: labels }, bar(c.p_sample, "ax-bar ax-bar2"), ` ${fmt(c.p_sample)}`)));
     }
     nextBox.replaceChildren(table);
   }
@@ -434,7 +439,7 @@ export function mountExplorer(root, transport, initial = {}) {
         state.selected = { site: first.name, layer: 0, head: 0 };
       }
       const work = [drawPositions()];
-      if (state.info.generative) work.push(drawNext());
+      if (state.info.output) work.push(drawNext());
       const settled = Promise.allSettled(work);
       let failure = null;
       if (state.selected) {
@@ -528,7 +533,13 @@ export function mountExplorer(root, transport, initial = {}) {
       `${info.name} · ${info.kind} · ${info.sites.map((s) => `${s.label} ${s.layers}×${s.heads}`).join(", ") || "no attention"}`));
     sourceRow.hidden = !info.seq2seq;
     textLabel.textContent = info.seq2seq ? "Target prefix (decoder input after <bos>)" : "Input";
-    generativeSection.hidden = !info.generative;
+    generativeSection.hidden = !info.output;
+    if (info.output === "labels") {
+      outputTitle.textContent = "Prediction";
+      outputEquation.textContent = "p(c | x) = softmax(W pool(h) + b) over the classes (003 'Encoder-only Models')";
+      samplingControls.hidden = true;
+      continuation.hidden = true;
+    }
     drawAblation();
     if (initial.head) {
       const [site, layer, head] = String(initial.head).split(":");
