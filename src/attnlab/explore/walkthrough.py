@@ -15,7 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.explore.probes import matrix
-from attnlab.nn import positional as pos_
+from attnlab.nn import positional
 from attnlab.nn.multihead import CrossAttention
 
 
@@ -134,13 +134,13 @@ def positions_view(
 
 
 def _signal(enc: nn.Module, pos: Tensor) -> dict[str, Any]:
-    if isinstance(enc, pos_.LearnedPositions):
+    if isinstance(enc, positional.LearnedPositions):
         table = enc.table.weight[pos]  # (T, D)
         return {"kind": "learned", "equation": "x~_i = x_i + P_i,  P ∈ R^{N×d} (learned)",
                 "note": "000 'Position representations': a learned table P, one row per "
                         "position; N bounds the length.", "values": matrix(table)}  # fmt: skip
-    if isinstance(enc, pos_.SinusoidalPositions):
-        pe = pos_.sinusoidal_table(pos, enc.d_model, enc.base)  # (T, D)
+    if isinstance(enc, positional.SinusoidalPositions):
+        pe = positional.sinusoidal_table(pos, enc.d_model, enc.base)  # (T, D)
         return {
             "kind": "sinusoidal",
             "equation": "PE(n, 2i) = sin(n / 10000^{2i/d}), PE(n, 2i+1) = cos(n / 10000^{2i/d})",
@@ -148,12 +148,12 @@ def _signal(enc: nn.Module, pos: Tensor) -> dict[str, Any]:
             "sinusoids added to the embeddings, x~_n = x_n + PE(n).",
             "values": matrix(pe),
         }
-    if isinstance(enc, pos_.ConcatPositions):
-        pe = pos_.sinusoidal_table(pos, enc.d_pos, enc.base)  # (T, d_pos)
+    if isinstance(enc, positional.ConcatPositions):
+        pe = positional.sinusoidal_table(pos, enc.d_pos, enc.base)  # (T, d_pos)
         return {"kind": "concat", "equation": "x~_n = W [x_n; PE(n)] + b",
                 "note": "004 eq. 15: concatenate the sinusoids PE(n), then a learned linear map.",
                 "values": matrix(pe)}  # fmt: skip
-    if isinstance(enc, pos_.RotaryPositions):
+    if isinstance(enc, positional.RotaryPositions):
         i2 = torch.arange(0, enc.d_head, 2, dtype=torch.float64)
         angles = pos.double()[:, None] * enc.base ** (-i2 / enc.d_head)  # (T, Dh/2)
         return {
@@ -163,7 +163,7 @@ def _signal(enc: nn.Module, pos: Tensor) -> dict[str, Any]:
             "note": "RoPE (beyond the notes, docs/math.md): q_m^T k_n then depends only on m - n.",
             "values": matrix(angles),
         }
-    if isinstance(enc, pos_.NoPositions):
+    if isinstance(enc, positional.NoPositions):
         return {"kind": "none", "equation": "x~_i = x_i", "values": [],
                 "note": "No positions: attention is permutation equivariant (004 eq. 14; 001 "
                         "'a set, not a sequence')."}  # fmt: skip
