@@ -105,10 +105,10 @@ def has_hook_points(modules: list[tuple[str, nn.Module]]) -> bool:
     return bool(modules) and all(hasattr(m, "hook_A") for _, m in modules)
 
 
-def step_names(path: str, module: nn.Module) -> list[str]:
-    """The inspect names of one attention module's steps (the rotated Q, K with RoPE)."""
-    rotary = getattr(module, "rotary", None) is not None
-    names = [f"{path}.{n}" for n in STEP_NAMES]
+def step_names(path: str, module: nn.Module, steps: tuple[str, ...] = STEP_NAMES) -> list[str]:
+    """The inspect names of one attention module's ``steps`` (plus the rotated Q, K with RoPE)."""
+    rotary = getattr(module, "rotary", None) is not None and "Q" in steps
+    names = [f"{path}.{n}" for n in steps]
     return names + ([f"{path}.Q_rot", f"{path}.K_rot"] if rotary else [])
 
 

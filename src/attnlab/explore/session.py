@@ -219,17 +219,24 @@ class Session:
                     stack.enter_context(probes.ablate(mods, by_layer))
             yield
 
-    def _forward(self, inputs: dict[str, list[int]], record: bool = False):
-        """One forward pass: (last-position logits (V,) or None, recorded inputs, the recurrent
-        attention's named activations (attnlab.inspect: f, keys, e, alpha, v_l, ...) or {})."""
+    def _forward(
+        self,
+        inputs: dict[str, list[int]],
+        modules: list[tuple[str, nn.Module]] | None = None,
+        steps: tuple[str, ...] = probes.STEP_NAMES,
+        recurrent: bool = False,
+    ):
+        """One forward pass: (last-position logits or None, the inputs each attention module of
+        ``modules`` received, the attnlab.inspect cache of their ``steps``, or with
+        ``recurrent`` the recurrent attention's f, keys, e, alpha, v_l, ... of the LSTM model)."""
         model, device = self.model, _device(self.model)
         target = torch.tensor([inputs["target"]], device=device)  # (1, T)
-        modules = [pm for s in self.sites for pm in s.modules] if record else []
+        modules = modules or []
         names: tuple[str, ...] = ()
-        if record and self.recurrent_alignment:
+        if recurrent:
             names = RECURRENT_NAMES
-        elif record and self.hooked:
-            names = tuple(n for path, m in modules for n in probes.step_names(path, m))
+        elif modules and self.hooked:
+            names = tuple(n for path, m in modules for n in probes.step_names(path, m, steps))
         with (
             probes.record_inputs(modules) as seen,
             inspect.capture(model, list(names)) if names else nullcontext({}) as cache,
@@ -245,9 +252,15 @@ class Session:
                     logits = out.logits[0, -1]  # (V,) the next token
                 elif isinstance(model, Classifier):
                     logits = out.logits[0]  # (C,) the classes
-        if self.recurrent_alignment:
+        if recurrent:
             return logits, dict(seen), {n: cache[n][0] for n in names}  # batch of one
         return logits, dict(seen), cache
+
+    def _weights(self, seen, cache, path: str, module: nn.Module) -> Tensor:
+        """The attention weights A (H, T, S) of one module."""
+        if self.hooked:
+            return cache[f"{path}.A"][0]
+        return probes.head_steps(module, seen[path])["A"]
 
     def _steps(self, seen, cache, path: str, module: nn.Module) -> dict[str, Tensor]:
         if self.hooked:
@@ -260,11 +273,14 @@ class Session:
         with self.lock:
             inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
             with self.ablated(heads), torch.inference_mode():
-                _, seen, cache = self._forward(inputs, record=True)
+                modules = [pm for site in self.sites for pm in site.modules]
+                _, seen, cache = self._forward(
+                    inputs, modules, steps=("A",), recurrent=self.recurrent_alignment
+                )
                 alignment = cache if self.recurrent_alignment else None
                 sites = {}
                 for site in self.sites:
-                    layers = [self._steps(seen, cache, p, m)["A"] for p, m in site.modules]
+                    layers = [self._weights(seen, cache, p, m) for p, m in site.modules]
                     sites[site.name] = {"layers": [matrix(a) for a in layers]}
                     sites[site.name].update(self._axes(site.name, inputs))
         if alignment:  # alpha_l of every target step over the source (004 eq. 7)
@@ -293,8 +309,8 @@ class Session:
                 raise ExploreError("layer and head must be whole numbers") from None
             inputs = self._inputs(text, source)
             with torch.inference_mode():
-                _, seen, cache = self._forward(inputs, record=True)
                 path, module = {s.name: s for s in self.sites}[chosen.site].modules[chosen.layer]
+                _, seen, cache = self._forward(inputs, [(path, module)])
                 steps = self._steps(seen, cache, path, module)
         axes = self._axes(chosen.site, inputs)
         return {
@@ -305,7 +321,7 @@ class Session:
 
     def _bahdanau_walkthrough(self, text: Any, source: Any) -> dict[str, Any]:
         inputs = self._inputs(text, source)
-        _, _, recurrent = self._forward(inputs, record=True)
+        _, _, recurrent = self._forward(inputs, recurrent=True)
         axes = self._axes("cross", inputs)
         head = Head("alignment", 0, 0)
         steps = bahdanau_steps(recurrent, axes, self.model.attention)

@@ -274,6 +274,7 @@ export function mountExplorer(root, transport, initial = {}) {
 
   function heatmap(values, rows, cols, { id, signed = false, cell = 26, maxCols = 64, highlight = null, describe } = {}) {
     const shownCols = Math.min(cols.length, maxCols);
+    cell = Math.max(8, Math.min(cell, Math.floor(720 / Math.max(rows.length, shownCols)))); // long inputs fit
     let span = 0;
     if (signed) for (const r of values) for (const v of r) span = Math.max(span, Math.abs(v));
     const table = h("table", { class: "ax-heatmap", id });
