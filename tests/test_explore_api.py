@@ -171,6 +171,9 @@ def test_values_equal_the_inspect_apis(models):
             close(step["values"], cache[name][0, 0], atol=1e-6)
         elif step["key"] in ("concat", "out"):
             close(step["values"], cache[name][0], atol=1e-6)
+    views = session.positions("ab", SOURCE)["views"]
+    close(views[0]["values"], cache["encoder.embed.P"])  # the signal added to the source
+    close(views[1]["values"], cache["tgt_embed.P"])
     heads = [(0, 1)]
     with torch.no_grad(), inspect.ablate_heads(model, heads, site="cross"):
         p = model.decode(tgt, model.encode(src)).logits[0, -1].softmax(-1)
