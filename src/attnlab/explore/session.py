@@ -328,9 +328,9 @@ class Session:
         return {"head": head.__dict__, "module": "", "steps": steps}
 
     def positions(self, text: Any = None, source: Any = None) -> dict[str, Any]:
-        """The position signal each embedding adds for these tokens (walkthrough.py)."""
-        with self.lock:
-            inputs = self._inputs(text, source)
+        """The position signal each embedding adds for these tokens (walkthrough.py). Reads
+        parameters only, so it needs no lock."""
+        inputs = self._inputs(text, source)
         return positions_view(self.model, self.cfg, inputs, self._labels)
 
     def next_token(
