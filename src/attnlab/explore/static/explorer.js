@@ -196,8 +196,8 @@ export function mountExplorer(root, transport, initial = {}) {
   function showTooltip(event, text) {
     tooltip.textContent = text;
     tooltip.hidden = false;
-    tooltip.style.left = `${event.pageX + 12}px`;
-    tooltip.style.top = `${event.pageY + 12}px`;
+    tooltip.style.left = `${event.clientX + 12}px`;
+    tooltip.style.top = `${event.clientY + 12}px`;
   }
   const hideTooltip = () => { tooltip.hidden = true; };
 
