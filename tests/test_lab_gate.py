@@ -44,7 +44,7 @@ def test_committed_report_verdict_follows_competence(path):
     for c in data["competence"]:
         assert c["criterion"] and c["arm"] and len(c["values"]) == len(data["seeds"]), c
         assert c["passed"] == _passes(c), f"stored 'passed' disagrees with the values: {c}"
-    failed = [c["arm"] for c in data["competence"] if not _passes(c)]
+    failed = [c["arm"] for c in data["competence"] if c.get("in_verdict", True) and not _passes(c)]
     if failed or len(data["seeds"]) < MIN_SEEDS:
         assert data["verdict"] == "inconclusive", (
             f"{path.parent.name}: verdict {data['verdict']!r} drawn while "
@@ -83,7 +83,8 @@ def test_report_refuses_a_verdict_while_an_arm_misses():
 
 
 def test_gate_keeps_the_verdict_when_all_arms_pass():
-    ok = [Competence("a", "acc", 0.9, [0.95, 0.97, 0.99])]
+    reference = Competence("none", "acc", 0.9, [0.5, 0.5, 0.5], in_verdict=False)
+    ok = [Competence("a", "acc", 0.9, [0.95, 0.97, 0.99]), reference]
     assert gate("held", "fine", ok) == ("held", "fine")
     assert _report("held", ok).verdict == "held"
 

@@ -64,7 +64,7 @@ def competence_cell(competence: list[dict] | None) -> str:
         return "not stated"
     if not competence:
         return "no trained arms"
-    failed = [c["arm"] for c in competence if not c.get("passed")]
+    failed = [c["arm"] for c in competence if c.get("in_verdict", True) and not c.get("passed")]
     if failed:
         return (
             f"missed: {', '.join(failed)} ({len(competence) - len(failed)}/{len(competence)} pass)"

@@ -81,6 +81,7 @@ class Competence:
     threshold: float
     values: list[float]  # one per seed, in the order of Report.seeds
     higher_is_better: bool = True
+    in_verdict: bool = True  # False: a reference arm, reported but not compared in the verdict
     passed: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -99,8 +100,8 @@ class Competence:
 
 
 def missed(competence: list[Competence]) -> list[Competence]:
-    """The arms that missed their criterion."""
-    return [c for c in competence if not c.passed]
+    """The arms the verdict compares that missed their criterion."""
+    return [c for c in competence if c.in_verdict and not c.passed]
 
 
 MIN_SEEDS = 3  # a full-size verdict rests on at least this many seeds
@@ -226,7 +227,8 @@ class Report:
             rows = [{"arm": c.arm, "criterion": c.criterion,
                      "threshold": (">= " if c.higher_is_better else "<= ") + f"{c.threshold:g}",
                      "per seed": ", ".join(f"{v:.4g}" for v in c.values),
-                     "passed": c.passed} for c in self.competence]  # fmt: skip
+                     "passed": c.passed, "in verdict": c.in_verdict}
+                    for c in self.competence]  # fmt: skip
             out += [Table("competence", rows).to_markdown(), ""]
         else:
             out += ["(no trained arm is compared in this experiment)", ""]
