@@ -107,7 +107,7 @@ def bar_chart(
     ax = fig.subplots()
     heights = [values[k] for k in labels]
     yerr = None
-    if errors:
+    if errors and any(lo != hi for lo, hi in errors.values()):  # one seed: no bars to draw
         lo = [max(0.0, values[k] - errors.get(k, (values[k], values[k]))[0]) for k in labels]
         hi = [max(0.0, errors.get(k, (values[k], values[k]))[1] - values[k]) for k in labels]
         yerr = [lo, hi]
