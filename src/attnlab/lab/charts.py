@@ -95,12 +95,14 @@ def bar_chart(
     reference: float | None = None,
     reference_label: str = "chance",
     errors: Mapping[str, tuple[float, float]] | None = None,
+    references: Mapping[str, float] | None = None,
 ) -> Figure:
     """One bar per ``label -> value`` (the mean over seeds), with optional error bars
     ``errors[label] = (min, max)`` over seeds and a dashed reference line (e.g. chance).
 
     Long or many labels are rotated so they never overprint; the value sits above each bar
-    (above its error bar when there is one)."""
+    (above its error bar when there is one). ``references[label]`` draws a dashed segment across
+    that bar alone (a per-bar chance level, when the bars' tasks have different chance)."""
     labels = list(values)
     long = sum(len(k) for k in labels) > 45 or len(labels) > 6
     fig = new_figure(max(6.4, 0.75 * len(labels) + 2.0), 4.6 if long else 4.0)
@@ -122,6 +124,12 @@ def bar_chart(
                        fontsize=8)  # fmt: skip
     ax.margins(y=0.12)
     del bars
+    if references:
+        for x, k in enumerate(labels):
+            if k in references:
+                ax.hlines(references[k], x - 0.45, x + 0.45, colors="tab:red", linestyles="--",
+                          linewidth=1, label=reference_label if x == 0 else None)  # fmt: skip
+        ax.legend(fontsize=8, loc="lower right")
     if reference is not None:
         ax.axhline(reference, color="tab:red", linestyle="--", linewidth=1, label=reference_label)
         ax.legend(fontsize=8)
