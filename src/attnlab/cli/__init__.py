@@ -19,7 +19,17 @@ from contextlib import contextmanager
 from attnlab.errors import UserError
 
 # Subcommand modules, in the order --help lists them. A module that is missing is skipped.
-SUBCOMMANDS = ("demo", "train", "evaluate", "generate", "plot", "bench", "experiment", "export")
+SUBCOMMANDS = (
+    "demo",
+    "train",
+    "evaluate",
+    "generate",
+    "plot",
+    "explore",
+    "bench",
+    "experiment",
+    "export",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
