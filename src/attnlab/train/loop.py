@@ -385,5 +385,13 @@ def _wrap(model: nn.Module, compile: bool, kind: str, info: DistInfo,
                 "is fixed (measured in benchmarks/)",
                 stacklevel=3,
             )
-        net = torch.compile(net)
+        compile_fn = getattr(torch, "compile", None)
+        if compile_fn is None:  # a PyTorch without torch.compile: train eagerly, say so once
+            warnings.warn(
+                f"--compile needs torch.compile, which PyTorch {torch.__version__} lacks; "
+                "training runs eagerly (same results, without the compiled speed-up)",
+                stacklevel=3,
+            )
+        else:
+            net = compile_fn(net)
     return net
