@@ -39,23 +39,7 @@ TINY_S2S = ModelConfig(kind="encoder_decoder", d_model=32, n_heads=4, n_layers=1
 @pytest.fixture(scope="module")
 def text(tmp_path_factory) -> str:
     path = tmp_path_factory.mktemp("gpu") / "text.txt"
-    words = [
-        "the",
-        "cat",
-        "sat",
-        "on",
-        "a",
-        "mat",
-        "and",
-        "the",
-        "dog",
-        "ran",
-        "off",
-        "to",
-        "the",
-        "park",
-    ]
-    path.write_text(" ".join(words[(i * 7) % len(words)] for i in range(4000)), encoding="utf-8")
+    path.write_text("the cat sat on a mat and the dog ran off to the park. " * 300)
     return str(path)
 
 
