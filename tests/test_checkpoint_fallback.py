@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import warnings
 
 import pytest
 import torch
@@ -165,3 +166,11 @@ def test_a_vocab_size_the_data_replaces_is_announced(tmp_path):
     with pytest.warns(UserWarning, match="vocab_size=3 is replaced by the tokenizer's"):
         result = train(cfg, run_dir=tmp_path / "run")
     assert json.loads((result.checkpoint / "config.json").read_text())["model"]["vocab_size"] > 3
+
+
+def test_a_wrong_kind_is_not_mistaken_for_damage(trained):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no fallback warning: every checkpoint has this kind
+        with pytest.raises(CheckpointError, match="needs 'decoder_lm'") as err:
+            load_checkpoint(trained, expect_kind="decoder_lm")
+    assert "no other checkpoint" not in str(err.value)

@@ -39,6 +39,10 @@ from attnlab.train.checkpoint_dir import (
 from attnlab.train.state import optimizer_state_from_tensors, scheduler_state_from_json
 
 
+class WrongKindError(CheckpointError):
+    """The checkpoint holds another kind of model than the caller needs."""
+
+
 class Checkpoint(NamedTuple):
     """A loaded checkpoint. The model is in eval mode; ``train_state`` is None for exports."""
 
@@ -193,7 +197,7 @@ def _read_config(ckpt: Path, expect_kind: str | Sequence[str] | None) -> tuple[M
     if expect_kind is not None:
         wanted = (expect_kind,) if isinstance(expect_kind, str) else tuple(expect_kind)
         if kind not in wanted:
-            raise CheckpointError(
+            raise WrongKindError(
                 f"the checkpoint at {str(ckpt)!r} holds a {kind!r} model but this needs "
                 f"{' or '.join(repr(k) for k in wanted)}; pass a checkpoint trained for that task"
             )
@@ -226,8 +230,8 @@ def load_checkpoint(
     try:
         return _load_one(ckpt, map_location, expect_kind, verify)
     except CheckpointError as err:
-        if not fallback or (Path(path) / CONFIG).is_file():
-            raise
+        if not fallback or isinstance(err, WrongKindError) or (Path(path) / CONFIG).is_file():
+            raise  # a wrong kind is no damage: the other checkpoints of the run share it
         return load_fallback(ckpt, err, lambda c: _load_one(c, map_location, expect_kind, verify),
                              "using")  # fmt: skip
 
