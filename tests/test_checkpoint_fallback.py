@@ -174,3 +174,18 @@ def test_a_wrong_kind_is_not_mistaken_for_damage(trained):
         with pytest.raises(CheckpointError, match="needs 'decoder_lm'") as err:
             load_checkpoint(trained, expect_kind="decoder_lm")
     assert "no other checkpoint" not in str(err.value)
+
+
+def test_only_the_announcing_process_warns(trained, tmp_path):
+    """Every torchrun process picks the same fallback; only rank 0 (announce=True) says so."""
+    from attnlab.train.setup import load_resume_point
+
+    run = shutil.copytree(trained, tmp_path / "run")
+    latest = run / "checkpoints" / "step_00000004"
+    _damage(latest, "truncated weights")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        ckpt, skipped = load_resume_point(latest, announce=False)
+    assert ckpt.step == 2 and skipped == [latest]
+    with pytest.warns(UserWarning, match="resuming from step_00000002"):
+        load_resume_point(latest)

@@ -236,9 +236,11 @@ def load_checkpoint(
                              "using")  # fmt: skip
 
 
-def load_fallback(damaged: Path, error: CheckpointError, load: Any, verb: str) -> Any:
+def load_fallback(damaged: Path, error: CheckpointError, load: Any, verb: str,
+                  announce: bool = True) -> Any:  # fmt: skip
     """``load`` the newest other complete checkpoint of ``damaged``'s run that passes, warning
-    which one and why; re-raise ``error`` (with the others' problems) if none does."""
+    which one and why (if ``announce``); re-raise ``error`` (with the others' problems) if none
+    does."""
     others = [c for c in reversed(list_checkpoints(damaged.parent)) if c != damaged]
     problems = []
     for older in others:
@@ -248,6 +250,8 @@ def load_fallback(damaged: Path, error: CheckpointError, load: Any, verb: str) -
             problems.append(f"{older.name}: {err}")
             continue
         skipped = "; ".join([f"{damaged.name}: {error}", *problems])
+        if not announce:  # e.g. the other processes of a torchrun job: rank 0 says it
+            return found
         warnings.warn(
             f"the latest checkpoint cannot be used ({skipped}); {verb} {older.name} (step "
             f"{_step_of(older)}) instead, the newest that verifies; nothing was deleted",

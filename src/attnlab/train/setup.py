@@ -57,7 +57,7 @@ def check_kind(model_cfg: ModelConfig, task: str) -> None:
         )
 
 
-def fit_model_config(model_cfg: ModelConfig, data: TaskData) -> ModelConfig:
+def fit_model_config(model_cfg: ModelConfig, data: TaskData, announce: bool = True) -> ModelConfig:
     """Fill the sizes the data decides (see module docstring)."""
     changes: dict[str, Any] = {
         "vocab_size": data.tokenizer.vocab_size,
@@ -67,7 +67,7 @@ def fit_model_config(model_cfg: ModelConfig, data: TaskData) -> ModelConfig:
     if data.labels is not None:
         changes["n_classes"] = len(data.labels)
     default = ModelConfig.__dataclass_fields__["vocab_size"].default
-    if model_cfg.vocab_size not in (default, data.tokenizer.vocab_size):
+    if announce and model_cfg.vocab_size not in (default, data.tokenizer.vocab_size):
         warnings.warn(
             f"vocab_size={model_cfg.vocab_size} is replaced by the tokenizer's "
             f"{data.tokenizer.vocab_size} tokens: the data decides the vocabulary (choose it "
@@ -139,7 +139,7 @@ def find_resume_point(run_dir: Path, resume: bool) -> Path | None:
     return latest if resume else None
 
 
-def load_resume_point(path: Path) -> tuple[Checkpoint, list[Path]]:
+def load_resume_point(path: Path, announce: bool = True) -> tuple[Checkpoint, list[Path]]:
     """The checkpoint to resume from: ``path``, or if it fails its checks (a truncated file,
     garbage JSON, missing optimizer state) the newest one of the run that passes, with a warning
     naming the skipped ones and why. Returns it and the skipped checkpoints."""
@@ -152,7 +152,7 @@ def load_resume_point(path: Path) -> tuple[Checkpoint, list[Path]]:
     try:
         return load(path), []
     except CheckpointError as err:
-        ckpt = load_fallback(path, err, load, "resuming from")
+        ckpt = load_fallback(path, err, load, "resuming from", announce)
     newer = [c for c in list_checkpoints(path.parent) if (_step_of(c) or 0) > ckpt.step]
     return ckpt, sorted(set(newer) | {path})
 
@@ -181,7 +181,7 @@ def prepare_run(run_config: Any, run_dir: Path, resume: bool, info: DistInfo,
     path = find_resume_point(run_dir, resume)
     ckpt, damaged = None, []
     if path is not None:
-        ckpt, damaged = load_resume_point(path)
+        ckpt, damaged = load_resume_point(path, announce=info.is_main)
         check_resume_settings(ckpt, cfg, allow_changes, announce=info.is_main)
     tokenizer = ckpt.tokenizer if ckpt is not None else None
     labels = ckpt.labels if ckpt is not None else None
@@ -196,7 +196,7 @@ def prepare_run(run_config: Any, run_dir: Path, resume: bool, info: DistInfo,
         set_aside(damaged)
     if data is None:
         data = build(False)
-    model_cfg = fit_model_config(run_config.model, data)
+    model_cfg = fit_model_config(run_config.model, data, announce=info.is_main)
     data.check_fits(model_cfg)
     if ckpt is not None and ckpt.config != model_cfg:
         diff = "; ".join(_differences(ckpt.config, model_cfg)[:6])
