@@ -4,7 +4,8 @@ The page loads with zero console errors; the heatmap cells in the DOM equal the 
 hovering a cell shows its value; switching a head off changes the next-token distribution exactly
 as the API predicts; a continuation appears token by token; each bad input shows its message.
 The test also takes the screenshots of docs/explorer.md: with ATTNLAB_SCREENSHOTS=1 it writes them
-to docs/images/explorer/ (see docs/explorer.md), otherwise to a temporary folder.
+to docs/images/explorer/ from briefly trained models (see docs/explorer.md), otherwise it takes
+them of random-weight models into a temporary folder.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ ARGS = [
     "--disable-sync",
 ]
 DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images" / "explorer"
+# ATTNLAB_SCREENSHOTS=1 writes docs/explorer.md's images, from models trained for a few seconds
+# so that the maps show learned patterns; otherwise the same views of random-weight models.
+SHOOT = os.environ.get("ATTNLAB_SCREENSHOTS") == "1"
 TEXT = "abc dea"
 PERIODS = "abcdefgh%20abcdefgh%20abc"  # what the trained LM has learned to continue
 
@@ -46,8 +50,9 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def servers():
     sessions = {
-        "lm": Session(trained_lm(), TOK, name="tiny LM"),
-        "s2s": Session(trained_reverser(), TOK, name="tiny encoder-decoder (reverses letters)"),
+        "lm": Session(trained_lm() if SHOOT else tiny_model(), TOK, name="tiny LM"),
+        "s2s": Session(trained_reverser() if SHOOT else tiny_model("encoder_decoder", seed=1),
+                       TOK, name="tiny encoder-decoder (reverses letters)"),
         "clf": Session(tiny_model("classifier", n_classes=3), TOK, name="tiny classifier",
                        labels=LabelSet(["neg", "neu", "pos"])),
         "lstm": Session(tiny_model("lstm_seq2seq", seed=2, rnn_attention="additive"), TOK,
@@ -239,7 +244,7 @@ def test_each_bad_input_shows_its_message(servers, page, name, query, text, sour
 
 
 def test_screenshots_of_each_view(servers, page, tmp_path):
-    out = DOCS_IMAGES if os.environ.get("ATTNLAB_SCREENSHOTS") == "1" else tmp_path
+    out = DOCS_IMAGES if SHOOT else tmp_path
     out.mkdir(parents=True, exist_ok=True)
     shots = {
         "lm": [("input", "#ax-sec-input"), ("model-view", "#ax-sec-model"),
