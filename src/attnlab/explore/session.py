@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from attnlab import inspect
 from attnlab.errors import UserError
@@ -67,7 +67,6 @@ class Session:
         self.cfg = getattr(model, "cfg", None)
         self.sites = probes.attention_sites(model)
         self.lock = threading.RLock()
-        self.hooked = probes.has_hook_points([pm for s in self.sites for pm in s.modules])
         self.recurrent_alignment = not self.sites and isinstance(model, Seq2SeqModel)
         self.recurrent_alignment &= getattr(model, "attention", "none") != "none"
 
@@ -205,18 +204,11 @@ class Session:
                 chosen = [(h.layer, h.head) for h in heads if h.site == site.name]
                 if not chosen:
                     continue
-                if self.hooked:
-                    where, part = ("cross", None) if site.name == "cross" else ("self", site.name)
-                    if sum(s.name != "cross" for s in self.sites) == 1:
-                        part = None  # one self-attention stack: nothing to choose
-                    stack.enter_context(inspect.ablate_heads(self.model, chosen, site=where,
-                                                             part=part))  # fmt: skip
-                else:
-                    by_layer: dict[int, list[int]] = {}
-                    for layer, head in chosen:
-                        by_layer.setdefault(layer, []).append(head)
-                    mods = [m for _, m in site.modules]
-                    stack.enter_context(probes.ablate(mods, by_layer))
+                where, part = ("cross", None) if site.name == "cross" else ("self", site.name)
+                if sum(s.name != "cross" for s in self.sites) == 1:
+                    part = None  # one self-attention stack: nothing to choose
+                stack.enter_context(inspect.ablate_heads(self.model, chosen, site=where,
+                                                         part=part))  # fmt: skip
             yield
 
     def _forward(
@@ -235,7 +227,7 @@ class Session:
         names: tuple[str, ...] = ()
         if recurrent:
             names = RECURRENT_NAMES
-        elif modules and self.hooked:
+        elif modules:
             names = tuple(n for path, m in modules for n in probes.step_names(path, m, steps))
         with (
             probes.record_inputs(modules) as seen,
@@ -256,17 +248,6 @@ class Session:
             return logits, dict(seen), {n: cache[n][0] for n in names}  # batch of one
         return logits, dict(seen), cache
 
-    def _weights(self, seen, cache, path: str, module: nn.Module) -> Tensor:
-        """The attention weights A (H, T, S) of one module."""
-        if self.hooked:
-            return cache[f"{path}.A"][0]
-        return probes.head_steps(module, seen[path])["A"]
-
-    def _steps(self, seen, cache, path: str, module: nn.Module) -> dict[str, Tensor]:
-        if self.hooked:
-            return probes.cached_steps(module, path, seen[path], cache)
-        return probes.head_steps(module, seen[path])
-
     # -- views ----------------------------------------------------------------------------
     def attention(self, text: Any = None, source: Any = None, ablate: Any = None) -> dict[str, Any]:
         """A (H, T, S) of every layer of every site, with row (query) and column (key) tokens."""
@@ -280,7 +261,7 @@ class Session:
                 alignment = cache if self.recurrent_alignment else None
                 sites = {}
                 for site in self.sites:
-                    layers = [self._weights(seen, cache, p, m) for p, m in site.modules]
+                    layers = [cache[f"{path}.A"][0] for path, _ in site.modules]  # (H, T, S)
                     sites[site.name] = {"layers": [matrix(a) for a in layers]}
                     sites[site.name].update(self._axes(site.name, inputs))
         if alignment:  # alpha_l of every target step over the source (004 eq. 7)
@@ -311,7 +292,7 @@ class Session:
             with torch.inference_mode():
                 path, module = {s.name: s for s in self.sites}[chosen.site].modules[chosen.layer]
                 _, seen, cache = self._forward(inputs, [(path, module)])
-                steps = self._steps(seen, cache, path, module)
+                steps = probes.cached_steps(module, path, seen[path], cache)
         axes = self._axes(chosen.site, inputs)
         return {
             "head": chosen.__dict__,
