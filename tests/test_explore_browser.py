@@ -218,6 +218,14 @@ def test_streaming_shows_tokens_one_by_one(servers, page):
     assert partial < len(want)  # the first token was on screen before the last one arrived
     gaps = np.diff([s[1] for s in spans])
     assert (gaps > 50).all(), gaps  # one token per event, paced
+    page.fill("#ax-max-new", "40")
+    page.click("#ax-continue")
+    page.wait_for_selector("#ax-stream .ax-token")
+    page.click("#ax-stop")  # stops the display and closes the connection
+    shown = int(page.get_attribute("#ax-stream", "data-count"))
+    page.wait_for_timeout(400)
+    assert int(page.get_attribute("#ax-stream", "data-count")) == shown < 40
+    assert page.get_attribute("#ax-stream", "data-state") == "stopped"
     assert page.errors == []
 
 
