@@ -237,6 +237,7 @@ def test_streaming_shows_tokens_one_by_one(servers, page):
         ("lm", "", "xyz!", None, "cannot read"),
         ("s2s", "", "ab", "", "source is empty"),
         ("lm", "?head=decoder:5:0", TEXT, None, "Unknown head"),
+        ("lm", "?head=cross:0:0", TEXT, None, "Unknown attention site"),
     ],
 )
 def test_each_bad_input_shows_its_message(servers, page, name, query, text, source, message):

@@ -437,7 +437,7 @@ export function mountExplorer(root, transport, initial = {}) {
       if (!attention) return;
       state.attention = attention;
       const first = state.info.sites[0];
-      if (first && (!state.selected || !state.attention.sites[state.selected.site])) {
+      if (first && !state.selected) {
         state.selected = { site: first.name, layer: 0, head: 0 };
       }
       const work = [drawPositions()];
