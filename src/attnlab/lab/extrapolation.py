@@ -46,6 +46,7 @@ from attnlab.lab.report import (
 )
 from attnlab.lab.seeds import bands, run_jobs, seed_list
 from attnlab.models import build_model
+from attnlab.nn.positional import Positions
 from attnlab.viz import attention_maps, plot_attention
 
 PAD, BOS, EOS, SEP = 0, 1, 2, 3
@@ -97,15 +98,15 @@ def position_table(model: nn.Module) -> Tensor | None:
     return table.weight if isinstance(table, nn.Embedding) else None
 
 
-class ScaledPositions(nn.Module):
+class ScaledPositions(Positions):
     """x~_i = x_i + c PE(i): the sinusoids of ``inner`` scaled by a fixed c (not trained)."""
 
-    def __init__(self, inner: nn.Module, scale: float):
+    def __init__(self, inner: Positions, scale: float):
         super().__init__()
         self.inner, self.scale = inner, scale
 
-    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        return x + self.scale * self.inner(torch.zeros_like(x), positions)  # (B, T, D)
+    def signal(self, positions: Tensor, x: Tensor) -> Tensor:
+        return self.scale * self.inner.signal(positions, x)  # (T|B,T, D): c PE(i)
 
 
 def rms(t: Tensor) -> float:
