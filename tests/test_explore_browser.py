@@ -55,6 +55,7 @@ def servers():
                        TOK, name="tiny encoder-decoder (reverses letters)"),
         "clf": Session(tiny_model("classifier", n_classes=3), TOK, name="tiny classifier",
                        labels=LabelSet(["neg", "neu", "pos"])),
+        "rnn": Session(tiny_model("rnn_lm"), TOK, name="tiny RNN LM (no attention)"),
         "lstm": Session(tiny_model("lstm_seq2seq", seed=2, rnn_attention="additive"), TOK,
                         name="tiny Bahdanau LSTM"),
     }  # fmt: skip
@@ -141,6 +142,9 @@ def test_page_loads_with_zero_console_errors(servers, page):
         "#ax-next-table td.ax-token-cell", "t => t.map(x => x.textContent)"
     )
     assert sorted(classes) == ["neg", "neu", "pos"] and page.is_hidden("#ax-continue")
+    open_page(page, servers["rnn"][0], "?text=abc")  # no attention: tokens, positions, next token
+    page.wait_for_selector("#ax-next-table tr[data-id]")
+    assert page.is_hidden("#ax-error") and page.query_selector("#ax-heatmap") is None
     assert page.errors == []
 
 
