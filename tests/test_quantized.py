@@ -237,3 +237,35 @@ def test_cli_weights_option_generates_with_reduced_weights(tmp_path, capsys):
     assert "invalid choice: 'int2' (choose from 'fp32', 'bf16', 'int8', 'int4')" in (
         capsys.readouterr().err
     )
+
+
+# --- the benchmark suites ----------------------------------------------------------------------
+
+
+def test_decode_and_quality_suites_run_on_tiny_models():
+    """``attnlab bench --suite decode,quality --tiny``: every contender and mode is reported, with
+    the bytes each decode step reads and the perplexity change of each mode."""
+    from attnlab.bench import BenchSettings, format_text, run_bench
+
+    settings = BenchSettings.for_mode(tiny=True, suites=("decode", "quality"), threads=1,
+                                      rounds=1, warmup=1)  # fmt: skip
+    result = run_bench(settings)
+    decode, quality = result["suites"]["decode"], result["suites"]["quality"]
+    assert decode["status"] == "ok" and quality["status"] == "ok", (decode, quality)
+    assert decode["bandwidth_bytes_per_s"] > 0
+    row = decode["runs"][0]
+    names = [c["name"] for c in row["contenders"]]
+    assert names == ["fp32", "bf16", "int8", "int4", "hf_gpt2"]
+    steps = {c["name"]: c["bytes_per_step"] for c in row["contenders"] if "bytes_per_step" in c}
+    assert steps["fp32"] > steps["bf16"] > steps["int8"] > steps["int4"]
+    assert {(r["batch"], r["context"]) for r in decode["runs"]} == {(1, 8), (1, 16), (2, 8),
+                                                                   (2, 16)}  # fmt: skip
+    modes = quality["char_lm"]["modes"]
+    assert set(modes) == {"fp32", "bf16", "int8", "int4"}
+    assert all(abs(modes[m]["perplexity_change"]) < 0.05 for m in ("bf16", "int8"))
+    assert set(quality["gpt2"]["modes"]) == {"bf16", "int8", "int4"}
+    ids = {t["id"] for t in result["targets"]}
+    assert "quality_char_lm_int8_perplexity_change" in ids
+    assert "decode_gpt2-124M_ctx8_int8_vs_hf" in ids
+    text = format_text(result)
+    assert "### decode" in text and "of floor" in text and "top-1 agree" in text
