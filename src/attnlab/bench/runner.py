@@ -1,9 +1,9 @@
 """Run benchmark suites and collect one JSON-ready result dict.
 
 Suites (one module each): ``matmul``, ``lm``, ``seq2seq``, ``generate``, ``decode`` and
-``quality`` (reduced-precision weights), ``attention``,
-``memory``, ``profile``, ``recipe`` (only when asked for: it trains two models). Each module
-exposes ``run(settings, ctx) -> dict`` with a ``status`` of
+``quality`` (reduced-precision weights), ``attention``, ``memory``, ``profile``, ``inspect``,
+``recipe`` (only when asked for: it trains two models). Each module exposes
+``run(settings, ctx) -> dict`` with a ``status`` of
 "ok", "not_available" (with ``reason``: a piece of attnlab it needs has not landed, or an optional
 library is missing) or "error" (with ``error``). A suite failing never stops the others.
 
@@ -48,6 +48,7 @@ SUITES = (
     "attention",
     "memory",
     "profile",
+    "inspect",
     "recipe",
 )
 DEFAULT_SUITES = tuple(s for s in SUITES if s != "recipe")
@@ -62,6 +63,7 @@ _MODULES = {
     "attention": "attention_cost",
     "memory": "training_memory",
     "profile": "profile",
+    "inspect": "inspect_cost",
     "recipe": "recipe",
 }
 SCHEMA_VERSION = 1

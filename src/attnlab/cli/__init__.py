@@ -15,7 +15,17 @@ import textwrap
 from attnlab.errors import UserError
 
 # Subcommand modules, in the order --help lists them. A module that is missing is skipped.
-SUBCOMMANDS = ("demo", "train", "evaluate", "generate", "plot", "bench", "experiment", "export")
+SUBCOMMANDS = (
+    "demo",
+    "train",
+    "evaluate",
+    "generate",
+    "plot",
+    "explore",
+    "bench",
+    "experiment",
+    "export",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
