@@ -269,3 +269,34 @@ def test_decode_and_quality_suites_run_on_tiny_models():
     assert "decode_gpt2-124M_ctx8_int8_vs_hf" in ids
     text = format_text(result)
     assert "### decode" in text and "of floor" in text and "top-1 agree" in text
+
+
+# --- the explorer ------------------------------------------------------------------------------
+
+
+def test_the_explorer_loads_a_language_model_with_reduced_weights(tmp_path):
+    """``attnlab explore PATH --weights int8``: attention maps, the walkthrough, the next token
+    and a continuation all work on the reduced model; a seq2seq model is refused by name."""
+    pytest.importorskip("starlette")
+    from attnlab.cli import build_parser
+    from attnlab.errors import ConfigError
+    from attnlab.explore import LoadOptions, Session, load
+    from attnlab.train.checkpoint import save_checkpoint
+
+    tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
+    for kind in ("decoder_lm", "encoder_decoder"):
+        cfg = ModelConfig(kind=kind, vocab_size=tok.vocab_size, d_model=32, n_heads=4,
+                          n_layers=1, d_ff=64, max_len=32)  # fmt: skip
+        save_checkpoint(tmp_path / kind, model=build_model(cfg), config=cfg, tokenizer=tok, step=1)
+    loaded = load(tmp_path / "decoder_lm", LoadOptions(weights="int8"))
+    assert weights_mode(loaded.model) == "int8"
+    session = Session(loaded.model, loaded.tokenizer)
+    assert session.attention("abc")["sites"]
+    assert session.walkthrough("abc")["steps"]
+    assert session.next_token("abc")
+    events = list(session.continuation("abc", max_new_tokens=5))
+    assert events[-1]["type"] == "done" and len(events[-1]["ids"]) == 5
+    with pytest.raises(ConfigError, match="--weights int8: .*language models"):
+        load(tmp_path / "encoder_decoder", LoadOptions(weights="int8"))
+    args = build_parser().parse_args(["explore", "runs/x", "--weights", "int4"])
+    assert args.weights == "int4"
