@@ -6,19 +6,23 @@ vocab 65; 42.5 MB of fp32 linear weights) and GPT-2 small (``gpt2-124M``: 12 lay
 width 768, vocab 50257; 124M parameters, 496 MB of fp32 linear weights with the tied head).
 
 Contenders, each timed in the same interleaved rounds (batch B, a C-token prompt per row, N new
-tokens, no stop token):
+tokens, no stop token; one model per shape for every context and batch):
 
-    fp32, bf16, int8, int4   attnlab ``generate`` after ``quantize_weights(model, mode)``, with
-                             ``compile=True`` when the run has ``--compile`` (else eager)
-    int8_eager               (``--compile`` only) int8 without compile: what ``attnlab generate
-                             --weights int8`` gives without ``--compile``
+    fp32, bf16, int8, int4   attnlab's decode loop after ``quantize_weights(model, mode)``; with
+                             ``--compile`` the batch-1 rows run ``compile=True`` (the case the
+                             compiled step is for: a batch-1 step is dispatch-bound), batch 8 eager
+    int8_eager               (batch 1 with ``--compile``) int8 without compile: what ``attnlab
+                             generate --weights int8`` gives without ``--compile``
     hf_gpt2                  ``GPT2LMHeadModel.generate`` (sdpa), fp32, the usual way
 
-Decode speed is separated from the prompt's prefill: each contender's whole call (N new tokens)
-and a prefill-only call (1 new token) are both timed in interleaved rounds, and
+Decode speed is timed apart from the prompt's prefill, inside the same calls: attnlab's loop is
+clocked from its first new token to its last, transformers' through a stopping criterion that
+records the time of every new token (and never stops), so
 
-    decode ms per step = (median whole call - median prefill call) / (N - 1)
+    decode ms per step = (time of token N - time of token 1) / (N - 1)   (median of the rounds)
     decode tokens/s    = B / decode seconds per step
+
+and ``tokens_per_s`` is the whole call's rate, prefill included.
 
 Each mode's floor: a decode step must read every linear weight once (``bytes_per_token``: codes
 plus scales) and the KV cache (2 L B C_avg D fp32 values at the average cache length C_avg =
@@ -50,7 +54,7 @@ TINY_MEDIUM = LMShape("medium", 2, 2, 64, 32, 1)  # int4 needs widths divisible 
 MODES = ("fp32", "bf16", "int8", "int4")
 TARGETS = {"medium": 4.0, "gpt2-124M": 3.0}
 TARGET_MODES = ("int8", "int4")
-NEW_TOKENS, TINY_NEW_TOKENS = 64, 4
+NEW_TOKENS, TINY_NEW_TOKENS = 32, 4
 BATCHES, TINY_BATCHES = (1, 8), (1, 2)
 BANDWIDTH_BYTES = 256 * 2**20
 
@@ -83,27 +87,27 @@ def run(settings, ctx) -> dict[str, Any]:
     runs, targets = [], []
     try:
         for shape in shapes:
-            for context in settings.contexts:
-                hf, ours = build_pair(shape, context + n)
-                models = {"fp32": ours}
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # bf16 where emulated: the numbers show it
-                    for mode in MODES[1:]:
-                        models[mode] = quantize(ours, mode)
-                floor_bytes = {m: bytes_per_token(ours, m) for m in MODES}
-                for batch in BATCHES if not tiny else TINY_BATCHES:
+            hf, ours = build_pair(shape, max(settings.contexts) + n)
+            models = {"fp32": ours}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # bf16 where emulated: the numbers show it
+                for mode in MODES[1:]:
+                    models[mode] = quantize(ours, mode)
+            weight_bytes = {m: bytes_per_token(ours, m) for m in MODES}
+            for batch in TINY_BATCHES if tiny else BATCHES:
+                for context in settings.contexts:
                     row = _one_case(settings, ctx, shape, models, hf, context, batch, n)
                     kv = 2 * shape.n_layers * batch * (context + n / 2) * shape.d_model * 4
                     for c in row["contenders"]:
                         mode = c["name"].removesuffix("_eager")
-                        if mode in floor_bytes:
-                            c["bytes_per_step"] = floor_bytes[mode] + kv
+                        if mode in weight_bytes:
+                            c["bytes_per_step"] = weight_bytes[mode] + kv
                             c["floor_ms_per_step"] = c["bytes_per_step"] / bandwidth * 1e3
                             c["of_floor"] = ratio(c["floor_ms_per_step"], c["decode_ms_per_step"])
                     runs.append(row)
                     if batch == 1:
                         targets += _targets(shape, context, n, row)
-                del hf, ours, models
+            del hf, ours, models
     finally:
         transformers.logging.set_verbosity(verbosity)
     return {"status": "ok", "new_tokens": n, "bandwidth_bytes_per_s": bandwidth, "runs": runs,
@@ -119,37 +123,36 @@ def quantize(model, mode: str):
 def _one_case(settings, ctx, shape, models, hf, context: int, batch: int, n: int) -> dict:
     gen = torch.Generator().manual_seed(99)
     prompts = torch.randint(0, shape.vocab, (batch, context), generator=gen).tolist()
+    compiled = settings.compile and batch == 1
     works: dict[str, Any] = {}
-    prefill: dict[str, Any] = {}
+    decode_s: dict[str, list[float]] = {}
     for mode, model in models.items():
-        works[mode] = _attnlab_work(model, prompts, n, settings.compile)
-        prefill[mode] = _attnlab_work(model, prompts, 1, False)
-    if settings.compile:
-        works["int8_eager"] = _attnlab_work(models["int8"], prompts, n, False)
-        prefill["int8_eager"] = prefill["int8"]
-    works["hf_gpt2"] = _hf_work(hf, prompts, n)
-    prefill["hf_gpt2"] = _hf_work(hf, prompts, 1)
+        decode_s[mode] = []
+        works[mode] = _attnlab_work(model, prompts, n, compiled, decode_s[mode])
+    if compiled:
+        decode_s["int8_eager"] = []
+        works["int8_eager"] = _attnlab_work(models["int8"], prompts, n, False,
+                                            decode_s["int8_eager"])  # fmt: skip
+    decode_s["hf_gpt2"] = []
+    works["hf_gpt2"] = _hf_work(hf, prompts, n, decode_s["hf_gpt2"])
     label = f"decode {shape.name} ctx {context} batch {batch}"
-    ctx.say(f"{label}: timing {', '.join(works)} ({n} new tokens, then prefill only)")
-    rounds = dict(rounds=settings.rounds, warmup=settings.warmup, min_round_s=0.0)
-    whole = interleave(works, **rounds)
-    first = interleave({k: prefill[k] for k in works if k != "int8_eager"}, **rounds)
-    first["int8_eager"] = first["int8"] if "int8_eager" in works else None
+    ctx.say(f"{label}: timing {', '.join(works)} ({n} new tokens)")
+    timings = interleave(works, rounds=settings.rounds, warmup=settings.warmup, min_round_s=0.0)
     info = {}
-    for name, timing in whole.items():
-        call_s = statistics.median(timing.seconds)
-        prefill_s = statistics.median(first[name].seconds)
-        step_ms = max(call_s - prefill_s, 1e-9) / (n - 1) * 1e3
+    for name, timing in timings.items():
+        step_ms = statistics.median(decode_s[name]) / (n - 1) * 1e3
         info[name] = {
             "name": name,
             "status": "ok",
+            "compiled": compiled and name in MODES,
             **timing.to_dict("tokens"),
-            "prefill_seconds": prefill_s,
+            "decode_seconds_rounds": decode_s[name],
             "decode_ms_per_step": step_ms,
             "decode_tokens_per_s": batch / step_ms * 1e3,
         }
-        ctx.say(f"  {name:10s} {info[name]['decode_tokens_per_s']:9.1f} decode tok/s "
-                f"({step_ms:.2f} ms/step, prefill {prefill_s * 1e3:.0f} ms)")  # fmt: skip
+        whole = info[name]["tokens_per_s"]
+        ctx.say(f"  {name:10s} {batch / step_ms * 1e3:9.1f} decode tok/s ({step_ms:.2f} ms/step; "
+                f"whole call {whole:.1f} tok/s)")  # fmt: skip
     hf_rate = info["hf_gpt2"]["decode_tokens_per_s"]
     return {
         "model": {
@@ -162,7 +165,7 @@ def _one_case(settings, ctx, shape, models, hf, context: int, batch: int, n: int
         "context": context,
         "batch": batch,
         "new_tokens": n,
-        "compile": settings.compile,
+        "compile": compiled,
         "contenders": list(info.values()),
         "ratios": {
             f"{k}_vs_hf_gpt2": ratio(v["decode_tokens_per_s"], hf_rate)
@@ -172,24 +175,47 @@ def _one_case(settings, ctx, shape, models, hf, context: int, batch: int, n: int
     }
 
 
-def _attnlab_work(model, prompts: list[list[int]], n: int, compile: bool):
-    from attnlab.generate import GenerationConfig, generate
+def _attnlab_work(model, prompts: list[list[int]], n: int, compile: bool, decode_s: list):
+    """One greedy generation through the decode loop; the time after the first new token (the
+    prefill) is appended to ``decode_s`` for timed rounds."""
+    from attnlab.generate import GenerationConfig
+    from attnlab.generate.lm import lm_loop
 
     cfg = GenerationConfig(max_new_tokens=n, temperature=0.0, stop_token_ids=(), compile=compile)
 
     def work(r: int) -> float:
-        return float(sum(len(t) for t in generate(model, prompts, cfg).tokens))
+        loop, _ = lm_loop(model, prompts, cfg, None)
+        loop.step()  # the prefill and the first new token
+        t0 = time.perf_counter()
+        while loop.step() is not None:
+            pass
+        if r >= 0:
+            decode_s.append(time.perf_counter() - t0)
+        return float(len(prompts) * n)
 
     return work
 
 
-def _hf_work(hf, prompts: list[list[int]], n: int):
+def _hf_work(hf, prompts: list[list[int]], n: int, decode_s: list):
+    """``hf.generate``; a stopping criterion (never stopping) clocks each new token."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
     ids = torch.tensor(prompts)  # (B, C)
     mask = torch.ones_like(ids)
+    clock: list[float] = []
+
+    class Clock(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            clock.append(time.perf_counter())
+            return torch.zeros(input_ids.size(0), dtype=torch.bool)
 
     def work(r: int) -> float:
+        clock.clear()
         out = hf.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                          do_sample=False, use_cache=True, pad_token_id=0)  # fmt: skip
+                          do_sample=False, use_cache=True, pad_token_id=0,
+                          stopping_criteria=StoppingCriteriaList([Clock()]))  # fmt: skip
+        if r >= 0:
+            decode_s.append(clock[-1] - clock[0])  # tokens 2..n
         return float(out[:, ids.size(1) :].numel())
 
     return work

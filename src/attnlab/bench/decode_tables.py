@@ -10,8 +10,10 @@ def render_decode(s: dict[str, Any]) -> list[str]:
 
     out = [
         f"Random GPT-2 weights shared by every contender; {s['new_tokens']} new tokens after the "
-        "prompt. decode tok/s = batch / ((whole call - prefill call) / (new tokens - 1)); ratio "
-        "= decode tok/s / transformers'. Floor = (linear weights in the mode + fp32 KV cache at "
+        "prompt. decode tok/s = batch / ms per step, timed from the first new token to the last "
+        "(prefill excluded; whole-call tok/s includes it); ratio = decode tok/s / transformers'; "
+        "batch-1 rows of a --compile run use compile=True (int8_eager: without). Floor = "
+        "(linear weights in the mode + fp32 KV cache at "
         f"its average length) / the measured bandwidth, "
         f"**{s['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s**; of floor = floor ms / measured ms "
         "(> 1: the weights stay in cache).",
