@@ -30,7 +30,7 @@ from attnlab.bench.decode import GPT2_SMALL, TINY_GPT2, quantize
 from attnlab.bench.generation import agreement, build_pair
 from attnlab.bench.harness import target_entry
 
-STEPS, TINY_STEPS = 300, 20
+STEPS, TINY_STEPS = 200, 20
 GREEDY_TOKENS, TINY_GREEDY_TOKENS = 200, 20
 HELDOUT_CHARS, TINY_HELDOUT_CHARS = 16384, 512
 TARGET_CHANGE = 0.01
