@@ -27,3 +27,26 @@ def test_future_mask_quick_report(tmp_path):
     rows = report.table("losses per arm (mean (min-max) over seeds)").rows
     assert [r["arm"] for r in rows][:2] == ["masked", "unmasked"]
     assert report.metrics["unigram"] > report.metrics["bigram"] > 0
+
+
+def test_permuted_examples_follow_the_permutation():
+    import numpy as np
+
+    from attnlab.lab.concat_positions import permuted_examples
+    from attnlab.lab.extrapolation import SEP
+
+    perm = np.array([2, 0, 1])
+    ids, targets = permuted_examples(2, 3, perm, 8, np.random.default_rng(0))
+    row = ids[0].tolist()  # <bos> a b c | c a b <eos>
+    assert row[4] == SEP and row[5:8] == [row[1 + p] for p in perm]
+    assert targets[0].tolist() == [-100] * 4 + row[5:9]
+
+
+def test_concat_positions_quick_report(tmp_path):
+    report, _ = run_experiment("concat_positions", quick=True, out_dir=tmp_path)
+    arms = {c.arm for c in report.competence}
+    assert arms == {f"{a}, {t}" for a in ("added", "concatenated", "added, unit")
+                    for t in ("copy", "permute")}  # fmt: skip
+    assert (tmp_path / "learning_copy.png").is_file() and (
+        tmp_path / "learning_permute.png"
+    ).is_file()
