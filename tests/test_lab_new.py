@@ -4,6 +4,7 @@ the verdicts (those come from the committed full-size runs)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from attnlab.lab import run_experiment
@@ -50,3 +51,26 @@ def test_concat_positions_quick_report(tmp_path):
     assert (tmp_path / "learning_copy.png").is_file() and (
         tmp_path / "learning_permute.png"
     ).is_file()
+
+
+def test_complexity_counts_and_crossover():
+    from torch import nn
+
+    from attnlab.lab.complexity import attention_core, counted_flops, crossover, recurrence_loop
+
+    q, k, v = (torch.randn(1, 1, 10, 6) for _ in range(3))
+    assert counted_flops(attention_core, q, k, v) == 4 * 10 * 10 * 6  # Q K^T and A V
+    rnn = nn.RNN(6, 6, batch_first=True)
+    x = torch.randn(1, 5, 6)
+    assert counted_flops(recurrence_loop, x, rnn) == 4 * 5 * 6 * 6  # W h and U x per step
+    assert torch.allclose(recurrence_loop(x, rnn), rnn(x)[0], atol=1e-6)  # the same recurrence
+    ns = [8, 16, 32, 64]
+    assert crossover(
+        ns, [4 * n * n * 16 for n in ns], [4 * n * 16 * 16 for n in ns]
+    ) == pytest.approx(16)
+
+
+def test_complexity_quick_report(tmp_path):
+    report, _ = run_experiment("complexity", quick=True, out_dir=tmp_path)
+    assert report.metrics["crossover_flops"] == {"32": pytest.approx(32.0)}
+    assert report.competence == [] and (tmp_path / "flops.png").is_file()
