@@ -1,8 +1,8 @@
 """Run benchmark suites and collect one JSON-ready result dict.
 
 Suites (one module each): ``matmul``, ``lm``, ``seq2seq``, ``generate``, ``attention``,
-``memory``, ``profile``, ``recipe`` (only when asked for: it trains two models). Each module
-exposes ``run(settings, ctx) -> dict`` with a ``status`` of
+``memory``, ``profile``, ``inspect``, ``recipe`` (only when asked for: it trains two models). Each
+module exposes ``run(settings, ctx) -> dict`` with a ``status`` of
 "ok", "not_available" (with ``reason``: a piece of attnlab it needs has not landed, or an optional
 library is missing) or "error" (with ``error``). A suite failing never stops the others.
 
@@ -37,8 +37,12 @@ from attnlab.bench.harness import setup_torch
 from attnlab.bench.machine import load_average, machine_info
 from attnlab.errors import UserError
 
-SUITES = ("matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile", "recipe")
-DEFAULT_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile")
+SUITES = (
+    "matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile", "inspect", "recipe"
+)  # fmt: skip
+DEFAULT_SUITES = (
+    "matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile", "inspect"
+)  # fmt: skip
 QUICK_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention")
 _MODULES = {
     "matmul": "matmul_peak",
@@ -48,6 +52,7 @@ _MODULES = {
     "attention": "attention_cost",
     "memory": "training_memory",
     "profile": "profile",
+    "inspect": "inspect_cost",
     "recipe": "recipe",
 }
 SCHEMA_VERSION = 1
