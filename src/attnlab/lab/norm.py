@@ -133,7 +133,7 @@ def depth(quick: bool) -> int:
 
 
 def train_steps(quick: bool) -> int:
-    return 30 if quick else 600
+    return 30 if quick else 400
 
 
 @experiment(
@@ -168,7 +168,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                  for i in INITS for p in PLACEMENTS]  # fmt: skip
     # (b) training: a warm-up sweep over a learning-rate sweep, every seed
     lrs = (3e-3,) if quick else (1e-3, 3e-3)
-    warmups = (0, 5) if quick else (0, 60, 200)
+    warmups = (0, 5) if quick else (0, 100)
     jobs = [(p, lr, w, s, quick) for p in PLACEMENTS for lr in lrs for w in warmups for s in seeds]
     results = run_jobs(train_job, jobs, 1 if quick else 2)
     rows = []
