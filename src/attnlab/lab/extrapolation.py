@@ -380,7 +380,14 @@ def _figures(out_dir, arms, lengths, token, n_max, seeds, runs, data, quick) -> 
                                             title="Training loss on the copy half", logy=True),
                               out_dir, "training.png", "Training loss per arm (mean over seeds, "
                               "min-max band), at each arm's chosen learning rate."))  # fmt: skip
-    longest = lengths[-1]
+    return figures + attention_figures(out_dir, runs, data, quick, seeds)
+
+
+def attention_figures(out_dir, runs, data, quick, seeds) -> list:
+    """The last layer's self-attention of the rotary and learned models (first seed) on a copy
+    of the longest test length."""
+    figures = []
+    longest = data["lengths"][-1]
     ids = data["tests"][longest][0][0]
     labels = ["<bos>"] + [f"s{int(t) - FIRST_SYMBOL}" for t in ids[1 : longest + 1]]
     labels += ["|"] + labels[1:] + ["<eos>"]
