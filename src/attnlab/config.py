@@ -81,6 +81,8 @@ class ModelConfig:
     bidirectional: bool = False  # bidirectional LSTM encoder
     d_attn: int | None = None  # additive attention width; default d_model
     pad_id: int = 0  # padding token id of the (source and target) vocabulary
+    # Engine: run on attnlab.fast's drop-in modules (the same function; see docs/fast.md).
+    fast: bool = False
 
     def __post_init__(self) -> None:
         _check_types(self)

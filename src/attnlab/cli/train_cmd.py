@@ -114,6 +114,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-plots", action="store_true", help="skip the attention heatmap")
     g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
     g.add_argument(
+        "--fast",
+        action="store_true",
+        default=None,
+        help="run on attnlab.fast's engine (the same model, CPU fast paths; docs/fast.md)",
+    )
+    g.add_argument(
         "--tensorboard",
         action="store_true",
         default=None,
@@ -198,6 +204,7 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     for flag, (field, _, _) in FLAG_FIELDS.items():
         flags[field] = getattr(args, flag[2:].replace("-", "_"))
     flags["compile"], flags["tensorboard"] = args.compile, args.tensorboard
+    flags["fast"] = args.fast
     if args.no_progress:
         flags["progress"] = False
     for item in args.set:

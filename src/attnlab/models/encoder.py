@@ -18,14 +18,9 @@ from attnlab.models.base import (
     check_not_all_padding,
     check_padding_mask,
 )
-from attnlab.models.layers import (
-    Embeddings,
-    init_weights,
-    key_mask,
-    make_encoder_block,
-    make_final_norm,
-)
-from attnlab.nn.packing import Packing, length_groups, make_packing, pack, unpack
+from attnlab.models.layers import Embeddings, init_weights, make_encoder_block, make_final_norm
+from attnlab.nn.hooks import HookPoint
+from attnlab.nn.masks import padding_mask
 
 
 class EncoderOutput(NamedTuple):
@@ -40,6 +35,7 @@ class EncoderStack(nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
+        self.hook_final = HookPoint()  # the final norm's output, (B, T, D)
 
     def forward(
         self,
@@ -48,16 +44,14 @@ class EncoderStack(nn.Module):
         *,
         positions: Tensor | None = None,
         need_weights: bool = False,
-        packing: Packing | None = None,
     ) -> EncoderOutput:
-        """x: (B, T, D), or (N, D) real tokens with ``packing`` -> hidden of the same shape."""
+        """x: (B, T, D), mask broadcastable to (B, H, T, T) -> hidden (B, T, D)."""
         weights = []
         for block in self.blocks:
-            x, w, _ = block(
-                x, mask, positions=positions, need_weights=need_weights, packing=packing
-            )
+            x, w, _ = block(x, mask, positions=positions, need_weights=need_weights)
             weights.append(LayerAttention(w, None))
-        return EncoderOutput(self.final_norm(x), tuple(weights) if need_weights else None)
+        hidden = self.hook_final(self.final_norm(x))  # (B, T, D)
+        return EncoderOutput(hidden, tuple(weights) if need_weights else None)
 
 
 class TransformerEncoder(nn.Module):
@@ -78,22 +72,15 @@ class TransformerEncoder(nn.Module):
         self, ids: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False
     ) -> EncoderOutput:
         """ids (B, T), key_padding_mask (B, T) True = real -> hidden (B, T, D)."""
+        self.check_input(ids, key_padding_mask)
+        x = self.embed(ids)  # (B, T, D)
+        return self.stack(x, padding_mask(key_padding_mask), need_weights=need_weights)
+
+    def check_input(self, ids: Tensor, key_padding_mask: Tensor | None) -> None:
+        """ids (B, T) in the vocabulary and within max_len; a mask with a real token per row."""
         check_ids(ids, self.vocab_size, "ids", self.max_len)
         check_padding_mask(key_padding_mask, ids)
         check_not_all_padding(key_padding_mask)
-        x = self.embed(ids)  # (B, T, D)
-        groups = None  # attention weights come back in the batch's own layout (B, H, T, T)
-        if key_padding_mask is not None and not need_weights:
-            groups = length_groups(key_padding_mask)
-        packing = make_packing(key_padding_mask, groups)
-        if packing is None:
-            return self.stack(x, key_mask(key_padding_mask), need_weights=need_weights)
-        # Position-wise layers run on the N real tokens only, attention on groups of rows of
-        # similar length (nn.packing); padding outputs are zero.
-        hidden, weights = self.stack(
-            pack(x, packing), key_mask(key_padding_mask), need_weights=need_weights, packing=packing
-        )  # (N, D)
-        return EncoderOutput(unpack(hidden, packing), weights)
 
 
 class EncoderClassifier(Classifier):

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import math
 
-import torch
 from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.nn.blocks import CausalBlock, DecoderBlock, EncoderBlock
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.feedforward import FeedForward
+from attnlab.nn.hooks import HookPoint
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 from attnlab.nn.norms import make_norm
 from attnlab.nn.positional import RotaryPositions, default_positions, make_positions
@@ -25,6 +25,8 @@ class Embeddings(nn.Module):
     """x_i = E w_i (optionally * sqrt(D), Vaswani 3.4), then a position representation and dropout.
 
     ids (B, T) -> (B, T, D). Rotary positions leave x unchanged here and act in attention.
+    Hook points: X (the token embeddings), P (the position signal, where one is added or
+    concatenated), embed (the first block's input).
     """
 
     def __init__(self, vocab_size: int, cfg: ModelConfig):
@@ -35,6 +37,7 @@ class Embeddings(nn.Module):
         )
         self.scale = math.sqrt(cfg.d_model) if cfg.embed_scale else 1.0
         self.drop = Dropout(cfg.dropout)
+        self.hook_X, self.hook_P, self.hook_embed = HookPoint(), HookPoint(), HookPoint()
 
     @property
     def rotary(self) -> RotaryPositions | None:
@@ -46,7 +49,11 @@ class Embeddings(nn.Module):
         x = self.tok_emb(ids)  # (B, T, D)
         if self.scale != 1.0:
             x = x * self.scale
-        return self.drop(self.pos_enc(x, positions))
+        x = self.hook_X(x)
+        p = self.pos_enc.signal(positions, x)  # (T|B,T, .) or None
+        if p is not None:
+            x = self.pos_enc.combine(x, self.hook_P(p))  # (B, T, D)
+        return self.hook_embed(self.drop(x))
 
 
 def _attention_options(cfg: ModelConfig) -> dict:
@@ -128,14 +135,3 @@ def init_weights(model: nn.Module, n_layers: int, std: float = 0.02) -> None:
                 nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, 0.0, std)
-
-
-def key_mask(key_padding_mask: Tensor | None) -> Tensor | None:
-    """(B, S) True = real token -> (B, 1, 1, S) attention mask, or None."""
-    if key_padding_mask is None:
-        return None
-    return key_padding_mask[:, None, None, :]
-
-
-def ones_mask(b: int, t: int, device: torch.device) -> Tensor:
-    return torch.ones(b, t, dtype=torch.bool, device=device)

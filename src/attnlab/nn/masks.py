@@ -27,8 +27,11 @@ def causal_mask(t: int, s: int | None = None, device: torch.device | None = None
     return cols <= rows  # (T, S)
 
 
-def padding_mask(key_padding_mask: Tensor) -> Tensor:
-    """Key padding mask (B, S) with True = real token -> attention mask (B, 1, 1, S)."""
+def padding_mask(key_padding_mask: Tensor | None) -> Tensor | None:
+    """Key padding mask (B, S) with True = real token -> attention mask (B, 1, 1, S); None (no
+    padding) stays None."""
+    if key_padding_mask is None:
+        return None
     if key_padding_mask.dim() != 2:
         raise ValueError(
             f"key padding mask must be (B, S), got shape {tuple(key_padding_mask.shape)}"
