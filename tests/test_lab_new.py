@@ -102,3 +102,18 @@ def test_residual_quick_report(tmp_path):
     }
     probe = report.metrics["probe"]["with residuals"]
     assert len(probe) == 5 and probe[0] > 0.9  # learned positions are readable from the embedding
+
+
+def test_induction_data_scores_and_ablation(tmp_path):
+    import numpy as np
+
+    from attnlab.lab.induction import head_scores, make_model, repeated_segments
+
+    ids = repeated_segments(3, 5, 10, np.random.default_rng(0))
+    assert ids.shape == (3, 11) and torch.equal(ids[:, 1:6], ids[:, 6:]) and (ids[:, 0] == 0).all()
+    torch.manual_seed(0)
+    model = make_model(10, 5, quick=True)
+    ind, prev = head_scores(model, ids, 5)
+    assert ind.shape == prev.shape == (2, 4) and (ind >= 0).all() and (ind <= 1).all()
+    report, _ = run_experiment("induction", quick=True, out_dir=tmp_path)
+    assert len(report.competence) == 1 and (tmp_path / "ablation.png").is_file()
