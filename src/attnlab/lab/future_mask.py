@@ -62,8 +62,8 @@ def text_windows(quick: bool, context: int) -> tuple[torch.Tensor, torch.Tensor,
 
 
 def make_model(arm: str, vocab: int, context: int, quick: bool) -> nn.Module:
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=vocab, d_model=64 if quick else 128,
-                      n_heads=4, n_layers=2 if quick else 4, max_len=context)  # fmt: skip
+    cfg = ModelConfig(kind="decoder_lm", vocab_size=vocab, d_model=64, n_heads=4, n_layers=2,
+                      max_len=context)  # fmt: skip
     model = build_model(cfg)
     if arm == "unmasked":
         for block in model.blocks:
@@ -128,7 +128,7 @@ def train_job(job: tuple) -> dict:
     train, val, chars, _ = text_windows(quick, context)
     torch.manual_seed(seed)
     model = make_model(arm, len(chars), context, quick)
-    cfg = FitConfig(steps=40 if quick else 1500, batch_size=32 if quick else 64, lr=3e-3,
+    cfg = FitConfig(steps=40 if quick else 800, batch_size=32 if quick else 64, lr=3e-3,
                     warmup_steps=10 if quick else 100, min_lr=1e-4)  # fmt: skip
     result = fit(model, (train,), lm_loss, cfg, seed=seed)
     probe = val[: 16 if quick else 48]
@@ -232,7 +232,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             f"Model: decoder-only, {len(model_cfg.blocks)} pre-norm layers, d_model "
             f"{model_cfg.embed.tok_emb.weight.size(1)}, 4 heads, learned positions "
             f"({n_params:,} parameters); 'unmasked' sets causal = False on every block.",
-            f"AdamW lr 3e-3, warm-up + cosine, {'40' if quick else '1500'} steps of "
+            f"AdamW lr 3e-3, warm-up + cosine, {'40' if quick else '800'} steps of "
             f"{32 if quick else 64} windows; the same recipe and seeds for both arms; two "
             "single-threaded runs at a time.",
             "Prefix loss: the model gets w_1..w_t alone and predicts w_{t+1}, for every t of "
