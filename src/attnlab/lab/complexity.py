@@ -35,7 +35,14 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.lab.charts import line_chart, save_chart
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Report, Table, gate, spread, spread_text
+from attnlab.lab.report import (
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+    verdict_of,
+)
 from attnlab.lab.seeds import bands, seed_list
 from attnlab.nn.attention import scaled_dot_product_attention
 
@@ -142,7 +149,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     near = {d: all(d / 4 <= c <= 4 * d for c in cross_ms[d]) for d in widths}
     flop_exact = all(abs(cross_flops[d] / d - 1) < 0.05 for d in widths)
     held = [flop_exact, *near.values()]
-    verdict = "held" if all(held) else ("did not hold" if not any(held) else "mixed")
+    verdict = verdict_of(held)
     reason = (
         "counted FLOPs cross at n = "
         + ", ".join(f"{cross_flops[d]:.0f} for d = {d}" for d in widths)
@@ -153,8 +160,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         + ", ".join(f"d = {d} {'yes' if near[d] else 'no'}" for d in widths)
         + "."
     )
-    verdict, reason = gate(verdict, reason, [], n_seeds=len(rounds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, [], rounds, quick)
     figures = []
     for d in widths:
         series, band = {}, {}

@@ -46,7 +46,14 @@ from attnlab.lab.extrapolation import (
 )
 from attnlab.lab.fit import FitConfig, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, overlap, spread_text
+from attnlab.lab.report import (
+    Competence,
+    Report,
+    Table,
+    gate_run,
+    overlap,
+    spread_text,
+)
 from attnlab.lab.seeds import bands, run_jobs, seed_list
 
 ARMS = {"added": "sinusoidal", "concatenated": "concat", "added, unit": "sinusoidal, unit"}
@@ -165,8 +172,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
               f"and {unit['permute']} (permute); concatenated raw sinusoids reach "
               f"{spread_text(final[('concatenated', 'copy')])} and "
               f"{spread_text(final[('concatenated', 'permute')])}" + rescue + ".")  # fmt: skip
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     figures = []
     for t in TASKS:
         series, band = {}, {}

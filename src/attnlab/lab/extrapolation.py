@@ -36,17 +36,17 @@ from attnlab.lab.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import (
-    MIN_SEEDS,
     Competence,
     Report,
     Table,
-    gate,
+    gate_run,
     overlap,
     spread,
     spread_text,
 )
 from attnlab.lab.seeds import bands, run_jobs, seed_list
 from attnlab.models import build_model
+from attnlab.nn.positional import Positions
 from attnlab.viz import attention_maps, plot_attention
 
 PAD, BOS, EOS, SEP = 0, 1, 2, 3
@@ -98,15 +98,16 @@ def position_table(model: nn.Module) -> Tensor | None:
     return table.weight if isinstance(table, nn.Embedding) else None
 
 
-class ScaledPositions(nn.Module):
-    """x~_i = x_i + c PE(i): the sinusoids of ``inner`` scaled by a fixed c (not trained)."""
+class ScaledPositions(Positions):
+    """x~_i = x_i + c PE(i): the sinusoids of ``inner`` scaled by a fixed c (not trained); the
+    signal c PE(i) is what the embedding's hook point P shows."""
 
-    def __init__(self, inner: nn.Module, scale: float):
+    def __init__(self, inner: Positions, scale: float):
         super().__init__()
         self.inner, self.scale = inner, scale
 
-    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        return x + self.scale * self.inner(torch.zeros_like(x), positions)  # (B, T, D)
+    def signal(self, positions: Tensor, x: Tensor) -> Tensor:
+        return self.scale * self.inner.signal(positions, x)  # (T|B,T, D)
 
 
 def rms(t: Tensor) -> float:
@@ -259,8 +260,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     moved = {a: max(r["moved"] for r in runs[a]) for a in arms if runs[a][0]["moved"] is not None}
     figures = _figures(out_dir, arms, lengths, token, n_max, seeds, runs, data, quick)
     verdict, reason = _verdict(outside, val, n_max, lengths)
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     cfg = model_config("rotary", data["vocab"], data["max_len"], quick)
     fit_cfg = fit_config(quick, lrs[0])
     return Report(

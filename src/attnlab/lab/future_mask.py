@@ -34,7 +34,15 @@ from attnlab.lab.char_lm import SHAKESPEARE, generated_text
 from attnlab.lab.charts import bar_chart, curves_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit, lm_loss
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.report import (
+    Competence,
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+    verdict_of,
+)
 from attnlab.lab.seeds import run_jobs, seed_list
 from attnlab.models import build_model
 
@@ -190,7 +198,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     cannot_generate = min(num["unmasked"]["val prefix"]) > max(num["masked"]["val prefix"])
     worse_than_bigram = min(num["unmasked"]["val prefix"]) > bi
     checks = [lower_train, cannot_generate]
-    verdict = "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
+    verdict = verdict_of(checks)
     reason = (
         f"training loss (nats/char, mean (min-max) over {len(seeds)} seeds): unmasked "
         f"{spread_text(num['unmasked']['train'])} vs masked {spread_text(num['masked']['train'])}"
@@ -199,8 +207,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"{spread_text(num['masked']['val prefix'])} (bigram counts {bi:.2f}, unigram "
         f"{uni:.2f})" + (", worse than the bigram baseline." if worse_than_bigram else ".")
     )
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     figures = [
         save_chart(curves_chart({a: [r["losses"] for r in per[a]] for a in ARMS},
                                 title="training loss (teacher forcing)", logy=True),

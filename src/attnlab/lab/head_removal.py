@@ -28,7 +28,15 @@ from attnlab.lab.charts import line_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit, lm_loss
 from attnlab.lab.future_mask import text_windows, unigram_bigram
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.report import (
+    Competence,
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+    verdict_of,
+)
 from attnlab.lab.seeds import bands, run_jobs, seed_list
 from attnlab.models import build_model
 
@@ -116,7 +124,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     most = min(keep[TOLERANCES[0]]) >= n_total // 2
     few_matter = all(w > 10 * TOLERANCES[0] for w in worst)
     checks = [most, few_matter]
-    verdict = "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
+    verdict = verdict_of(checks)
     reason = (
         f"of {n_total} heads ({runs[0]['L']} layers x {runs[0]['H']}), greedy removal takes "
         f"{spread_text(keep[TOLERANCES[0]])} before the validation loss rises by more than "
@@ -126,8 +134,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"(mean (min-max) over {len(seeds)} seeds; clean loss "
         f"{spread_text([r['curve'][0] for r in runs])})."
     )
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     mean, lo, hi = bands([r["curve"] for r in runs])
     xs = list(range(n_total + 1))
     fig = line_chart({"greedy removal": (xs, mean)}, xlabel="heads removed",

@@ -38,7 +38,14 @@ from attnlab.config import ModelConfig
 from attnlab.lab.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.report import (
+    Competence,
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+)
 from attnlab.lab.seeds import bands, seed_list
 from attnlab.models import build_model
 from attnlab.nn import LearnedPositions, SelfAttention
@@ -266,8 +273,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         + (" (4 heads faster outside the spread: " + ", ".join(m for m in SETTINGS if faster[m])
            + ")." if any(faster.values()) else " (inside the spread).")
     )  # fmt: skip
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     findings = [
         "001's argument: with one head the names of giver and recipient arrive in the same "
         "subspace, weighted by their attention, so a linear read-out cannot separate them. "

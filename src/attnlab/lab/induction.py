@@ -35,7 +35,15 @@ from attnlab.config import ModelConfig
 from attnlab.lab.charts import bar_chart, curves_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit, lm_loss
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.report import (
+    Competence,
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+    verdict_of,
+)
 from attnlab.lab.seeds import run_jobs, seed_list
 from attnlab.models import build_model
 
@@ -147,7 +155,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     drops = max(repeat) < min(first) - 1.0
     removed = found and all(a > o + 1.0 for a, o in zip(abl_ind, abl_other))
     checks = [found, drops, removed]
-    verdict = "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
+    verdict = verdict_of(checks)
     reason = (
         f"over {len(seeds)} seeds: loss on the first half {spread_text(first)} nats (log V = "
         f"{log_v:.2f}), on the repeat {spread_text(repeat)}; the best layer-2 induction score "
@@ -157,8 +165,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         + f"; zeroing them raises the repeat loss to {spread_text(abl_ind)}, zeroing as many "
         f"other layer-2 heads to {spread_text(abl_other)}."
     )  # fmt: skip
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     rows = [{"seed": s, "loss, first half": r["first"], "loss, repeat": r["repeat"],
              "induction heads (layer 2)": str(r["chosen"]),
              "repeat loss, induction heads zeroed": r["ablated"]["induction heads"],

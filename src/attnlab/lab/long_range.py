@@ -40,12 +40,11 @@ from attnlab.lab.charts import line_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import (
-    MIN_SEEDS,
     Competence,
     FigureRef,
     Report,
     Table,
-    gate,
+    gate_run,
     spread,
     spread_text,
 )
@@ -334,8 +333,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     competence += [Competence(f"{MODELS[n]}, dates", "per-token accuracy (training "
                               "distribution)", 0.99, date_tokens[n], in_verdict=False)
                    for n in date_models]  # fmt: skip
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     m_rnn, m_tf = model_config("lstm", 3, 8, quick), model_config("transformer", 3, 8, quick)
     return Report(
         name="long_range",

@@ -33,17 +33,26 @@ from attnlab.lab.charts import line_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit, lm_loss
 from attnlab.lab.future_mask import text_windows, unigram_bigram
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.report import (
+    Competence,
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+    verdict_of,
+)
 from attnlab.lab.seeds import bands, run_jobs, seed_list
 from attnlab.models import build_model
 
 ARMS = ("with residuals", "without residuals")
 
 
-def _add_norm_without_residual(self, x, norm, sublayer):
-    """h = f(LN(h)): the pre-norm sublayer with its residual connection removed."""
-    out = sublayer(norm(x))
-    return self.drop(out.out), out.weights
+def _add_norm_without_residual(self, x, norm, sublayer, norm_point, resid_point):
+    """h = f(LN(h)): the pre-norm sublayer with its residual connection removed (the block's
+    hook points still see LN(h) and the new h)."""
+    out = sublayer(norm_point(norm(x)))
+    return resid_point(self.drop(out.out)), out.weights
 
 
 def make_model(arm: str, vocab: int, context: int, n_layers: int) -> nn.Module:
@@ -152,7 +161,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     probe_without = [r["probe"][-1] for r in per[("without residuals", deep)]]
     carries = min(probe_with) > max(probe_without)
     checks = [trainable, grows, carries]
-    verdict = "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
+    verdict = verdict_of(checks)
     reason = (
         "validation loss without minus with residuals (nats/char, mean (min-max) over "
         f"{len(seeds)} seeds): "
@@ -161,8 +170,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"of the {deep}-layer model with accuracy {spread_text(probe_with)} with residuals and "
         f"{spread_text(probe_without)} without (chance {1 / 32:.3f})."
     )
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     series, band = {}, {}
     for a in ARMS:
         vals = [spread(val_loss[(a, d)]) for d in ds]
