@@ -31,7 +31,9 @@ def read_reports(root: str | os.PathLike) -> list[dict]:
     return reports
 
 
-def render_index(reports: list[dict]) -> str:
+def render_index(reports: list[dict], pending: list[tuple[str, str, str]] = ()) -> str:
+    """The index page; ``pending`` = (name, notes, claim) of registered experiments without a
+    full-size report yet."""
     lines = [
         "# Experiments",
         "",
@@ -62,12 +64,21 @@ def render_index(reports: list[dict]) -> str:
     ]
     for r in reports:
         link = f"[{r.get('title', r['_dir'])}]({r['_dir']}/README.md)"
-        cells = [link, r.get("source", ""), f"**{r.get('verdict', '?')}**",
+        rederived = (r.get("findings") or [""])[0].startswith("Re-derived")
+        verdict = f"**{r.get('verdict', '?')}**" + (" (re-derived)" if rederived else "")
+        cells = [link, r.get("source", ""), verdict,
                  competence_cell(r.get("competence")), str(len(r.get("seeds") or [r.get("seed")])),
                  r.get("verdict_reason", ""), f"{float(r.get('wall_time_s', 0)):.0f} s",
                  f"`{r.get('command', '')}`"]  # fmt: skip
         lines.append("| " + " | ".join(format_cell(c) if i else c for i, c in enumerate(cells))
                      + " |")  # fmt: skip
+    if pending:
+        lines += ["", "## Not yet run at full size", "",
+                  "Registered, tested in their `--quick` form, no committed full-size report yet:",
+                  "", "| experiment | notes | claim | command |", "|---|---|---|---|"]  # fmt: skip
+        for n, notes, claim in pending:
+            command = f"`attnlab experiment {n} --seed 0`"
+            lines.append(f"| {n} | {format_cell(notes)} | {format_cell(claim)} | {command} |")
     return "\n".join(lines) + "\n"
 
 
@@ -94,4 +105,9 @@ def competence_cell(competence: list[dict] | None) -> str:
 
 def write_index(root: str | os.PathLike) -> Path:
     """Rewrite ``root/README.md`` from the reports found under ``root``."""
-    return atomic_write_text(Path(root) / INDEX_FILE, render_index(read_reports(root)))
+    from attnlab.lab.registry import discover  # the registry imports every experiment module
+
+    reports = read_reports(root)
+    done = {r.get("name", r["_dir"]) for r in reports}
+    pending = [(e.name, e.notes, e.claim) for e in discover().values() if e.name not in done]
+    return atomic_write_text(Path(root) / INDEX_FILE, render_index(reports, pending))
