@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from attnlab.bench.decode_tables import render_decode, render_quality
+
 MIB = 2**20
 
 
@@ -293,6 +295,8 @@ def _inspect(s: dict) -> list[str]:
 
 
 _RENDER = {
+    "decode": render_decode,
+    "quality": render_quality,
     "matmul": _matmul,
     "lm": _lm,
     "seq2seq": _seq2seq,
