@@ -9,7 +9,6 @@ tests/test_fast_*.py). Each path is kept only while it earns its place on a real
 
 * packed teacher forcing with attention on row groups (:mod:`attnlab.fast.packing`,
   :mod:`attnlab.fast.models`): encoder and encoder-decoder training on padded batches;
-* the one-query form of a compiled decode step (:func:`attnlab.fast.attention.one_query_attention`);
 * the compiled decode step called without dynamo once its inputs are known
   (:mod:`attnlab.fast.replay`): ``generate(compile=True)`` on a fast model.
 
