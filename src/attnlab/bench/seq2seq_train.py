@@ -164,20 +164,14 @@ def attnlab_config(shape: Seq2SeqShape):
     """The attnlab ModelConfig of ``shape`` (the suite's configuration, module docstring)."""
     from attnlab.config import ModelConfig
 
-    return ModelConfig(
+    return ModelConfig(  # and the defaults: dropout 0, learned positions, pre-norm, ReLU, tied
         kind="encoder_decoder",
         vocab_size=shape.vocab,
         d_model=shape.d_model,
         n_heads=shape.n_heads,
         n_layers=shape.n_layers,
-        n_decoder_layers=shape.n_layers,
         d_ff=shape.d_ff,
         max_len=shape.max_len,
-        dropout=0.0,
-        positional="learned",
-        norm_placement="pre",
-        activation="relu",
-        tie_embeddings=True,
         pad_id=PAD,
     )
 
