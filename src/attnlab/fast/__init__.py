@@ -50,8 +50,9 @@ def accelerate(model: nn.Module) -> nn.Module:
 
 
 def is_fast(model: nn.Module) -> bool:
-    """True when ``model`` runs on the engine (see :func:`accelerate`)."""
-    return type(model) in ENGINE.values()
+    """True when ``model`` (or a module inside it) runs on the engine (see :func:`accelerate`)."""
+    fast = set(ENGINE.values())
+    return any(type(m) in fast for m in model.modules())
 
 
 __all__ = [
