@@ -158,6 +158,9 @@ def test_reduced_weights_slide_the_window_and_replay_the_compiled_step(replays):
     cfg = GREEDY.replace(max_new_tokens=40)
     batch = generate(q, prompts, cfg)
     assert batch.tokens == [generate(q, [p], cfg).tokens[0] for p in prompts]
+    from attnlab.fast import accelerate
+
+    accelerate(q)  # the replay is the engine's
     replays[0] = 0
     eager = generate(q, [[3, 4, 5]], GREEDY.replace(max_new_tokens=12))
     compiled = generate(q, [[3, 4, 5]], GREEDY.replace(max_new_tokens=12, compile=True))
