@@ -135,7 +135,7 @@ def train_job(job: tuple) -> dict:
     claim="A 2-layer attention-only model trained on repeated random segments develops "
     "induction heads (attending to the token after the previous occurrence); the loss drops on "
     "the repeat, and ablating those heads removes the effect.",
-    notes="000 'Self-attention as a soft lookup'; Olsson et al. 2022",
+    notes="000 'The key-query-value self-attention mechanism'; Olsson et al. 2022",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
     torch.set_num_threads(1)
@@ -208,11 +208,12 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     return Report(
         name="induction",
         title="Induction heads: in-context copying in a 2-layer attention-only model",
-        claim="Self-attention is a soft lookup: a query matched against keys retrieves values. "
-        "Composed over two layers it can look up 'what followed this token last time' -- an "
-        "induction head -- and copy it.",
-        source="000, 'Self-attention as an evolution of the key-query-value lookup'; Olsson et "
-        "al. 2022",
+        claim="(Olsson et al. 2022, on the key-query-value attention of 000) Two-layer "
+        "attention-only Transformers learn induction heads: a head that attends to the token "
+        "after the previous occurrence of the current token and copies it, with the help of a "
+        "previous-token head in the layer below; they make in-context copying possible.",
+        source="000, 'The key-query-value self-attention mechanism' (the lookup composed over "
+        "two layers); Olsson et al. 2022",
         setup=[
             f"Sequences <bos> x_1..x_L x_1..x_L, L = {length}, x_i uniform over {vocab - 1} "
             "tokens; LM loss on every position (the first half is unpredictable).",
