@@ -7,7 +7,11 @@ parameters and hook points, and compute the same function. What they add:
   (:func:`packed`), x holds only the N real tokens, (N, D); the projections run on those, and
   attention runs on groups of rows of similar length, each padded to its own longest row;
 * **one query under torch.compile** (:func:`one_query_attention`): a compiled decode step
-  writes eq. 9 for a single query as reductions over the cache.
+  writes eq. 9 for a single query as reductions over the cache;
+* **short keys** (``attnlab.fast.short_attention``): masked attention over at most 128 keys on
+  the CPU as one autograd node with eq. 9's gradient written out.
+
+``attnlab.fast.switches.PATHS`` turns each path off (benchmarks/fast_ab.py measures each).
 
 Whenever the plain form is needed -- attention weights asked for, hard attention, a hook point
 active -- they run the plain form (fast models do not pack while a hook is active).
@@ -26,7 +30,15 @@ import torch
 from torch import Tensor
 
 from attnlab.fast.packing import Packing, group_mask, group_positions, grouped_heads, packed_heads
-from attnlab.nn.attention import AttentionOutput, attention_weights, scale_factor
+from attnlab.fast.short_attention import short_key_attention, use_short_keys
+from attnlab.fast.switches import PATHS
+from attnlab.nn.attention import (
+    AttentionOutput,
+    attention_mask,
+    attention_weights,
+    scale_factor,
+)
+from attnlab.nn.masks import check_mask
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 from attnlab.nn.positional import default_positions
 
@@ -79,14 +91,16 @@ class _FastAttend:
     """The attention call of both fast modules: the one-query form under compile, else plain."""
 
     def attend(self, q, k, v, mask, causal, need_weights) -> AttentionOutput:
-        if (
-            q.size(-2) == 1
-            and torch.compiler.is_compiling()
-            and not (need_weights or self.activation == "hardmax" or self.inner_points_active())
-            and not (self.training and self.dropout > 0)
-        ):
-            factor = scale_factor(self.scale, q.size(-1))
+        plain = need_weights or self.activation == "hardmax" or self.inner_points_active()
+        if plain or (self.training and self.dropout > 0):
+            return super().attend(q, k, v, mask, causal, need_weights)
+        factor = scale_factor(self.scale, q.size(-1))
+        if q.size(-2) == 1 and torch.compiler.is_compiling() and PATHS["one_query"]:
             return AttentionOutput(one_query_attention(q, k, v, mask, factor), None)
+        if mask is not None and PATHS["short_keys"] and use_short_keys(q, k, 0.0):
+            mask = check_mask(mask, q.size(0), q.size(1), q.size(2), k.size(2))
+            mask = attention_mask(mask, causal, q.size(-2), k.size(-2), q.device)
+            return AttentionOutput(short_key_attention(q, k, v, mask, factor), None)
         return super().attend(q, k, v, mask, causal, need_weights)
 
     def packed_output(self, per_group: list[Tensor], packing: Packing) -> AttentionOutput:

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from attnlab.fast.attention import packed
 from attnlab.fast.packing import length_groups, make_packing, pack, row_major, unpack
+from attnlab.fast.switches import PATHS
 from attnlab.models.base import ModelOutput
 from attnlab.models.encoder import EncoderOutput, TransformerEncoder
 from attnlab.models.lm import DecoderLM
@@ -36,7 +37,9 @@ def hooks_active(model: nn.Module) -> bool:
 def row_groups(model: nn.Module, mask: Tensor | None, *others: Tensor | None):
     """The packings of (B, T) masks (True = real token) in shared row groups, or None where the
     plain forward runs (see the module docstring)."""
-    if mask is None or model.cfg.value_dim != model.cfg.head_dim or hooks_active(model):
+    if not PATHS["packing"] or mask is None or model.cfg.value_dim != model.cfg.head_dim:
+        return None
+    if hooks_active(model):
         return None
     groups = length_groups(mask, *others)
     if groups is None:

@@ -19,6 +19,7 @@ import torch
 from torch import Tensor
 from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
+from attnlab.fast.switches import PATHS
 from attnlab.generate.steppers import STEP_OPTIONS, CompiledStep, compiled_step
 
 
@@ -147,7 +148,7 @@ class ReplayingStep(CompiledStep):
         self.replay = self.last_call = None
 
     def __call__(self, ids: Tensor, *args: Any, cache: Any) -> Tensor:
-        if _hooked(self.modules):
+        if _hooked(self.modules) or not PATHS["replay"]:
             self.reset()
             return self.traced(ids, *args, cache=cache).logits
         if self.replay is not None:
