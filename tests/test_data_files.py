@@ -33,27 +33,29 @@ def test_read_parallel(tmp_path):
     assert read_parallel(de, en) == [("Ein Hund.", "A dog."), ("Zwei Katzen.", "Two cats.")]
 
 
+# (file name, content, the error's text) for each malformed pair file
+BAD_PAIR_FILES = [
+    ("empty.tsv", "", "is empty"),
+    ("blank.tsv", "\n\n", "no examples"),
+    ("bad.tsv", "a\tb\nno tab here\n", r"bad.tsv:2: expected 'source<TAB>target' but found 0"),
+    ("bad.jsonl", '{"src": "a", "tgt": "b"}\n{oops\n', r"bad.jsonl:2: invalid JSON"),
+    ("keys.jsonl", '{"src": "a", "target": "b"}\n', r"keys.jsonl:1: expected keys 'src' and 'tgt'"),
+    ("type.jsonl", '{"src": "a", "tgt": 3}\n', r"type.jsonl:1: 'tgt' must be a string"),
+    ("list.jsonl", '["a", "b"]\n', r"list.jsonl:1: expected a JSON object"),
+    ("pairs.dat", "a\tb\n", "cannot tell the pair format.*pass format="),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "match"), BAD_PAIR_FILES)
+def test_bad_pair_file_is_named(tmp_path, name, text, match):
+    with pytest.raises(ValueError, match=match):
+        read_pairs(write(tmp_path / name, text))
+
+
 def test_pair_file_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         read_pairs(tmp_path / "missing.tsv")
-    with pytest.raises(ValueError, match="is empty"):
-        read_pairs(write(tmp_path / "empty.tsv", ""))
-    with pytest.raises(ValueError, match="no examples"):
-        read_pairs(write(tmp_path / "blank.tsv", "\n\n"))
-    bad = write(tmp_path / "bad.tsv", "a\tb\nno tab here\n")
-    with pytest.raises(ValueError, match=r"bad.tsv:2: expected 'source<TAB>target' but found 0"):
-        read_pairs(bad)
-    with pytest.raises(ValueError, match=r"bad.jsonl:2: invalid JSON"):
-        read_pairs(write(tmp_path / "bad.jsonl", '{"src": "a", "tgt": "b"}\n{oops\n'))
-    with pytest.raises(ValueError, match=r"keys.jsonl:1: expected keys 'src' and 'tgt'"):
-        read_pairs(write(tmp_path / "keys.jsonl", '{"src": "a", "target": "b"}\n'))
-    with pytest.raises(ValueError, match=r"type.jsonl:1: 'tgt' must be a string"):
-        read_pairs(write(tmp_path / "type.jsonl", '{"src": "a", "tgt": 3}\n'))
-    with pytest.raises(ValueError, match=r"list.jsonl:1: expected a JSON object"):
-        read_pairs(write(tmp_path / "list.jsonl", '["a", "b"]\n'))
-    with pytest.raises(ValueError, match="cannot tell the pair format.*pass format="):
-        read_pairs(write(tmp_path / "pairs.dat", "a\tb\n"))
-    assert read_pairs(tmp_path / "pairs.dat", format="tsv") == [("a", "b")]
+    assert read_pairs(write(tmp_path / "pairs.dat", "a\tb\n"), format="tsv") == [("a", "b")]
     (tmp_path / "latin.tsv").write_bytes("caf\xe9\tcoffee\n".encode("latin-1"))
     with pytest.raises(ValueError, match="not valid UTF-8: byte 0xe9 at offset 3"):
         read_pairs(tmp_path / "latin.tsv")
@@ -89,17 +91,22 @@ def test_read_jsonl_labelled(tmp_path):
     assert read_labelled(path) == [("good", "1"), ("bad", "0")]
 
 
-def test_labelled_file_errors(tmp_path):
-    with pytest.raises(ValueError, match=r"h.csv:1: the CSV header must name 'text' and 'label'"):
-        read_labelled(write(tmp_path / "h.csv", "sentence,label\nhi,1\n"))
-    with pytest.raises(ValueError, match=r"f.csv:3: expected 2 fields"):
-        read_labelled(write(tmp_path / "f.csv", "text,label\nhi,1\nhi, there,0\n"))
-    with pytest.raises(ValueError, match=r"e.csv:2: empty label"):
-        read_labelled(write(tmp_path / "e.csv", "text,label\nhi,\n"))
-    with pytest.raises(ValueError, match=r"k.jsonl:1: expected keys 'text' and 'label'"):
-        read_labelled(write(tmp_path / "k.jsonl", '{"text": "hi", "y": 1}\n'))
-    with pytest.raises(ValueError, match=r"b.jsonl:1: 'label' must be a string or int"):
-        read_labelled(write(tmp_path / "b.jsonl", '{"text": "hi", "label": [1]}\n'))
+BAD_LABEL_FILES = [
+    ("h.csv", "sentence,label\nhi,1\n", r"h.csv:1: the CSV header must name 'text' and 'label'"),
+    ("f.csv", "text,label\nhi,1\nhi, there,0\n", r"f.csv:3: expected 2 fields"),
+    ("e.csv", "text,label\nhi,\n", r"e.csv:2: empty label"),
+    ("k.jsonl", '{"text": "hi", "y": 1}\n', r"k.jsonl:1: expected keys 'text' and 'label'"),
+    ("b.jsonl", '{"text": "hi", "label": [1]}\n', r"b.jsonl:1: 'label' must be a string or int"),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "match"), BAD_LABEL_FILES)
+def test_bad_label_file_is_named(tmp_path, name, text, match):
+    with pytest.raises(ValueError, match=match):
+        read_labelled(write(tmp_path / name, text))
+
+
+def test_missing_label_file(tmp_path):
     with pytest.raises(FileNotFoundError):
         read_labelled(tmp_path / "nope.csv")
 

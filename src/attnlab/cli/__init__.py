@@ -76,6 +76,20 @@ def main(argv: list[str] | None = None) -> int:
         return getattr(err, "exit_code", 2)
 
 
+def load_checkpoint_lazily(path: str):
+    """``attnlab.train.checkpoint.load_checkpoint``, imported only when a command needs it."""
+    try:
+        from attnlab.train.checkpoint import load_checkpoint
+    except ModuleNotFoundError as err:
+        if err.name and err.name.startswith("attnlab"):
+            raise UserError(
+                "checkpoint loading (attnlab.train.checkpoint) is not available in "
+                "this installation; reinstall attnlab"
+            ) from None
+        raise
+    return load_checkpoint(path)
+
+
 @contextmanager
 def plain_warnings() -> Iterator[None]:
     """Library warnings (a resume fallback, changed settings, a cropped prompt) as one plain

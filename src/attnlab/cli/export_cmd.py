@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from attnlab.errors import UserError
+from attnlab.cli import load_checkpoint_lazily
 from attnlab.interop.export import FORMATS, export_as
 
 
@@ -56,17 +56,3 @@ def run(args: argparse.Namespace) -> int:
     )  # fmt: skip
     print(f"exported {args.checkpoint} as {args.format} to {path}")
     return 0
-
-
-def load_checkpoint_lazily(path: str):
-    """``attnlab.train.checkpoint.load_checkpoint``, imported only when a command needs it."""
-    try:
-        from attnlab.train.checkpoint import load_checkpoint
-    except ModuleNotFoundError as err:
-        if err.name and err.name.startswith("attnlab"):
-            raise UserError(
-                "checkpoint loading (attnlab.train.checkpoint) is not available in "
-                "this installation; reinstall attnlab"
-            ) from None
-        raise
-    return load_checkpoint(path)

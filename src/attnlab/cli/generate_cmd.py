@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from attnlab.cli import plain_warnings
+from attnlab.cli import load_checkpoint_lazily, plain_warnings
 from attnlab.errors import CheckpointError, ConfigError, DataError, UserError
 
 SEQ2SEQ_BATCH = 32  # sources decoded together from --source-file
@@ -178,7 +178,7 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    ckpt = _load(args.checkpoint)
+    ckpt = load_checkpoint_lazily(args.checkpoint)
     model, tok = ckpt.model, ckpt.tokenizer
     if args.fast:
         from attnlab.fast import accelerate
@@ -304,16 +304,3 @@ def _read_sources(path: str) -> list[str]:
             f"--source-file {path!r} has empty line(s) {empty[:5]}; every line must hold a source"
         )
     return lines
-
-
-def _load(path: str):
-    try:
-        from attnlab.train.checkpoint import load_checkpoint
-    except ModuleNotFoundError as err:
-        if err.name and err.name.startswith("attnlab"):
-            raise UserError(
-                "checkpoint loading (attnlab.train.checkpoint) is not available in "
-                "this installation; reinstall attnlab"
-            ) from None
-        raise
-    return load_checkpoint(path)

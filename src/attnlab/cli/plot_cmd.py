@@ -12,7 +12,8 @@ import argparse
 
 import torch
 
-from attnlab.errors import CheckpointError, UserError
+from attnlab.cli import load_checkpoint_lazily
+from attnlab.errors import CheckpointError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -72,14 +73,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_attention(args: argparse.Namespace) -> int:
     from attnlab.viz import model_attention_figures, save_figures
 
-    try:
-        from attnlab.train.checkpoint import load_checkpoint
-    except ModuleNotFoundError as err:
-        if err.name and err.name.startswith("attnlab"):
-            raise UserError("checkpoint loading (attnlab.train.checkpoint) is not available in "
-                            "this installation; reinstall attnlab") from None  # fmt: skip
-        raise
-    ckpt = load_checkpoint(args.checkpoint)
+    ckpt = load_checkpoint_lazily(args.checkpoint)
     if ckpt.tokenizer is None:
         raise CheckpointError(f"checkpoint {str(ckpt.path)!r} has no tokenizer.json, so the "
                               "input text cannot be encoded; train with a tokenizer")  # fmt: skip

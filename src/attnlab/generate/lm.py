@@ -19,11 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnlab.generate.beam import beam_search
 from attnlab.generate.config import GenerationConfig, GenerationResult, special_ids
-from attnlab.generate.loop import DecodeLoop
-from attnlab.generate.prompts import as_id_lists, left_pad, prepare_lm_prompts
-from attnlab.generate.sampling import fresh_seed
+from attnlab.generate.loop import DecodeLoop, decode, new_loop
+from attnlab.generate.prompts import PromptBatch, as_id_lists, left_pad, prepare_lm_prompts
 from attnlab.generate.steppers import LMStepper, check_model, eval_mode
 from attnlab.models.base import LanguageModel
 
@@ -43,19 +41,16 @@ def generate(
     config = config if config is not None else GenerationConfig()
     check_model(model, LanguageModel, "generate")
     with eval_mode(model):
-        if config.num_beams > 1:
-            stepper, batch, specials = lm_stepper(model, prompts, config, tokenizer)
-            return beam_search(
-                stepper,
-                config,
-                vocab_size=model.vocab_size,
-                specials=specials,
-                prompts=batch.prompts,
-                tokenizer=tokenizer,
-            )
-        loop, batch = lm_loop(model, prompts, config, tokenizer, keep_logits=return_logits)
-        loop.run()
-    return loop.result(batch.prompts, tokenizer)
+        stepper, batch, specials = lm_stepper(model, prompts, config, tokenizer)
+        return decode(
+            stepper,
+            batch.prompts,
+            config,
+            specials,
+            vocab_size=model.vocab_size,
+            tokenizer=tokenizer,
+            keep_logits=return_logits,
+        )
 
 
 def lm_stepper(
@@ -91,19 +86,14 @@ def lm_loop(
     *,
     keep_logits: bool = False,
     text_rows: bool = False,
-):
+) -> tuple[DecodeLoop, PromptBatch]:
     """A ready :class:`DecodeLoop` over the prompts (nothing run yet), and the prompt batch."""
     stepper, batch, specials = lm_stepper(model, prompts, config, tokenizer)
-    seed = None
-    if config.sampling:
-        seed = config.seed if config.seed is not None else fresh_seed()
-    loop = DecodeLoop(
+    loop = new_loop(
         stepper,
         config,
+        specials,
         vocab_size=model.vocab_size,
-        pad_id=specials.pad,
-        stop_ids=specials.stop,
-        seed=seed,
         tokenizer=tokenizer,
         keep_logits=keep_logits,
         text_rows=text_rows,

@@ -22,9 +22,71 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from attnlab.generate.config import GenerationConfig, GenerationResult
-from attnlab.generate.sampling import choose_next, make_generator, seen_tokens
+from attnlab.generate.beam import beam_search
+from attnlab.generate.config import GenerationConfig, GenerationResult, SpecialIds
+from attnlab.generate.sampling import choose_next, fresh_seed, make_generator, seen_tokens
 from attnlab.generate.text import TextRow
+
+
+def new_loop(
+    stepper: Any,
+    config: GenerationConfig,
+    specials: SpecialIds,
+    *,
+    vocab_size: int,
+    tokenizer: Any | None = None,
+    keep_logits: bool = False,
+    text_rows: bool = False,
+) -> DecodeLoop:
+    """A ready :class:`DecodeLoop` over a stepper (nothing run yet); sampling without a seed draws
+    a fresh one, reported in ``result.seed``."""
+    seed = None
+    if config.sampling:
+        seed = config.seed if config.seed is not None else fresh_seed()
+    return DecodeLoop(
+        stepper,
+        config,
+        vocab_size=vocab_size,
+        pad_id=specials.pad,
+        stop_ids=specials.stop,
+        seed=seed,
+        tokenizer=tokenizer,
+        keep_logits=keep_logits,
+        text_rows=text_rows,
+    )
+
+
+def decode(
+    stepper: Any,
+    prompts: Any,
+    config: GenerationConfig,
+    specials: SpecialIds,
+    *,
+    vocab_size: int,
+    tokenizer: Any | None = None,
+    keep_logits: bool = False,
+) -> GenerationResult:
+    """Run a stepper to the end: beam search when ``config.num_beams > 1``, else greedy/sampling.
+    ``prompts`` are the batch's prompt id lists (``PromptBatch.prompts``)."""
+    if config.num_beams > 1:
+        return beam_search(
+            stepper,
+            config,
+            vocab_size=vocab_size,
+            specials=specials,
+            prompts=prompts,
+            tokenizer=tokenizer,
+        )
+    loop = new_loop(
+        stepper,
+        config,
+        specials,
+        vocab_size=vocab_size,
+        tokenizer=tokenizer,
+        keep_logits=keep_logits,
+    )
+    loop.run()
+    return loop.result(prompts, tokenizer)
 
 
 class DecodeLoop:

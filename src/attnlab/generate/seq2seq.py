@@ -18,11 +18,9 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from attnlab.generate.beam import beam_search
 from attnlab.generate.config import GenerationConfig, GenerationResult, special_ids
-from attnlab.generate.loop import DecodeLoop
-from attnlab.generate.prompts import as_id_lists, prepare_sources
-from attnlab.generate.sampling import fresh_seed
+from attnlab.generate.loop import DecodeLoop, decode, new_loop
+from attnlab.generate.prompts import PromptBatch, as_id_lists, prepare_sources
 from attnlab.generate.steppers import Seq2SeqStepper, check_model, eval_mode
 from attnlab.models.base import Seq2SeqModel
 
@@ -45,19 +43,16 @@ def generate_seq2seq(
     config = config if config is not None else GenerationConfig()
     check_model(model, Seq2SeqModel, "generate_seq2seq")
     with eval_mode(model):
-        if config.num_beams > 1:
-            stepper, batch, specials, config = seq2seq_stepper(model, sources, config, tokenizer)
-            return beam_search(
-                stepper,
-                config,
-                vocab_size=model.tgt_vocab_size,
-                specials=specials,
-                prompts=batch.prompts,
-                tokenizer=tokenizer,
-            )
-        loop, batch = seq2seq_loop(model, sources, config, tokenizer, keep_logits=return_logits)
-        loop.run()
-    return loop.result(batch.prompts, tokenizer)
+        stepper, batch, specials, config = seq2seq_stepper(model, sources, config, tokenizer)
+        return decode(
+            stepper,
+            batch.prompts,
+            config,
+            specials,
+            vocab_size=model.tgt_vocab_size,
+            tokenizer=tokenizer,
+            keep_logits=return_logits,
+        )
 
 
 def seq2seq_stepper(
@@ -101,19 +96,14 @@ def seq2seq_loop(
     *,
     keep_logits: bool = False,
     text_rows: bool = False,
-):
+) -> tuple[DecodeLoop, PromptBatch]:
     """A ready :class:`DecodeLoop` over the sources (nothing decoded yet), and the source batch."""
     stepper, batch, specials, config = seq2seq_stepper(model, sources, config, tokenizer)
-    seed = None
-    if config.sampling:
-        seed = config.seed if config.seed is not None else fresh_seed()
-    loop = DecodeLoop(
+    loop = new_loop(
         stepper,
         config,
+        specials,
         vocab_size=model.tgt_vocab_size,
-        pad_id=specials.pad,
-        stop_ids=specials.stop,
-        seed=seed,
         tokenizer=tokenizer,
         keep_logits=keep_logits,
         text_rows=text_rows,
