@@ -19,6 +19,7 @@ from attnlab.config import ModelConfig
 from attnlab.models import TransformerEncoderDecoder
 from attnlab.models.layers import make_causal_block, make_decoder_block, make_encoder_block
 from attnlab.nn.masks import causal_mask
+from oracle_params import attn_params, to_np
 
 TOL64 = {"rtol": 1e-10, "atol": 1e-10}
 TOL32 = {"rtol": 1e-5, "atol": 1e-5}
@@ -27,10 +28,6 @@ B, T, S, D, H, F = 2, 4, 5, 8, 2, 16
 
 def _cfg(placement: str = "pre", **kw) -> ModelConfig:
     return ModelConfig(d_model=D, n_heads=H, d_ff=F, norm_placement=placement, **kw)
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().numpy()
 
 
 def _randomise(module: nn.Module) -> nn.Module:
@@ -202,30 +199,14 @@ def test_encoder_decoder_stacks_match_torch_transformer(placement):
 # --------------------------------------------------------------------------- vs NumPy oracle
 
 
-def _attn_params(attn) -> dict:
-    h, hk, hv = attn.n_heads, attn.n_heads * attn.d_head, attn.n_heads * attn.d_v
-    if hasattr(attn, "qkv_proj"):
-        w, b = attn.qkv_proj.weight.split([hk, hk, hv]), attn.qkv_proj.bias.split([hk, hk, hv])
-    else:
-        kw, vw = attn.kv_proj.weight.split([hk, hv])
-        kb, vb = attn.kv_proj.bias.split([hk, hv])
-        w, b = (attn.q_proj.weight, kw, vw), (attn.q_proj.bias, kb, vb)
-    out = {}
-    for name, wi, bi in zip("qkv", w, b):
-        out[f"W{name}"] = ref.split_heads_weights(_np(wi.T), h)
-        out[f"b{name}"] = ref.split_heads_weights(_np(bi), h)
-    out["Wo"], out["bo"] = _np(attn.out_proj.weight.T), _np(attn.out_proj.bias)
-    return out
-
-
 def _block_params(block, cfg: ModelConfig) -> dict:
     params = {
-        "self_attn": _attn_params(block.self_attn),
+        "self_attn": attn_params(block.self_attn),
         "ffn": {
-            "W1": _np(block.ffn.up.weight.T),
-            "b1": _np(block.ffn.up.bias),
-            "W2": _np(block.ffn.down.weight.T),
-            "b2": _np(block.ffn.down.bias),
+            "W1": to_np(block.ffn.up.weight.T),
+            "b1": to_np(block.ffn.up.bias),
+            "W2": to_np(block.ffn.down.weight.T),
+            "b2": to_np(block.ffn.down.bias),
             "activation": cfg.activation,
         },
         "eps": cfg.norm_eps,
@@ -233,13 +214,13 @@ def _block_params(block, cfg: ModelConfig) -> dict:
     }
     norms = ["self_attn_norm", "ffn_norm"]
     if hasattr(block, "cross_attn"):
-        params["cross_attn"] = _attn_params(block.cross_attn)
+        params["cross_attn"] = attn_params(block.cross_attn)
         norms.append("cross_attn_norm")
     for name in norms:
         norm = getattr(block, name)
-        params[name] = {"gain": _np(norm.weight)}
+        params[name] = {"gain": to_np(norm.weight)}
         if getattr(norm, "bias", None) is not None:
-            params[name]["bias"] = _np(norm.bias)
+            params[name]["bias"] = to_np(norm.bias)
     return params
 
 
@@ -261,17 +242,17 @@ def test_encoder_block_matches_reference(variant):
     params = _block_params(block, cfg)
     for b in range(B):
         expected = ref.encoder_block(
-            _np(x[b]), params, mask=_np(real[b]), norm_first=cfg.norm_placement == "pre"
+            to_np(x[b]), params, mask=to_np(real[b]), norm_first=cfg.norm_placement == "pre"
         )
-        np.testing.assert_allclose(_np(got[b]), expected, **TOL64)
+        np.testing.assert_allclose(to_np(got[b]), expected, **TOL64)
 
 
 def test_causal_block_matches_reference_encoder_block_with_future_mask():
     cfg = _cfg()
     block = _randomise(make_causal_block(cfg, None)).double().eval()
     x = torch.randn(1, T, D, dtype=torch.float64)
-    expected = ref.encoder_block(_np(x[0]), _block_params(block, cfg), mask=ref.causal_mask(T))
-    np.testing.assert_allclose(_np(block(x).x[0]), expected, **TOL64)
+    expected = ref.encoder_block(to_np(x[0]), _block_params(block, cfg), mask=ref.causal_mask(T))
+    np.testing.assert_allclose(to_np(block(x).x[0]), expected, **TOL64)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -286,14 +267,14 @@ def test_decoder_block_matches_reference(variant):
     params = _block_params(block, cfg)
     for b in range(B):
         expected = ref.decoder_block(
-            _np(x[b]),
-            _np(memory[b]),
+            to_np(x[b]),
+            to_np(memory[b]),
             params,
-            self_mask=ref.causal_mask(T) & _np(tgt_real[b]),
-            cross_mask=_np(src_real[b]),
+            self_mask=ref.causal_mask(T) & to_np(tgt_real[b]),
+            cross_mask=to_np(src_real[b]),
             norm_first=cfg.norm_placement == "pre",
         )
-        np.testing.assert_allclose(_np(got[b]), expected, **TOL64)
+        np.testing.assert_allclose(to_np(got[b]), expected, **TOL64)
 
 
 # --------------------------------------------------------------------------- gradients

@@ -96,6 +96,17 @@ def test_recurrent_lm_cached_equals_uncached():
         torch.testing.assert_close(got[0], ref, atol=1e-5, rtol=0)
 
 
+def assert_batch_equals_one_at_a_time(model, prompts: list[list[int]], cfg) -> None:
+    """Each row of a left-padded batch gets the tokens and logits of its prompt alone."""
+    batch = generate(model, prompts, cfg, return_logits=True)
+    for i, p in enumerate(prompts):
+        one = generate(model, p, cfg, return_logits=True)
+        assert batch.tokens[i] == one.tokens[0]
+        for a, b in zip(batch.logits, one.logits, strict=True):
+            torch.testing.assert_close(a[i], b[0], atol=1e-5, rtol=0)
+    assert batch.prompts == prompts
+
+
 @pytest.mark.parametrize(
     "kind,positional", [("decoder_lm", "learned"), ("decoder_lm", "rotary"), ("rnn_lm", "learned")]
 )
@@ -104,13 +115,7 @@ def test_batched_prompts_of_different_lengths_equal_one_at_a_time(kind, position
     model = tiny_lm(positional, kind=kind)
     prompts = [[5, 6, 7], [9, 8, 7, 6, 5, 4, 3, 2], [4], [11, 12]]
     cfg = GREEDY.replace(max_new_tokens=40)
-    batch = generate(model, prompts, cfg, return_logits=True)
-    for i, p in enumerate(prompts):
-        one = generate(model, p, cfg, return_logits=True)
-        assert batch.tokens[i] == one.tokens[0]
-        for a, b in zip(batch.logits, one.logits, strict=True):
-            torch.testing.assert_close(a[i], b[0], atol=1e-5, rtol=0)
-    assert batch.prompts == prompts
+    assert_batch_equals_one_at_a_time(model, prompts, cfg)
 
 
 def test_temperature_zero_and_top_k_one_equal_greedy(lm):
@@ -296,12 +301,7 @@ def test_sliding_window_in_a_left_padded_batch_equals_one_at_a_time():
     model = tiny_lm("rotary", max_len=16)
     prompts = [[5, 6, 7], list(range(3, 15)), [9]]
     cfg = GREEDY.replace(max_new_tokens=40)
-    batch = generate(model, prompts, cfg, return_logits=True)
-    for i, p in enumerate(prompts):
-        one = generate(model, p, cfg, return_logits=True)
-        assert batch.tokens[i] == one.tokens[0]
-        for a, b in zip(batch.logits, one.logits, strict=True):
-            torch.testing.assert_close(a[i], b[0], atol=1e-5, rtol=0)
+    assert_batch_equals_one_at_a_time(model, prompts, cfg)
 
 
 def test_repetition_penalty_discourages_repeats(lm):

@@ -21,6 +21,7 @@ from attnlab.models import (
     TransformerEncoderDecoder,
     build_model,
 )
+from oracle_params import attn_params, to_np
 
 TOL64 = {"rtol": 1e-10, "atol": 1e-10}
 TOL32 = {"rtol": 1e-5, "atol": 1e-5}
@@ -41,10 +42,6 @@ def _ids(b: int = B, t: int = T, vocab: int = V) -> torch.Tensor:
 
 def _real(lengths: list[int], n: int) -> torch.Tensor:
     return torch.arange(n)[None, :] < torch.tensor(lengths)[:, None]  # (B, n) True = real
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().numpy()
 
 
 # --------------------------------------------------------------------------- shapes and variants
@@ -158,52 +155,37 @@ def test_embed_scale_multiplies_by_sqrt_d_model():
 # --------------------------------------------------------------------------- end-to-end oracle
 
 
-def _attn_params(attn) -> dict:
-    h, hk, hv = attn.n_heads, attn.n_heads * attn.d_head, attn.n_heads * attn.d_v
-    if hasattr(attn, "qkv_proj"):
-        w, b = attn.qkv_proj.weight.split([hk, hk, hv]), attn.qkv_proj.bias.split([hk, hk, hv])
-    else:
-        kw, vw = attn.kv_proj.weight.split([hk, hv])
-        kb, vb = attn.kv_proj.bias.split([hk, hv])
-        w, b = (attn.q_proj.weight, kw, vw), (attn.q_proj.bias, kb, vb)
-    out = {"Wo": _np(attn.out_proj.weight.T), "bo": _np(attn.out_proj.bias)}
-    for name, wi, bi in zip("qkv", w, b):
-        out[f"W{name}"] = ref.split_heads_weights(_np(wi.T), h)
-        out[f"b{name}"] = ref.split_heads_weights(_np(bi), h)
-    return out
-
-
 def _block_params(block) -> dict:
     ffn = block.ffn
     params = {
-        "self_attn": _attn_params(block.self_attn),
+        "self_attn": attn_params(block.self_attn),
         "ffn": {
-            "W1": _np(ffn.up.weight.T),
-            "b1": _np(ffn.up.bias),
-            "W2": _np(ffn.down.weight.T),
-            "b2": _np(ffn.down.bias),
+            "W1": to_np(ffn.up.weight.T),
+            "b1": to_np(ffn.up.bias),
+            "W2": to_np(ffn.down.weight.T),
+            "b2": to_np(ffn.down.bias),
         },
         "eps": 1e-5,
     }
     for name in ("self_attn_norm", "cross_attn_norm", "ffn_norm"):
         if hasattr(block, name):
             norm = getattr(block, name)
-            params[name] = {"gain": _np(norm.weight), "bias": _np(norm.bias)}
+            params[name] = {"gain": to_np(norm.weight), "bias": to_np(norm.bias)}
     if hasattr(block, "cross_attn"):
-        params["cross_attn"] = _attn_params(block.cross_attn)
+        params["cross_attn"] = attn_params(block.cross_attn)
     return params
 
 
 def _embed(embeddings, ids: torch.Tensor) -> np.ndarray:
     """x_i = E w_i + P_i, with a learned table P (000) or the sinusoids PE(i) (004 eq. 16)."""
-    tok = _np(embeddings.tok_emb.weight)[ids.numpy()]
+    tok = to_np(embeddings.tok_emb.weight)[ids.numpy()]
     if hasattr(embeddings.pos_enc, "table"):
-        return tok + _np(embeddings.pos_enc.table.weight)[: ids.numel()]
+        return tok + to_np(embeddings.pos_enc.table.weight)[: ids.numel()]
     return tok + ref.sinusoidal_encoding(ids.numel(), tok.shape[-1])
 
 
 def _final(norm, x: np.ndarray) -> np.ndarray:
-    return ref.layer_norm(x, _np(norm.weight), _np(norm.bias), eps=1e-5)
+    return ref.layer_norm(x, to_np(norm.weight), to_np(norm.bias), eps=1e-5)
 
 
 @pytest.mark.parametrize("placement,positional", [("pre", "learned"), ("post", "sinusoidal")])
@@ -216,8 +198,8 @@ def test_decoder_lm_matches_reference_end_to_end(placement, positional):
         x = ref.encoder_block(
             x, _block_params(block), mask=ref.causal_mask(4), norm_first=placement == "pre"
         )
-    logits = _final(lm.final_norm, x) @ _np(lm.lm_head.weight.T)
-    np.testing.assert_allclose(_np(lm(ids).logits[0]), logits, **TOL64)
+    logits = _final(lm.final_norm, x) @ to_np(lm.lm_head.weight.T)
+    np.testing.assert_allclose(to_np(lm(ids).logits[0]), logits, **TOL64)
 
 
 def test_encoder_decoder_and_classifier_match_reference_end_to_end():
@@ -226,7 +208,7 @@ def test_encoder_decoder_and_classifier_match_reference_end_to_end():
     src_real = _real([3], 4)
     memory = _embed(model.encoder.embed, src[0])
     for block in model.encoder.stack.blocks:
-        memory = ref.encoder_block(memory, _block_params(block), mask=_np(src_real[0]))
+        memory = ref.encoder_block(memory, _block_params(block), mask=to_np(src_real[0]))
     memory = _final(model.encoder.stack.final_norm, memory)
     y = _embed(model.tgt_embed, tgt[0])
     for block in model.blocks:
@@ -235,19 +217,19 @@ def test_encoder_decoder_and_classifier_match_reference_end_to_end():
             memory,
             _block_params(block),
             self_mask=ref.causal_mask(3),
-            cross_mask=_np(src_real[0]),
+            cross_mask=to_np(src_real[0]),
         )
-    logits = _final(model.final_norm, y) @ _np(model.lm_head.weight.T)
+    logits = _final(model.final_norm, y) @ to_np(model.lm_head.weight.T)
     got = model(src, tgt, src_mask=src_real).logits[0]
-    np.testing.assert_allclose(_np(got), logits, **TOL64)
+    np.testing.assert_allclose(to_np(got), logits, **TOL64)
 
     clf = EncoderClassifier(_cfg("classifier", n_layers=1, pooling="mean")).double().eval()
     h = _embed(clf.encoder.embed, src[0])
-    h = ref.encoder_block(h, _block_params(clf.encoder.stack.blocks[0]), mask=_np(src_real[0]))
+    h = ref.encoder_block(h, _block_params(clf.encoder.stack.blocks[0]), mask=to_np(src_real[0]))
     pooled = _final(clf.encoder.stack.final_norm, h)[:3].mean(0)
-    expected = pooled @ _np(clf.head.weight.T) + _np(clf.head.bias)
+    expected = pooled @ to_np(clf.head.weight.T) + to_np(clf.head.bias)
     np.testing.assert_allclose(
-        _np(clf(src, key_padding_mask=src_real).logits[0]), expected, **TOL64
+        to_np(clf(src, key_padding_mask=src_real).logits[0]), expected, **TOL64
     )
 
 
