@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from attnlab.generate.config import GenerationConfig, GenerationResult, special_ids
-from attnlab.generate.loop import DecodeLoop, decode, new_loop
+from attnlab.generate.loop import DecodeLoop, decode
 from attnlab.generate.prompts import PromptBatch, as_id_lists, left_pad, prepare_lm_prompts
 from attnlab.generate.steppers import LMStepper, check_model, eval_mode
 from attnlab.models.base import LanguageModel
@@ -89,7 +89,7 @@ def lm_loop(
 ) -> tuple[DecodeLoop, PromptBatch]:
     """A ready :class:`DecodeLoop` over the prompts (nothing run yet), and the prompt batch."""
     stepper, batch, specials = lm_stepper(model, prompts, config, tokenizer)
-    loop = new_loop(
+    loop = DecodeLoop(
         stepper,
         config,
         specials,

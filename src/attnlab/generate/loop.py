@@ -28,34 +28,6 @@ from attnlab.generate.sampling import choose_next, fresh_seed, make_generator, s
 from attnlab.generate.text import TextRow
 
 
-def new_loop(
-    stepper: Any,
-    config: GenerationConfig,
-    specials: SpecialIds,
-    *,
-    vocab_size: int,
-    tokenizer: Any | None = None,
-    keep_logits: bool = False,
-    text_rows: bool = False,
-) -> DecodeLoop:
-    """A ready :class:`DecodeLoop` over a stepper (nothing run yet); sampling without a seed draws
-    a fresh one, reported in ``result.seed``."""
-    seed = None
-    if config.sampling:
-        seed = config.seed if config.seed is not None else fresh_seed()
-    return DecodeLoop(
-        stepper,
-        config,
-        vocab_size=vocab_size,
-        pad_id=specials.pad,
-        stop_ids=specials.stop,
-        seed=seed,
-        tokenizer=tokenizer,
-        keep_logits=keep_logits,
-        text_rows=text_rows,
-    )
-
-
 def decode(
     stepper: Any,
     prompts: Any,
@@ -77,7 +49,7 @@ def decode(
             prompts=prompts,
             tokenizer=tokenizer,
         )
-    loop = new_loop(
+    loop = DecodeLoop(
         stepper,
         config,
         specials,
@@ -90,21 +62,20 @@ def decode(
 
 
 class DecodeLoop:
-    """State of one greedy/sampling run over the rows of a stepper."""
+    """State of one greedy/sampling run over the rows of a stepper (ready, nothing run yet)."""
 
     def __init__(
         self,
         stepper: Any,
         config: GenerationConfig,
+        specials: SpecialIds,
         *,
         vocab_size: int,
-        pad_id: int,
-        stop_ids: tuple[int, ...],
-        seed: int | None,
         tokenizer: Any | None = None,
         keep_logits: bool = False,
         text_rows: bool = False,
     ):
+        pad_id, stop_ids = specials.pad, specials.stop
         self.stepper, self.config, self.pad_id = stepper, config, pad_id
         rows, n = stepper.rows, config.max_new_tokens
         device = stepper.ids.device
@@ -115,8 +86,10 @@ class DecodeLoop:
         self.every_row = torch.ones(rows, dtype=torch.bool, device=device)  # `kept` while none done
         self.reasons = ["length"] * rows
         self.stop = torch.tensor(stop_ids, dtype=torch.long, device=device) if stop_ids else None
-        self.seed = seed
-        self.generator = make_generator(seed, device) if config.sampling else None
+        self.seed = None  # sampling without a seed draws a fresh one, reported in result.seed
+        if config.sampling:
+            self.seed = config.seed if config.seed is not None else fresh_seed()
+        self.generator = make_generator(self.seed, device) if config.sampling else None
         self.seen: Tensor | None = None
         if config.repetition_penalty != 1.0:
             self.seen = seen_tokens(*stepper.history(), vocab_size)  # (R, V)

@@ -19,7 +19,7 @@ import warnings
 from typing import Any
 
 from attnlab.generate.config import GenerationConfig, GenerationResult, special_ids
-from attnlab.generate.loop import DecodeLoop, decode, new_loop
+from attnlab.generate.loop import DecodeLoop, decode
 from attnlab.generate.prompts import PromptBatch, as_id_lists, prepare_sources
 from attnlab.generate.steppers import Seq2SeqStepper, check_model, eval_mode
 from attnlab.models.base import Seq2SeqModel
@@ -99,7 +99,7 @@ def seq2seq_loop(
 ) -> tuple[DecodeLoop, PromptBatch]:
     """A ready :class:`DecodeLoop` over the sources (nothing decoded yet), and the source batch."""
     stepper, batch, specials, config = seq2seq_stepper(model, sources, config, tokenizer)
-    loop = new_loop(
+    loop = DecodeLoop(
         stepper,
         config,
         specials,
