@@ -100,11 +100,17 @@ def _torch_layer(cls, norm_first: bool):
 # --------------------------------------------------------------------------- vs torch layers
 
 
-@pytest.mark.parametrize("placement", ["pre", "post"])
-def test_encoder_block_matches_torch_encoder_layer(placement):
-    block = _randomise(make_encoder_block(_cfg(placement), None)).eval()
+def _block_and_encoder_layer(make_block, placement: str):
+    """Our block with random weights, and a torch.nn.TransformerEncoderLayer holding a copy."""
+    block = _randomise(make_block(_cfg(placement), None)).eval()
     layer = _torch_layer(nn.TransformerEncoderLayer, placement == "pre")
     _copy_encoder_layer(block, layer)
+    return block, layer
+
+
+@pytest.mark.parametrize("placement", ["pre", "post"])
+def test_encoder_block_matches_torch_encoder_layer(placement):
+    block, layer = _block_and_encoder_layer(make_encoder_block, placement)
     x = torch.randn(B, T, D)
     real = _real([T, 2], T)
     ours = block(x, real[:, None, None, :]).x
@@ -114,9 +120,7 @@ def test_encoder_block_matches_torch_encoder_layer(placement):
 
 @pytest.mark.parametrize("placement", ["pre", "post"])
 def test_causal_block_matches_torch_encoder_layer_with_causal_mask(placement):
-    block = _randomise(make_causal_block(_cfg(placement), None)).eval()
-    layer = _torch_layer(nn.TransformerEncoderLayer, placement == "pre")
-    _copy_encoder_layer(block, layer)
+    block, layer = _block_and_encoder_layer(make_causal_block, placement)
     x = torch.randn(B, T, D)
     theirs = layer(x, src_mask=~causal_mask(T), is_causal=True)
     torch.testing.assert_close(block(x).x, theirs, **TOL32)
