@@ -31,10 +31,12 @@ SEQ2SEQ_KINDS = ("encoder_decoder", "lstm_seq2seq")
 
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "kind": TRANSFORMER_KINDS + RECURRENT_KINDS,
-    "positional": ("learned", "sinusoidal", "concat", "rotary", "none"),
+    "positional": ("learned", "sinusoidal", "concat", "rotary", "alibi", "none"),
     "norm": ("layernorm", "rmsnorm"),
     "norm_placement": ("pre", "post"),
-    "activation": ("relu", "gelu", "gelu_tanh", "relu2"),
+    "activation": ("relu", "gelu", "gelu_tanh", "relu2", "silu"),
+    "ffn": ("mlp", "swiglu", "geglu"),
+    "rope_scaling": ("none", "linear", "llama3"),
     "attention": ("softmax", "hardmax"),
     "pooling": ("cls", "mean"),
     "rnn_attention": ("none", "additive", "dot", "general"),
@@ -51,6 +53,7 @@ class ModelConfig:
     n_classes: int | None = None  # classifier only
     d_model: int = 128
     n_heads: int = 4
+    n_kv_heads: int | None = None  # key/value heads: None = n_heads (MHA), 1 = MQA, else GQA
     d_head: int | None = None  # d_k = d_q per head; default d_model // n_heads
     d_v: int | None = None  # value width per head; default d_head
     n_layers: int = 2  # decoder-only / encoder-only depth, and encoder depth of seq2seq
@@ -64,7 +67,11 @@ class ModelConfig:
     norm_placement: str = "pre"  # "pre": f(LN(h)) + h, "post": LN(f(h) + h)  (000 Add & Norm)
     norm_eps: float = 1e-5
     activation: str = "relu"
+    ffn: str = "mlp"  # "mlp": W2 a(W1 h); "swiglu"/"geglu": W2 (a(W_g h) * W1 h) (Shazeer 2020)
     bias: bool = True
+    attn_bias: bool | None = None  # biases of W_q, W_k, W_v, W^O; None = ``bias``
+    ffn_bias: bool | None = None  # biases of the feed-forward matrices; None = ``bias``
+    attn_window: int | None = None  # sliding-window causal attention: each query sees W keys
     attention: str = "softmax"  # row activation a(.) of 004 eq. 9: soft or hard attention
     straight_through: bool = True  # hard attention: backpropagate the softmax gradient (STE)
     scale_logits: bool = True  # divide Q K^T by sqrt(d_head); off only for experiments
@@ -74,6 +81,11 @@ class ModelConfig:
     final_norm: bool = True  # a norm after the last block (needed for pre-norm)
     embed_scale: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani 3.4)
     rope_base: float = 10000.0
+    rope_scaling: str = "none"  # rotary frequency scaling: "linear" (PI) or "llama3"
+    rope_factor: float = 1.0  # the scaling factor s (positions / s, or low frequencies / s)
+    rope_low_freq_factor: float = 1.0  # llama3 scaling: wavelengths above L / this are scaled
+    rope_high_freq_factor: float = 4.0  # llama3 scaling: wavelengths below L / this are kept
+    rope_original_max_len: int | None = None  # llama3 scaling: the pre-training context L
     pooling: str = "cls"  # classifier: "cls" token or "mean" over non-padding
     # Recurrent families.
     rnn_attention: str = "none"  # lstm_seq2seq: "additive" = Bahdanau (004 eq. 4-8)
@@ -95,7 +107,17 @@ class ModelConfig:
                 f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
                 f"(or set d_head explicitly); try n_heads in {_divisors(self.d_model)}"
             )
-        for name in ("d_head", "d_v", "n_decoder_layers", "d_ff", "tgt_vocab_size", "d_attn"):
+        for name in (
+            "d_head",
+            "d_v",
+            "n_decoder_layers",
+            "d_ff",
+            "tgt_vocab_size",
+            "d_attn",
+            "n_kv_heads",
+            "attn_window",
+            "rope_original_max_len",
+        ):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"ModelConfig.{name}={value!r} must be a positive int or None")
@@ -114,6 +136,29 @@ class ModelConfig:
             raise ValueError("a classifier needs n_classes >= 2")
         if self.positional == "rotary" and self.head_dim % 2:
             raise ValueError(f"rotary positions need an even d_head, got {self.head_dim}")
+        if self.n_heads % self.kv_heads:
+            raise ValueError(
+                f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.kv_heads} (each "
+                f"key/value head serves n_heads / n_kv_heads query heads); try n_kv_heads in "
+                f"{_divisors(self.n_heads)}"
+            )
+        gates = {"swiglu": ("silu",), "geglu": ("gelu", "gelu_tanh")}.get(self.ffn)
+        if gates is not None and self.activation not in gates:
+            raise ValueError(
+                f"ffn={self.ffn!r} gates with activation in {list(gates)}, got "
+                f"activation={self.activation!r}; set activation={gates[0]!r}"
+            )
+        if self.rope_scaling != "none" and self.rope_factor <= 0:
+            raise ValueError(f"ModelConfig.rope_factor={self.rope_factor} must be > 0")
+        if self.rope_scaling == "llama3" and self.rope_original_max_len is None:
+            raise ValueError("rope_scaling='llama3' needs rope_original_max_len (the context L)")
+        defaults = {"n_kv_heads": None, "attn_window": None, "ffn": "mlp", "attn_bias": None,
+                    "ffn_bias": None, "rope_scaling": "none"}  # fmt: skip
+        pending = [f"{k}={getattr(self, k)!r}" for k, v in defaults.items()
+                   if getattr(self, k) != v]  # fmt: skip
+        pending += ["positional='alibi'"] if self.positional == "alibi" else []
+        if pending:  # TEMPORARY until the plain attention gains them (issue 21)
+            raise ValueError(f"{', '.join(pending)}: not built by this version's models yet")
         if self.positional == "concat" and self.kind in RECURRENT_KINDS:
             raise ValueError("positional='concat' applies to Transformer models only")
         if not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
@@ -124,6 +169,19 @@ class ModelConfig:
     def head_dim(self) -> int:
         """d_k = d_q of one head."""
         return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_heads, default n_heads (one per query head)."""
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def attention_bias(self) -> bool:
+        return self.bias if self.attn_bias is None else self.attn_bias
+
+    @property
+    def feedforward_bias(self) -> bool:
+        return self.bias if self.ffn_bias is None else self.ffn_bias
 
     @property
     def value_dim(self) -> int:
