@@ -10,6 +10,7 @@ Glossary of ``kind``:
     encoder_decoder   Vaswani encoder-decoder, teacher forcing (000/003/004).
     classifier        BERT-like encoder-only classifier, CLS or mean pooling (003).
     encoder           a bare Transformer encoder producing contextual vectors (000).
+    masked_lm         a BERT-like encoder with a masked-token prediction head (Devlin et al.).
     rnn_lm            the simple RNN language model of 000: h_t = sigma(W h_{t-1} + U x_t).
     lstm_seq2seq      Sutskever et al. LSTM encoder-decoder; with ``rnn_attention`` set, the
                       Bahdanau (additive) or Luong (dot/general) attention decoder of 004 eq. 4-8.
@@ -22,9 +23,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 ModelKind = Literal[
-    "decoder_lm", "encoder_decoder", "classifier", "encoder", "rnn_lm", "lstm_seq2seq"
+    "decoder_lm", "encoder_decoder", "classifier", "encoder", "masked_lm", "rnn_lm", "lstm_seq2seq"
 ]
-TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder", "classifier", "encoder")
+TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder", "classifier", "encoder", "masked_lm")
 RECURRENT_KINDS = ("rnn_lm", "lstm_seq2seq")
 LM_KINDS = ("decoder_lm", "rnn_lm")
 SEQ2SEQ_KINDS = ("encoder_decoder", "lstm_seq2seq")
@@ -80,6 +81,9 @@ class ModelConfig:
     tie_embeddings: bool = True  # decoder LM: lm_head.weight = tok_emb.weight
     final_norm: bool = True  # a norm after the last block (needed for pre-norm)
     embed_scale: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani 3.4)
+    embed_norm: bool = False  # a norm on the summed embeddings (BERT)
+    n_token_types: int = 0  # segment embeddings T_type added to the tokens (BERT: 2); 0 = none
+    pooler: bool = False  # encoder: tanh(W h_CLS + b), the pooled vector BERT classifies
     rope_base: float = 10000.0
     rope_scaling: str = "none"  # rotary frequency scaling: "linear" (PI) or "llama3"
     rope_factor: float = 1.0  # the scaling factor s (positions / s, or low frequencies / s)
@@ -121,6 +125,10 @@ class ModelConfig:
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"ModelConfig.{name}={value!r} must be a positive int or None")
+        if not isinstance(self.n_token_types, int) or self.n_token_types < 0:
+            raise ValueError(
+                f"ModelConfig.n_token_types={self.n_token_types!r} must be an int >= 0"
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ModelConfig.dropout={self.dropout} must be in [0, 1)")
         if self.ffn_mult <= 0 or self.ff_dim < 1:
@@ -153,10 +161,12 @@ class ModelConfig:
         if self.rope_scaling == "llama3" and self.rope_original_max_len is None:
             raise ValueError("rope_scaling='llama3' needs rope_original_max_len (the context L)")
         defaults = {"n_kv_heads": None, "attn_window": None, "ffn": "mlp", "attn_bias": None,
-                    "ffn_bias": None, "rope_scaling": "none"}  # fmt: skip
+                    "ffn_bias": None, "rope_scaling": "none", "embed_norm": False,
+                    "n_token_types": 0, "pooler": False}  # fmt: skip
         pending = [f"{k}={getattr(self, k)!r}" for k, v in defaults.items()
                    if getattr(self, k) != v]  # fmt: skip
         pending += ["positional='alibi'"] if self.positional == "alibi" else []
+        pending += ["kind='masked_lm'"] if self.kind == "masked_lm" else []
         if pending:  # TEMPORARY until the plain attention gains them (issue 21)
             raise ValueError(f"{', '.join(pending)}: not built by this version's models yet")
         if self.positional == "concat" and self.kind in RECURRENT_KINDS:

@@ -68,6 +68,8 @@ def evaluate_checkpoint(
             f"{str(ckpt.path)!r} was exported without its training settings, so its validation "
             f"set is unknown; pass the evaluation data file (e.g. --pairs test.tsv)"
         )
+    elif task == "lm":  # e.g. a Hugging Face model: windows as long as the model's context
+        cfg = TrainConfig(task=task, data=data, context_len=min(ckpt.config.max_len, 1024))
     else:
         cfg = TrainConfig(task=task, data=data)
     if ckpt.config.kind not in KINDS_FOR_TASK[cfg.task]:
