@@ -198,3 +198,28 @@ def test_unscaled_rotary_matches_oracle_and_scaling_is_validated():
         ModelConfig(positional="rotary", rope_scaling="llama3", rope_factor=8.0)
     with pytest.raises(ValueError, match="unknown rotary scaling"):
         rotary_frequencies(8, 100.0, "yarn")
+
+
+def test_window_trimmed_kv_cache_holds_at_most_two_windows_and_the_keys_queries_need():
+    """Append one position at a time: the cache keeps every key inside the window of the next
+    query, starts dropping older ones once full, and never holds more than 2W positions."""
+    from attnlab.nn.cache import KVCache
+
+    w = 3
+    cache = KVCache(1, 1, 50, 1, 1, window=w)
+    assert cache.k.size(2) == 2 * w
+    for pos in range(20):
+        x = torch.full((1, 1, 1, 1), float(pos))
+        k, _ = cache.append(x, x)
+        held = k.flatten().tolist()
+        assert held == [float(p) for p in range(cache.start, pos + 1)]
+        assert held[-w:] == [float(p) for p in range(max(0, pos - w + 1), pos + 1)]
+        assert len(held) <= 2 * w and cache.length == pos + 1
+    # A prefill longer than the buffer grows it once; the next step trims back to W - 1 old keys.
+    big = KVCache(2, 1, 50, 1, 1, window=w)
+    seq = torch.arange(10.0).view(1, 1, 10, 1).expand(2, 1, 10, 1)
+    assert big.append(seq, seq)[0].size(2) == 10
+    k, _ = big.append(seq[:, :, :1] + 10, seq[:, :, :1] + 10)
+    assert big.start == 10 - (w - 1) and k[0].flatten().tolist() == [8.0, 9.0, 10.0]
+    with pytest.raises(ValueError, match="overflow"):
+        big.append(torch.zeros(2, 1, 40, 1), torch.zeros(2, 1, 40, 1))

@@ -1,8 +1,8 @@
 """Run benchmark suites and collect one JSON-ready result dict.
 
 Suites (one module each): ``matmul``, ``lm``, ``seq2seq``, ``generate``, ``attention``,
-``memory``, ``profile``, ``recipe`` (only when asked for: it trains two models). Each module
-exposes ``run(settings, ctx) -> dict`` with a ``status`` of
+``memory``, ``profile``, ``modern``, ``recipe`` (only when asked for: it trains two models).
+Each module exposes ``run(settings, ctx) -> dict`` with a ``status`` of
 "ok", "not_available" (with ``reason``: a piece of attnlab it needs has not landed, or an optional
 library is missing) or "error" (with ``error``). A suite failing never stops the others.
 
@@ -37,8 +37,18 @@ from attnlab.bench.harness import setup_torch
 from attnlab.bench.machine import load_average, machine_info
 from attnlab.errors import UserError
 
-SUITES = ("matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile", "recipe")
-DEFAULT_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile")
+SUITES = (
+    "matmul",
+    "lm",
+    "seq2seq",
+    "generate",
+    "attention",
+    "memory",
+    "profile",
+    "recipe",
+    "modern",
+)
+DEFAULT_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile", "modern")
 QUICK_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention")
 _MODULES = {
     "matmul": "matmul_peak",
@@ -49,6 +59,7 @@ _MODULES = {
     "memory": "training_memory",
     "profile": "profile",
     "recipe": "recipe",
+    "modern": "modern",  # GQA/MQA at decode time; GPT-2- and Llama-shaped models vs transformers
 }
 SCHEMA_VERSION = 1
 GIB = 1024**3
