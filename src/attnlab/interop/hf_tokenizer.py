@@ -133,15 +133,14 @@ def _special_tokens(root: Path, settings: dict[str, Any], hf: Any) -> dict[str, 
             tid = tid[0] if tid else None
         if role not in out and isinstance(tid, int) and hf.id_to_token(tid) is not None:
             out[role] = hf.id_to_token(tid)
-    if hf.get_vocab_size() and not (root / TOKENIZER_JSON).is_file():
-        if (root / WORDPIECE_FILE).is_file() and not (root / GPT2_FILES[0]).is_file():
-            for role, tok in (("unk", "[UNK]"), ("pad", "[PAD]"), ("cls", "[CLS]"),
-                              ("sep", "[SEP]"), ("mask", "[MASK]")):  # fmt: skip
-                if hf.token_to_id(tok) is not None:
-                    out.setdefault(role, tok)
-        elif hf.token_to_id("<|endoftext|>") is not None:  # GPT-2's one special token
-            for role in ("bos", "eos", "unk"):
-                out.setdefault(role, "<|endoftext|>")
+    if hf.token_to_id("[CLS]") is not None and hf.token_to_id("[SEP]") is not None:  # BERT's
+        for role, tok in (("unk", "[UNK]"), ("pad", "[PAD]"), ("cls", "[CLS]"),
+                          ("sep", "[SEP]"), ("mask", "[MASK]")):  # fmt: skip
+            if hf.token_to_id(tok) is not None:
+                out.setdefault(role, tok)
+    elif hf.token_to_id("<|endoftext|>") is not None:  # GPT-2's one special token
+        for role in ("bos", "eos", "unk"):
+            out.setdefault(role, "<|endoftext|>")
     return out
 
 
