@@ -104,8 +104,10 @@ def _evaluate_masked_lm(ckpt, data, batch_size, max_batches) -> CheckpointEvalua
             "with --text FILE"
         )
     try:
-        metrics = masked_lm_metrics(ckpt.model, ckpt.tokenizer, read_text(data),
-                                    batch_size=batch_size or 8, max_batches=max_batches)  # fmt: skip
+        text = read_text(data)
+        metrics = masked_lm_metrics(
+            ckpt.model, ckpt.tokenizer, text, batch_size=batch_size or 8, max_batches=max_batches
+        )
     except (OSError, ValueError) as err:
         raise DataError(f"cannot evaluate {data!r}: {err}") from None
     summary = f"{metrics['val_masked_tokens']} masked tokens (15%) of {data}"
