@@ -157,10 +157,11 @@ def save_pretrained(
     model: nn.Module,
     path: str | os.PathLike,
     *,
-    tokenizer: PretrainedTokenizer | None = None,
+    tokenizer: Any = None,
     labels: list[str] | None = None,
 ) -> Path:
-    """Write ``model`` (and a pretrained ``tokenizer``) as a Hugging Face directory."""
+    """Write ``model`` (and its ``tokenizer``: a pretrained one, or attnlab's own) as a Hugging
+    Face directory that ``transformers``' ``from_pretrained`` loads with equal outputs."""
     ids = {}
     if tokenizer is not None:
         ids = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
@@ -181,8 +182,12 @@ def save_pretrained(
     )
     text = json.dumps(config, indent=2, sort_keys=True) + "\n"
     _atomic_write(root / CONFIG_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
-    if tokenizer is not None:
-        tokenizer.save_pretrained(root, getattr(model.cfg, "max_len", None))
+    if isinstance(tokenizer, PretrainedTokenizer):
+        tokenizer.save_pretrained(root, model.cfg.max_len)
+    elif tokenizer is not None:  # attnlab's char/byte/BPE tokenizers
+        from attnlab.interop.export import save_tokenizer_files
+
+        save_tokenizer_files(tokenizer, root, model.cfg.max_len)
     return root
 
 
