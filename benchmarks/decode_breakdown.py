@@ -11,7 +11,7 @@ prompt, then times 499 one-token steps four ways, interleaved over 7 rounds (med
   no-guards the same under ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)``
   direct    the compiled graph replaying a recorded generation's arguments: no dynamo at all,
             which is how ``generate(compile=True)`` runs its later steps
-            (``attnlab.generate.steppers.Replay``)
+            (``attnlab.fast.replay.Replay``)
   call      the generated module's ``call`` on the same arguments: buffer allocation and kernel
 
 All four grow the cache from 64 to 563 positions (``direct`` and ``call`` replay the argument
@@ -46,7 +46,7 @@ def breakdown(shape: LMShape, prompt: int = PROMPT, new: int = NEW, rounds: int 
     modules_before = set(map(id, PyCodeCache.modules))
 
     def backend(gm, example_inputs):
-        with inductor_config.patch(steppers._STEP_OPTIONS):
+        with inductor_config.patch(steppers.STEP_OPTIONS):
             compiled = compile_fx(gm, example_inputs)
 
         def remember(*args):

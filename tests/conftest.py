@@ -36,8 +36,8 @@ def tinyshakespeare() -> str:
 
 @pytest.fixture
 def replays(monkeypatch) -> list[int]:
-    """A one-item counter of the compiled decode steps that ran as a ``steppers.Replay``."""
-    from attnlab.generate import steppers
+    """A one-item counter of the compiled decode steps that ran as a ``fast.replay.Replay``."""
+    from attnlab.fast import replay as steppers
 
     calls = [0]
     original = steppers.Replay.__call__

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import torch
 
-import attnlab.nn.attention as attention_module
 from attnlab import reference as ref
 from attnlab.nn import basic_self_attention, hardmax, scaled_dot_product_attention
 from attnlab.nn.masks import causal_mask, combine_masks, padding_mask
@@ -21,25 +20,16 @@ TOL32 = {"rtol": 1e-5, "atol": 1e-5}
 B, H, T, S, DK, DV = 2, 2, 3, 5, 4, 3
 
 
-def _force_path(name: str, monkeypatch) -> str:
-    """Route the weight-free calls through the fused kernel or the short-key node (see
-    ``attnlab.nn.short_attention``), whatever the automatic choice would be."""
-    if name != "explicit":
-        short = name == "short_keys"
-        monkeypatch.setattr(attention_module, "use_short_keys", lambda *args: short)
-    return name
+@pytest.fixture(params=["explicit", "fused"])
+def path(request):
+    """The two forms of eq. 9; "explicit" = weights requested."""
+    return request.param
 
 
-@pytest.fixture(params=["explicit", "fused", "short_keys"])
-def path(request, monkeypatch):
-    """The three execution paths; "explicit" = weights requested."""
-    return _force_path(request.param, monkeypatch)
-
-
-@pytest.fixture(params=["fused", "short_keys"])
-def fast_path(request, monkeypatch):
-    """The two weight-free paths."""
-    return _force_path(request.param, monkeypatch)
+@pytest.fixture(params=["fused"])
+def fast_path(request):
+    """The weight-free form."""
+    return request.param
 
 
 def _qkv(t=T, s=S, dtype=torch.float64, b=B, h=H, dk=DK, dv=DV):
@@ -175,20 +165,6 @@ def test_explicit_and_fused_paths_agree_fp32(kind, causal, t, s, fast_path):
     assert fused.weights is None and explicit.weights.shape == (B, H, t, s)
     torch.testing.assert_close(fused.out, explicit.out, **TOL32)
     assert torch.isfinite(fused.out).all() and torch.isfinite(explicit.out).all()
-
-
-@pytest.mark.parametrize("kind", list(_masks()))
-def test_one_query_decode_form_matches_reference(kind):
-    """The reduction form used for a compiled decode step (T = 1) is eq. 9 under every mask."""
-    from attnlab.nn.attention import _one_query
-
-    q, k, v = _qkv(1, S)
-    mask = _masks()[kind]  # the last query row of each (it includes a fully masked row)
-    mask = None if mask is None else mask[..., -1:, :].expand(B, H, 1, S)
-    got = _one_query(q, k, v, mask, DK**-0.5)
-    want, _ = _oracle(q, k, v, mask)
-    np.testing.assert_allclose(got.out.numpy(), want, **TOL64)
-    assert got.weights is None
 
 
 @pytest.mark.parametrize("activation", ["softmax", "hardmax"])

@@ -195,8 +195,8 @@ def test_flop_formulas_match_torch_flop_counter_and_contenders_do_equal_work():
         )
         for name in ("attnlab", "torch_nn")
     }
-    # Both do the dense work of the padded batch except that attnlab skips padding in its
-    # position-wise layers (nn.packing), so it performs fewer FLOPs for the same step.
+    # Both do the dense work of the padded batch except that attnlab runs its head and loss on
+    # the real target tokens only (real_only), so it performs fewer FLOPs for the same step.
     assert s2s["attnlab"] < s2s["torch_nn"]
     assert step_flops(s2s_shape, batch) == pytest.approx(s2s["torch_nn"], rel=0.1)
 

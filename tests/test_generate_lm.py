@@ -3,6 +3,7 @@ the recurrent LM, batched == one at a time, strategies, stops, the window, strea
 
 from __future__ import annotations
 
+import copy
 import warnings
 from types import SimpleNamespace
 
@@ -11,6 +12,7 @@ import torch
 
 from attnlab.config import ModelConfig
 from attnlab.data import ByteTokenizer, CharTokenizer
+from attnlab.fast import accelerate
 from attnlab.generate import GenerationConfig, IncrementalDecoder, generate, stream
 from attnlab.models import LanguageModel, ModelOutput, build_model
 
@@ -402,12 +404,16 @@ def test_compiled_step_follows_a_model_changed_in_place(lm):
 
 
 def test_compiled_generation_replays_the_graph_and_keeps_the_eager_tokens(lm, replays):
-    """After two recorded steps through dynamo, the compiled graph is called directly: the same
-    greedy and seeded-sampling tokens as eager, logits to 1e-5."""
+    """On the engine, after two recorded steps through dynamo, the compiled graph is called
+    directly: the same greedy and seeded-sampling tokens as eager, logits to 1e-5. The plain
+    model's compiled step always goes through dynamo."""
     prompt, n = [3, 4, 5, 6, 7, 8], 30
+    assert_compiled_matches_eager(lm, [prompt], GREEDY.replace(max_new_tokens=n))
+    assert replays[0] == 0
+    fast = accelerate(copy.deepcopy(lm))
     for config in (GREEDY.replace(max_new_tokens=n), GenerationConfig(max_new_tokens=n, seed=5)):
         replays[0] = 0
-        assert_compiled_matches_eager(lm, [prompt], config)
+        assert_compiled_matches_eager(fast, [prompt], config)
         # n - 1 steps after the prefill; the first two (three while shapes become dynamic) are
         # recorded through dynamo
         assert n - 4 <= replays[0] <= n - 3
@@ -418,9 +424,9 @@ def test_compiled_models_of_other_widths_in_one_process_each_keep_their_eager_to
     dynamo recompile (with symbolic head sizes), and each model, in turn, still replays its own
     graph and matches its eager tokens and logits."""
     torch.manual_seed(4)
-    narrow = tiny_lm("learned")
+    narrow = accelerate(tiny_lm("learned"))
     cfg = ModelConfig(kind="decoder_lm", vocab_size=40, d_model=48, n_heads=2, n_layers=3)
-    wide = spread(build_model(cfg))
+    wide = spread(build_model(cfg, fast=True))
     prompt, cfg = [3, 4, 5, 6, 7], GREEDY.replace(max_new_tokens=20)
     for model in (narrow, wide, narrow, wide):
         replays[0] = 0
@@ -430,15 +436,29 @@ def test_compiled_models_of_other_widths_in_one_process_each_keep_their_eager_to
 
 def test_replay_stops_at_a_window_slide_and_resumes_on_the_new_cache(replays):
     torch.manual_seed(9)
-    model = tiny_lm("learned", max_len=16)
+    model = accelerate(tiny_lm("learned", max_len=16))
     prompt, cfg = list(range(3, 15)), GREEDY.replace(max_new_tokens=40)
     assert_compiled_matches_eager(model, [prompt], cfg)
     # 39 steps, 5 slides (each a prefill, then two recorded steps): some replays, not all
     assert 0 < replays[0] < 39 - 5
 
 
+def test_no_replay_while_a_hook_is_registered(lm, replays):
+    """The replay (which skips dynamo's guards) stays off while any module has a hook, and
+    resumes after it is removed; tokens match eager either way."""
+    fast = accelerate(copy.deepcopy(lm))
+    prompt, config = [3, 4, 5, 6], GREEDY.replace(max_new_tokens=12)
+    seen = []
+    handle = fast.blocks[0].self_attn.hook_A.register_forward_hook(lambda m, a, o: seen.append(o))
+    assert_compiled_matches_eager(fast, [prompt], config)
+    assert replays[0] == 0 and len(seen) >= 12  # the eager run: every step
+    handle.remove()
+    assert_compiled_matches_eager(fast, [prompt], config)
+    assert replays[0] > 0
+
+
 def test_replay_needs_two_steps_that_differ_only_in_token_and_lengths():
-    from attnlab.generate.steppers import GraphCall, Replay
+    from attnlab.fast.replay import GraphCall, Replay
 
     def graph(*args):
         return (torch.full((1, 1, 3), float(args[2])), args[0])

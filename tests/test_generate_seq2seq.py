@@ -9,6 +9,7 @@ import torch
 
 from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer
+from attnlab.fast import accelerate
 from attnlab.generate import GenerationConfig, generate_seq2seq, stream
 from attnlab.models import build_model
 
@@ -137,9 +138,10 @@ def test_bad_sources_are_clear_errors():
 
 def test_compiled_decode_step_gives_the_eager_tokens(replays):
     """Greedy and beam search; after its first steps greedy decoding replays the compiled graph
-    without dynamo (steppers.Replay), beam search (which reorders the cache) does not."""
+    without dynamo on the engine (fast.replay.Replay), beam search (which reorders the cache)
+    does not."""
     torch.manual_seed(3)
-    model = tiny_s2s()
+    model = accelerate(tiny_s2s())
     sources = [[5, 6, 7, 8, 9], [10, 11]]
     greedy = GREEDY.replace(max_new_tokens=25)
     eager = generate_seq2seq(model, sources, greedy, return_logits=True)

@@ -17,6 +17,7 @@ from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer, ReverseTask
 from attnlab.errors import DataError, UserError
 from attnlab.lab import char_lm, extrapolation, long_range, run_experiment, sampling, translation
+from attnlab.lab.report import VERDICTS
 from attnlab.models import build_model
 from attnlab.train import greedy_decode
 
@@ -24,7 +25,7 @@ from attnlab.train import greedy_decode
 def _check_written(path, figures):
     assert path.name == "README.md" and path.is_file()
     data = json.loads((path.parent / "report.json").read_text())
-    assert data["quick"] is True and data["verdict"] in ("held", "did not hold", "mixed")
+    assert data["quick"] is True and data["verdict"] in VERDICTS
     for fig in figures:
         assert (path.parent / fig).is_file(), fig
     return data
@@ -77,7 +78,12 @@ def test_extrapolation_quick_report_and_untrained_rows(out):
                           "attention_learned.png"])  # fmt: skip
     # Learned rows past the longest training sequence never get a gradient: exactly unchanged.
     assert report.metrics["learned_rows_moved"] == {"learned": 0.0}
-    assert set(report.metrics["token_accuracy"]) == set(extrapolation.KINDS)
+    arms = set(extrapolation.ARMS) | {"none"}
+    assert set(report.metrics["token_accuracy"]) == arms
+    assert {c.arm for c in report.competence} == arms and report.seeds == [0]
+    scales = report.metrics["signal_rms"]  # the rescaled sinusoids sit at the token scale
+    assert abs(scales["sinusoidal"]["positions"] / scales["sinusoidal"]["tokens"] - 1) < 0.1
+    assert scales["learned"]["positions"] < 0.05
 
 
 def test_copy_examples_layout():

@@ -157,3 +157,26 @@ def test_dict_round_trip_through_json_and_derived_values():
     assert train.replace(steps=10, warmup_steps=5).steps == 10
     rc = RunConfig(train=train)
     assert RunConfig.from_dict(json.loads(json.dumps(rc.to_dict()))) == rc
+
+
+def test_an_unknown_best_metric_is_rejected_up_front():
+    from attnlab.train.run_config import ConfigValueError, TrainConfig
+
+    with pytest.raises(ConfigValueError, match=r"'bogus' is not a metric of task 'seq2seq'.*"
+                       r"'val_exact_match'.*--best-metric val_exact_match"):  # fmt: skip
+        TrainConfig(best_metric="bogus")
+    with pytest.raises(ConfigValueError, match=r"\['val_loss', 'val_ppl'\]"):
+        TrainConfig(task="lm", data="x.txt", best_metric="val_exact_match")
+    with pytest.raises(ConfigValueError, match="val_bleu"):  # generated tasks have no BLEU
+        TrainConfig(best_metric="val_bleu")
+    assert TrainConfig(data="pairs.tsv", best_metric="val_bleu").higher_is_better
+    assert TrainConfig(task="classify", data="parens", best_metric="val_accuracy")
+
+
+def test_cli_rejects_an_unknown_best_metric_before_training(tmp_path, capsys):
+    from attnlab.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--task", "reverse", "--best-metric", "bogus", "--out", str(out)]) == 2
+    assert "not a metric of task 'seq2seq'" in " ".join(capsys.readouterr().err.split())
+    assert not out.exists()

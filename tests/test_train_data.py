@@ -154,11 +154,13 @@ def test_length_buckets_cut_padding_and_keep_rank_shards_consistent():
         _pairs_cfg(length_buckets=-1)
 
 
-@pytest.mark.parametrize("kind", ["encoder_decoder", "lstm_seq2seq"])
-def test_real_only_logits_are_the_padded_logits_at_real_positions(kind):
+@pytest.mark.parametrize(
+    "kind,fast", [("encoder_decoder", False), ("encoder_decoder", True), ("lstm_seq2seq", False)]
+)
+def test_real_only_logits_are_the_padded_logits_at_real_positions(kind, fast):
     data = build_task_data(_pairs_cfg())
-    batch = data.train_batch(0, 40)  # > nn.packing.GROUP_ROWS: attention runs on row groups
-    model = build_model(_tiny_config(data, kind)).eval()
+    batch = data.train_batch(0, 40)  # > fast.packing.GROUP_ROWS: fast attention on row groups
+    model = build_model(_tiny_config(data, kind), fast=fast).eval()
     args = dict(src_mask=batch.src_mask, tgt_mask=batch.tgt_mask)
     full = model(batch.src, batch.tgt_in, **args).logits  # (B, T, V)
     real = model(batch.src, batch.tgt_in, real_only=True, **args).logits  # (N, V)

@@ -97,6 +97,8 @@ class ModelConfig:
     bidirectional: bool = False  # bidirectional LSTM encoder
     d_attn: int | None = None  # additive attention width; default d_model
     pad_id: int = 0  # padding token id of the (source and target) vocabulary
+    # Engine: run on attnlab.fast's drop-in modules (the same function; see docs/fast.md).
+    fast: bool = False
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -160,15 +162,19 @@ class ModelConfig:
             raise ValueError(f"ModelConfig.rope_factor={self.rope_factor} must be > 0")
         if self.rope_scaling == "llama3" and self.rope_original_max_len is None:
             raise ValueError("rope_scaling='llama3' needs rope_original_max_len (the context L)")
-        defaults = {"n_kv_heads": None, "attn_window": None, "ffn": "mlp", "attn_bias": None,
-                    "ffn_bias": None, "rope_scaling": "none", "embed_norm": False,
-                    "n_token_types": 0, "pooler": False}  # fmt: skip
-        pending = [f"{k}={getattr(self, k)!r}" for k, v in defaults.items()
-                   if getattr(self, k) != v]  # fmt: skip
-        pending += ["positional='alibi'"] if self.positional == "alibi" else []
-        pending += ["kind='masked_lm'"] if self.kind == "masked_lm" else []
-        if pending:  # TEMPORARY until the plain attention gains them (issue 21)
-            raise ValueError(f"{', '.join(pending)}: not built by this version's models yet")
+        if self.attn_window is not None and self.kind != "decoder_lm":
+            raise ValueError(
+                f"attn_window={self.attn_window} (sliding-window causal attention) applies to "
+                f"decoder-only LMs, not kind={self.kind!r}"
+            )
+        if self.positional == "alibi" and self.kind in RECURRENT_KINDS:
+            raise ValueError("positional='alibi' applies to Transformer models only")
+        if self.pooler and (self.kind not in ("encoder", "classifier", "masked_lm")
+                            or self.pooling != "cls"):  # fmt: skip
+            raise ValueError(
+                "pooler=True (BERT's tanh(W h_CLS + b)) needs an encoder, classifier or masked_lm "
+                f"with pooling='cls', got kind={self.kind!r}, pooling={self.pooling!r}"
+            )
         if self.positional == "concat" and self.kind in RECURRENT_KINDS:
             raise ValueError("positional='concat' applies to Transformer models only")
         if not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:

@@ -1,8 +1,8 @@
 """Run benchmark suites and collect one JSON-ready result dict.
 
 Suites (one module each): ``matmul``, ``lm``, ``seq2seq``, ``generate``, ``attention``,
-``memory``, ``profile``, ``modern``, ``recipe`` (only when asked for: it trains two models).
-Each module exposes ``run(settings, ctx) -> dict`` with a ``status`` of
+``memory``, ``profile``, ``inspect``, ``modern``, ``recipe`` (only when asked for: it trains two
+models). Each module exposes ``run(settings, ctx) -> dict`` with a ``status`` of
 "ok", "not_available" (with ``reason``: a piece of attnlab it needs has not landed, or an optional
 library is missing) or "error" (with ``error``). A suite failing never stops the others.
 
@@ -38,17 +38,12 @@ from attnlab.bench.machine import load_average, machine_info
 from attnlab.errors import UserError
 
 SUITES = (
-    "matmul",
-    "lm",
-    "seq2seq",
-    "generate",
-    "attention",
-    "memory",
-    "profile",
+    "matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile", "inspect", "modern",
     "recipe",
-    "modern",
-)
-DEFAULT_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile", "modern")
+)  # fmt: skip
+DEFAULT_SUITES = (
+    "matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile", "inspect", "modern"
+)  # fmt: skip
 QUICK_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention")
 _MODULES = {
     "matmul": "matmul_peak",
@@ -58,6 +53,7 @@ _MODULES = {
     "attention": "attention_cost",
     "memory": "training_memory",
     "profile": "profile",
+    "inspect": "inspect_cost",
     "recipe": "recipe",
     "modern": "modern",  # GQA/MQA at decode time; GPT-2- and Llama-shaped models vs transformers
 }

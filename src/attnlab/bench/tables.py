@@ -292,6 +292,26 @@ def _modern(s: dict) -> list[str]:
                            "transformers tok/s", "ratio", "same tokens"], rows)  # fmt: skip
 
 
+def _inspect(s: dict) -> list[str]:
+    out = [
+        f"Forward only (eval, no grad), {threads(s['threads'])}; tokens/s median; see "
+        "attnlab.bench.inspect_cost for the contenders",
+        "",
+    ]
+    rows = []
+    for shape in s["shapes"]:
+        rate = {c["name"]: c["tokens_per_s"] for c in shape["contenders"]}
+        r = shape["ratios"]
+        rows.append(
+            [shape["shape"]]
+            + [fmt_num(rate[n], ",.0f") for n in ("no_hook_points", "plain", "explicit_path")]
+            + [fmt_num(rate["cache_all"], ",.0f")]
+            + [fmt_num(r[k], ".3f") for k in ("plain_vs_no_hook_points", "cache_all_vs_plain")]
+        )
+    header = ["shape", "no hook points", "plain", "explicit path", "full cache"]
+    return out + md_table(header + ["plain / no hooks", "full cache / plain"], rows)
+
+
 _RENDER = {
     "modern": _modern,
     "matmul": _matmul,
@@ -302,4 +322,5 @@ _RENDER = {
     "memory": _memory,
     "recipe": _recipe,
     "profile": _profile,
+    "inspect": _inspect,
 }

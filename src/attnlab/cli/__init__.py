@@ -11,11 +11,24 @@ import argparse
 import importlib
 import sys
 import textwrap
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from attnlab.errors import UserError
 
 # Subcommand modules, in the order --help lists them. A module that is missing is skipped.
-SUBCOMMANDS = ("demo", "train", "evaluate", "generate", "plot", "bench", "experiment", "export")
+SUBCOMMANDS = (
+    "demo",
+    "train",
+    "evaluate",
+    "generate",
+    "plot",
+    "explore",
+    "bench",
+    "experiment",
+    "export",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -44,7 +57,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 1
     try:
-        return int(args.func(args) or 0)
+        with plain_warnings():
+            return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("attnlab: interrupted", file=sys.stderr)
         return 130
@@ -53,6 +67,20 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(format_error(err), file=sys.stderr)
         return getattr(err, "exit_code", 2)
+
+
+@contextmanager
+def plain_warnings() -> Iterator[None]:
+    """Library warnings (a resume fallback, changed settings, a cropped prompt) as one plain
+    ``attnlab: warning: ...`` line on stderr, without Python's file and line."""
+
+    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ARG001
+        print(f"attnlab: warning: {message}", file=sys.stderr, flush=True)
+
+    with warnings.catch_warnings():  # restores the filters and showwarning on exit
+        warnings.simplefilter("always", UserWarning)
+        warnings.showwarning = show
+        yield
 
 
 def format_error(err: BaseException) -> str:

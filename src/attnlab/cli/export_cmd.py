@@ -42,6 +42,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="PATH",
         help="output directory (hf-gpt2) or .safetensors file (safetensors)",
     )
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing --out (never one inside a checkpoint directory)",
+    )
     p.set_defaults(func=run)
 
 
@@ -49,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     ckpt = load_checkpoint_lazily(args.checkpoint)
     path = export_as(
         ckpt.model, args.format, args.out, config=ckpt.config, tokenizer=ckpt.tokenizer,
-        labels=getattr(ckpt, "labels", None),
+        labels=getattr(ckpt, "labels", None), force=args.force,
     )  # fmt: skip
     print(f"exported {args.checkpoint} as {args.format} to {path}")
     return 0

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
+from attnlab.cli import plain_warnings
 from attnlab.errors import CheckpointError, ConfigError, DataError, UserError
 
 SEQ2SEQ_BATCH = 32  # sources decoded together from --source-file
@@ -176,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
             f"the checkpoint at {str(ckpt.path)!r} has no tokenizer.json, so "
             "text cannot be encoded; save the checkpoint with its tokenizer"
         )
-    with _warnings_to_stderr():
+    with plain_warnings():
         if isinstance(model, LanguageModel):
             if args.source is not None or args.source_file is not None:
                 raise UserError(
@@ -307,16 +305,3 @@ def _load(path: str):
             ) from None
         raise
     return load_checkpoint(path)
-
-
-@contextmanager
-def _warnings_to_stderr() -> Iterator[None]:
-    """Library warnings (cropped prompts, capped lengths) as one plain line on stderr."""
-
-    def show(message, category, filename, lineno, file=None, line=None):  # noqa: ARG001
-        print(f"attnlab: warning: {message}", file=sys.stderr)
-
-    with warnings.catch_warnings():  # restores the filters and showwarning on exit
-        warnings.simplefilter("always", UserWarning)
-        warnings.showwarning = show
-        yield

@@ -91,6 +91,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "checkpoint (bit-identical); a fresh start if there is none yet",
     )
     g.add_argument(
+        "--allow-changes",
+        action="store_true",
+        help="with --resume: continue even though settings that change the remaining steps "
+        "(--lr, --seed, data, ...) differ from the saved run's (it is then no longer "
+        "bit-identical to an uninterrupted run)",
+    )
+    g.add_argument(
         "--dump-config",
         metavar="FILE.toml",
         help="write the resolved config to FILE and exit without training",
@@ -106,6 +113,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--no-plots", action="store_true", help="skip the attention heatmap")
     g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
+    g.add_argument(
+        "--fast",
+        action="store_true",
+        default=None,
+        help="run on attnlab.fast's engine (the same model, CPU fast paths; docs/fast.md)",
+    )
     g.add_argument(
         "--tensorboard",
         action="store_true",
@@ -191,6 +204,7 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     for flag, (field, _, _) in FLAG_FIELDS.items():
         flags[field] = getattr(args, flag[2:].replace("-", "_"))
     flags["compile"], flags["tensorboard"] = args.compile, args.tensorboard
+    flags["fast"] = args.fast
     if args.no_progress:
         flags["progress"] = False
     for item in args.set:
@@ -201,7 +215,13 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     if flags.get("model.kind") == "classifier" and "n_classes" not in tables["model"]:
         flags["n_classes"] = 2  # a placeholder: training takes n_classes from the labels
     run = merge_overrides(run, flags)
-    run = merge_overrides(run, _data_flags(args, Path(run.train.out)))
+    data_flags = _data_flags(args, Path(run.train.out))
+    if args.best_metric is None and "task" in data_flags:  # a preset's metric may not fit
+        from attnlab.train.run_config import metric_names
+
+        if run.train.best_metric not in metric_names(data_flags["task"], data_flags["data"]):
+            data_flags["best_metric"] = "val_loss"
+    run = merge_overrides(run, data_flags)
     task = run.train.task
     if not explicit_kind and run.model.kind not in KINDS_FOR_TASK[task]:
         kind = DEFAULT_KIND[task]  # n_classes: a placeholder, training takes it from the labels
@@ -223,18 +243,35 @@ def run(args: argparse.Namespace) -> int:
     if main:
         print(f"attnlab train: {run_config.model.kind} on task {run_config.train.task!r} "
               f"(data {run_config.train.data!r}) -> {out}", flush=True)  # fmt: skip
-    result = train(run_config, run_dir=out, resume=args.resume, progress=not args.no_progress)
+    result = train(run_config, run_dir=out, resume=args.resume, progress=not args.no_progress,
+                   allow_changes=args.allow_changes, on_event=_print_event)  # fmt: skip
     if main:
         _report(result, args)
     return result.exit_code
+
+
+def _print_event(name: str, data: dict[str, Any]) -> None:
+    """Progress lines as they happen, flushed (a log file of a killed run keeps them): the resume
+    point and every evaluation. Written through tqdm so a progress bar stays intact."""
+    from tqdm.auto import tqdm
+
+    from attnlab.train.report import format_metrics
+
+    if name == "resumed":
+        line = f"resumed from {data['path']} (step {data['step']})"
+    elif name == "record" and any(k.startswith("val_") for k in data):
+        shown = {k: v for k, v in data.items() if k == "train_loss" or k.startswith("val_")}
+        line = f"step {data['step']}: {format_metrics(shown)}"
+    else:
+        return
+    tqdm.write(line, file=sys.stdout)
+    sys.stdout.flush()
 
 
 def _report(result: Any, args: argparse.Namespace) -> None:
     from attnlab.train.report import format_metrics
 
     print(result.summary)
-    if result.resumed_from is not None:
-        print(f"resumed from {result.resumed_from} (step {result.start_step})")
     if result.stopped_by:
         print(f"stopped by {result.stopped_by} after step {result.step}; saved "
               f"{result.checkpoint}. Continue with: attnlab train --out {result.run_dir} "

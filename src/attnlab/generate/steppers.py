@@ -27,10 +27,10 @@ compiled step is kept per model class and reused by later calls in the same proc
 first generation pays the compile time (seconds to tens of seconds on CPU). It removes per-op
 dispatch and Python overhead, which is what a small model's decode step is made of, and at batch
 1 turns each weight product into a loop that streams the weights on every core, which is what a
-wider model's step is made of. Once two steps in a row have shown that only the token and the
-cache length change, later steps call the compiled graph directly, without dynamo's per-call
-guards and input collection (:class:`Replay`; rows with their own positions, i.e. a left-padded
-batch, always go through dynamo).
+wider model's step is made of. On a fast model (``attnlab.fast``) the engine's
+:class:`~attnlab.fast.replay.ReplayingStep` replaces :class:`CompiledStep`: once two steps in a row
+have shown that only the token and the cache length change, it calls the compiled graph without
+dynamo's per-call guards.
 
 Shapes: R rows, P prompt columns, N max new tokens, V vocabulary, S source length.
 """
@@ -40,7 +40,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -70,7 +70,7 @@ class LMStepper:
         pad_id: int = 0,
     ):
         self.model, self.use_cache = model, use_cache
-        self.compiled = ReplayingStep(model, "forward") if compile else None
+        self.compiled = make_compiled_step(model, "forward") if compile else None
         self.window: int | None = getattr(model, "max_len", None)
         rows, p = ids.shape
         device = _device(model)
@@ -187,7 +187,7 @@ class Seq2SeqStepper:
         pad_id: int = 0,
     ):
         self.model, self.use_cache = model, use_cache
-        self.compiled = ReplayingStep(model, "decode") if compile else None
+        self.compiled = make_compiled_step(model, "decode") if compile else None
         device = _device(model)
         self.src, self.src_mask = src.to(device), src_mask.to(device)  # (R, S)
         self.encoded: Encoded | None = None  # encoded in start(), under inference mode
@@ -234,154 +234,49 @@ class Seq2SeqStepper:
         return out.logits[:, -1]  # (R, V)
 
 
-_COMPILED: dict[tuple[type, str], Callable[..., Any]] = {}
+_COMPILED: dict[tuple[type, str, Any], Callable[..., Any]] = {}
 
-
-# Inductor settings for the one-token step (each measured on the 2-core CPU; see
-# benchmarks/ANALYSIS.md, generation):
+# Inductor settings for the one-token step (measured: benchmarks/ANALYSIS.md, generation):
 #  * decompose_mm_pass: a (1, K) x (K, N) product becomes a multiply-and-sum loop in the generated
-#    code, which reads the weights at ~36 GB/s on both cores; the BLAS call for a matrix-vector
-#    product runs at ~11 GB/s on one. This is what a batch-1 step of a wide model is made of.
+#    code, which streams the weights on every core; the BLAS call for a matrix-vector product
+#    runs on one. This is what a batch-1 step of a wide model is made of.
 #  * size_asserts=False: the wrapper otherwise re-checks every input's sizes and strides on each
-#    call (~0.15 ms per token at 6 layers), which the guards have already checked.
-_STEP_OPTIONS = {"post_grad_fusion_options": {"decompose_mm_pass": {}}, "size_asserts": False}
+#    call, which the guards have already checked.
+STEP_OPTIONS = {"post_grad_fusion_options": {"decompose_mm_pass": {}}, "size_asserts": False}
 
 
-class GraphCall(NamedTuple):
-    """One call of a compiled graph: the graph, its flat arguments and outputs, and the step's
-    token ids and logits (as the stepper passed and received them)."""
+class CompiledStep:
+    """``model.<method>`` compiled (:func:`compiled_step`): call with ids (R, 1), the method's
+    other arguments and ``cache=``; returns logits (R, 1, V). ``traced`` is the compiled callable.
 
-    fn: Callable[..., Any]
-    args: list[Any]
-    outputs: Any
-    ids: Tensor
-    logits: Tensor
-
-
-class _Capture:
-    """The ``torch.compile`` backend of the step: inductor with ``_STEP_OPTIONS``, whose graphs
-    report each call made inside :meth:`recording` (the graph, its arguments and outputs)."""
-
-    def __init__(self):
-        self.calls: list[tuple[Callable[..., Any], list[Any], Any]] | None = None
-
-    def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        from torch._inductor.compile_fx import compile_fx
-
-        compiled = compile_fx(gm, example_inputs, config_patches=_STEP_OPTIONS)
-
-        def run(*args: Any) -> Any:
-            outputs = compiled(*args)
-            if self.calls is not None:
-                self.calls.append((compiled, list(args), outputs))
-            return outputs
-
-        return run
-
-    @contextmanager
-    def recording(self) -> Iterator[list]:
-        self.calls = []
-        try:
-            yield self.calls
-        finally:
-            self.calls = None
-
-
-_CAPTURE = _Capture()
-
-
-class Replay:
-    """The compiled step's graph called directly, without dynamo, while only the token and the
-    cache length change from one step to the next.
-
-    Each call through ``torch.compile`` pays dynamo's guards and its collection of the graph's
-    inputs (every parameter, each layer's k/v buffers and fill length): 0.13-0.18 ms of a 0.30-0.38
-    ms step for the 4-layer width-128 LM, 0.23-0.34 of 2.0-2.8 ms for the 6-layer width-384 one
-    (``benchmarks/decode_breakdown.py``). Between two tokens of one generation the inputs are the
-    same tensors but for the new token, and the lengths are one more, so once two recorded steps
-    in a row show exactly that (:meth:`between`), the next steps call the graph with those two
-    changes and advance the layers' lengths as the model's Python code would (checked when
-    recording; attnlab's models have no other Python side effect in a cached one-token step, the
-    cross-attention memory of a seq2seq cache being set by the eager first step). Anything else
-    -- a slide of the window (a new cache), a reorder (beam search), padded rows (positions
-    change) -- goes back through dynamo, whose guards then apply. Within one generation the
-    model must not be replaced piecewise (a new parameter object): in-place updates are seen,
-    replaced tensors are not.
-    """
-
-    def __init__(self, call: GraphCall, token_at: int, length_at: list[int], logits_at: int,
-                 layers: list[Any]):  # fmt: skip
-        self.fn, self.args = call.fn, list(call.args)
-        self.token_at, self.length_at, self.logits_at = token_at, length_at, logits_at
-        self.layers = layers
-
-    @classmethod
-    def between(cls, prev: GraphCall, cur: GraphCall, layers: list[Any]) -> Replay | None:
-        """A replay of ``cur`` when it repeats ``prev`` with a new token and lengths + 1."""
-        if cur.fn is not prev.fn or len(cur.args) != len(prev.args):
-            return None
-        token_at = [j for j, arg in enumerate(cur.args) if arg is cur.ids]
-        logits_at = [j for j, out in enumerate(cur.outputs) if out is cur.logits]
-        if len(token_at) != 1 or len(logits_at) != 1 or prev.args[token_at[0]] is not prev.ids:
-            return None
-        length_at = []
-        for j, (a, b) in enumerate(zip(prev.args, cur.args)):
-            if j == token_at[0]:
-                continue
-            if type(a) is int and type(b) is int and b == a + 1:
-                length_at.append(j)
-            elif a is not b:
-                return None
-        return cls(cur, token_at[0], length_at, logits_at[0], layers)
-
-    def __call__(self, ids: Tensor) -> Tensor:
-        """ids (R, 1) -> logits (R, 1, V); the cache gains one position."""
-        if self.layers[0].length >= self.layers[0].max_len:
-            raise ValueError(f"KV cache overflow: the cache holds {self.layers[0].max_len} "
-                             "positions; allocate a longer cache or slide the window")  # fmt: skip
-        self.args[self.token_at] = ids
-        for j in self.length_at:
-            self.args[j] += 1
-        logits = self.fn(*self.args)[self.logits_at]
-        for layer in self.layers:
-            layer.length += 1
-        return logits
-
-
-class ReplayingStep:
-    """``model.<method>`` compiled (:func:`compiled_step`), called through dynamo and recorded
-    until two steps in a row allow a :class:`Replay`, then replayed until :meth:`reset`.
-
-    Call with ids (R, 1), the method's other arguments and ``cache=``; returns logits (R, 1, V).
-    ``traced`` is the plain compiled callable (always through dynamo).
+    A fast model (``attnlab.fast``) gets the engine's drop-in replacement, which calls the
+    compiled graph without dynamo once its inputs are known (``attnlab.fast.replay``).
     """
 
     def __init__(self, model: torch.nn.Module, method: str):
         self.traced = compiled_step(model, method)
-        self.replay: Replay | None = None
-        self.last_call: GraphCall | None = None
 
     def reset(self) -> None:
-        """The cache or the batch changed: back through dynamo (and its guards)."""
-        self.replay = self.last_call = None
+        """The cache or the batch changed (the engine's replay forgets its graph call)."""
 
     def __call__(self, ids: Tensor, *args: Any, cache: Any) -> Tensor:
-        if self.replay is not None:
-            return self.replay(ids)
-        before = cache.length
-        with _CAPTURE.recording() as calls:
-            out = self.traced(ids, *args, cache=cache)
-        call = None
-        if len(calls) == 1 and all(layer.length == before + 1 for layer in cache.layers):
-            call = GraphCall(*calls[0], ids, out.logits)
-        if call is not None and self.last_call is not None:
-            self.replay = Replay.between(self.last_call, call, cache.layers)
-        self.last_call = call
-        return out.logits
+        return self.traced(ids, *args, cache=cache).logits
 
 
-def compiled_step(model: torch.nn.Module, method: str) -> Callable[..., Any]:
-    """``model.<method>(...)`` through ``torch.compile``.
+def make_compiled_step(model: torch.nn.Module, method: str) -> CompiledStep:
+    """The compiled one-token step of ``model.<method>``, on the engine for a fast model."""
+    from attnlab.fast import is_fast
+
+    if is_fast(model):
+        from attnlab.fast.replay import ReplayingStep
+
+        return ReplayingStep(model, method)
+    return CompiledStep(model, method)
+
+
+def compiled_step(model: torch.nn.Module, method: str, backend: Any = None) -> Callable[..., Any]:
+    """``model.<method>(...)`` through ``torch.compile`` (inductor with :data:`STEP_OPTIONS`, or
+    the given ``backend``).
 
     The class's function is compiled once per process and shared by every model of that class
     (the model is an input of the compiled code, so nothing keeps a model alive). Shapes start
@@ -391,9 +286,13 @@ def compiled_step(model: torch.nn.Module, method: str) -> Callable[..., Any]:
     ``dynamic=True`` -> now: ~0.4 -> ~0.2 ms for the 6-layer width-384 LM, 74 -> 57 us for the
     4-layer width-128 one).
     """
-    key = (type(model), method)
+    key = (type(model), method, backend)
     if key not in _COMPILED:
-        _COMPILED[key] = torch.compile(getattr(type(model), method), backend=_CAPTURE)
+        fn = getattr(type(model), method)
+        if backend is None:
+            _COMPILED[key] = torch.compile(fn, options=STEP_OPTIONS)
+        else:
+            _COMPILED[key] = torch.compile(fn, backend=backend)
     return functools.partial(_with_step_config, _COMPILED[key], model)
 
 

@@ -13,6 +13,11 @@ Formats:
     safetensors  one self-describing .safetensors file with attnlab parameter names, and the
                  ModelConfig, tokenizer and class labels in its metadata (``load_safetensors``).
 
+Nothing is overwritten by accident: an existing target (a file, or a non-empty directory for
+hf-gpt2) is refused unless ``force``, and a target inside an attnlab checkpoint or run
+``checkpoints/`` directory is always refused (overwriting ``model.safetensors`` there would break
+the checkpoint's manifest).
+
 Tokenizers are duck-typed (``to_dict``, ``save``, ``pad_id``/``bos_id``/``eos_id``, ``specials``
 and, for BPE, ``hf``) so this layer does not import ``attnlab.data``.
 """
@@ -45,19 +50,22 @@ def export_as(
     config: ModelConfig | None = None,
     tokenizer: Any = None,
     labels: Any = None,
+    force: bool = False,
 ) -> Path:
     """Write ``model`` (with its ``config``, default ``model.cfg``, and its ``tokenizer`` and class
     ``labels`` if given) to ``out`` in format ``fmt``; returns the path written (a directory for
-    hf-gpt2, a file for safetensors)."""
+    hf-gpt2, a file for safetensors). ``force`` replaces an existing target (never one inside a
+    checkpoint directory)."""
     if fmt not in FORMATS:
         raise ConfigError(f"unknown export format {fmt!r}; choose one of {list(FORMATS)}")
+    out = Path(out)
     if fmt == "safetensors":
-        out = Path(out)
         if out.is_dir():
             raise ConfigError(
                 f"--out {str(out)!r} is a directory; safetensors export writes one "
                 "file, e.g. --out model.safetensors"
             )
+        check_export_target(out, force)
         return save_safetensors(model, out, config, tokenizer=tokenizer, labels=labels)
     if fmt == "hf":
         from attnlab.interop.pretrained import save_pretrained
@@ -70,6 +78,7 @@ def export_as(
             f"checkpoint holds a {type(model).__name__}; use --format safetensors instead"
         )
     check_gpt2_compatible(model.cfg)
+    check_export_target(out, force)
     ids = {}
     if tokenizer is not None:
         ids = {"bos_id": tokenizer.bos_id, "eos_id": tokenizer.eos_id, "pad_id": tokenizer.pad_id}
@@ -77,6 +86,30 @@ def export_as(
     if tokenizer is not None:
         save_tokenizer_files(tokenizer, root, model.cfg.max_len)
     return root
+
+
+def _is_checkpoint_dir(path: Path) -> bool:
+    """An attnlab checkpoint (config.json + manifest.json) or a run's checkpoints/ directory."""
+    if (path / "config.json").is_file() and (path / "manifest.json").is_file():
+        return True
+    return path.name == "checkpoints" and (path / "latest").is_file()
+
+
+def check_export_target(out: Path, force: bool) -> None:
+    """Refuse a target inside a checkpoint directory, and an existing one unless ``force``."""
+    inside = next((d for d in (out, *out.resolve().parents) if _is_checkpoint_dir(d)), None)
+    if inside is not None:
+        raise ConfigError(
+            f"--out {str(out)!r} lies inside the checkpoint directory {str(inside)!r}; writing "
+            f"there would damage the checkpoint, so choose a path outside it (e.g. --out "
+            f"exports/{out.name})"
+        )
+    taken = out.is_file() or out.is_symlink() or (out.is_dir() and any(out.iterdir()))
+    if taken and not force:
+        raise ConfigError(
+            f"--out {str(out)!r} already exists; pass --force to replace it, or choose another "
+            f"--out so nothing is overwritten"
+        )
 
 
 def save_tokenizer_files(tokenizer: Any, root: Path, max_len: int) -> list[Path]:

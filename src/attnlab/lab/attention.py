@@ -28,7 +28,8 @@ from attnlab.config import ModelConfig
 from attnlab.lab.charts import bar_chart, save_chart
 from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import Report, Table
+from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.seeds import seed_list
 from attnlab.lab.tasks import counting, kv_lookup
 from attnlab.models import build_model
 
@@ -48,17 +49,13 @@ def make_task(name: str, n: int, rng: np.random.Generator):
     return counting(n, length=10, rng=rng)
 
 
-@experiment(
-    "attention",
-    claim="Hard (argmax) attention is a retrieval of one value: it suffices for key-value lookup "
-    "but not for a task that needs an average of many values, where soft attention succeeds.",
-    notes="004 Sec. 1.2 (soft vs hard attention), eq. 9",
-)
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)
+PLATEAU = 0.05  # nats: the most the training loss may still fall over the last quarter
+
+
+def _one_seed(seed: int, quick: bool, fit_cfg: FitConfig) -> dict:
+    """Every (task, shape, variant) trained on one seed: {key: numbers}."""
     rng = np.random.default_rng(seed)
-    fit_cfg = FitConfig(steps=20 if quick else 1000, batch_size=64, lr=3e-3, warmup_steps=50)
-    rows, accs = [], {}
+    out = {}
     for task in TASKS:
         train = make_task(task, 1000 if quick else 10_000, rng)
         test = make_task(task, 500 if quick else 2000, rng)
@@ -73,34 +70,84 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                 model = build_model(cfg)
                 result = fit(model, (train.ids, train.labels), classification_loss, fit_cfg,
                              seed=seed)  # fmt: skip
-                acc = accuracy(model, test.ids, test.labels)
-                accs[(task, shape, label)] = acc
-                rows.append({"task": task, "model": shape, "attention": label,
-                             "test accuracy": acc, "majority class": majority,
-                             "final train loss": result.final_loss(),
-                             "train s": result.seconds})  # fmt: skip
+                out[(task, shape, label)] = {
+                    "test accuracy": accuracy(model, test.ids, test.labels),
+                    "majority class": majority, "final train loss": result.final_loss(),
+                    "late drop": result.loss_at(0.75, 50) - result.final_loss(50),
+                    "train s": result.seconds}  # fmt: skip
+    return out
+
+
+@experiment(
+    "attention",
+    claim="Hard (argmax) attention is a retrieval of one value: it suffices for key-value lookup "
+    "but not for a task that needs an average of many values, where soft attention succeeds.",
+    notes="004 Sec. 1.2 (soft vs hard attention), eq. 9",
+)
+def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    torch.set_num_threads(1)
+    seeds = seed_list(seed, quick)
+    fit_cfg = FitConfig(steps=20 if quick else 1000, batch_size=64, lr=3e-3, warmup_steps=50)
+    runs = [_one_seed(s, quick, fit_cfg) for s in seeds]
+    acc_seeds = {key: [r[key]["test accuracy"] for r in runs] for key in runs[0]}
+    accs = {key: spread(v)["mean"] for key, v in acc_seeds.items()}
+    rows = []
+    for key in runs[0]:
+        task, shape, label = key
+        per = [r[key] for r in runs]
+        rows.append({"task": task, "model": shape, "attention": label,
+                     "test accuracy": accs[key], "min-max": spread_text(acc_seeds[key]),
+                     "majority class": per[0]["majority class"],
+                     "final train loss": spread_text([p["final train loss"] for p in per]),
+                     "loss drop, last quarter": max(p["late drop"] for p in per),
+                     "train s": spread(p["train s"] for p in per)["mean"]})  # fmt: skip
+    one = SHAPES[0][0]
+    soft, hard = VARIANTS[0][0], VARIANTS[1][0]
+    competence = [
+        Competence(
+            f"soft, {sh}, {t}",
+            "test accuracy (training distribution)",
+            0.99,
+            acc_seeds[(t, sh, soft)],
+        )
+        for t in TASKS
+        for sh, _, _ in SHAPES
+    ]
+    competence += [Competence(f"hard (straight-through), {one}, {t}", "trained to a plateau: "
+                              "training-loss drop over the last quarter of training (nats)",
+                              PLATEAU, [r[(t, one, hard)]["late drop"] for r in runs],
+                              higher_is_better=False) for t in TASKS]  # fmt: skip
     one, deep = SHAPES[0][0], SHAPES[1][0]
+    short = {soft: "soft", hard: "hard ST", VARIANTS[2][0]: "hard, no grad"}
+    keys = [(t, sh, v) for t in TASKS for sh, _, _ in SHAPES for v, _, _ in VARIANTS]
+    labels = {
+        (t, sh, v): f"{'lookup' if t == LOOKUP else 'count'}, {sh.split(',')[0]}, {short[v]}"
+        for t, sh, v in keys
+    }
     figures = [
         save_chart(
             bar_chart(
-                {
-                    f"{t.split()[0]}, {sh.split(',')[0]}: {v}": accs[(t, sh, v)]
-                    for t in TASKS
-                    for sh, _, _ in SHAPES
-                    for v, _, _ in VARIANTS
-                },
+                {labels[k]: accs[k] for k in labels},
                 ylabel="test accuracy",
-                title="soft vs hard attention",
+                title=f"soft vs hard attention ({len(seeds)} seed(s), min-max bars)",
+                errors={labels[k]: (min(acc_seeds[k]), max(acc_seeds[k])) for k in labels},
             ),
             out_dir,
             "accuracy.png",
-            "Test accuracy per task, model size and attention kind.",
+            "Test accuracy per task, model size and attention kind (mean over seeds, min-max "
+            "bars; ST = straight-through gradient).",
         )
     ]
     hard, soft, frozen = VARIANTS[1][0], VARIANTS[0][0], VARIANTS[2][0]
-    checks = [accs[(LOOKUP, one, hard)] > 0.9, accs[(COUNT, one, soft)] > 0.9,
-              accs[(COUNT, one, hard)] < accs[(COUNT, one, soft)] - 0.2]  # fmt: skip
+    lo, hi = min, max
+    checks = [
+        lo(acc_seeds[(LOOKUP, one, hard)]) > 0.9,
+        lo(acc_seeds[(COUNT, one, soft)]) > 0.9,
+        hi(acc_seeds[(COUNT, one, hard)]) < lo(acc_seeds[(COUNT, one, soft)]) - 0.2,
+    ]
     verdict = "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
+    spread_note = (f" Over seeds: hard counting {spread_text(acc_seeds[(COUNT, one, hard)])}, "
+                   f"hard lookup {spread_text(acc_seeds[(LOOKUP, one, hard)])}.")  # fmt: skip
     reason = (
         f"with one layer and one head, hard attention (straight-through) reaches "
         f"{accs[(LOOKUP, one, hard)]:.3f} on key-value lookup (soft "
@@ -108,8 +155,10 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"which needs an average (soft "
         f"{accs[(COUNT, one, soft)]:.3f}); with 2 layers of 4 hard heads counting reaches "
         f"{accs[(COUNT, deep, hard)]:.3f}; without the straight-through gradient hard attention "
-        f"reaches {accs[(LOOKUP, one, frozen)]:.3f} on lookup."
+        f"reaches {accs[(LOOKUP, one, frozen)]:.3f} on lookup (means over seeds)." + spread_note
     )
+    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
+                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
     return Report(
         name="attention",
         title="Soft vs hard attention: retrieval vs averaging",
@@ -127,12 +176,16 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "Classifier reading position 0: 1 layer with 1 head (one attention operation, as in "
             "004) or 2 pre-norm layers with 4 heads; d_model 32, d_ff 128, "
             f"learned positions; AdamW lr 3e-3, {fit_cfg.steps} steps of 64, warm-up 50 + "
-            "cosine; the same seed for every variant; one torch thread.",
+            "cosine; per seed, fresh data and the same initialisation seed for every variant; "
+            "one torch thread.",
         ],
         tables=[Table("test accuracy per task, model and attention kind", rows)],
         figures=figures,
         verdict=verdict,
         verdict_reason=reason,
+        competence=competence,
+        seeds=seeds,
+        per_seed={"accuracy": {" / ".join(k): a for k, a in acc_seeds.items()}},
         metrics={"accuracy": {" / ".join(k): a for k, a in accs.items()}},
         findings=[
             f"Hard attention on counting: {accs[(COUNT, one, hard)]:.3f} with one head, "

@@ -39,7 +39,11 @@ from attnlab.lab.report import FigureRef, Report, Table
 from attnlab.train import RunConfig, TrainConfig, train
 from attnlab.viz import plot_loss_curves, save_figure
 
-SHAKESPEARE = Path("..") / "shared" / "data" / "tinyshakespeare.txt"
+# Where the shared data lives relative to the working directory: a checkout next to shared/
+# (../shared) or a worktree one level further down (../../shared).
+SHAKESPEARE_PLACES = tuple(Path(*[".."] * k) / "shared" / "data" / "tinyshakespeare.txt"
+                           for k in (1, 2))  # fmt: skip
+SHAKESPEARE = next((p for p in SHAKESPEARE_PLACES if p.is_file()), SHAKESPEARE_PLACES[0])
 WORK_DIR = Path("runs") / "experiments" / "char_lm"
 PROMPTS = ("KING:\n", "The ", "And ")
 

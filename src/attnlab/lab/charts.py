@@ -25,12 +25,14 @@ def line_chart(
     logx: bool = False,
     logy: bool = False,
     markers: bool = True,
+    bands: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
 ) -> Figure:
-    """One line per ``label -> (xs, ys)``."""
+    """One line per ``label -> (xs, ys)``; ``bands[label] = (lows, highs)`` shades the spread
+    over seeds (min-max) around that line."""
     fig = new_figure(6.4, 4.2)
     ax = fig.subplots()
     for label, (xs, ys) in series.items():
-        ax.plot(
+        (line,) = ax.plot(
             list(xs),
             list(ys),
             label=label,
@@ -38,6 +40,10 @@ def line_chart(
             marker="o" if markers and len(xs) <= 30 else None,
             markersize=4,
         )
+        if bands and label in bands:
+            lo, hi = bands[label]
+            ax.fill_between(list(xs), list(lo), list(hi), color=line.get_color(), alpha=0.18,
+                            linewidth=0)  # fmt: skip
     if logx:
         ax.set_xscale("log", base=2)
     if logy:
@@ -51,24 +57,34 @@ def line_chart(
 
 
 def curves_chart(
-    curves: Mapping[str, Sequence[float]],
+    curves: Mapping[str, Sequence[float] | Sequence[Sequence[float]]],
     *,
     title: str,
     ylabel: str = "training loss",
     smooth: int = 10,
     logy: bool = False,
 ) -> Figure:
-    """Loss curves of several runs against the step, smoothed by a running mean of ``smooth``."""
-    series = {}
+    """Loss curves of several runs against the step, smoothed by a running mean of ``smooth``.
+
+    A label may map to one curve or to one curve per seed; with several, the line is the mean
+    over seeds and a band shades their min-max."""
+    series, bands = {}, {}
     for label, ys in curves.items():
-        ys = list(ys)
-        k = max(1, min(smooth, len(ys)))
-        smoothed = [
-            sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1])
-            for i in range(len(ys))
-        ]
-        series[label] = (list(range(len(ys))), smoothed)
-    return line_chart(series, xlabel="step", ylabel=ylabel, title=title, logy=logy, markers=False)
+        runs = [list(r) for r in ys] if ys and isinstance(ys[0], Sequence) else [list(ys)]
+        length = min(len(r) for r in runs)
+        smoothed = [_running_mean(r[:length], smooth) for r in runs]
+        steps = list(range(length))
+        series[label] = (steps, [sum(c) / len(c) for c in zip(*smoothed)])
+        if len(runs) > 1:
+            bands[label] = ([min(c) for c in zip(*smoothed)], [max(c) for c in zip(*smoothed)])
+    return line_chart(series, xlabel="step", ylabel=ylabel, title=title, logy=logy, markers=False,
+                      bands=bands)  # fmt: skip
+
+
+def _running_mean(ys: list[float], smooth: int) -> list[float]:
+    k = max(1, min(smooth, len(ys)))
+    return [sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1])
+            for i in range(len(ys))]  # fmt: skip
 
 
 def bar_chart(
@@ -78,13 +94,42 @@ def bar_chart(
     title: str,
     reference: float | None = None,
     reference_label: str = "chance",
+    errors: Mapping[str, tuple[float, float]] | None = None,
+    references: Mapping[str, float] | None = None,
 ) -> Figure:
-    """One bar per ``label -> value``, with an optional dashed reference line (e.g. chance)."""
-    fig = new_figure(6.4, 4.0)
-    ax = fig.subplots()
+    """One bar per ``label -> value`` (the mean over seeds), with optional error bars
+    ``errors[label] = (min, max)`` over seeds and a dashed reference line (e.g. chance).
+
+    Long or many labels are rotated so they never overprint; the value sits above each bar
+    (above its error bar when there is one). ``references[label]`` draws a dashed segment across
+    that bar alone (a per-bar chance level, when the bars' tasks have different chance)."""
     labels = list(values)
-    bars = ax.bar(labels, [values[k] for k in labels], color="tab:blue", alpha=0.8)
-    ax.bar_label(bars, fmt="%.3g", fontsize=8)
+    long = sum(len(k) for k in labels) > 45 or len(labels) > 6
+    fig = new_figure(max(6.4, 0.75 * len(labels) + 2.0), 4.6 if long else 4.0)
+    ax = fig.subplots()
+    heights = [values[k] for k in labels]
+    yerr = None
+    if errors and any(lo != hi for lo, hi in errors.values()):  # one seed: no bars to draw
+        lo = [max(0.0, values[k] - errors.get(k, (values[k], values[k]))[0]) for k in labels]
+        hi = [max(0.0, errors.get(k, (values[k], values[k]))[1] - values[k]) for k in labels]
+        yerr = [lo, hi]
+    bars = ax.bar(range(len(labels)), heights, color="tab:blue", alpha=0.8, yerr=yerr,
+                  capsize=3 if yerr else 0, error_kw={"elinewidth": 1})  # fmt: skip
+    tops = heights if yerr is None else [h + e for h, e in zip(heights, yerr[1])]
+    for x, (top, h) in enumerate(zip(tops, heights)):
+        ax.annotate(f"{h:.3g}", (x, top), xytext=(0, 2), textcoords="offset points",
+                    ha="center", va="bottom", fontsize=7)  # fmt: skip
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, rotation=30 if long else 0, ha="right" if long else "center",
+                       fontsize=8)  # fmt: skip
+    ax.margins(y=0.12)
+    del bars
+    if references:
+        for x, k in enumerate(labels):
+            if k in references:
+                ax.hlines(references[k], x - 0.45, x + 0.45, colors="tab:red", linestyles="--",
+                          linewidth=1, label=reference_label if x == 0 else None)  # fmt: skip
+        ax.legend(fontsize=8, loc="lower right")
     if reference is not None:
         ax.axhline(reference, color="tab:red", linestyle="--", linewidth=1, label=reference_label)
         ax.legend(fontsize=8)

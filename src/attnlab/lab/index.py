@@ -39,17 +39,37 @@ def render_index(reports: list[dict]) -> str:
         "come from full-size runs (`attnlab experiment NAME`); rerun one with its command, or a "
         "CI-sized version with `--quick`. `attnlab experiment --list` lists them all.",
         "",
-        "| experiment | notes | verdict | why | wall time | command |",
-        "|---|---|---|---|---|---|",
+        "A verdict is drawn only when every arm passed its competence criterion on its own "
+        "training distribution (the *competence* column); otherwise it reads **inconclusive**. "
+        "*Seeds* is how many seeds each headline number comes from (the reports give mean and "
+        "min-max).",
+        "",
+        "| experiment | notes | verdict | competence | seeds | why | wall time | command |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in reports:
         link = f"[{r.get('title', r['_dir'])}]({r['_dir']}/README.md)"
         cells = [link, r.get("source", ""), f"**{r.get('verdict', '?')}**",
+                 competence_cell(r.get("competence")), str(len(r.get("seeds") or [r.get("seed")])),
                  r.get("verdict_reason", ""), f"{float(r.get('wall_time_s', 0)):.0f} s",
                  f"`{r.get('command', '')}`"]  # fmt: skip
         lines.append("| " + " | ".join(format_cell(c) if i else c for i, c in enumerate(cells))
                      + " |")  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def competence_cell(competence: list[dict] | None) -> str:
+    """'all N arms pass', 'missed: a, b' or 'not stated' (a report from before the gate)."""
+    if competence is None:
+        return "not stated"
+    if not competence:
+        return "no trained arms"
+    failed = [c["arm"] for c in competence if c.get("in_verdict", True) and not c.get("passed")]
+    if failed:
+        return (
+            f"missed: {', '.join(failed)} ({len(competence) - len(failed)}/{len(competence)} pass)"
+        )
+    return f"all {len(competence)} arms pass"
 
 
 def write_index(root: str | os.PathLike) -> Path:

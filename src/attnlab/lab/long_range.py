@@ -128,9 +128,10 @@ def alignment_figures(models: dict[str, nn.Module], tok: CharTokenizer, source: 
                               "alpha_lt on the longest reversal: the anti-diagonal is the "
                               "reversal."))  # fmt: skip
     maps = attention_maps(models["transformer"], src, target=tgt_in)
+    n_layers = maps.cross_attn.shape[0]  # (L, H, T, S)
     fig = plot_attention(maps.cross_attn[-1], out_labels, src_labels,  # (H, T, S)
-                         title=f"Transformer cross-attention (last layer), length "
-                         f"{len(source)}")  # fmt: skip
+                         title=f"Transformer cross-attention, layer {n_layers} of {n_layers} "
+                         f"(last), length {len(source)}", first_layer=n_layers)  # fmt: skip
     figures.append(save_chart(fig, out_dir, "cross_attention_transformer.png", "Transformer "
                               "cross-attention of the last decoder layer, one panel per head, on "
                               "the same example."))  # fmt: skip

@@ -33,7 +33,8 @@ from torch import Tensor, nn
 from attnlab.lab.charts import bar_chart, save_chart
 from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import Report, Table
+from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.seeds import seed_list
 from attnlab.lab.tasks import TaskData
 from attnlab.models.base import ModelOutput
 from attnlab.nn import FeedForward, LearnedPositions, SelfAttention
@@ -159,6 +160,31 @@ def affine_gap(model: AttentionStack, ids: Tensor) -> float:
     return float((mid - avg).abs().max())
 
 
+N_CLASSES = {"XOR of first two": 2, "count of a mod 3": 3}
+TASK_MAKERS = {"XOR of first two": xor_task, "count of a mod 3": mod3_task}
+
+
+def _one_seed(seed: int, length: int, n_train: int, fit_cfg: FitConfig) -> dict:
+    """Every (task, variant) trained on one seed: {(task, model name): numbers}."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for task_name, make in TASK_MAKERS.items():
+        train, test = make(n_train, length, rng), make(2000, length, rng)
+        majority = float(torch.bincount(test.labels).max()) / len(test.labels)
+        for attention, ffn in VARIANTS:
+            torch.manual_seed(seed)
+            model = AttentionStack(train.vocab_size, train.n_classes, attention=attention, ffn=ffn)
+            result = fit(model, (train.ids, train.labels), classification_loss, fit_cfg,
+                         seed=seed)  # fmt: skip
+            name = f"{attention} weights, {'with' if ffn else 'no'} FFN"
+            out[(task_name, name)] = {
+                "test accuracy": accuracy(model, test.ids, test.labels),
+                "majority class": majority, "final train loss": result.final_loss(),
+                "affine gap": affine_gap(model, test.ids[:64]),
+                "train s": result.seconds}  # fmt: skip
+    return out
+
+
 @experiment(
     "nonlinearity",
     claim="Stacked self-attention without the feed-forward net is one linear map of the values "
@@ -174,33 +200,37 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         collapse_rows.append({"layers": n_layers, "between layers": "ReLU" if relu else "nothing",
                               "max |stack(X) - A* X V*^T|": gap,
                               "max |rowsum(A*) - 1|": rows_gap})  # fmt: skip
-    rng = np.random.default_rng(seed)
+    seeds = seed_list(seed, quick)
     length, n_train = 12, (1000 if quick else 10_000)
-    tasks = {"XOR of first two": xor_task, "count of a mod 3": mod3_task}
     fit_cfg = FitConfig(steps=25 if quick else 1500, batch_size=64, lr=3e-3, warmup_steps=30)
+    runs = [_one_seed(s, length, n_train, fit_cfg) for s in seeds]
+    acc_seeds = {key: [r[key]["test accuracy"] for r in runs] for key in runs[0]}
     rows, accs = [], {}
-    for task_name, make in tasks.items():
-        train, test = make(n_train, length, rng), make(2000, length, rng)
-        majority = float(torch.bincount(test.labels).max()) / len(test.labels)
-        for attention, ffn in VARIANTS:
-            torch.manual_seed(seed)
-            model = AttentionStack(train.vocab_size, train.n_classes, attention=attention, ffn=ffn)
-            result = fit(model, (train.ids, train.labels), classification_loss, fit_cfg,
-                         seed=seed)  # fmt: skip
-            acc = accuracy(model, test.ids, test.labels)
-            name = f"{attention} weights, {'with' if ffn else 'no'} FFN"
-            accs[(task_name, name)] = acc
-            rows.append({"task": task_name, "model": name, "test accuracy": acc,
-                         "majority class": majority, "final train loss": result.final_loss(),
-                         "affine gap": affine_gap(model, test.ids[:64]),
-                         "train s": result.seconds})  # fmt: skip
+    for key in runs[0]:
+        per = [r[key] for r in runs]
+        accs[key] = spread(acc_seeds[key])["mean"]
+        rows.append({"task": key[0], "model": key[1], "test accuracy": accs[key],
+                     "min-max": spread_text(acc_seeds[key]),
+                     "majority class": per[0]["majority class"],
+                     "final train loss": spread(p["final train loss"] for p in per)["mean"],
+                     "affine gap": max(p["affine gap"] for p in per),
+                     "train s": spread(p["train s"] for p in per)["mean"]})  # fmt: skip
+    chance = {t: 1 / n for t, n in N_CLASSES.items()}
+    labels = {(t, m): f"{t.split()[0]}: {m.replace(' weights', '')}" for t, m in accs}
     figures = [
-        save_chart(bar_chart({f"{t[:5]}: {m.replace(' weights', '')}": a
-                              for (t, m), a in accs.items()},
-                             ylabel="test accuracy", title="attention stacks with and without FFN",
-                             reference=0.5, reference_label="1/2"),
-                   out_dir, "accuracy.png", "Test accuracy of each variant on both tasks."),
+        save_chart(bar_chart({labels[k]: a for k, a in accs.items()},
+                             ylabel="test accuracy", title="attention stacks with and without "
+                             f"FFN ({len(seeds)} seed(s))",
+                             errors={labels[k]: (min(v), max(v)) for k, v in acc_seeds.items()},
+                             references={labels[k]: chance[k[0]] for k in accs},
+                             reference_label="chance (1/2 XOR, 1/3 mod 3)"),
+                   out_dir, "accuracy.png", "Test accuracy of each variant on both tasks (mean "
+                   "over seeds, min-max bars); the dashed segments are chance: 1/2 for XOR, 1/3 "
+                   "for the count mod 3."),
     ]  # fmt: skip
+    competence = [Competence(f"{m}, {t}", "test accuracy (training distribution)", 0.99,
+                             acc_seeds[(t, m)]) for t, m in accs if "with FFN" in m]  # fmt: skip
+    tasks = N_CLASSES
     exact = all(r["max |stack(X) - A* X V*^T|"] < 1e-10 for r in collapse_rows[:2])
     broken = collapse_rows[2]["max |stack(X) - A* X V*^T|"] > 1e-3
     by = {(r["task"], r["model"]): r for r in rows}
@@ -216,6 +246,9 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     verdict = "held" if exact and broken and fixed_fails and ffn_learns else "did not hold"
     if verdict == "held" and softmax_learns:
         verdict = "mixed"
+    spread_note = "; per seed (min-max): " + ", ".join(
+        f"{m}, {t} {spread_text(v)}" for (t, m), v in acc_seeds.items() if "no FFN" in m
+    )
 
     def accs_of(model_name: str) -> str:
         return " and ".join(f"{by[(t, model_name)]['test accuracy']:.3f}" for t in tasks)
@@ -228,8 +261,12 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"{accs_of('fixed weights, no FFN')} on {' and '.join(tasks)} (majority "
         + " and ".join(f"{by[(t, 'fixed weights, no FFN')]['majority class']:.3f}" for t in tasks)
         + f"), with the FFN {accs_of('fixed weights, with FFN')}; softmax weights without any "
-        f"FFN reach {accs_of('softmax weights, no FFN')}."
+        f"FFN reach {accs_of('softmax weights, no FFN')} (means over {len(seeds)} seed(s))"
+        + spread_note
+        + "."
     )
+    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
+                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
     softmax_note = (
         f"Softmax weights computed from the input are a nonlinearity of their own: without any "
         f"FFN they learn {', '.join(softmax_learns)} (> 0.95), so the collapse argument only "
@@ -253,7 +290,8 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             f"(b) [cls] + {length} symbols from {{a, b}}; {n_train} training / 2000 test "
             "examples. 2 layers, d_model 32, 4 softmax heads or one position-only pattern, "
             "residuals, no norms, ReLU FFN of width 128 when present, linear head on [cls].",
-            f"AdamW lr 3e-3, {fit_cfg.steps} steps of 64, warm-up 30 + cosine; one torch thread.",
+            f"AdamW lr 3e-3, {fit_cfg.steps} steps of 64, warm-up 30 + cosine; one torch thread; "
+            "each seed draws its own data and initialisation.",
             "Affine gap: max |f((X1+X2)/2) - (f(X1)+f(X2))/2| over 32 pairs of embedded test "
             "inputs in float64 (0 = the network is one affine map of its embeddings).",
         ],
@@ -264,6 +302,9 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         figures=figures,
         verdict=verdict,
         verdict_reason=reason,
+        competence=competence,
+        seeds=seeds,
+        per_seed={"test_accuracy": {f"{t}, {m}": v for (t, m), v in acc_seeds.items()}},
         metrics={
             "collapse": [r["max |stack(X) - A* X V*^T|"] for r in collapse_rows],
             "rows": rows,

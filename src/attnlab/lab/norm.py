@@ -3,18 +3,21 @@
     pre-norm   h = f(LN(h)) + h        post-norm   h = LN(f(h) + h)
 
 000: "the gradients of pre-normalization are much better at initialization, leading to much
-faster training [Xiong et al., 2020]". Xiong et al. show that at initialisation the post-norm
-gradients are badly scaled across layers, which is why post-norm needs a learning-rate warm-up.
-Two measurements on decoder-only LMs built with ``ModelConfig(norm_placement=...)`` (post-norm
-without the extra final norm, as in Vaswani et al.):
+faster training [Xiong et al., 2020]". Xiong et al. show that at initialisation (Xavier) the
+post-norm gradients of the top layers are large, which is why post-norm needs a learning-rate
+warm-up. Two measurements on decoder-only character LMs built with
+``ModelConfig(norm_placement=...)`` (post-norm without the extra final norm, as in Vaswani):
 
-(a) gradient norms per layer at initialisation of a 12-layer model on one batch: the whole
-    block's gradient, and that of the feed-forward W1 (the quantity Xiong et al. plot);
-(b) training a 6-layer model with and without warm-up over a sweep of peak learning rates,
-    without gradient clipping (clipping would hide the instability).
-
-Data: next-word prediction on sentences of the ``order`` experiment's grammar
-("the oven cooked the bread so").
+(a) gradient norms per layer at initialisation of a 12-layer model on one batch, for three
+    initialisations: Xavier-uniform linear layers with N(0, 1/D) embeddings (Xiong et al.'s
+    setting, the primary one), the library's GPT-2 style init (N(0, 0.02), residual projections
+    scaled by 1/sqrt(2L)), and the library init with N(0, 1) embeddings (a control: the first
+    LayerNorm then no longer rescales tiny embeddings). The whole block's gradient, and that of
+    the feed-forward W1 (the quantity Xiong et al. plot), per seed;
+(b) training the 12-layer model (Xavier init) with warm-up 0 and a sweep of warm-ups over a
+    sweep of peak learning rates, without gradient clipping (clipping would hide the
+    instability); "time to target" = the first step whose running-mean training loss is below
+    the target.
 
 Shapes: B batch, T length, D d_model, L layers.
 """
@@ -26,37 +29,68 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from torch import nn
 
 from attnlab.config import ModelConfig
+from attnlab.lab.char_lm import SHAKESPEARE, generated_text
 from attnlab.lab.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit, lm_loss
-from attnlab.lab.order import WORDS, encode, make_sentences
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import Report, Table
+from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.seeds import bands, run_jobs, seed_list
 from attnlab.models import build_model
 
 PLACEMENTS = ("pre", "post")
+INITS = ("xavier", "library", "library, N(0, 1) embeddings")
+TARGET = 2.5  # nats per character: the time-to-target loss (a bigram model sits near 2.5)
 
 
-def lm_config(placement: str, n_layers: int) -> ModelConfig:
-    return ModelConfig(kind="decoder_lm", vocab_size=len(WORDS), d_model=64, n_heads=4,
-                       n_layers=n_layers, max_len=16, norm_placement=placement,
+def lm_config(placement: str, n_layers: int, vocab: int, context: int) -> ModelConfig:
+    return ModelConfig(kind="decoder_lm", vocab_size=vocab, d_model=64, n_heads=4,
+                       n_layers=n_layers, max_len=context, norm_placement=placement,
                        final_norm=placement == "pre")  # fmt: skip
 
 
-def layer_gradient_norms(
-    placement: str, n_layers: int, batch: torch.Tensor, seed: int, embed_std: float | None = None
-) -> tuple[list[float], list[float]]:
-    """Per block: ||grad|| of all its parameters, and of its feed-forward W1, at init.
+def initialise(model: nn.Module, init: str) -> None:
+    """Re-draw the weights: ``xavier`` = Xavier-uniform linear weights, zero biases, N(0, 1/D)
+    token and position tables (Xiong et al.); ``library`` keeps the build's init; ``library,
+    N(0, 1) embeddings`` re-draws only the two tables from N(0, 1)."""
+    if init == "library":
+        return
+    d = model.embed.tok_emb.weight.size(1)
+    std = 1.0 if init.startswith("library") else d**-0.5
+    with torch.no_grad():
+        model.embed.tok_emb.weight.normal_(0.0, std)
+        model.embed.pos_enc.table.weight.normal_(0.0, std)
+        if init == "xavier":
+            for module in model.modules():
+                if (
+                    isinstance(module, nn.Linear)
+                    and module.weight is not model.embed.tok_emb.weight
+                ):
+                    nn.init.xavier_uniform_(module.weight)
+                    if module.bias is not None:
+                        module.bias.zero_()
 
-    ``embed_std`` re-draws the token and position tables with that standard deviation (a
-    control: the library draws them with 0.02)."""
+
+def char_data(quick: bool, seed: int, context: int) -> tuple[torch.Tensor, int, str]:
+    """(windows (N, context + 1) of character ids, vocabulary size, where the text came from)."""
+    if not quick and SHAKESPEARE.is_file():
+        text, source = SHAKESPEARE.read_text(encoding="utf-8"), "tinyshakespeare"
+    else:
+        text, source = generated_text(300 if quick else 6000, seed), "a generated play-like text"
+    chars = sorted(set(text))
+    ids = torch.tensor([chars.index(c) for c in text[:400_000]] if len(chars) < 256 else [])
+    n = (len(ids) - 1) // (context + 1)
+    return ids[: n * (context + 1)].view(n, context + 1), len(chars), source
+
+
+def layer_gradient_norms(placement: str, init: str, n_layers: int, batch: torch.Tensor,
+                         vocab: int, seed: int) -> tuple[list[float], list[float]]:  # fmt: skip
+    """Per block: ||grad|| of all its parameters, and of its feed-forward W1, at init."""
     torch.manual_seed(seed)
-    model = build_model(lm_config(placement, n_layers))
-    if embed_std is not None:
-        with torch.no_grad():
-            model.embed.tok_emb.weight.normal_(0.0, embed_std)
-            model.embed.pos_enc.table.weight.normal_(0.0, embed_std)
+    model = build_model(lm_config(placement, n_layers, vocab, batch.size(1)))
+    initialise(model, init)
     model.train()
     lm_loss(model, (batch,)).backward()
     blocks, w1 = [], []
@@ -64,6 +98,42 @@ def layer_gradient_norms(
         blocks.append(math.sqrt(sum(float((p.grad**2).sum()) for p in block.parameters())))
         w1.append(float(block.ffn.up.weight.grad.norm()))
     return blocks, w1
+
+
+def steps_to(losses: list[float], target: float, window: int = 10) -> float:
+    """The first step whose running mean of ``window`` losses is <= target (inf if never)."""
+    for i in range(len(losses)):
+        part = losses[max(0, i - window + 1) : i + 1]
+        if sum(part) / len(part) <= target:
+            return float(i + 1)
+    return math.inf
+
+
+def train_job(job: tuple) -> dict:
+    """One (placement, lr, warm-up, seed, quick) training run on one thread."""
+    placement, lr, warmup, seed, quick = job
+    torch.set_num_threads(1)
+    context = 32 if quick else 64
+    data, vocab, _ = char_data(quick, 0, context)
+    torch.manual_seed(seed)
+    model = build_model(lm_config(placement, depth(quick), vocab, context))
+    initialise(model, "xavier")
+    cfg = FitConfig(steps=train_steps(quick), batch_size=32, lr=lr, warmup_steps=warmup,
+                    grad_clip=0.0)  # fmt: skip
+    result = fit(model, (data,), lm_loss, cfg, seed=seed)
+    per_step = result.seconds / max(1, len(result.losses))
+    reached = steps_to(result.losses, TARGET)
+    return {"losses": result.losses, "final": result.final_loss(), "diverged": result.diverged,
+            "steps to target": reached, "s to target": reached * per_step,
+            "max |grad|": max(result.grad_norms, default=math.nan)}  # fmt: skip
+
+
+def depth(quick: bool) -> int:
+    return 4 if quick else 12
+
+
+def train_steps(quick: bool) -> int:
+    return 30 if quick else 600
 
 
 @experiment(
@@ -74,78 +144,100 @@ def layer_gradient_norms(
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
     torch.set_num_threads(1)
-    rng = np.random.default_rng(seed)
-    sentences, _ = make_sentences(2000 if quick else 20_000, rng)
-    data = encode(sentences)  # (N, T)
-    depth = 4 if quick else 12
-    grads = {p: layer_gradient_norms(p, depth, data[:64], seed) for p in PLACEMENTS}
-    control = layer_gradient_norms("post", depth, data[:64], seed, embed_std=1.0)
-    grad_rows = [{"layer": i + 1, **{f"{p}-norm |grad block|": grads[p][0][i] for p in PLACEMENTS},
-                  **{f"{p}-norm |grad W1|": grads[p][1][i] for p in PLACEMENTS},
-                  "post-norm, N(0, 1) embeddings |grad block|": control[0][i]}
-                 for i in range(depth)]  # fmt: skip
-    spread_control = max(control[0]) / min(control[0])
-    spread = {p: max(grads[p][0]) / min(grads[p][0]) for p in PLACEMENTS}  # whole blocks
-    spread_w1 = {p: max(grads[p][1]) / min(grads[p][1]) for p in PLACEMENTS}  # FFN W1 only
-    steps = 20 if quick else 300
-    lrs = (1e-2,) if quick else (3e-3, 1e-2, 3e-2)
-    warmups = (0, steps // 4)
-    rows, curves = [], {}
-    for lr in lrs:
-        for placement in PLACEMENTS:
-            for warmup in warmups:
-                torch.manual_seed(seed)
-                model = build_model(lm_config(placement, 2 if quick else 6))
-                cfg = FitConfig(steps=steps, batch_size=64, lr=lr, warmup_steps=warmup,
-                                grad_clip=0.0)  # fmt: skip
-                result = fit(model, (data,), lm_loss, cfg, seed=seed)
-                label = f"{placement}-norm, warm-up {warmup}, lr {lr:g}"
-                curves[label] = result.losses
-                rows.append({"peak lr": lr, "norm": placement, "warm-up steps": warmup,
-                             "loss @25%": result.loss_at(0.25),
-                             "final loss": result.final_loss(), "diverged": result.diverged,
-                             "max |grad|": max(result.grad_norms, default=math.nan),
-                             "train s": result.seconds})  # fmt: skip
-    best = min(r["final loss"] for r in rows)
-    for r in rows:
-        r["trained (final <= best + 0.1)"] = r["final loss"] <= best + 0.1
-    figures = [
-        save_chart(line_chart({f"{p}-norm": (list(range(1, depth + 1)), grads[p][0])
-                               for p in PLACEMENTS},
-                              xlabel="layer", ylabel="gradient norm of the block",
-                              title=f"gradients at initialisation, {depth} layers", logy=True),
-                   out_dir, "gradients.png", "Gradient norm of each block's parameters at "
-                   "initialisation (one batch, log scale)."),
-        save_chart(curves_chart({k: v for k, v in curves.items() if f"lr {lrs[-1]:g}" in k
-                                 or f"lr {lrs[len(lrs) // 2]:g}" in k},
-                                title="training loss, with and without warm-up"),
-                   out_dir, "training.png", "Training loss at the higher peak learning rates, "
-                   "with and without warm-up (running mean of 10 steps)."),
-    ]  # fmt: skip
+    seeds = seed_list(seed, quick)
+    context, n_layers = (32 if quick else 64), depth(quick)
+    data, vocab, source = char_data(quick, 0, context)
+    # (a) gradients at initialisation, per init and seed
+    ratio: dict[tuple[str, str], list[float]] = {}
+    ratio_w1: dict[tuple[str, str], list[float]] = {}
+    grads0 = {}
+    for init in INITS:
+        for p in PLACEMENTS:
+            for s in seeds:
+                batch = data[torch.randperm(len(data), generator=torch.Generator().manual_seed(s))
+                             [:32]]  # fmt: skip
+                blocks, w1 = layer_gradient_norms(p, init, n_layers, batch, vocab, s)
+                ratio.setdefault((init, p), []).append(max(blocks) / min(blocks))
+                ratio_w1.setdefault((init, p), []).append(max(w1) / min(w1))
+                grads0.setdefault((init, p), blocks)
+    grad_rows = [{"init": i, "norm": p,
+                  "max/min |grad block| over layers": spread_text(ratio[(i, p)]),
+                  "max/min |grad W1|": spread_text(ratio_w1[(i, p)]),
+                  "layer 1 |grad block|": grads0[(i, p)][0],
+                  f"layer {n_layers} |grad block|": grads0[(i, p)][-1]}
+                 for i in INITS for p in PLACEMENTS]  # fmt: skip
+    # (b) training: a warm-up sweep over a learning-rate sweep, every seed
+    lrs = (3e-3,) if quick else (1e-3, 3e-3)
+    warmups = (0, 5) if quick else (0, 60, 200)
+    jobs = [(p, lr, w, s, quick) for p in PLACEMENTS for lr in lrs for w in warmups for s in seeds]
+    results = run_jobs(train_job, jobs, 1 if quick else 2)
+    rows = []
+    for p in PLACEMENTS:
+        for lr in lrs:
+            for w in warmups:
+                rs = [results[(p, lr, w, s, quick)] for s in seeds]
+                rows.append({"norm": p, "peak lr": lr, "warm-up": w,
+                             "final loss": spread_text([r["final"] for r in rs]),
+                             "steps to target": spread_text([r["steps to target"] for r in rs]),
+                             "s to target": spread_text([r["s to target"] for r in rs]),
+                             "reached (seeds)": sum(math.isfinite(r["steps to target"])
+                                                    for r in rs),
+                             "diverged (seeds)": sum(r["diverged"] for r in rs)})  # fmt: skip
+    best = {}  # placement -> (lr, warm-up) with the lowest mean final loss
+    for p in PLACEMENTS:
+        mean_final = {(lr, w): np.mean([results[(p, lr, w, s, quick)]["final"] for s in seeds])
+                      for lr in lrs for w in warmups}  # fmt: skip
+        best[p] = min(mean_final, key=mean_final.get)
+    competence = [Competence(f"{p}-norm (best: lr {best[p][0]:g}, warm-up {best[p][1]})",
+                             "final training loss (nats/char) of its best setting",
+                             TARGET, [results[(p, *best[p], s, quick)]["final"] for s in seeds],
+                             higher_is_better=False) for p in PLACEMENTS]  # fmt: skip
 
-    def ok(placement: str, warmup: int) -> list[float]:
-        return [
-            r["peak lr"]
-            for r in rows
-            if r["norm"] == placement
-            and r["warm-up steps"] == warmup
-            and r["trained (final <= best + 0.1)"]
-        ]
+    def reached(p: str, w: int) -> list[float]:
+        """Peak rates at which every seed of (p, warm-up w) reaches the target."""
+        return [lr for lr in lrs
+                if all(math.isfinite(results[(p, lr, w, s, quick)]["steps to target"])
+                       for s in seeds)]  # fmt: skip
 
-    trained = {(p, w): ok(p, w) for p in PLACEMENTS for w in warmups}
-    pre_better_grads = spread["pre"] < spread["post"] and spread_w1["pre"] < spread_w1["post"]
-    pre_robust = len(trained[("pre", 0)]) >= len(trained[("post", 0)])
-    warmup_helps_post = len(trained[("post", warmups[1])]) > len(trained[("post", 0)])
-    checks = [pre_better_grads, pre_robust, warmup_helps_post]
+    prim = "xavier"
+    pre_better = max(ratio[(prim, "pre")]) < min(ratio[(prim, "post")])
+    no_warm = {p: reached(p, 0) for p in PLACEMENTS}
+    pre_no_warmup = len(no_warm["pre"]) >= len(no_warm["post"]) and no_warm["pre"]
+    fastest = {p: min(np.mean([results[(p, lr, w, s, quick)]["steps to target"] for s in seeds])
+                      for lr in lrs for w in warmups) for p in PLACEMENTS}  # fmt: skip
+    pre_faster = fastest["pre"] < fastest["post"]
+    checks = [pre_better, bool(pre_no_warmup), pre_faster]
     verdict = "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
     reason = (
-        f"at initialisation the largest/smallest gradient ratio over {depth} layers is "
-        f"{spread['pre']:.2f} (blocks) / {spread_w1['pre']:.2f} (FFN W1) for pre-norm and "
-        f"{spread['post']:.2f} / {spread_w1['post']:.2f} for post-norm; without "
-        f"warm-up pre-norm trains at peak lr {_lrs(trained[('pre', 0)])} and post-norm at "
-        f"{_lrs(trained[('post', 0)])}; with {warmups[1]} warm-up steps post-norm trains at "
-        f"{_lrs(trained[('post', warmups[1])])} (pre-norm: {_lrs(trained[('pre', warmups[1])])})."
+        f"at initialisation (Xavier, {n_layers} layers) the largest/smallest block-gradient ratio "
+        f"over layers is {spread_text(ratio[(prim, 'pre')])} for pre-norm and "
+        f"{spread_text(ratio[(prim, 'post')])} for post-norm (mean (min-max) over seeds; "
+        f"library init: {spread_text(ratio[('library', 'pre')])} vs "
+        f"{spread_text(ratio[('library', 'post')])}); without warm-up every seed reaches "
+        f"{TARGET} nats/char at peak lr {_lrs(no_warm['pre'])} (pre) and "
+        f"{_lrs(no_warm['post'])} (post); fastest mean steps to target: pre {fastest['pre']:.0f}, "
+        f"post {fastest['post']:.0f}."
     )
+    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
+                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    layers = list(range(1, n_layers + 1))
+    figures = [
+        save_chart(line_chart({f"{p}-norm, {i}": (layers, grads0[(i, p)])
+                               for i in ("xavier", "library") for p in PLACEMENTS},
+                              xlabel="layer (1 = bottom)", ylabel="gradient norm of the block",
+                              title=f"gradients at initialisation, {n_layers} layers, seed "
+                              f"{seeds[0]}", logy=True),
+                   out_dir, "gradients.png", "Gradient norm of each block's parameters at "
+                   "initialisation (one batch, log scale), Xavier and library init; the ratios "
+                   "over all seeds are in the table."),
+        save_chart(curves_chart({f"{p}-norm, lr {lr:g}, warm-up {w}":
+                                 [results[(p, lr, w, s, quick)]["losses"] for s in seeds]
+                                 for p in PLACEMENTS for w in (warmups[0], warmups[-1])
+                                 for lr in lrs[-1:]},
+                                title=f"training loss at peak lr {lrs[-1]:g}", logy=True),
+                   out_dir, "training.png", f"Training loss at peak lr {lrs[-1]:g}, without and "
+                   f"with {warmups[-1]} warm-up steps (mean over seeds, min-max band)."),
+    ]  # fmt: skip
     return Report(
         name="norm",
         title="Pre-norm vs post-norm: gradients at initialisation and warm-up",
@@ -153,63 +245,66 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         "initialization, leading to much faster training [Xiong et al., 2020].",
         source="000, 'Add & Norm'",
         setup=[
-            "Decoder-only LM, d_model 64, 4 heads, d_ff 256, learned positions; the library's "
-            "GPT-2 style init (residual projections scaled by 1/sqrt(2L)). Post-norm has no "
-            "final norm (Vaswani), pre-norm has one.",
-            f"(a) {depth} layers, one batch of 64 sentences, gradient of the mean next-word loss; "
-            "control: post-norm with token and position tables re-drawn from N(0, 1).",
-            f"(b) {2 if quick else 6} layers, {len(data)} sentences, AdamW (0.9, 0.98), "
-            f"{steps} steps of 64, warm-up {warmups} steps then cosine to 0, no gradient "
-            f"clipping; peak lr {', '.join(f'{x:g}' for x in lrs)}. 'Trained' = final loss "
-            "(mean of the last 20 steps) within 0.1 nats of the best run.",
-            "One torch thread.",
+            f"Character LM on {source} ({len(data)} windows of {context + 1} characters, "
+            f"vocabulary {vocab}); {n_layers} layers, d_model 64, 4 heads, d_ff 256, learned "
+            "positions. Post-norm has no final norm (Vaswani), pre-norm has one.",
+            "(a) one batch of 32 windows per seed; inits: 'xavier' = Xavier-uniform linear "
+            "layers, zero biases, N(0, 1/D) tables (Xiong et al., primary); 'library' = "
+            "N(0, 0.02) with residual projections scaled by 1/sqrt(2L); 'library, N(0, 1) "
+            "embeddings' = the control.",
+            f"(b) Xavier init; AdamW (0.9, 0.98), {train_steps(quick)} steps of 32, linear "
+            f"warm-up of {list(warmups)} steps then cosine to 0, no gradient clipping; peak lr "
+            f"{', '.join(f'{x:g}' for x in lrs)}; target {TARGET} nats/char (running mean of 10 "
+            "steps); two single-threaded runs at a time.",
         ],
         tables=[
-            Table("(a) gradient norms per layer at initialisation", grad_rows),
+            Table(
+                "(a) gradient spread over layers at initialisation (mean (min-max) over seeds)",
+                grad_rows,
+            ),
             Table("(b) training with and without warm-up", rows),
-        ],
+        ],  # fmt: skip
         figures=figures,
         verdict=verdict,
         verdict_reason=reason,
+        competence=competence,
+        seeds=seeds,
+        per_seed={
+            "ratio": {f"{i}, {p}": v for (i, p), v in ratio.items()},
+            "ratio_w1": {f"{i}, {p}": v for (i, p), v in ratio_w1.items()},
+        },  # fmt: skip
         metrics={
-            "spread": spread,
-            "spread_w1": spread_w1,
-            "spread_control": spread_control,
-            "grads": grads,
-            "best_final_loss": best,
-        },
-        findings=[
-            f"Warm-up ({warmups[1]} steps) "
-            + (
-                "did not change"
-                if trained[("post", warmups[1])] == trained[("post", 0)]
-                else "changed"
-            )
-            + f" the peak rates at which post-norm trains "
-            f"({_lrs(trained[('post', 0)])} without, {_lrs(trained[('post', warmups[1])])} "
-            f"with); pre-norm trains at {_lrs(trained[('pre', 0)])} without any warm-up.",
-            "Per-layer gradients: "
-            + "; ".join(
-                f"{p}-norm from {grads[p][0][0]:.3g} (layer 1) to {grads[p][0][-1]:.3g} "
-                f"(layer {depth})"
+            "spread": {p: spread(ratio[(prim, p)])["mean"] for p in PLACEMENTS},
+            "spread_library": {p: spread(ratio[("library", p)])["mean"] for p in PLACEMENTS},
+            "spread_w1": {p: spread(ratio_w1[(prim, p)])["mean"] for p in PLACEMENTS},
+            "best": {p: list(best[p]) for p in PLACEMENTS},
+            "steps_to_target": {
+                f"{p}, lr {lr:g}, warm-up {w}": [
+                    results[(p, lr, w, s, quick)]["steps to target"] for s in seeds
+                ]
                 for p in PLACEMENTS
-            )
+                for lr in lrs
+                for w in warmups
+            },
+            "mean_curves": {
+                p: bands([results[(p, *best[p], s, quick)]["losses"] for s in seeds])[0][-1]
+                for p in PLACEMENTS
+            },
+        },  # fmt: skip
+        findings=[
+            "Per-layer gradients at init (seed "
+            f"{seeds[0]}): "
+            + "; ".join(
+                f"{p}-norm, {i}: layer 1 {grads0[(i, p)][0]:.3g}, layer {n_layers} "
+                f"{grads0[(i, p)][-1]:.3g}"
+                for i in INITS
+                for p in PLACEMENTS
+            )  # fmt: skip
             + ".",
-            (
-                "With the library init the post-norm imbalance sits at the bottom, unlike Xiong et "
-                "al.'s Xavier-initialised models whose post-norm gradients grow towards the top. "
-                if grads["post"][0][0] > grads["post"][0][-1]
-                else "The post-norm gradients grow towards the top layers, as Xiong et al. report. "
-            )
-            + f"Control: with N(0, 1) token and position embeddings the post-norm block "
-            f"gradients span a ratio of {spread_control:.2f} (vs {spread['post']:.2f}): "
-            + (
-                "the first layer's spike comes from the first LayerNorm rescaling the small "
-                "(0.02-std) embeddings."
-                if spread_control < 0.5 * spread["post"]
-                else "the embedding scale does not explain the imbalance."
-            ),
-        ],  # fmt: skip
+            "Under the library init the post-norm imbalance sits at layer 1 (the first "
+            "LayerNorm rescales the 0.02-std embeddings); the N(0, 1)-embedding control gives "
+            f"a post-norm ratio of {spread_text(ratio[('library, N(0, 1) embeddings', 'post')])}.",
+        ],
     )
 
 

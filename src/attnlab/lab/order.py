@@ -26,7 +26,8 @@ from attnlab.config import ModelConfig
 from attnlab.lab.charts import bar_chart, heatmap_panels, save_chart
 from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import Report, Table
+from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.seeds import seed_list
 from attnlab.models import build_model
 
 NOUNS = ("oven", "bread", "cat", "dog", "chef", "girl", "boy", "king", "river", "table")
@@ -103,22 +104,13 @@ def equivariance_gap(model: torch.nn.Module, kind: str) -> tuple[float, float, T
     return gap, float((probs[0] - probs[1]).abs().max()), weights.float()
 
 
-@experiment(
-    "order",
-    claim="Without position information self-attention sees a set: 'the oven cooked the bread' "
-    "and 'the bread cooked the oven' get identical outputs up to the permutation, so the model "
-    "cannot tell them apart; learned, sinusoidal, concatenated or rotary positions fix it.",
-    notes="000 'Position representations'; 001 'Properties'; 004 eq. 14",
-)
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)  # tiny models: a second thread costs more than it gives
+def _one_seed(seed: int, n_train: int, n_pairs: int, fit_cfg: FitConfig) -> dict:
+    """Every position kind trained and tested on one seed's data."""
     rng = np.random.default_rng(seed)
-    n_train, n_pairs = (1000, 100) if quick else (6000, 1000)
     sentences, subjects = make_sentences(n_train, rng)
     train = (encode(sentences), torch.tensor(subjects))
     test_ids, test_labels = swapped_test_set(n_pairs, rng)
-    fit_cfg = FitConfig(steps=30 if quick else 800, batch_size=64, lr=3e-3, warmup_steps=20)
-    rows, accs, maps = [], {}, {}
+    rows, accs, maps = {}, {}, {}
     for i, kind in enumerate(KINDS):
         torch.manual_seed(seed + i)
         cfg = ModelConfig(kind="classifier", vocab_size=len(WORDS), n_classes=len(NOUNS),
@@ -129,16 +121,45 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         acc = accuracy(model, test_ids, test_labels)
         gap, prob_gap, weights = equivariance_gap(model, kind)
         accs[kind], maps[kind] = acc, weights
-        rows.append({"positions": kind, "test accuracy (swap-closed)": acc,
-                     "final train loss": result.final_loss(),
-                     GAP: gap,
-                     PROB_GAP: prob_gap,
-                     "train s": result.seconds})  # fmt: skip
+        rows[kind] = {"final train loss": result.final_loss(), GAP: gap, PROB_GAP: prob_gap,
+                      "train s": result.seconds}  # fmt: skip
+    return {"acc": accs, "rows": rows, "maps": maps}
+
+
+@experiment(
+    "order",
+    claim="Without position information self-attention sees a set: 'the oven cooked the bread' "
+    "and 'the bread cooked the oven' get identical outputs up to the permutation, so the model "
+    "cannot tell them apart; learned, sinusoidal, concatenated or rotary positions fix it.",
+    notes="000 'Position representations'; 001 'Properties'; 004 eq. 14",
+)
+def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    torch.set_num_threads(1)  # tiny models: a second thread costs more than it gives
+    seeds = seed_list(seed, quick)
+    n_train, n_pairs = (1000, 100) if quick else (6000, 1000)
+    fit_cfg = FitConfig(steps=30 if quick else 800, batch_size=64, lr=3e-3, warmup_steps=20)
+    per_seed = [_one_seed(s, n_train, n_pairs, fit_cfg) for s in seeds]
+    acc_seeds = {k: [p["acc"][k] for p in per_seed] for k in KINDS}
+    accs = {k: spread(v)["mean"] for k, v in acc_seeds.items()}
+    maps = per_seed[0]["maps"]
+    rows = []
+    for kind in KINDS:
+        rs = [p["rows"][kind] for p in per_seed]
+        rows.append({"positions": kind, "test accuracy (swap-closed)": accs[kind],
+                     "min-max over seeds": spread_text(acc_seeds[kind]),
+                     "final train loss": spread_text([r["final train loss"] for r in rs]),
+                     GAP: max(r[GAP] for r in rs), PROB_GAP: max(r[PROB_GAP] for r in rs),
+                     "train s": sum(r["train s"] for r in rs) / len(rs)})  # fmt: skip
+    what = "test accuracy on held-out sentences and their swaps (the training grammar)"
+    competence = [Competence(k, what, 0.99, acc_seeds[k]) for k in KINDS[1:]]
+    errors = {k: (min(v), max(v)) for k, v in acc_seeds.items()}
     figures = [save_chart(
-        bar_chart(accs, ylabel="test accuracy", title="predict the subject", reference=0.5,
-                  reference_label="best possible without order (1/2)"),
-        out_dir, "accuracy.png", "Test accuracy per position representation; the test set holds "
-        "every sentence and its swap, so a model blind to order scores at most 1/2.")]  # fmt: skip
+        bar_chart(accs, ylabel="test accuracy", title=f"predict the subject ({len(seeds)} "
+                  f"seed{'s' if len(seeds) > 1 else ''}, min-max bars)", reference=0.5,
+                  reference_label="best possible without order (1/2)", errors=errors),
+        out_dir, "accuracy.png", "Test accuracy per position representation (mean over seeds, "
+        "min-max error bars); the test set holds every sentence and its swap, so a model blind "
+        "to order scores at most 1/2.")]  # fmt: skip
     for kind in ("none", "learned"):
         fig = heatmap_panels(
             [(maps[kind][0], EXAMPLE.split(), EXAMPLE.split(), EXAMPLE[6:]),
@@ -152,13 +173,15 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                                   f"Layer-1 attention (head 1) on both sentences, positions = "
                                   f"{kind}: the maps differ."))  # fmt: skip
     gap_none = rows[0][GAP]
-    learned = {k: accs[k] for k in KINDS[1:]}
-    held = accs["none"] <= 0.5 + 1e-9 and gap_none < 1e-9 and min(learned.values()) > 0.9
+    learned = {k: min(acc_seeds[k]) for k in KINDS[1:]}
+    held = max(acc_seeds["none"]) <= 0.5 + 1e-9 and gap_none < 1e-9 and min(learned.values()) > 0.9
     worst = min(learned, key=learned.get)
     reason = (f"without positions the encoder output of the swapped sentence equals the permuted "
-              f"output to {gap_none:.1e} (float64) and test accuracy is {accs['none']:.3f} "
-              f"(<= 1/2 by construction), while every position kind reaches >= "
-              f"{learned[worst]:.3f} (lowest: {worst}).")  # fmt: skip
+              f"output to {gap_none:.1e} (float64) and test accuracy is "
+              f"{spread_text(acc_seeds['none'])} (<= 1/2 by construction), while every position "
+              f"kind reaches >= {learned[worst]:.3f} on every seed (lowest: {worst}).")  # fmt: skip
+    verdict, reason = gate("held" if held else "mixed", reason, competence, n_seeds=len(seeds),
+                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
     return Report(
         name="order",
         title="Order: self-attention without positions cannot tell who cooked whom",
@@ -172,14 +195,18 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             f"Train on {n_train} random sentences; test on {n_pairs} sentences plus their "
             "swaps (N1 <-> N2), labelled with their own subjects.",
             "Encoder classifier reading [cls]: 2 pre-norm layers, d_model 32, 4 heads, "
-            f"d_ff 64; AdamW lr 3e-3, {fit_cfg.steps} steps of 64, warm-up 20 + cosine.",
+            f"d_ff 64; AdamW lr 3e-3, {fit_cfg.steps} steps of 64, warm-up 20 + cosine; each "
+            "seed draws its own data and initialisation.",
             "Equivariance gap: the trained encoder in float64 on the two example sentences.",
             "One torch thread (tiny models: a second thread costs more than it gives).",
         ],
         tables=[Table("accuracy and permutation equivariance per position kind", rows)],
         figures=figures,
-        verdict="held" if held else "mixed",
+        verdict=verdict,
         verdict_reason=reason,
+        competence=competence,
+        seeds=seeds,
+        per_seed={"accuracy": acc_seeds},
         metrics={
             "accuracy": accs,
             "gap_none": gap_none,

@@ -8,6 +8,13 @@ command that produced it, the wall time and the machine, then :meth:`Report.writ
 
 next to the PNG figures the experiment saved into OUT. A quick (CI-sized) report refuses to
 overwrite a full-size one, so a ``--quick`` run can never clobber the committed results.
+
+The competence gate: a comparison between arms (models, recipes) says something about the
+claim only if every arm learned its own training distribution. Each experiment states, per arm,
+a :class:`Competence` criterion (e.g. ">= 0.99 per-token accuracy on the training lengths") and
+measures it on every seed. A report whose arm misses its criterion must carry the verdict
+"inconclusive" (:func:`gate` builds it; :class:`Report` refuses anything else), and says which
+arm missed and by how much instead of drawing a verdict.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import torch
 from attnlab.errors import UserError
 from attnlab.train.atomic import atomic_write_text
 
-VERDICTS = ("held", "did not hold", "mixed")
+VERDICTS = ("held", "did not hold", "mixed", "inconclusive")
 REPORT_FILE = "README.md"
 DATA_FILE = "report.json"
 
@@ -63,6 +70,94 @@ class FigureRef:
 
 
 @dataclass
+class Competence:
+    """One arm's competence criterion on its own training distribution, measured per seed.
+
+    ``passed`` is True when every seed meets the threshold (a criterion met on average but
+    missed by one seed is missed: that seed's arm is not competent)."""
+
+    arm: str
+    criterion: str  # what is measured, on which data, e.g. "copy accuracy on n <= 16"
+    threshold: float
+    values: list[float]  # one per seed, in the order of Report.seeds
+    higher_is_better: bool = True
+    in_verdict: bool = True  # False: a reference arm, reported but not compared in the verdict
+    passed: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.values = [float(v) for v in self.values]
+        ok = [
+            math.isfinite(v)
+            and (v >= self.threshold if self.higher_is_better else v <= self.threshold)
+            for v in self.values
+        ]
+        self.passed = bool(ok) and all(ok)
+
+    def describe(self) -> str:
+        sign = ">=" if self.higher_is_better else "<="
+        measured = spread_text(self.values)
+        return f"{self.arm}: {self.criterion} {sign} {self.threshold:g}, measured {measured}"
+
+
+def missed(competence: list[Competence]) -> list[Competence]:
+    """The arms the verdict compares that missed their criterion."""
+    return [c for c in competence if c.in_verdict and not c.passed]
+
+
+MIN_SEEDS = 3  # a full-size verdict rests on at least this many seeds
+
+
+def gate(
+    verdict: str,
+    reason: str,
+    competence: list[Competence],
+    n_seeds: int | None = None,
+    min_seeds: int = MIN_SEEDS,
+) -> tuple[str, str]:
+    """(verdict, reason) after the competence gate: "inconclusive" when any arm missed (or, when
+    ``n_seeds`` is given, when fewer than ``min_seeds`` seeds back the numbers), with the arms
+    named and the numbers the comparison would have rested on kept for the reader."""
+    failed = missed(competence)
+    if failed:
+        names = "; ".join(c.describe() for c in failed)
+        return (
+            "inconclusive",
+            f"no verdict: {len(failed)} arm(s) missed the competence criterion on their own "
+            f"training distribution ({names}). The comparison would have read: {reason}",
+        )
+    if n_seeds is not None and n_seeds < min_seeds:
+        return (
+            "inconclusive",
+            f"no verdict: {n_seeds} seed(s), fewer than the {min_seeds} a verdict needs. "
+            f"The numbers read: {reason}",
+        )
+    return verdict, reason
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """mean, min and max of per-seed values."""
+    vals = [float(v) for v in values]
+    if not vals:
+        return {"mean": math.nan, "min": math.nan, "max": math.nan}
+    return {"mean": sum(vals) / len(vals), "min": min(vals), "max": max(vals)}
+
+
+def spread_text(values: list[float], digits: int = 3) -> str:
+    """``mean (min-max)`` over seeds, e.g. ``0.93 (0.91-0.95)``; a single value alone."""
+    s = spread(values)
+    if len(values) == 1:
+        return f"{s['mean']:.{digits}g}"
+    return f"{s['mean']:.{digits}g} ({s['min']:.{digits}g}-{s['max']:.{digits}g})"
+
+
+def overlap(a: list[float], b: list[float]) -> bool:
+    """True when the seed ranges [min, max] of ``a`` and ``b`` overlap: a difference between
+    them lies inside the spread and a verdict resting on it must say so."""
+    sa, sb = spread(a), spread(b)
+    return not (sa["max"] < sb["min"] or sb["max"] < sa["min"])
+
+
+@dataclass
 class Report:
     """What an experiment found, ready to render as markdown."""
 
@@ -77,6 +172,9 @@ class Report:
     figures: list[FigureRef] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
     metrics: dict[str, Any] = field(default_factory=dict)  # headline numbers, also for tests
+    competence: list[Competence] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)  # every seed the numbers come from
+    per_seed: dict[str, Any] = field(default_factory=dict)  # headline numbers, one per seed
     quick: bool = False
     seed: int = 0
     command: str = ""
@@ -86,6 +184,19 @@ class Report:
     def __post_init__(self) -> None:
         if self.verdict not in VERDICTS:
             raise ValueError(f"verdict {self.verdict!r} must be one of {list(VERDICTS)}")
+        self.competence = [
+            c
+            if isinstance(c, Competence)
+            else Competence(**{k: v for k, v in c.items() if k != "passed"})
+            for c in self.competence
+        ]
+        failed = missed(self.competence)
+        if failed and self.verdict != "inconclusive":
+            raise ValueError(
+                f"verdict {self.verdict!r} drawn while arm(s) "
+                f"{', '.join(c.arm for c in failed)} missed their competence criterion; "
+                "the verdict must be 'inconclusive' (use attnlab.lab.report.gate)"
+            )
 
     def table(self, caption: str) -> Table:
         """The table with this caption (tests and later experiments look results up by name)."""
@@ -103,6 +214,24 @@ class Report:
         if self.quick:
             out += ["*This is a quick, CI-sized run: the numbers are indicative only.*", ""]
         out += ["## Setup", ""] + [f"- {s}" for s in self.setup] + [""]
+        if len(self.seeds) > 1:
+            seeds = ", ".join(str(s) for s in self.seeds)
+            out += [f"Seeds: {seeds}; numbers are the mean over seeds with the (min-max) range "
+                    "unless a table says otherwise.", ""]  # fmt: skip
+        elif self.seeds:
+            out += [f"One seed ({self.seeds[0]}): no spread is measured.", ""]
+        out += ["## Competence", ""]
+        if self.competence:
+            out += ["Each arm must learn its own training distribution before it is compared; "
+                    "an arm that misses makes the verdict inconclusive.", ""]  # fmt: skip
+            rows = [{"arm": c.arm, "criterion": c.criterion,
+                     "threshold": (">= " if c.higher_is_better else "<= ") + f"{c.threshold:g}",
+                     "per seed": ", ".join(f"{v:.4g}" for v in c.values),
+                     "passed": c.passed, "in verdict": c.in_verdict}
+                    for c in self.competence]  # fmt: skip
+            out += [Table("competence", rows).to_markdown(), ""]
+        else:
+            out += ["(no trained arm is compared in this experiment)", ""]
         out += ["## Results", ""]
         for t in self.tables:
             out += [f"**{t.caption}**", "", t.to_markdown(), ""]
@@ -131,6 +260,10 @@ class Report:
         check_may_write(out, self.quick)
         atomic_write_text(out / DATA_FILE, self.to_json())
         return atomic_write_text(out / REPORT_FILE, self.to_markdown())
+
+
+def _without(d: dict, key: str) -> dict:
+    return {k: v for k, v in d.items() if k != key}
 
 
 def check_may_write(out: Path, quick: bool) -> None:

@@ -29,7 +29,8 @@ from attnlab.config import ModelConfig
 from attnlab.lab.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import Report, Table
+from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread_text
+from attnlab.lab.seeds import seed_list
 from attnlab.lab.tasks import kv_lookup
 from attnlab.models import build_model
 
@@ -105,7 +106,10 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             row.update({f"entropy {tag}": m["entropy"], f"max weight {tag}": m["max weight"],
                         f"|Jacobian| {tag}": m["jacobian norm"]})  # fmt: skip
         sat_rows.append(row)
-    train_rows, curves = _training(quick, seed)
+    seeds = seed_list(seed, quick)
+    per_seed_runs = [_training(quick, s) for s in seeds]
+    train_rows, acc_seeds = _combine(per_seed_runs)
+    curves = {label: [c[label] for _, c in per_seed_runs] for label in per_seed_runs[0][1]}
     figures = [
         save_chart(line_chart(
             {"Var(q.k)": (DIMS, raw), "Var(q.k / sqrt(d_k))": (DIMS, scaled),
@@ -124,14 +128,15 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "one-hot (entropy 0)."),
         save_chart(curves_chart(curves, title="key-value lookup, d_head = 256"), out_dir,
                    "training.png", "Training loss with and without 1/sqrt(d_k), for both "
-                   "initialisations of W_q, W_k."),
+                   "initialisations of W_q, W_k (mean over seeds, min-max band)."),
     ]  # fmt: skip
     ent_raw = [m["entropy"] for m in sat[False]]
     ent_scaled = [m["entropy"] for m in sat[True]]
     math_held = abs(slope_raw - 1) < 0.05 and abs(slope_scaled) < 0.05
     sat_held = ent_raw[-1] < 0.25 * ent_raw[0] and min(ent_scaled) > 0.8 * max(ent_scaled)
     unit = {r["scale_logits"]: r for r in train_rows if r["W_q, W_k init"] == "N(0, 1/D)"}
-    train_held = unit[True]["test accuracy"] > unit[False]["test accuracy"] + 0.05
+    unit_acc = {sc: acc_seeds[("N(0, 1/D)", sc)] for sc in (True, False)}
+    train_held = min(unit_acc[True]) > max(unit_acc[False]) + 0.05
     verdict = "held" if math_held and sat_held and train_held else "mixed"
     if not (math_held or sat_held):
         verdict = "did not hold"
@@ -146,8 +151,15 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"{min(ent_scaled):.2f}-{max(ent_scaled):.2f}; with unit-variance q, k the unscaled "
         f"model reaches {unit[False]['test accuracy']:.3f} test accuracy vs "
         f"{unit[True]['test accuracy']:.3f} scaled (library init: "
-        f"{lib[False]['test accuracy']:.3f} vs {lib[True]['test accuracy']:.3f})."
+        f"{lib[False]['test accuracy']:.3f} vs {lib[True]['test accuracy']:.3f}); means over "
+        f"{len(seeds)} seed(s), unit-variance unscaled {spread_text(unit_acc[False])} vs scaled "
+        f"{spread_text(unit_acc[True])}."
     )
+    competence = [Competence(f"scaled logits, W_q, W_k init {init}", "test accuracy (training "
+                             "distribution)", 0.99, acc_seeds[(init, True)])
+                  for init in INITS]  # fmt: skip
+    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
+                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
     return Report(
         name="scaling",
         title="Scaling: the 1/sqrt(d_k) in scaled dot-product attention",
@@ -164,7 +176,9 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "Training: classifier, 2 pre-norm layers, d_model 64, 1 head with d_head 256, "
             "d_ff 128, key-value lookup (6 pairs, 8 keys, 8 values); AdamW lr 2e-3, warm-up + "
             "cosine. Init 'N(0, 0.02)' is the library's; 'N(0, 1/D)' re-draws W_q, W_k so q, k "
-            "have unit-variance entries as 004 assumes.",
+            "have unit-variance entries as 004 assumes. Each seed draws its own data and "
+            "initialisation; the training table gives means over seeds (min-max in its own "
+            "column).",
             "One torch thread.",
         ],
         tables=[
@@ -186,6 +200,9 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         figures=figures,
         verdict=verdict,
         verdict_reason=reason,
+        competence=competence,
+        seeds=seeds,
+        per_seed={"test_accuracy": {f"{i}, scaled={sc}": v for (i, sc), v in acc_seeds.items()}},
         findings=[
             f"Var(q.k)/d_k stays within {min(r['Var(q.k)/d_k'] for r in var_rows):.3f}-"
             f"{max(r['Var(q.k)/d_k'] for r in var_rows):.3f} over d_k = 8..1024: the growth is "
@@ -214,13 +231,33 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     )
 
 
+INITS = ("N(0, 0.02)", "N(0, 1/D)")
+
+
+def _combine(runs: list) -> tuple[list[dict], dict]:
+    """Per-seed training rows -> rows of means (with the accuracy's min-max) and the per-seed
+    test accuracies keyed by (init, scale_logits)."""
+    acc = {}
+    rows = []
+    for i, first in enumerate(runs[0][0]):
+        per = [r[0][i] for r in runs]
+        key = (first["W_q, W_k init"], first["scale_logits"])
+        acc[key] = [p["test accuracy"] for p in per]
+        row = {k: (sum(p[k] for p in per) / len(per) if isinstance(v, float) else v)
+               for k, v in first.items()}  # fmt: skip
+        row["diverged"] = any(p["diverged"] for p in per)
+        row["test accuracy min-max"] = spread_text(acc[key])
+        rows.append(row)
+    return rows, acc
+
+
 def _training(quick: bool, seed: int) -> tuple[list[dict], dict[str, list[float]]]:
     rng = np.random.default_rng(seed)
     train = kv_lookup(800 if quick else 20_000, 6, 8, 8, rng)
     test = kv_lookup(200 if quick else 2000, 6, 8, 8, rng)
     fit_cfg = FitConfig(steps=15 if quick else 1000, batch_size=64, lr=2e-3, warmup_steps=50)
     rows, curves = [], {}
-    for init in ("N(0, 0.02)", "N(0, 1/D)"):
+    for init in INITS:
         for scale in (True, False):
             torch.manual_seed(seed)
             cfg = ModelConfig(kind="classifier", vocab_size=train.vocab_size,

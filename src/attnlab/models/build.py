@@ -7,10 +7,24 @@ from torch import nn
 from attnlab.config import ModelConfig
 
 
-def build_model(cfg: ModelConfig) -> nn.Module:
-    """Construct the model family named by ``cfg.kind`` (see :mod:`attnlab.config`)."""
+def build_model(cfg: ModelConfig, fast: bool | None = None) -> nn.Module:
+    """Construct the model family named by ``cfg.kind`` (see :mod:`attnlab.config`).
+
+    ``fast`` (default ``cfg.fast``) runs a Transformer on the engine of ``attnlab.fast``: the
+    same parameters and function, with the engine's drop-in modules. Recurrent families have
+    no fast form and are built as they are.
+    """
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"build_model needs a ModelConfig, got {type(cfg).__name__}")
+    model = _build(cfg)
+    if cfg.fast if fast is None else fast:
+        from attnlab.fast import accelerate
+
+        accelerate(model)
+    return model
+
+
+def _build(cfg: ModelConfig) -> nn.Module:
     if cfg.kind == "decoder_lm":
         from attnlab.models.lm import DecoderLM
 
@@ -27,6 +41,10 @@ def build_model(cfg: ModelConfig) -> nn.Module:
         from attnlab.models.encoder import TransformerEncoder
 
         return TransformerEncoder(cfg)
+    if cfg.kind == "masked_lm":
+        from attnlab.models.masked_lm import MaskedLM
+
+        return MaskedLM(cfg)
     if cfg.kind == "rnn_lm":
         from attnlab.models.rnn_lm import RNNLM
 

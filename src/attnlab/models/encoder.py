@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import torch
 from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
@@ -18,14 +19,9 @@ from attnlab.models.base import (
     check_not_all_padding,
     check_padding_mask,
 )
-from attnlab.models.layers import (
-    Embeddings,
-    init_weights,
-    key_mask,
-    make_encoder_block,
-    make_final_norm,
-)
-from attnlab.nn.packing import Packing, length_groups, make_packing, pack, unpack
+from attnlab.models.layers import Embeddings, init_weights, make_encoder_block, make_final_norm
+from attnlab.nn.hooks import HookPoint
+from attnlab.nn.masks import padding_mask
 
 
 class EncoderOutput(NamedTuple):
@@ -40,6 +36,7 @@ class EncoderStack(nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
+        self.hook_final = HookPoint()  # the final norm's output, (B, T, D)
 
     def forward(
         self,
@@ -48,16 +45,14 @@ class EncoderStack(nn.Module):
         *,
         positions: Tensor | None = None,
         need_weights: bool = False,
-        packing: Packing | None = None,
     ) -> EncoderOutput:
-        """x: (B, T, D), or (N, D) real tokens with ``packing`` -> hidden of the same shape."""
+        """x: (B, T, D), mask broadcastable to (B, H, T, T) -> hidden (B, T, D)."""
         weights = []
         for block in self.blocks:
-            x, w, _ = block(
-                x, mask, positions=positions, need_weights=need_weights, packing=packing
-            )
+            x, w, _ = block(x, mask, positions=positions, need_weights=need_weights)
             weights.append(LayerAttention(w, None))
-        return EncoderOutput(self.final_norm(x), tuple(weights) if need_weights else None)
+        hidden = self.hook_final(self.final_norm(x))  # (B, T, D)
+        return EncoderOutput(hidden, tuple(weights) if need_weights else None)
 
 
 class TransformerEncoder(nn.Module):
@@ -72,35 +67,43 @@ class TransformerEncoder(nn.Module):
         self.embed = Embeddings(self.vocab_size, cfg)
         blocks = [make_encoder_block(cfg, self.embed.rotary) for _ in range(cfg.n_layers)]
         self.stack = EncoderStack(blocks, make_final_norm(cfg))
+        # BERT's pooler: tanh(W_p h_CLS + b_p), the sentence vector its classifier reads.
+        self.pooler = nn.Linear(cfg.d_model, cfg.d_model) if cfg.pooler else None
         init_weights(self, cfg.n_layers)
 
     def forward(
-        self, ids: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False
+        self,
+        ids: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = False,
+        token_types: Tensor | None = None,
     ) -> EncoderOutput:
-        """ids (B, T), key_padding_mask (B, T) True = real -> hidden (B, T, D)."""
+        """ids (B, T), key_padding_mask (B, T) True = real -> hidden (B, T, D).
+        token_types (B, T): segment ids for models with ``n_token_types`` (BERT), default 0."""
+        self.check_input(ids, key_padding_mask)
+        x = self.embed(ids, token_types=token_types)  # (B, T, D)
+        return self.stack(x, padding_mask(key_padding_mask), need_weights=need_weights)
+
+    def pool(self, hidden: Tensor) -> Tensor:
+        """BERT's pooled vector tanh(W_p h_0 + b_p) of the first ([CLS]) position: (B, T, D) ->
+        (B, D). Needs ``pooler=True``."""
+        if self.pooler is None:
+            raise ValueError("this encoder has no pooler; build it with ModelConfig(pooler=True)")
+        return torch.tanh(self.pooler(hidden[:, 0]))  # (B, D)
+
+    def check_input(self, ids: Tensor, key_padding_mask: Tensor | None) -> None:
+        """ids (B, T) in the vocabulary and within max_len; a mask with a real token per row."""
         check_ids(ids, self.vocab_size, "ids", self.max_len)
         check_padding_mask(key_padding_mask, ids)
         check_not_all_padding(key_padding_mask)
-        x = self.embed(ids)  # (B, T, D)
-        groups = None  # attention weights come back in the batch's own layout (B, H, T, T)
-        if key_padding_mask is not None and not need_weights:
-            groups = length_groups(key_padding_mask)
-        packing = make_packing(key_padding_mask, groups)
-        if packing is None:
-            return self.stack(x, key_mask(key_padding_mask), need_weights=need_weights)
-        # Position-wise layers run on the N real tokens only, attention on groups of rows of
-        # similar length (nn.packing); padding outputs are zero.
-        hidden, weights = self.stack(
-            pack(x, packing), key_mask(key_padding_mask), need_weights=need_weights, packing=packing
-        )  # (N, D)
-        return EncoderOutput(unpack(hidden, packing), weights)
 
 
 class EncoderClassifier(Classifier):
     """BERT-like classifier: p(c | x) = softmax(W pool(TransformerEncoder(x)) + b).
 
-    pooling "cls": the representation of position 0 (the data layer puts a <bos>/CLS token there);
-    "mean": the average over non-padding positions.
+    pooling "cls": the representation of position 0 (the data layer puts a <bos>/CLS token there),
+    through BERT's tanh pooler when ``pooler``; "mean": the average over non-padding positions.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -114,12 +117,22 @@ class EncoderClassifier(Classifier):
         nn.init.zeros_(self.head.bias)
 
     def forward(
-        self, ids: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False
+        self,
+        ids: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = False,
+        token_types: Tensor | None = None,
     ) -> ModelOutput:
         hidden, attentions = self.encoder(
-            ids, key_padding_mask=key_padding_mask, need_weights=need_weights
+            ids,
+            key_padding_mask=key_padding_mask,
+            need_weights=need_weights,
+            token_types=token_types,
         )  # (B, T, D)
-        if self.pooling == "cls":
+        if self.encoder.pooler is not None:
+            pooled = self.encoder.pool(hidden)  # (B, D)
+        elif self.pooling == "cls":
             pooled = hidden[:, 0]  # (B, D)
         elif key_padding_mask is None:
             pooled = hidden.mean(dim=1)  # (B, D)

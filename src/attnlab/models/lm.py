@@ -21,14 +21,9 @@ from attnlab.models.base import (
     check_positions,
 )
 from attnlab.models.cache import TransformerCache
-from attnlab.models.layers import (
-    Embeddings,
-    init_weights,
-    key_mask,
-    make_causal_block,
-    make_final_norm,
-)
-from attnlab.nn.packing import make_packing, pack, unpack
+from attnlab.models.layers import Embeddings, init_weights, make_causal_block, make_final_norm
+from attnlab.nn.hooks import HookPoint
+from attnlab.nn.masks import padding_mask
 from attnlab.nn.positional import default_positions
 
 
@@ -44,6 +39,7 @@ class DecoderLM(LanguageModel):
             make_causal_block(cfg, self.embed.rotary) for _ in range(cfg.n_layers)
         )
         self.final_norm = make_final_norm(cfg)
+        self.hook_final = HookPoint()  # the final norm's output, (B, T, D)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         init_weights(self, cfg.n_layers)
         if cfg.tie_embeddings:
@@ -76,29 +72,18 @@ class DecoderLM(LanguageModel):
         if positions is None:
             positions = default_positions(ids.size(1), offset, ids.device)
         x = self.embed(ids, positions)  # (B, T, D)
-        packing = None
         if cache is not None:
-            mask = cache.record_keys(key_padding_mask, ids.size(1))
+            mask = cache.record_keys(key_padding_mask, ids.size(1))  # (B, 1, 1, S) or None
         else:
-            mask = key_mask(key_padding_mask)  # (B, 1, 1, T) or None
-            packing = make_packing(key_padding_mask)  # position-wise layers skip padding
-            if packing is not None:
-                x = pack(x, packing)  # (N, D)
+            mask = padding_mask(key_padding_mask)  # (B, 1, 1, T) or None
         weights = []
         for i, block in enumerate(self.blocks):
             layer_cache = cache.layers[i] if cache is not None else None
             x, w, _ = block(
-                x,
-                mask,
-                positions=positions,
-                cache=layer_cache,
-                need_weights=need_weights,
-                packing=packing,
+                x, mask, positions=positions, cache=layer_cache, need_weights=need_weights
             )
             weights.append(LayerAttention(w, None))
-        logits = self.lm_head(self.final_norm(x))  # (B, T, V), or (N, V) packed
-        if packing is not None:
-            logits = unpack(logits, packing)  # (B, T, V), zeros at padding
+        logits = self.lm_head(self.hook_final(self.final_norm(x)))  # (B, T, V)
         return ModelOutput(logits, tuple(weights) if need_weights else None)
 
     def new_cache(self, batch_size: int, max_len: int | None = None) -> TransformerCache:

@@ -30,6 +30,14 @@ Layout and choices (ModelConfig fields in brackets):
     LSTM layers and before the output layer. [d_attn] is the additive score width A.
   * ``max_len`` is None: neither side has a length limit.
 
+Hook points (attnlab.inspect; names in brackets): the encoder states h^e_t in source order
+[h_enc] (B, S, E); the summary v [v] (B, E); the decoder's top states h^d_l [h_dec] (B, T, D).
+With attention also: the features f_t [f] (B, S, D); the score's projected keys (U f_t, W f_t or
+f_t) [keys] (B, S, A or D); and per decoder step the energies e_l [e] (before the source mask),
+the weights alpha_l [alpha] and the context v_l [v_l], cached stacked as (B, T, S), (B, T, S),
+(B, T, D). A replaced value flows on: v sets the initial state, f the keys and contexts, alpha_l
+the context v_l, v_l the next decoder state.
+
 Shapes: B batch, S source length, T target length, D d_model (= LSTM width), E = D or 2 D encoder
 state width, A d_attn, L decoder layers, V target vocabulary.
 """
@@ -53,7 +61,15 @@ from attnlab.models.base import (
     real_positions,
 )
 from attnlab.nn.dropout import Dropout
-from attnlab.nn.recurrent import RecurrentCache, attention_step, lstm_right_padded, make_score
+from attnlab.nn.hooks import HookPoint
+from attnlab.nn.recurrent import (
+    AttentionPoints,
+    RecurrentCache,
+    StepHookPoint,
+    attention_step,
+    lstm_right_padded,
+    make_score,
+)
 
 State = tuple[Tensor, Tensor]  # (h, c), each (L, B, D)
 
@@ -92,9 +108,19 @@ class LSTMSeq2Seq(Seq2SeqModel):
         )
         self.init_h = nn.Linear(self.d_memory, n_dec * d)  # v -> h^d_0 of every layer
         self.init_c = nn.Linear(self.d_memory, n_dec * d)  # v -> c^d_0 of every layer
+        self.hook_h_enc = HookPoint()  # h^e_t (eq. 2), source order
+        self.hook_v = HookPoint()  # v, the summary (eq. 1)
+        self.points = None
         if self.attention != "none":
             self.feature = nn.Linear(self.d_memory, d)  # T_theta (eq. 5)
             self.score = make_score(self.attention, d, d, cfg.attn_dim)  # a(h, f) (eq. 6)
+            self.hook_f = HookPoint()  # f_t (eq. 5)
+            self.hook_keys = HookPoint()  # the score's source half, e.g. U f_t
+            self.hook_e = StepHookPoint()  # e_l (eq. 6)
+            self.hook_alpha = StepHookPoint()  # alpha_l (eq. 7)
+            self.hook_v_l = StepHookPoint()  # v_l (eq. 8)
+            self.points = AttentionPoints(self.hook_e, self.hook_alpha, self.hook_v_l)
+        self.hook_h_dec = HookPoint()  # h^d_l, the top decoder states (eq. 3-4)
         d_in = 2 * d if self.attention != "none" else d  # [y_{l-1}; v_l] or y_{l-1}
         self.decoder = nn.LSTM(
             d_in, d, n_dec, batch_first=True, dropout=cfg.dropout if n_dec > 1 else 0.0
@@ -132,7 +158,7 @@ class LSTMSeq2Seq(Seq2SeqModel):
         full = bool(src_mask.all())
         if full and not self.cfg.reverse_source:
             out, _ = self.encoder(self.drop(self.src_emb(src)))  # (B, S, E)
-            return Encoded(out, src_mask, src)
+            return Encoded(self.hook_h_enc(out), src_mask, src)
         order = source_order(src_mask, self.cfg.reverse_source)  # (B, S) step -> position
         x = self.drop(self.src_emb(src.gather(1, order)))  # (B, S, D) in reading order
         if full:
@@ -141,7 +167,7 @@ class LSTMSeq2Seq(Seq2SeqModel):
             out = lstm_right_padded(self.encoder, x, lengths)  # (B, S, E), zero tail
         index = order[:, :, None].expand(-1, -1, out.size(-1))  # (B, S, E)
         memory = torch.zeros_like(out).scatter(1, index, out)  # (B, S, E) in source order
-        return Encoded(memory, src_mask, src)
+        return Encoded(self.hook_h_enc(memory), src_mask, src)
 
     def global_representation(self, memory: Tensor, src_mask: Tensor) -> Tensor:
         """v: the top encoder layer's state after its last step in reading order (each direction's
@@ -162,14 +188,14 @@ class LSTMSeq2Seq(Seq2SeqModel):
         c^d_0) from v, and (with attention) the features f_t and their projected keys."""
         memory, mask = self._check_encoded(encoded)
         b, d, n_dec = memory.size(0), self.cfg.d_model, self.cfg.decoder_layers
-        v = self.global_representation(memory, mask)  # (B, E)
+        v = self.hook_v(self.global_representation(memory, mask))  # (B, E)
         h0 = torch.tanh(self.init_h(v)).view(b, n_dec, d).transpose(0, 1).contiguous()  # (L,B,D)
         c0 = self.init_c(v).view(b, n_dec, d).transpose(0, 1).contiguous()  # (L, B, D)
         source = {"mask": mask}
         if self.attention != "none":
-            features = self.feature(memory)  # (B, S, D) f_t = T_theta(h^e_t)
+            features = self.hook_f(self.feature(memory))  # (B, S, D) f_t = T_theta(h^e_t)
             source["features"] = features
-            source["keys"] = self.score.project_keys(features)  # (B, S, A or D)
+            source["keys"] = self.hook_keys(self.score.project_keys(features))  # (B, S, A or D)
         return source, (h0, c0)
 
     def _check_encoded(self, encoded: Encoded) -> tuple[Tensor, Tensor]:
@@ -232,6 +258,7 @@ class LSTMSeq2Seq(Seq2SeqModel):
         if cache is not None:
             cache.state = state
             cache.length += tgt_in.size(1)
+        out = self.hook_h_dec(out)  # (B, T, D) h^d_l
         if real_only:
             out = real_positions(out, real)  # (N, D)
         logits = self.lm_head(self.drop(out))  # (B, T, V), or (N, V)
@@ -251,7 +278,12 @@ class LSTMSeq2Seq(Seq2SeqModel):
             x = y[:, step]  # (B, D) embedding of y_{l-1}
             if self.attention != "none":
                 context, alpha = attention_step(
-                    h[-1], source["features"], source["keys"], source["mask"], self.score
+                    h[-1],
+                    source["features"],
+                    source["keys"],
+                    source["mask"],
+                    self.score,
+                    self.points,
                 )  # (B, D), (B, S)
                 x = torch.cat([x, context], dim=-1)  # (B, 2D) = [y_{l-1}; v_l]
                 alphas.append(alpha)

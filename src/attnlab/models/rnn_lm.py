@@ -21,6 +21,9 @@ l - 1's states as its x_t), ``dropout`` (on embeddings, between layers and befor
 generation never has to crop the input. ``positions`` are accepted for interface compatibility and
 ignored: order is implicit in the recurrence.
 
+Hook points (attnlab.inspect): ``X`` the token embeddings x_t (B, T, D); ``rnn.cells.<l>.h`` the
+states h_t of layer l, one step at a time (cached as (B, T, D)); a replaced h_t feeds step t + 1.
+
 Shapes: B batch, T new tokens, D d_model (= hidden width H), L n_layers, V vocabulary.
 """
 
@@ -34,6 +37,7 @@ from torch import Tensor, nn
 from attnlab.config import ModelConfig
 from attnlab.models.base import LanguageModel, ModelOutput, check_ids, check_padding_mask
 from attnlab.nn.dropout import Dropout
+from attnlab.nn.hooks import HookPoint
 from attnlab.nn.recurrent import RecurrentCache, SimpleRNN
 
 
@@ -49,6 +53,7 @@ class RNNLM(LanguageModel):
             cfg.d_model, cfg.d_model, cfg.n_layers, dropout=cfg.dropout, bias=cfg.bias
         )
         self.drop = Dropout(cfg.dropout)
+        self.hook_X = HookPoint()  # x_t = E_in w_t
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
         # Embedding ~ N(0, 1/D): unit-norm inputs x_t, and O(1) logits when E is tied.
         nn.init.normal_(self.tok_emb.weight, 0.0, 1.0 / math.sqrt(cfg.d_model))
@@ -75,7 +80,7 @@ class RNNLM(LanguageModel):
         h0 = None
         if cache is not None:
             h0 = self._cached_state(cache, ids.size(0))
-        x = self.drop(self.tok_emb(ids))  # (B, T, D)
+        x = self.drop(self.hook_X(self.tok_emb(ids)))  # (B, T, D)
         out, h_n = self.rnn(x, h0, key_padding_mask)  # (B, T, D), (L, B, D)
         if cache is not None:
             cache.state = (h_n,)

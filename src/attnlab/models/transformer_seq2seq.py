@@ -24,15 +24,9 @@ from attnlab.models.base import (
 )
 from attnlab.models.cache import TransformerCache
 from attnlab.models.encoder import TransformerEncoder
-from attnlab.models.layers import (
-    Embeddings,
-    init_weights,
-    key_mask,
-    make_decoder_block,
-    make_final_norm,
-    ones_mask,
-)
-from attnlab.nn.packing import length_groups, make_packing, pack, row_major, unpack
+from attnlab.models.layers import Embeddings, init_weights, make_decoder_block, make_final_norm
+from attnlab.nn.hooks import HookPoint
+from attnlab.nn.masks import padding_mask
 from attnlab.nn.positional import default_positions
 
 
@@ -50,6 +44,7 @@ class TransformerEncoderDecoder(Seq2SeqModel):
             make_decoder_block(cfg, self.tgt_embed.rotary) for _ in range(cfg.decoder_layers)
         )
         self.final_norm = make_final_norm(cfg)
+        self.hook_final = HookPoint()  # the decoder's final norm output, (B, T, D)
         self.lm_head = nn.Linear(cfg.d_model, self.tgt_vocab_size, bias=False)
         init_weights(self, cfg.n_layers + cfg.decoder_layers)
         if cfg.tie_embeddings:
@@ -81,58 +76,44 @@ class TransformerEncoderDecoder(Seq2SeqModel):
         only the new target tokens are given and cross-attention keys/values are reused.
         """
         offset = cache.length if cache is not None else 0
-        check_ids(tgt_in, self.tgt_vocab_size, "target ids")
-        check_padding_mask(tgt_mask, tgt_in, "tgt_mask")
-        if offset + tgt_in.size(1) > self.max_len:
-            raise ValueError(
-                f"target length {offset + tgt_in.size(1)} exceeds max_len={self.max_len}"
-            )
+        self.check_target(tgt_in, tgt_mask, offset)
         positions = default_positions(tgt_in.size(1), offset, tgt_in.device)
         x = self.tgt_embed(tgt_in, positions)  # (B, T, D)
-        src_mask = cache.src_mask if cache is not None else encoded.src_mask
-        cross_mask = key_mask(src_mask)  # (B, 1, 1, S)
-        memory, packing, memory_packing = encoded.memory, None, None
         if cache is not None:
-            self_mask = cache.record_keys(tgt_mask, tgt_in.size(1))
-            if cache.memory_kv is None:
-                cache.memory_kv = [b.cross_attn.project_memory(memory) for b in self.blocks]
+            self_mask = cache.record_keys(tgt_mask, tgt_in.size(1))  # (B, 1, 1, S) or None
+            if cache.memory_kv is None:  # K, V of the memory, once per source
+                cache.memory_kv = [b.cross_attn.project_memory(encoded.memory) for b in self.blocks]
+            src_mask = cache.src_mask
         else:
-            self_mask = key_mask(tgt_mask)
-            # Teacher forcing on padded batches: position-wise layers see real tokens only, and
-            # attention runs on groups of rows of similar target length (nn.packing), the same
-            # groups for the target and the memory.
-            real = tgt_mask if tgt_mask is not None else ones_mask(*tgt_in.shape, tgt_in.device)
-            groups = None if need_weights else length_groups(real, src_mask)
-            packing = make_packing(real, groups)
-            memory_packing = make_packing(src_mask, groups)
-            if packing is not None:
-                x = pack(x, packing)  # (N, D)
-            if memory_packing is not None:
-                memory = pack(memory, memory_packing)  # (N_src, D)
+            self_mask, src_mask = padding_mask(tgt_mask), encoded.src_mask  # (B, 1, 1, T)
+        cross_mask = padding_mask(src_mask)  # (B, 1, 1, S)
         weights = []
         for i, block in enumerate(self.blocks):
             x, sw, cw = block(
                 x,
-                memory,
+                encoded.memory,
                 self_mask=self_mask,
                 cross_mask=cross_mask,
                 positions=positions,
                 cache=cache.layers[i] if cache is not None else None,
                 memory_kv=cache.memory_kv[i] if cache is not None else None,
                 need_weights=need_weights,
-                packing=packing,
-                memory_packing=memory_packing,
             )
             weights.append(LayerAttention(sw, cw))
-        h = self.final_norm(x)  # (B, T, D), or (N, D) packed
-        if real_only and packing is None:
-            h = real_positions(h, tgt_mask)  # (N, D)
-        elif real_only:
-            h = row_major(h, packing)  # (N, D), the order of tgt_out[tgt_mask]
+        h = self.hook_final(self.final_norm(x))  # (B, T, D)
+        if real_only:
+            h = real_positions(h, tgt_mask)  # (N, D): the head never runs on padding
         logits = self.lm_head(h)  # (B, T, V), or (N, V)
-        if packing is not None and not real_only:
-            logits = unpack(logits, packing)  # (B, T, V), zeros at padding
         return ModelOutput(logits, tuple(weights) if need_weights else None)
+
+    def check_target(self, tgt_in: Tensor, tgt_mask: Tensor | None, offset: int) -> None:
+        """Target ids (B, T) and their mask, after ``offset`` cached positions."""
+        check_ids(tgt_in, self.tgt_vocab_size, "target ids")
+        check_padding_mask(tgt_mask, tgt_in, "tgt_mask")
+        if offset + tgt_in.size(1) > self.max_len:
+            raise ValueError(
+                f"target length {offset + tgt_in.size(1)} exceeds max_len={self.max_len}"
+            )
 
     def new_cache(self, encoded: Encoded, max_len: int | None = None) -> TransformerCache:
         max_len = max_len or self.max_len

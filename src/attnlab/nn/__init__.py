@@ -1,4 +1,9 @@
-"""The notes' mechanisms as small modules: attention, masks, positions, norms, blocks."""
+"""The notes' mechanisms as small modules: attention, masks, positions, norms, blocks.
+
+Each mechanism has one plain forward, the equation written out beside PyTorch's fused kernel;
+named hook points (``attnlab.nn.hooks``) expose its values. The CPU fast paths live apart, in
+``attnlab.fast``, which this package never imports.
+"""
 
 from attnlab.nn.attention import (
     AttentionOutput,

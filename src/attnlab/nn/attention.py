@@ -4,15 +4,12 @@ Shapes: B batch, H heads, T query length (N in 004), S key length (M in 004),
 Dk = d_q = d_k per head, Dv = d_v per head.
 Masks are bool, broadcastable to (B, H, T, S); True = may attend (see ``attnlab.nn.masks``).
 
-Two execution paths share one API, :func:`scaled_dot_product_attention`:
-  * the *explicit* path forms A = a(Q K^T / sqrt(d_q)) and returns it (needed for plots and for hard
-    attention);
-  * the *fused* path calls ``torch.nn.functional.scaled_dot_product_attention`` (flash / memory-
-    efficient kernels, no (T, S) matrix kept for backward) and is chosen automatically when the
-    weights are not requested;
-  * on the CPU, for masked attention over short key sequences (S <= 128: padded batches), the
-    explicit form as one autograd node with its gradient written out
-    (``attnlab.nn.short_attention``) replaces the fused kernel, whose masked path is slower there.
+:func:`scaled_dot_product_attention` computes 004 eq. 9 one of two ways, with the same result:
+  * the *explicit* form writes the equation out -- scores Q K^T, the scale, the mask, the row
+    activation, the weighted sum of values -- and returns the weights A (for plots, for hard
+    attention, and whenever they are asked for);
+  * otherwise it calls ``torch.nn.functional.scaled_dot_product_attention``, PyTorch's fused
+    kernel, which never keeps the (T, S) matrix for backward (memory O(T) instead of O(T S)).
 
 Deviations from the notes:
   * 004 writes A_ij = softmax(<q_i, k_1>, ..., <q_i, k_M>) / sqrt(d_q): the scale belongs *inside*
@@ -32,7 +29,6 @@ from torch import Tensor
 
 from attnlab.nn.dropout import dropout
 from attnlab.nn.masks import causal_mask, check_mask, combine_masks
-from attnlab.nn.short_attention import short_key_attention, use_short_keys
 
 
 class AttentionOutput(NamedTuple):
@@ -79,8 +75,9 @@ def scaled_dot_product_attention(
     straight_through: bool = False,
     dropout_p: float = 0.0,
     need_weights: bool = False,
+    bias: Tensor | None = None,
 ) -> AttentionOutput:
-    """Attention(Q, K, V; a) = a(Q K^T / sqrt(d_q)) V   (004 eq. 9; Vaswani eq. 1).
+    """Attention(Q, K, V; a) = a(Q K^T / sqrt(d_q) + bias) V   (004 eq. 9; Vaswani eq. 1).
 
     q: (B, H, T, Dk); k: (B, H, S, Dk); v: (B, H, S, Dv) -> out (B, H, T, Dv),
     weights (B, H, T, S) when ``need_weights`` (or when the activation is "hardmax").
@@ -90,40 +87,41 @@ def scaled_dot_product_attention(
     scale: True divides by sqrt(d_q), False leaves the logits unscaled (for the scaling
     experiment), a float multiplies by that factor.
     activation: "softmax" (soft attention) or "hardmax" (hard attention, explicit path only).
+    bias: a float logit bias broadcastable to (B, H, T, S) added after the scale (ALiBi's
+    -m_h |i - j|, ``attnlab.nn.alibi``); None adds nothing.
     """
     _check_qkv(q, k, v)
     b, h, t, dk = q.shape
-    s = k.size(-2)
     if mask is not None:
-        mask = check_mask(mask, b, h, t, s)
-    if activation not in ("softmax", "hardmax"):
-        raise ValueError(f"activation must be 'softmax' or 'hardmax', got {activation!r}")
-    factor = _scale_factor(scale, dk)
-    if causal and t == 1:
-        causal = False  # a single query at the last position may see every key (decode step)
-    if need_weights or activation == "hardmax" or _cpu_dropout(q, dropout_p):
-        return _explicit(q, k, v, mask, causal, factor, activation, straight_through, dropout_p)
-    if t == 1 and dropout_p == 0.0 and torch.compiler.is_compiling():
-        return _one_query(q, k, v, mask, factor)
-    if causal and (mask is not None or t != s):
-        mask, causal = combine_masks(mask, causal_mask(t, s, device=q.device)), False
-    if mask is not None and use_short_keys(q, k, dropout_p):
-        return AttentionOutput(short_key_attention(q, k, v, mask, factor), None)
-    return _fused(q, k, v, mask, causal, factor, dropout_p)
-
-
-def _explicit(q, k, v, mask, causal, factor, activation, straight_through, dropout_p):
-    """The notes' matrix form: scores, mask, row activation, weighted sum of values."""
-    scores = (q @ k.transpose(-2, -1)) * factor  # (B, H, T, S)
-    if causal:
-        mask = combine_masks(mask, causal_mask(q.size(-2), k.size(-2), device=q.device))
-    weights = _row_weights(scores, mask, activation, straight_through)  # (B, H, T, S)
-    if dropout_p > 0.0:
+        mask = check_mask(mask, b, h, t, k.size(-2))
+    check_activation(activation)
+    factor = scale_factor(scale, dk)
+    if need_weights or activation == "hardmax":
+        mask = attention_mask(mask, causal, t, k.size(-2), q.device)
+        scores = (q @ k.transpose(-2, -1)) * factor  # (B, H, T, S)
+        if bias is not None:
+            scores = scores + bias  # (B, H, T, S)
+        weights = attention_weights(scores, mask, activation, straight_through)  # (B, H, T, S)
         weights = dropout(weights, dropout_p)
-    return AttentionOutput(weights @ v, weights)  # (B, H, T, Dv)
+        return AttentionOutput(weights @ v, weights)  # (B, H, T, Dv)
+    return AttentionOutput(fused_attention(q, k, v, mask, causal, factor, dropout_p, bias), None)
 
 
-def _row_weights(scores, mask, activation="softmax", straight_through=False):
+def attention_mask(mask: Tensor | None, causal: bool, t: int, s: int, device) -> Tensor | None:
+    """The one mask the scores get: the given mask AND (when ``causal``) the future mask of 000,
+    bottom-right aligned. A single query (a decode step) sits at the last position and sees every
+    key, so it needs no future mask. -> (.., T, S) bool or None."""
+    if not causal or t == 1:
+        return mask
+    return combine_masks(mask, causal_mask(t, s, device=device))
+
+
+def attention_weights(
+    scores: Tensor,
+    mask: Tensor | None,
+    activation: str = "softmax",
+    straight_through: bool = False,
+) -> Tensor:
     """A = a(scores) row by row over the admissible keys; a row with none gets zero weights.
 
     scores (..., T, S), mask broadcastable to it or None -> weights (..., T, S).
@@ -140,57 +138,60 @@ def _row_weights(scores, mask, activation="softmax", straight_through=False):
     return weights
 
 
-def _one_query(q, k, v, mask, factor):
-    """Eq. 9 for one query per row (a decode step), written as reductions instead of matmuls:
+def fused_attention(q, k, v, mask, causal, factor, dropout_p, bias=None) -> Tensor:
+    """Eq. 9 through PyTorch's fused kernel: (B, H, T, Dv); the weights are never materialised.
 
-        s_j = <q, k_j> * factor,  a = softmax_j(s),  out = sum_j a_j v_j.
-
-    Used only under ``torch.compile``, where these become a few fused loops over the cache in the
-    generated code; the fused kernel would be an opaque call per layer and token (measured on the
-    2-core CPU: see benchmarks/ANALYSIS.md, generation). q: (B, H, 1, Dk) -> (B, H, 1, Dv).
+    Rows with no admissible key would be NaN in the kernel: they attend everywhere there and
+    their output is zeroed, so value and gradient stay finite (and match the explicit form).
+    A logit ``bias`` goes in as the kernel's float mask, -inf where the bool mask forbids.
     """
-    scores = (q * k).sum(dim=-1).unsqueeze(-2) * factor  # (B, H, 1, S)
-    weights = _row_weights(scores, mask)  # (B, H, 1, S)
-    out = (weights.transpose(-2, -1) * v).sum(dim=-2, keepdim=True)  # (B, H, 1, Dv)
-    return AttentionOutput(out, None)
-
-
-def _cpu_dropout(q: Tensor, dropout_p: float) -> bool:
-    """PyTorch's CPU kernels have no fused attention dropout (they fall back to the math path and
-    materialise the weights anyway); there the explicit path with attnlab's cheaper dropout mask
-    is faster (measured: 29 vs 32 ms forward + backward at B 128, H 8, T 36)."""
-    return dropout_p > 0.0 and q.device.type == "cpu" and not torch.compiler.is_compiling()
-
-
-def _fused(q, k, v, mask, causal, factor, dropout_p):
-    """The same function through PyTorch's fused kernel; weights are never materialised.
-
-    ``causal`` only without a mask and with T == S (the caller folds every other case into mask).
-    """
+    t, s = q.size(-2), k.size(-2)
+    if bias is not None:
+        return _fused_with_bias(q, k, v, attention_mask(mask, causal, t, s, q.device), factor,
+                                dropout_p, bias)  # fmt: skip
+    if causal and (mask is not None or t != s):  # the kernel's is_causal is top-left aligned
+        mask, causal = attention_mask(mask, causal, t, s, q.device), False
     if mask is None:
-        return AttentionOutput(
-            F.scaled_dot_product_attention(
-                q, k, v, dropout_p=dropout_p, is_causal=causal, scale=factor
-            ),
-            None,
+        return F.scaled_dot_product_attention(
+            q, k, v, dropout_p=dropout_p, is_causal=causal and t > 1, scale=factor
         )
-    # Rows with no admissible key would be NaN in the kernel: let them attend everywhere, then
-    # zero their output, so value and gradient stay finite (and match the explicit path).
     row_any = mask.any(dim=-1, keepdim=True)  # (B|1, H|1, T, 1)
-    all_rows_ok = bool(row_any.all())
-    safe = mask if all_rows_ok else mask | ~row_any
+    if not torch.compiler.is_compiling() and bool(row_any.all()):  # (compiled: no host sync)
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=dropout_p, scale=factor
+        )
+    safe = mask | ~row_any
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe, dropout_p=dropout_p, scale=factor)
-    if not all_rows_ok:
-        out = out * row_any
-    return AttentionOutput(out, None)  # (B, H, T, Dv)
+    return out * row_any  # (B, H, T, Dv)
 
 
-def _scale_factor(scale: bool | float, dk: int) -> float:
+def _fused_with_bias(q, k, v, mask, factor, dropout_p, bias) -> Tensor:
+    """The fused kernel with an additive float mask: bias where allowed, -inf elsewhere."""
+    bias = bias.to(q.dtype)
+    if mask is None:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=bias, dropout_p=dropout_p, scale=factor
+        )
+    row_any = mask.any(dim=-1, keepdim=True)  # (B|1, H|1, T, 1)
+    logits_bias = bias.masked_fill(~(mask | ~row_any), float("-inf"))  # (B|1, H, T, S)
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=logits_bias, dropout_p=dropout_p, scale=factor
+    )
+    return out * row_any  # (B, H, T, Dv); rows with no admissible key -> 0
+
+
+def scale_factor(scale: bool | float, dk: int) -> float:
+    """The factor on Q K^T: 1/sqrt(d_k) (True), 1 (False) or the given number."""
     if scale is True:
         return 1.0 / math.sqrt(dk)
     if scale is False:
         return 1.0
     return float(scale)
+
+
+def check_activation(activation: str) -> None:
+    if activation not in ("softmax", "hardmax"):
+        raise ValueError(f"activation must be 'softmax' or 'hardmax', got {activation!r}")
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:

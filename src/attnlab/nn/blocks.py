@@ -9,6 +9,11 @@ placement chosen by one switch, ``norm_first`` (000 "Add & Norm"):
 Shapes: B batch, T target/query length, S source/key length, D d_model, H heads.
 Blocks receive their parts (attention, feed-forward, norms) ready-made; ``attnlab.models`` builds
 them. Dropout is applied to each sublayer's output before the residual add (Vaswani 5.4).
+
+Hook points: x (the block's input), attn_norm (the norm's output in the self-attention
+sublayer), resid_mid (the stream after it), in decoder blocks cross_norm and resid_cross, then
+ffn_norm and resid_post (the block's output). With post-norm a sublayer's norm output is the
+stream after it, so both names show the same value.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from attnlab.nn.attention import AttentionOutput
 from attnlab.nn.cache import KVCache
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.feedforward import FeedForward
+from attnlab.nn.hooks import HookPoint
 from attnlab.nn.multihead import CrossAttention, SelfAttention
-from attnlab.nn.packing import Packing
 
 
 class BlockOutput(NamedTuple):
@@ -37,13 +42,20 @@ class _Residual(nn.Module):
 
     norm_first: bool
 
-    def _add_norm(self, x: Tensor, norm: nn.Module, sublayer: Callable[[Tensor], AttentionOutput]):
+    def _add_norm(
+        self,
+        x: Tensor,
+        norm: nn.Module,
+        sublayer: Callable[[Tensor], AttentionOutput],
+        norm_point: HookPoint,
+        resid_point: HookPoint,
+    ) -> tuple[Tensor, Tensor | None]:
         """Pre-norm: x + f(LN(x)); post-norm: LN(x + f(x)). Returns (new x, weights or None)."""
         if self.norm_first:
-            out = sublayer(norm(x))
-            return x + self.drop(out.out), out.weights
+            out = sublayer(norm_point(norm(x)))
+            return resid_point(x + self.drop(out.out)), out.weights
         out = sublayer(x)
-        return norm(x + self.drop(out.out)), out.weights
+        return resid_point(norm_point(norm(x + self.drop(out.out)))), out.weights
 
     def _ffn(self, h: Tensor) -> AttentionOutput:
         return AttentionOutput(self.ffn(h), None)
@@ -69,6 +81,8 @@ class EncoderBlock(_Residual):
         self.self_attn_norm, self.ffn_norm = self_attn_norm, ffn_norm
         self.norm_first = norm_first
         self.drop = Dropout(dropout)
+        for name in ("x", "attn_norm", "resid_mid", "ffn_norm", "resid_post"):
+            setattr(self, f"hook_{name}", HookPoint())
 
     def forward(
         self,
@@ -78,26 +92,24 @@ class EncoderBlock(_Residual):
         positions: Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
-        packing: Packing | None = None,
     ) -> BlockOutput:
-        """x: (B, T, D); mask broadcastable to (B, H, T, S) -> BlockOutput with x (B, T, D).
+        """x: (B, T, D); mask broadcastable to (B, H, T, S) -> BlockOutput with x (B, T, D)."""
 
-        With ``packing`` x holds only the real tokens, (N, D) (see ``attnlab.nn.packing``).
-        """
-        x, weights = self._add_norm(
-            x,
-            self.self_attn_norm,
-            lambda h: self.self_attn(
+        def attend(h: Tensor) -> AttentionOutput:
+            return self.self_attn(
                 h,
                 mask,
                 causal=self.causal,
                 positions=positions,
                 cache=cache,
                 need_weights=need_weights,
-                packing=packing,
-            ),
+            )
+
+        x = self.hook_x(x)
+        x, weights = self._add_norm(
+            x, self.self_attn_norm, attend, self.hook_attn_norm, self.hook_resid_mid
         )
-        x, _ = self._add_norm(x, self.ffn_norm, self._ffn)
+        x, _ = self._add_norm(x, self.ffn_norm, self._ffn, self.hook_ffn_norm, self.hook_resid_post)
         return BlockOutput(x, weights, None)
 
 
@@ -129,6 +141,17 @@ class DecoderBlock(_Residual):
         self.ffn_norm = ffn_norm
         self.norm_first = norm_first
         self.drop = Dropout(dropout)
+        names = (
+            "x",
+            "attn_norm",
+            "resid_mid",
+            "cross_norm",
+            "resid_cross",
+            "ffn_norm",
+            "resid_post",
+        )
+        for name in names:
+            setattr(self, f"hook_{name}", HookPoint())
 
     def forward(
         self,
@@ -141,37 +164,31 @@ class DecoderBlock(_Residual):
         cache: KVCache | None = None,
         memory_kv: tuple[Tensor, Tensor] | None = None,
         need_weights: bool = False,
-        packing: Packing | None = None,
-        memory_packing: Packing | None = None,
     ) -> BlockOutput:
         """x: (B, T, D) target stream; memory: (B, S, D) encoder output (or its projected
-        ``memory_kv``); self_mask ~ (B, H, T, T), cross_mask ~ (B, H, T, S).
-        ``packing`` / ``memory_packing``: x / memory hold only real tokens."""
-        x, self_w = self._add_norm(
-            x,
-            self.self_attn_norm,
-            lambda h: self.self_attn(
+        ``memory_kv``); self_mask ~ (B, H, T, T), cross_mask ~ (B, H, T, S)."""
+
+        def attend(h: Tensor) -> AttentionOutput:
+            return self.self_attn(
                 h,
                 self_mask,
                 causal=True,
                 positions=positions,
                 cache=cache,
                 need_weights=need_weights,
-                packing=packing,
-            ),
+            )
+
+        def cross(h: Tensor) -> AttentionOutput:
+            return self.cross_attn(
+                h, memory, cross_mask, memory_kv=memory_kv, need_weights=need_weights
+            )
+
+        x = self.hook_x(x)
+        x, self_w = self._add_norm(
+            x, self.self_attn_norm, attend, self.hook_attn_norm, self.hook_resid_mid
         )
         x, cross_w = self._add_norm(
-            x,
-            self.cross_attn_norm,
-            lambda h: self.cross_attn(
-                h,
-                memory,
-                cross_mask,
-                memory_kv=memory_kv,
-                need_weights=need_weights,
-                packing=packing,
-                memory_packing=memory_packing,
-            ),
+            x, self.cross_attn_norm, cross, self.hook_cross_norm, self.hook_resid_cross
         )
-        x, _ = self._add_norm(x, self.ffn_norm, self._ffn)
+        x, _ = self._add_norm(x, self.ffn_norm, self._ffn, self.hook_ffn_norm, self.hook_resid_post)
         return BlockOutput(x, self_w, cross_w)

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.nn.dropout import Dropout
+from attnlab.nn.hooks import HookPoint
 
 
 def relu_squared(x: Tensor) -> Tensor:
@@ -61,10 +62,11 @@ class FeedForward(nn.Module):
         self.up = nn.Linear(d_model, d_ff, bias=bias)  # W1, b1
         self.down = nn.Linear(d_ff, d_model, bias=bias)  # W2, b2
         self.dropout = Dropout(dropout)
+        self.hook_hidden = HookPoint()  # a(W1 h + b1), (B, T, F)
 
     def forward(self, h: Tensor) -> Tensor:
         """h: (B, T, D) -> (B, T, D)."""
-        return self.down(self.dropout(ACTIVATIONS[self.activation](self.up(h))))
+        return self.down(self.dropout(self.hook_hidden(ACTIVATIONS[self.activation](self.up(h)))))
 
 
 class GatedFeedForward(nn.Module):
@@ -96,11 +98,12 @@ class GatedFeedForward(nn.Module):
         self.up = nn.Linear(d_model, d_ff, bias=bias)  # W1, b1
         self.down = nn.Linear(d_ff, d_model, bias=bias)  # W2, b2
         self.dropout = Dropout(dropout)
+        self.hook_hidden = HookPoint()  # a(W_g h + b_g) * (W1 h + b1), (B, T, F)
 
     def forward(self, h: Tensor) -> Tensor:
         """h: (B, T, D) -> (B, T, D)."""
         hidden = ACTIVATIONS[self.activation](self.gate(h)) * self.up(h)  # (B, T, F)
-        return self.down(self.dropout(hidden))
+        return self.down(self.dropout(self.hook_hidden(hidden)))
 
 
 def make_feedforward(

@@ -45,8 +45,11 @@ def sliding_window_mask(
     return causal_mask(t, s, device) & (cols > rows - window)  # (T, S)
 
 
-def padding_mask(key_padding_mask: Tensor) -> Tensor:
-    """Key padding mask (B, S) with True = real token -> attention mask (B, 1, 1, S)."""
+def padding_mask(key_padding_mask: Tensor | None) -> Tensor | None:
+    """Key padding mask (B, S) with True = real token -> attention mask (B, 1, 1, S); None (no
+    padding) stays None."""
+    if key_padding_mask is None:
+        return None
     if key_padding_mask.dim() != 2:
         raise ValueError(
             f"key padding mask must be (B, S), got shape {tuple(key_padding_mask.shape)}"

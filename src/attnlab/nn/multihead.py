@@ -1,18 +1,28 @@
-"""Multi-head attention: self-attention with a fused QKV projection, cross-attention, a loop form.
+"""Multi-head attention: self-attention, cross-attention, and the literal per-head loop.
 
 MultiHead(X, M) = Concat(head_1, ..., head_H) W^O,  head_h = Attention(X W_q^h, M W_k^h, M W_v^h)
 (004 eq. 13; 000 "Multi-head Self-Attention" with W^O = O; 003 "Computation").
 
-Shapes: B batch, T query length, S key length, D d_model (input width), H heads,
+Shapes: B batch, T query length, S key length, D d_model (input width), Dm memory width, H heads,
 Dk = d_q = d_k per head, Dv per head, Do output width (d_out).
 
 * :class:`SelfAttention` computes Q, K, V with **one** matmul against the stacked matrix
   [W_q | W_k | W_v] (003's "stack all the weight matrices into one"), reshapes to heads and runs all
   heads as one batched attention (000: "no more expensive than single-head").
-* :class:`CrossAttention` projects queries from x and keys/values from the memory separately
+* :class:`CrossAttention` projects queries from x and keys/values from the memory
   (000 "Cross-Attention"); the memory projection can be computed once and reused per decode step.
 * :class:`LoopMultiHeadAttention` is the literal per-head loop, used to show both forms agree.
 * ``out_proj=False`` gives 002's concatenation-only variant (then Do = H * Dv).
+* Today's variants of self-attention, each one argument of :class:`SelfAttention`:
+  ``n_kv_heads`` (grouped-query / multi-query attention, ``attnlab.nn.grouped``: fewer key/value
+  heads, each shared by H / H_kv query heads; the KV cache holds only those), ``alibi`` (ALiBi's
+  linear distance biases on the logits, ``attnlab.nn.alibi``) and ``window`` (sliding-window
+  causal attention, ``attnlab.nn.masks.sliding_window_mask``).
+
+Hook points (``attnlab.nn.hooks``; read or replaced by ``attnlab.inspect``): Q, K, V (per head),
+Q_rot, K_rot (after rotary positions), scores (Q K^T), scaled, mask (read-only), A, heads (A V),
+concat, out. While one of scores/scaled/mask/A/heads is hooked the module writes eq. 9 out
+(:meth:`MultiHeadBase.attend`), so those values exist; otherwise it calls the fused kernel.
 """
 
 from __future__ import annotations
@@ -20,123 +30,34 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnlab.nn.attention import AttentionOutput, scaled_dot_product_attention
-from attnlab.nn.cache import KVCache
-from attnlab.nn.norms import RMSNorm
-from attnlab.nn.packing import (
-    Packing,
-    group_mask,
-    group_positions,
-    grouped_heads,
-    pack_group,
-    packed_heads,
-    unpack,
-    unpack_group,
+from attnlab.nn.alibi import alibi_bias, alibi_slopes
+from attnlab.nn.attention import (
+    AttentionOutput,
+    attention_mask,
+    attention_weights,
+    check_activation,
+    scale_factor,
+    scaled_dot_product_attention,
 )
+from attnlab.nn.cache import KVCache
+from attnlab.nn.dropout import dropout
+from attnlab.nn.grouped import repeat_kv
+from attnlab.nn.hooks import HookPoint
+from attnlab.nn.masks import check_mask, combine_masks, sliding_window_mask
+from attnlab.nn.norms import RMSNorm
 from attnlab.nn.positional import RotaryPositions, default_positions
 
-
-class _HeadsMixin(nn.Module):
-    """Shared head bookkeeping: split (B, L, H*Dh) <-> (B, H, L, Dh), the attention call, W^O."""
-
-    def _init_heads(
-        self,
-        d_model,
-        n_heads,
-        d_head,
-        d_v,
-        d_out,
-        bias,
-        out_proj,
-        dropout,
-        activation,
-        scale,
-        qk_norm,
-        rotary,
-        straight_through,
-    ):
-        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
-            if not isinstance(value, int) or value <= 0:
-                raise ValueError(f"{name}={value!r} must be a positive int")
-        if d_head is None and d_model % n_heads:
-            raise ValueError(
-                f"d_model={d_model} is not divisible by n_heads={n_heads}; "
-                "choose n_heads dividing d_model or pass d_head explicitly"
-            )
-        self.d_model, self.n_heads = d_model, n_heads
-        self.d_head = d_head if d_head is not None else d_model // n_heads
-        self.d_v = d_v if d_v is not None else self.d_head
-        self.d_out = d_out if d_out is not None else (d_model if out_proj else n_heads * self.d_v)
-        if not out_proj and self.d_out != n_heads * self.d_v:
-            raise ValueError(
-                f"without an output projection the width is H*Dv={n_heads * self.d_v}, "
-                f"not d_out={self.d_out}"
-            )
-        self.dropout, self.activation, self.scale = dropout, activation, scale
-        self.straight_through = straight_through
-        self.out_proj = nn.Linear(n_heads * self.d_v, self.d_out, bias=bias) if out_proj else None
-        self.q_norm = RMSNorm(self.d_head) if qk_norm else None
-        self.k_norm = RMSNorm(self.d_head) if qk_norm else None
-        self.rotary: RotaryPositions | None = rotary
-
-    def _split(self, x: Tensor, d: int) -> Tensor:
-        b, l, _ = x.shape
-        return x.view(b, l, self.n_heads, d).transpose(1, 2)  # (B, H, L, d)
-
-    def _merge(self, x: Tensor) -> Tensor:
-        b, h, l, d = x.shape
-        return x.transpose(1, 2).reshape(b, l, h * d)  # (B, L, H*Dv)
-
-    def _prepare_qk(self, q: Tensor, k: Tensor, positions: Tensor | None, offset: int = 0):
-        """QK-norm, then rotary positions on q, k (B, H, T, Dk) of the same T tokens: the given
-        ``positions``, or ``offset``, ``offset`` + 1, ... (after ``offset`` cached tokens)."""
-        if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if self.rotary is not None:
-            if positions is None:
-                positions = default_positions(q.size(2), offset, q.device)
-            q = self.rotary.rotate(q, positions)
-            k = self.rotary.rotate(k, positions)
-        return q, k
-
-    def _attend(self, q, k, v, mask, causal, need_weights) -> AttentionOutput:
-        """Heads q (B, H, T, Dk), k (B, H, S, Dk), v (B, H, S, Dv) -> the concatenation
-        [h^(1); ...; h^(H)] (B, T, H*Dv) and the weights (B, H, T, S) or None."""
-        out, weights = self._attend_heads(q, k, v, mask, causal, need_weights)  # (B, H, T, Dv)
-        return AttentionOutput(self._merge(out), weights)
-
-    def _attend_heads(self, q, k, v, mask, causal, need_weights=False) -> AttentionOutput:
-        """head_h = Attention(q_h, k_h, v_h) for every head at once: (B, H, T, Dv), weights."""
-        return scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            mask,
-            causal=causal,
-            scale=self.scale,
-            activation=self.activation,
-            straight_through=self.straight_through,
-            dropout_p=self.dropout if self.training else 0.0,
-            need_weights=need_weights,
-        )
-
-    def _grouped_output(self, per_group: list[Tensor], packing: Packing) -> AttentionOutput:
-        """Each row group's heads (b, H, T_g, Dv) -> W^O on the packed real tokens, (N, Do)."""
-        return self._output(AttentionOutput(packed_heads(per_group, packing), None))
-
-    def _output(self, heads: AttentionOutput) -> AttentionOutput:
-        """W^O applied to the concatenated heads (.., H*Dv) -> (.., Do)."""
-        out = self.out_proj(heads.out) if self.out_proj is not None else heads.out
-        return AttentionOutput(out, heads.weights)
-
-    def _output_packed(self, per_group: list[AttentionOutput], packing: Packing) -> AttentionOutput:
-        """Each group's heads (b, T_g, H*Dv) -> W^O on the packed real tokens only, (N, Do)."""
-        heads = torch.cat([pack_group(o.out, g) for o, g in zip(per_group, packing.groups)])
-        return self._output(AttentionOutput(heads, per_group[0].weights if packing.whole else None))
+INNER_POINTS = ("hook_scores", "hook_scaled", "hook_mask", "hook_A", "hook_heads")
 
 
-class SelfAttention(_HeadsMixin):
-    """Multi-head self-attention with a fused QKV projection (one matmul for all heads)."""
+class MultiHeadBase(nn.Module):
+    """What self- and cross-attention share: head sizes, W^O, QK-norm, the attention call.
+
+    d_head (Dk) and d_v (Dv) default to D // H; d_out (Do) to D, or H * Dv without W^O
+    (``out_proj=False``). ``activation`` is the row activation a ("softmax" or "hardmax", with
+    ``straight_through`` gradients), ``scale`` the factor on Q K^T (True: 1/sqrt(Dk)), ``dropout``
+    the probability on the weights A while training, ``qk_norm`` RMS-normalises q and k per head.
+    """
 
     def __init__(
         self,
@@ -152,26 +73,128 @@ class SelfAttention(_HeadsMixin):
         activation: str = "softmax",
         scale: bool | float = True,
         qk_norm: bool = False,
-        rotary: RotaryPositions | None = None,
         straight_through: bool = False,
     ):
         super().__init__()
-        self._init_heads(
-            d_model,
-            n_heads,
-            d_head,
-            d_v,
-            d_out,
-            bias,
-            out_proj,
-            dropout,
-            activation,
-            scale,
-            qk_norm,
-            rotary,
-            straight_through,
-        )
-        self.qkv_proj = nn.Linear(d_model, n_heads * (2 * self.d_head + self.d_v), bias=bias)
+        for name, value in (("d_model", d_model), ("n_heads", n_heads)):
+            if not isinstance(value, int) or value <= 0:
+                raise ValueError(f"{name}={value!r} must be a positive int")
+        if d_head is None and d_model % n_heads:
+            raise ValueError(
+                f"d_model={d_model} is not divisible by n_heads={n_heads}; "
+                "choose n_heads dividing d_model or pass d_head explicitly"
+            )
+        check_activation(activation)
+        self.d_model, self.n_heads = d_model, n_heads
+        self.d_head = d_head if d_head is not None else d_model // n_heads
+        self.d_v = d_v if d_v is not None else self.d_head
+        self.d_out = d_out if d_out is not None else (d_model if out_proj else n_heads * self.d_v)
+        if not out_proj and self.d_out != n_heads * self.d_v:
+            raise ValueError(
+                f"without an output projection the width is H*Dv={n_heads * self.d_v}, "
+                f"not d_out={self.d_out}"
+            )
+        self.dropout, self.activation, self.scale, self.bias = dropout, activation, scale, bias
+        self.straight_through = straight_through
+        self.out_proj = nn.Linear(n_heads * self.d_v, self.d_out, bias=bias) if out_proj else None
+        self.q_norm = RMSNorm(self.d_head) if qk_norm else None
+        self.k_norm = RMSNorm(self.d_head) if qk_norm else None
+        for name in ("Q", "K", "V", *(p.removeprefix("hook_") for p in INNER_POINTS)):
+            setattr(self, f"hook_{name}", HookPoint())
+        self.hook_concat, self.hook_out = HookPoint(), HookPoint()
+
+    def split_heads(self, x: Tensor, d: int, heads: int | None = None) -> Tensor:
+        """(B, L, H*d) -> (B, H, L, d); ``heads`` defaults to the H query heads."""
+        b, l, _ = x.shape
+        return x.view(b, l, heads or self.n_heads, d).transpose(1, 2)  # (B, H, L, d)
+
+    def inner_points_active(self) -> bool:
+        """True while a hook reads or replaces a value only the explicit form computes."""
+        return any(getattr(self, name).active for name in INNER_POINTS)
+
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask, causal, need_weights, bias=None):
+        """head_h = a(q_h k_h^T / sqrt(Dk) + bias_h) v_h for every head at once (004 eq. 9):
+        q (B, H, T, Dk), k (B, H, S, Dk), v (B, H, S, Dv) -> (B, H, T, Dv), weights or None.
+        ``bias`` (B|1, H, T, S): a logit bias such as ALiBi's, or None.
+
+        Written out (each value at its hook point) when the weights are wanted, for hard
+        attention, or while an inner point is hooked; else the fused kernel.
+        """
+        p = self.dropout if self.training else 0.0
+        if not (need_weights or self.activation == "hardmax" or self.inner_points_active()):
+            opts = dict(causal=causal, scale=self.scale, dropout_p=p, bias=bias)
+            return scaled_dot_product_attention(q, k, v, mask, **opts)
+        b, h, t, s = q.size(0), q.size(1), q.size(2), k.size(2)
+        if mask is not None:
+            mask = check_mask(mask, b, h, t, s)  # (B|1, H|1, T|1, S)
+        scores = self.hook_scores(q @ k.transpose(-2, -1))  # (B, H, T, S)
+        scaled = scores * scale_factor(self.scale, q.size(-1))  # (B, H, T, S)
+        if bias is not None:
+            scaled = scaled + bias  # the logits, ALiBi's distance penalty included
+        scaled = self.hook_scaled(scaled)
+        # One place where the scores get their mask (a score bias would be added here too).
+        mask = attention_mask(mask, causal, t, s, q.device)  # (.., T, S) or None
+        if self.hook_mask.active:  # read-only: the applied mask, (B, H|1, T, S)
+            self.hook_mask(_applied_mask(mask, b, t, s, q.device))
+        weights = attention_weights(scaled, mask, self.activation, self.straight_through)
+        weights = dropout(self.hook_A(weights), p)  # (B, H, T, S)
+        return AttentionOutput(self.hook_heads(weights @ v), weights)  # (B, H, T, Dv)
+
+    def output(self, heads: AttentionOutput) -> AttentionOutput:
+        """Concat(head_1, ..., head_H) W^O: heads (B, H, T, Dv) -> (B, T, Do), weights."""
+        b, h, t, dv = heads.out.shape
+        concat = self.hook_concat(heads.out.transpose(1, 2).reshape(b, t, h * dv))  # (B, T, H*Dv)
+        out = self.out_proj(concat) if self.out_proj is not None else concat  # (B, T, Do)
+        return AttentionOutput(self.hook_out(out), heads.weights)
+
+
+class SelfAttention(MultiHeadBase):
+    """Multi-head self-attention: Q, K, V = X [W_q | W_k | W_v] in one matmul (003), then
+    MultiHead(X) = Concat_h(a(Q_h K_h^T / sqrt(Dk)) V_h) W^O   (004 eq. 9, 13).
+
+    Keyword arguments as :class:`MultiHeadBase`, plus
+      * ``rotary``: a :class:`RotaryPositions` that rotates queries and keys by their positions
+        (Su et al. 2021);
+      * ``n_kv_heads`` (H_kv, default H): key/value heads, each shared by G = H / H_kv query heads
+        (grouped-query attention, Ainslie et al. 2023; H_kv = 1 is multi-query attention,
+        Shazeer 2019). W_k, W_v shrink to H_kv heads and so does the KV cache; query head h
+        reads key/value head h // G (``attnlab.nn.grouped.repeat_kv``). hook_K and hook_V hold
+        the H_kv heads, (B, H_kv, T, Dk|Dv);
+      * ``alibi``: add -m_h |i - j| to head h's logits (Press et al. 2022, ``attnlab.nn.alibi``);
+      * ``window`` (W): sliding-window causal attention, query i sees keys i - W < j <= i
+        (``attnlab.nn.masks.sliding_window_mask``); a KV cache built with the same window keeps
+        only what the window needs.
+    ALiBi and the window measure i - j in token indices, which left padding shifts equally for
+    queries and keys, so they need no positions.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        rotary: RotaryPositions | None = None,
+        n_kv_heads: int | None = None,
+        alibi: bool = False,
+        window: int | None = None,
+        **kw,
+    ):
+        super().__init__(d_model, n_heads, **kw)
+        self.n_kv_heads = n_kv_heads if n_kv_heads is not None else n_heads
+        if not isinstance(self.n_kv_heads, int) or n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads!r}: each "
+                "key/value head serves the same number of query heads"
+            )
+        if window is not None and (not isinstance(window, int) or window < 1):
+            raise ValueError(f"window={window!r} must be a positive int (keys per query) or None")
+        self.rotary, self.window = rotary, window
+        # m_h of each head: a constant that follows the module's device, not a parameter.
+        slopes = alibi_slopes(n_heads) if alibi else None
+        self.register_buffer("alibi_slopes", slopes, persistent=False)
+        self.hook_Q_rot, self.hook_K_rot = HookPoint(), HookPoint()
+        width = n_heads * self.d_head + self.n_kv_heads * (self.d_head + self.d_v)
+        self.qkv_proj = nn.Linear(d_model, width, bias=self.bias)  # [W_q | W_k | W_v]
 
     def forward(
         self,
@@ -182,136 +205,67 @@ class SelfAttention(_HeadsMixin):
         positions: Tensor | None = None,
         cache: KVCache | None = None,
         need_weights: bool = False,
-        packing: Packing | None = None,
     ) -> AttentionOutput:
         """x: (B, T, D) -> out (B, T, Do), weights (B, H, T, S) or None.
 
         With a ``cache`` the new keys/values are written at [cache.length, cache.length + T) and
         the queries attend to all S = cache.length + T cached keys; ``mask`` must then cover S.
         ``positions`` (T,) or (B, T) are the absolute positions used by rotary embeddings.
-        With ``packing`` x holds only the real tokens, (N, D), and so does the output (N, Do).
         """
-        _check_input(x, self.d_model, "x", packed=packing is not None)
-        _check_dtype(x, self.qkv_proj, "x")
-        _check_weights_layout(need_weights, packing)
-        if packing is not None and cache is not None:
-            raise ValueError(
-                "a KV cache cannot be used with a packed batch (decode steps are "
-                "not packed; pass one or the other)"
-            )
-        qkv = self.qkv_proj(x)  # (B, T, 2 H*Dk + H*Dv), or (N, .) packed
-        if packing is None:
-            heads = self._self_attend(qkv, mask, causal, positions, cache, need_weights)
-            return self._output(heads)
-        if not packing.whole and self.d_v == self.d_head:
-            return self._self_attend_groups(qkv, mask, causal, positions, packing)
-        # Attention needs the sequence layout: one group of rows at a time (see nn.packing).
-        return self._output_packed(
-            [
-                self._self_attend(
-                    unpack_group(qkv, g),
-                    group_mask(mask, g, g, packing.whole),
-                    causal,
-                    group_positions(positions, g, packing.whole),
-                    None,
-                    need_weights,
-                )
-                for g in packing.groups
-            ],
-            packing,
-        )
-
-    def _self_attend_groups(self, qkv, mask, causal, positions, packing) -> AttentionOutput:
-        """Packed qkv (N, 3 H*Dh) -> attention on each row group (nn.packing) -> W^O, (N, Do)."""
-        per_group = []
-        for g, q, k, v in zip(packing.groups, *grouped_heads(qkv, packing, 3, self.n_heads)):
-            q, k = self._prepare_qk(q, k, group_positions(positions, g, False))  # (b, H, T_g, Dh)
-            mask_g = group_mask(mask, g, g, False)
-            per_group.append(self._attend_heads(q, k, v, mask_g, causal).out)  # (b, H, T_g, Dh)
-        return self._grouped_output(per_group, packing)
-
-    def _self_attend(self, qkv, mask, causal, positions, cache, need_weights) -> AttentionOutput:
-        """qkv (B, T, 2 H*Dk + H*Dv) -> concatenated heads (B, T, H*Dv), weights."""
-        hk, hv = self.n_heads * self.d_head, self.n_heads * self.d_v
-        q, k, v = qkv.split([hk, hk, hv], dim=-1)  # (B, T, H*Dk) x2, (B, T, H*Dv)
-        q = self._split(q, self.d_head)  # (B, H, T, Dk)
-        k = self._split(k, self.d_head)  # (B, H, T, Dk)
-        v = self._split(v, self.d_v)  # (B, H, T, Dv)
-        q, k = self._prepare_qk(q, k, positions, cache.length if cache is not None else 0)
+        check_input(x, self.d_model, "x", self.qkv_proj)
+        g = self.n_kv_heads
+        sizes = [self.n_heads * self.d_head, g * self.d_head, g * self.d_v]
+        q, k, v = self.qkv_proj(x).split(sizes, dim=-1)  # (B, T, H*Dk), (B, T, G*Dk), (B, T, G*Dv)
+        q = self.hook_Q(self.split_heads(q, self.d_head))  # (B, H, T, Dk)
+        k = self.hook_K(self.split_heads(k, self.d_head, g))  # (B, H_kv, T, Dk)
+        v = self.hook_V(self.split_heads(v, self.d_v, g))  # (B, H_kv, T, Dv)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if self.rotary is not None:
+            if positions is None:  # the T new tokens follow the cached ones
+                offset = cache.length if cache is not None else 0
+                positions = default_positions(x.size(1), offset, x.device)
+            q = self.hook_Q_rot(self.rotary.rotate(q, positions))  # (B, H, T, Dk)
+            k = self.hook_K_rot(self.rotary.rotate(k, positions))  # (B, H, T, Dk)
+        start = 0  # the absolute index of the first key: keys are [start, end), queries the last T
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, H, S, Dk), (B, H, S, Dv)
-        return self._attend(q, k, v, mask, causal, need_weights)
+            k, v = cache.append(k, v)  # (B, H_kv, S, Dk), (B, H_kv, S, Dv): all keys held
+            start = cache.start
+        end = start + k.size(2)
+        k, v = repeat_kv(k, self.n_heads), repeat_kv(v, self.n_heads)  # (B, H, S, Dk|Dv)
+        if self.window is not None:  # the window's mask is causal too
+            local = sliding_window_mask(x.size(1), end - start, self.window, x.device)  # (T, S)
+            mask = combine_masks(mask, local)
+        bias = None
+        if self.alibi_slopes is not None:
+            q_index = torch.arange(end - x.size(1), end, device=x.device)  # (T,)
+            k_index = torch.arange(start, end, device=x.device)  # (S,)
+            bias = alibi_bias(self.alibi_slopes.to(q.dtype), q_index, k_index)  # (1, H, T, S)
+        return self.output(self.attend(q, k, v, mask, causal, need_weights, bias))
 
 
-class CrossAttention(_HeadsMixin):
-    """Multi-head cross-attention: queries from x (B, T, D), keys/values from memory (B, S, Dm).
-
-    q_i = Q h^(y)_i, k_j = K h^(x)_j, v_j = V h^(x)_j (000 "Cross-Attention"). No positions are
-    applied here: the memory already carries them.
+class CrossAttention(MultiHeadBase):
+    """Multi-head cross-attention: queries from x (B, T, D), keys/values from memory (B, S, Dm):
+    q_i = Q h^(y)_i, k_j = K h^(x)_j, v_j = V h^(x)_j (000 "Cross-Attention"), then eq. 9 and
+    W^O as in self-attention. No positions are applied here: the memory already carries them.
     """
 
-    def __init__(
-        self,
-        d_model: int,
-        n_heads: int,
-        *,
-        d_memory: int | None = None,
-        d_head: int | None = None,
-        d_v: int | None = None,
-        d_out: int | None = None,
-        bias: bool = True,
-        out_proj: bool = True,
-        dropout: float = 0.0,
-        activation: str = "softmax",
-        scale: bool | float = True,
-        qk_norm: bool = False,
-        straight_through: bool = False,
-    ):
-        super().__init__()
-        self._init_heads(
-            d_model,
-            n_heads,
-            d_head,
-            d_v,
-            d_out,
-            bias,
-            out_proj,
-            dropout,
-            activation,
-            scale,
-            qk_norm,
-            None,
-            straight_through,
-        )
+    def __init__(self, d_model: int, n_heads: int, *, d_memory: int | None = None, **kw):
+        super().__init__(d_model, n_heads, **kw)
         self.d_memory = d_memory if d_memory is not None else d_model
-        self.q_proj = nn.Linear(d_model, n_heads * self.d_head, bias=bias)
-        self.kv_proj = nn.Linear(self.d_memory, n_heads * (self.d_head + self.d_v), bias=bias)
+        self.q_proj = nn.Linear(d_model, n_heads * self.d_head, bias=self.bias)
+        self.kv_proj = nn.Linear(self.d_memory, n_heads * (self.d_head + self.d_v), bias=self.bias)
 
-    def project_memory(
-        self, memory: Tensor, packing: Packing | None = None
-    ) -> tuple[Tensor, Tensor]:
-        """Keys and values of the memory, once per source: (B, H, S, Dk), (B, H, S, Dv).
-
-        With ``packing`` the memory holds only the real source tokens, (N_src, Dm).
-        """
-        kv = self._project_kv(memory, packed=packing is not None)  # (B, S, .) or (N_src, .)
-        if packing is not None:
-            kv = unpack(kv, packing)  # (B, S, .)
-        return self._memory_heads(kv)
-
-    def _project_kv(self, memory: Tensor, packed: bool) -> Tensor:
-        """memory (B, S, Dm), or (N_src, Dm) packed -> [M W_k | M W_v] (.., H*(Dk+Dv))."""
-        _check_input(memory, self.d_memory, "memory", packed=packed)
-        _check_dtype(memory, self.kv_proj, "memory")
-        return self.kv_proj(memory)
-
-    def _memory_heads(self, kv: Tensor) -> tuple[Tensor, Tensor]:
-        """kv (B, S, H*(Dk+Dv)) -> k (B, H, S, Dk), v (B, H, S, Dv)."""
-        k, v = kv.split([self.n_heads * self.d_head, self.n_heads * self.d_v], dim=-1)
-        k = self._split(k, self.d_head)  # (B, H, S, Dk)
+    def project_memory(self, memory: Tensor) -> tuple[Tensor, Tensor]:
+        """Keys and values of the memory (B, S, Dm), computed once per source:
+        k (B, H, S, Dk), v (B, H, S, Dv)."""
+        check_input(memory, self.d_memory, "memory", self.kv_proj)
+        hk, hv = self.n_heads * self.d_head, self.n_heads * self.d_v
+        k, v = self.kv_proj(memory).split([hk, hv], dim=-1)  # (B, S, H*Dk), (B, S, H*Dv)
+        k = self.hook_K(self.split_heads(k, self.d_head))  # (B, H, S, Dk)
         if self.k_norm is not None:
             k = self.k_norm(k)
-        return k, self._split(v, self.d_v)  # (B, H, S, Dv)
+        return k, self.hook_V(self.split_heads(v, self.d_v))  # (B, H, S, Dv)
 
     def forward(
         self,
@@ -321,68 +275,21 @@ class CrossAttention(_HeadsMixin):
         *,
         memory_kv: tuple[Tensor, Tensor] | None = None,
         need_weights: bool = False,
-        packing: Packing | None = None,
-        memory_packing: Packing | None = None,
     ) -> AttentionOutput:
         """x: (B, T, D), memory: (B, S, Dm) -> out (B, T, Do), weights (B, H, T, S) or None.
 
         Pass ``memory_kv`` from :meth:`project_memory` instead of ``memory`` to reuse keys/values.
-        ``packing`` / ``memory_packing``: x / memory hold only real tokens (see nn.packing); when
-        the rows are grouped, both packings share the groups.
         """
-        _check_input(x, self.d_model, "x", packed=packing is not None)
-        _check_weights_layout(need_weights, packing)
+        check_input(x, self.d_model, "x", self.q_proj)
         if memory_kv is None and memory is None:
             raise ValueError("cross-attention needs memory (B, S, D) or memory_kv")
-        q = self.q_proj(x)  # (B, T, H*Dk) or (N, .)
-        if packing is not None and not packing.whole:
-            if memory_packing is None or len(memory_packing.groups) != len(packing.groups):
-                raise ValueError("grouped queries need the memory packed in the same row groups")
-            kv = self._project_kv(memory, packed=True)  # (N_src, H*(Dk+Dv))
-            if self.d_v == self.d_head:
-                return self._cross_attend_groups(q, kv, mask, packing, memory_packing)
-            return self._output_packed(
-                [
-                    self._cross_attend(
-                        unpack_group(q, g),
-                        self._memory_heads(unpack_group(kv, mg)),
-                        group_mask(mask, g, mg, False),
-                        need_weights,
-                    )
-                    for g, mg in zip(packing.groups, memory_packing.groups)
-                ],
-                packing,
-            )
-        if memory_kv is None:
-            memory_kv = self.project_memory(memory, memory_packing)
-        if packing is None:
-            return self._output(self._cross_attend(q, memory_kv, mask, need_weights))
-        heads = self._cross_attend(unpack(q, packing), memory_kv, mask, need_weights)
-        return self._output_packed([heads], packing)
-
-    def _cross_attend_groups(self, q, kv, mask, packing, memory_packing) -> AttentionOutput:
-        """Packed q (N, H*Dh) and memory kv (N_src, 2 H*Dh) -> attention on each row group
-        (query group g with memory group g, nn.packing) -> W^O, (N, Do)."""
-        (queries,) = grouped_heads(q, packing, 1, self.n_heads)  # each (b, H, T_g, Dh)
-        keys, values = grouped_heads(kv, memory_packing, 2, self.n_heads)  # each (b, H, S_g, Dh)
-        per_group = []
-        for g, mg, q_g, k_g, v_g in zip(packing.groups, memory_packing.groups, queries, keys,
-                                        values):  # fmt: skip
-            if self.q_norm is not None:
-                q_g, k_g = self.q_norm(q_g), self.k_norm(k_g)
-            out = self._attend_heads(q_g, k_g, v_g, group_mask(mask, g, mg, False), False).out
-            per_group.append(out)  # (b, H, T_g, Dh)
-        return self._grouped_output(per_group, packing)
-
-    def _cross_attend(self, q, memory_kv, mask, need_weights) -> AttentionOutput:
-        """q (B, T, H*Dk), memory keys/values (B, H, S, .) -> concatenated heads (B, T, H*Dv)."""
-        k, v = memory_kv
-        if k.size(0) != q.size(0):
-            raise ValueError(f"memory batch {k.size(0)} != query batch {q.size(0)}")
-        q = self._split(q, self.d_head)  # (B, H, T, Dk)
+        k, v = memory_kv if memory_kv is not None else self.project_memory(memory)
+        if k.size(0) != x.size(0):
+            raise ValueError(f"memory batch {k.size(0)} != query batch {x.size(0)}")
+        q = self.hook_Q(self.split_heads(self.q_proj(x), self.d_head))  # (B, H, T, Dk)
         if self.q_norm is not None:
             q = self.q_norm(q)
-        return self._attend(q, k, v, mask, False, need_weights)
+        return self.output(self.attend(q, k, v, mask, False, need_weights))
 
 
 class LoopMultiHeadAttention(nn.Module):
@@ -410,6 +317,9 @@ class LoopMultiHeadAttention(nn.Module):
     def from_fused(cls, attn: SelfAttention) -> LoopMultiHeadAttention:
         """Copy a fused :class:`SelfAttention`'s weights into per-head matrices."""
         h, dk, dv = attn.n_heads, attn.d_head, attn.d_v
+        g = attn.n_kv_heads  # query head i uses key/value head i // (h // g)
+        if attn.alibi_slopes is not None or attn.window is not None:
+            raise ValueError("the loop form has no ALiBi or window; compare plain attention only")
         bias = attn.qkv_proj.bias is not None
         d_out = attn.d_out if attn.out_proj is not None else None
         loop = cls(attn.d_model, h, dk, dv, d_out, bias)
@@ -419,8 +329,8 @@ class LoopMultiHeadAttention(nn.Module):
             for i in range(h):
                 for lin, start, d in (
                     (loop.q[i], i * dk, dk),
-                    (loop.k[i], h * dk + i * dk, dk),
-                    (loop.v[i], 2 * h * dk + i * dv, dv),
+                    (loop.k[i], h * dk + (i // (h // g)) * dk, dk),
+                    (loop.v[i], (h + g) * dk + (i // (h // g)) * dv, dv),
                 ):
                     lin.weight.copy_(w[start : start + d])
                     if bias:
@@ -441,27 +351,24 @@ class LoopMultiHeadAttention(nn.Module):
         return self.out_proj(h) if self.out_proj is not None else h
 
 
-def _check_weights_layout(need_weights: bool, packing: Packing | None) -> None:
-    if need_weights and packing is not None and not packing.whole:
-        raise ValueError(
-            "attention weights (B, H, T, S) need the batch packed as one group "
-            "(make_packing without row groups)"
-        )
+def _applied_mask(mask: Tensor | None, b: int, t: int, s: int, device) -> Tensor:
+    """The mask the scores got, as (B, H|1, T, S) bool (all True when there was none)."""
+    if mask is None:
+        mask = torch.ones(t, s, dtype=torch.bool, device=device)
+    mask = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (B|1, H|1, T, S)
+    return mask.expand(b, mask.size(1), t, s)
 
 
-def _check_input(x: Tensor, width: int, name: str, packed: bool = False) -> None:
+def check_input(x: Tensor, width: int, name: str, layer: nn.Linear) -> None:
+    """x must be a floating (B, L, width) tensor of the layer's dtype, L > 0."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
-    if x.dim() != (2 if packed else 3) or x.size(-1) != width:
-        want = f"(N, {width}) packed" if packed else f"(B, L, {width})"
-        raise ValueError(f"{name} must have shape {want}, got {tuple(x.shape)}")
+    if x.dim() != 3 or x.size(-1) != width:
+        raise ValueError(f"{name} must have shape (B, L, {width}), got {tuple(x.shape)}")
     if x.size(-2) == 0:
         raise ValueError(f"{name} is an empty sequence (L=0)")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be floating point, got {x.dtype}")
-
-
-def _check_dtype(x: Tensor, layer: nn.Linear, name: str) -> None:
     if x.dtype != layer.weight.dtype and not torch.is_autocast_enabled(x.device.type):
         raise TypeError(
             f"{name} has dtype {x.dtype} but the attention weights are {layer.weight.dtype}; "

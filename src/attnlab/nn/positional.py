@@ -44,14 +44,31 @@ def default_positions(t: int, offset: int = 0, device: torch.device | None = Non
     return torch.arange(offset, offset + t, device=device)
 
 
-class NoPositions(nn.Module):
-    """No position information: the model sees a set of tokens (000; 001 "a set")."""
+class Positions(nn.Module):
+    """A position representation: a signal P for the positions, combined with the embeddings.
+
+    ``forward(x, positions)`` = ``combine(x, signal(positions, x))``; the two halves are public
+    so that a model can expose P itself (``attnlab.models.layers.Embeddings.hook_P``).
+    """
+
+    def signal(self, positions: Tensor, x: Tensor) -> Tensor | None:
+        """P for ``positions`` (T,) or (B, T), in x's dtype: (T|B,T, .) or None (no signal)."""
+        return None
+
+    def combine(self, x: Tensor, p: Tensor) -> Tensor:
+        """x~ = x + P (the additive representations)."""
+        return x + p  # (B, T, D)
 
     def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        return x
+        p = self.signal(positions, x)
+        return x if p is None else self.combine(x, p)
 
 
-class LearnedPositions(nn.Module):
+class NoPositions(Positions):
+    """No position information: the model sees a set of tokens (000; 001 "a set")."""
+
+
+class LearnedPositions(Positions):
     """x~_i = P_i + x_i with a learned table P in R^{N x D} (000). N = max_len bounds the length."""
 
     def __init__(self, max_len: int, d_model: int):
@@ -59,9 +76,9 @@ class LearnedPositions(nn.Module):
         self.max_len = max_len
         self.table = nn.Embedding(max_len, d_model)  # P
 
-    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
+    def signal(self, positions: Tensor, x: Tensor) -> Tensor:
         try:  # the lookup itself bounds-checks, so a decode step pays no extra reduction
-            return x + self.table(positions)  # (B, T, D)
+            return self.table(positions)  # (T|B,T, D)
         except IndexError:
             lo, hi = (int(v) for v in torch.aminmax(positions))
             if lo < 0:
@@ -72,18 +89,18 @@ class LearnedPositions(nn.Module):
             ) from None
 
 
-class SinusoidalPositions(nn.Module):
+class SinusoidalPositions(Positions):
     """x~_i = x_i + PE(i), the fixed Vaswani sinusoids; defined for any position (no table)."""
 
     def __init__(self, d_model: int, base: float = 10000.0):
         super().__init__()
         self.d_model, self.base = d_model, base
 
-    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        return x + sinusoidal_table(positions, self.d_model, self.base, x.dtype)
+    def signal(self, positions: Tensor, x: Tensor) -> Tensor:
+        return sinusoidal_table(positions, self.d_model, self.base, x.dtype)  # (T|B,T, D)
 
 
-class ConcatPositions(nn.Module):
+class ConcatPositions(Positions):
     """x~_i = W [x_i; PE(i)] + b: concatenate sinusoids, then project back to D (004 eq. 15).
 
     004 hypothesises that concatenation followed by a learned linear map lets the network build any
@@ -95,10 +112,12 @@ class ConcatPositions(nn.Module):
         self.d_pos, self.base = d_pos or d_model, base
         self.proj = nn.Linear(d_model + self.d_pos, d_model)
 
-    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        pe = sinusoidal_table(positions, self.d_pos, self.base, x.dtype)  # (T|B,T, d_pos)
-        pe = pe.expand(*x.shape[:-1], self.d_pos)  # (B, T, d_pos)
-        return self.proj(torch.cat([x, pe], dim=-1))  # (B, T, D)
+    def signal(self, positions: Tensor, x: Tensor) -> Tensor:
+        return sinusoidal_table(positions, self.d_pos, self.base, x.dtype)  # (T|B,T, d_pos)
+
+    def combine(self, x: Tensor, p: Tensor) -> Tensor:
+        p = p.expand(*x.shape[:-1], self.d_pos)  # (B, T, d_pos)
+        return self.proj(torch.cat([x, p], dim=-1))  # (B, T, D)
 
 
 def rotary_frequencies(
@@ -134,7 +153,7 @@ def rotary_frequencies(
     return (1 - smooth) * theta / factor + smooth * theta  # smooth 0: scaled, 1: kept
 
 
-class RotaryPositions(nn.Module):
+class RotaryPositions(Positions):
     """Rotary position embedding (RoPE): rotate each (i, i + Dh/2) pair of q and k by pos * theta_i.
 
     theta_i = base^(-2i/Dh) (see :func:`rotary_frequencies` for the context-extension scalings).
@@ -157,9 +176,6 @@ class RotaryPositions(nn.Module):
         # tensor: (positions, its version, dtype, cos, sin) of the last call spares the other
         # 2 x layers - 1 rotations recomputing the table (8 of 9 such computations at 4 layers).
         self._last: tuple | None = None
-
-    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        return x
 
     def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos(pos * theta_i), sin(pos * theta_i): (T, Dh/2) or (B, 1, T, Dh/2) in ``dtype``."""
@@ -197,7 +213,7 @@ def make_positions(
     base: float,
     *,
     frequencies: Tensor | None = None,
-) -> nn.Module:
+) -> Positions:
     """Build the position module named by a config. ``frequencies``: rotary theta_i (default
     base^(-2i/Dh)). ALiBi adds nothing to the embeddings (its biases act in attention)."""
     if kind == "learned":

@@ -15,6 +15,7 @@ import os
 import re
 import secrets
 import shutil
+import warnings
 from pathlib import Path
 
 from attnlab.errors import CheckpointError
@@ -59,7 +60,12 @@ def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
     root = _checkpoint_root(Path(run_dir))
     if root is None:
         return []
-    found = [p for p in root.iterdir() if _step_of(p) is not None and _is_complete(p)]
+    here = root.resolve()
+    found = [
+        p
+        for p in root.iterdir()
+        if _step_of(p) is not None and _is_complete(p) and p.resolve().parent == here
+    ]
     return sorted(found, key=lambda p: _step_of(p) or 0)
 
 
@@ -82,10 +88,18 @@ def _is_ours(path: Path) -> bool:
 def _read_pointer(root: Path, name: str) -> Path | None:
     """The complete checkpoint a pointer file names (or its displaced copy mid re-save)."""
     try:
-        target = root / (root / name).read_text(encoding="utf-8").strip()
+        text = (root / name).read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None
+    target = root / text
     if _step_of(target) is None:
+        return None
+    if Path(text).name != text or target.resolve().parent != root.resolve():
+        warnings.warn(
+            f"{str(root / name)!r} names {text!r}, which is not a checkpoint of this run; the "
+            f"pointer is ignored (a pointer holds a step_* name inside its own checkpoints/)",
+            stacklevel=3,
+        )
         return None
     for candidate in (target, root / f".old-{target.name}"):  # see _place_dir
         if _is_complete(candidate):
@@ -185,6 +199,8 @@ def _resolve(path: str | os.PathLike) -> Path:
     if p.is_file():
         if p.name in (LATEST, BEST) and (target := _read_pointer(p.parent, p.name)) is not None:
             return target
+        if p.name == LATEST and (found := list_checkpoints(p.parent)):
+            return found[-1]  # the pointer was not usable: the highest complete step
         raise CheckpointError(
             f"{str(p)!r} is a file, but a checkpoint is a directory (config.json + "
             f"model.safetensors); pass the directory that contains it"

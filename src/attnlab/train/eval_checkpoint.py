@@ -62,7 +62,7 @@ def evaluate_checkpoint(
     task = _task_of(ckpt.config.kind)
     if saved:
         try:
-            cfg = TrainConfig.from_dict(saved)
+            cfg = TrainConfig.from_dict({**saved, "best_metric": "val_loss"})  # unused here
         except ValueError as err:
             raise CheckpointError(f"{ckpt.path}: invalid saved train config: {err}") from None
     elif data is None:

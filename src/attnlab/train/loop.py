@@ -1,18 +1,18 @@
 """The training loop: ``train(run_config, run_dir=...)`` for every task kind and model family.
 
-One optimizer step s (0-based) does, on every process:
+A run is a sequence of named steps, each a method of :class:`_Run` (or a function it calls):
 
-    seed torch with f(seed, s, rank)                  dropout noise is a pure function of the step
-    lr_s = lr_at(s)                                   warm-up + decay (attnlab.train.optim)
-    for k in 0..grad_accum-1:                         shard k * world_size + rank of step s
-        L_k = sum of per-target losses of batch j     (attnlab.train.objectives)
-        backward(L_k * world_size / N)                N = targets in the step, over all ranks
-    clip the global gradient norm; optimizer.step()
+    _Run.start       run directory, resume point, data, model, optimizers, wrappers, logs
+    train_step       one optimizer step on every process (attnlab.train.step)
+    _Run.evaluate    validation metrics (rank 0)
+    _Run.log         one metrics.jsonl line per ``log_every`` steps (exact across resumes)
+    _Run.save        a checkpoint (rank 0), its failure stops every rank
+    GracefulStop     SIGINT / SIGTERM finish the step, save and stop (attnlab.train.signals)
 
-DDP averages gradients over ranks, so the update is that of the mean loss over all N targets of
-the global batch, exactly as one process would compute it (up to floating-point summation
-order). Because data order, dropout noise and the learning rate depend only on (seed, step,
-rank), a run resumed from a checkpoint at step s repeats steps s, s+1, ... bit for bit.
+Data order, dropout noise and the learning rate depend only on (seed, step, rank), and the
+optimizer and random-number states are saved with every checkpoint, so a run resumed from a
+checkpoint at step s repeats steps s, s+1, ... bit for bit. The sums of the open logging window are
+saved too, so the first line after a resume covers the same steps as in an uninterrupted run.
 
 Rank 0 alone evaluates (``eval_batches`` batches of the global batch size), writes metrics,
 plots and checkpoints; the others wait at a barrier.
@@ -24,11 +24,11 @@ import contextlib
 import math
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
@@ -38,7 +38,6 @@ from attnlab.train.atomic import atomic_write_text
 from attnlab.train.checkpoint import best_checkpoint, restore_training, save_checkpoint
 from attnlab.train.distributed import (
     DistInfo,
-    all_reduce_sum,
     autocast_dtype,
     barrier,
     broadcast_flag,
@@ -46,16 +45,19 @@ from attnlab.train.distributed import (
     init_distributed,
 )
 from attnlab.train.evaluate import Prediction, evaluate
-from attnlab.train.objectives import batch_loss, move_batch, target_count
-from attnlab.train.optim import build_optimizers, clip_gradients, set_lr
+from attnlab.train.optim import build_optimizers
 from attnlab.train.report import METRICS_FILE, PLOT_FILE, MetricsLog, TensorBoard, plot_loss
 from attnlab.train.report import progress_bar as make_progress_bar
 from attnlab.train.run_config import RunConfig, dump_toml
-from attnlab.train.setup import prepare_run
+from attnlab.train.setup import RunSetup, prepare_run
 from attnlab.train.signals import EXIT_CODES, GracefulStop
 from attnlab.train.state import restore_rng_state
+from attnlab.train.step import StepParts, StepStats, step_seed, train_step
+
+__all__ = ["TrainResult", "TrainingDiverged", "step_seed", "train"]
 
 CONFIG_FILE = "config.toml"
+EventHandler = Callable[[str, dict[str, Any]], None]
 
 
 class TrainingDiverged(UserError):
@@ -85,11 +87,6 @@ class TrainResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-def step_seed(seed: int, step: int, rank: int) -> int:
-    """The torch seed of one (step, rank): well mixed, independent of anything else."""
-    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1)[0])
-
-
 def train(
     run_config: RunConfig,
     *,
@@ -97,14 +94,21 @@ def train(
     resume: bool = False,
     progress: bool = True,
     stop_at: int | None = None,
+    allow_changes: bool = False,
+    on_event: EventHandler | None = None,
 ) -> TrainResult:
     """Train the model of ``run_config.model`` on ``run_config.train``'s task; see module doc.
 
     ``run_dir`` defaults to ``train.out``. With ``resume`` the run continues from the latest
     checkpoint there (bit-identically); without it a run directory that holds checkpoints is an
-    error, so saved work is never overwritten. ``stop_at`` ends this call after that global
-    step with a checkpoint (the schedule still runs to ``train.steps``), e.g. to split a long
-    run into pieces that fit a job time limit and continue each with ``resume``.
+    error, so saved work is never overwritten. A resume whose settings differ from the saved ones
+    in a way that changes the steps (learning rate, seed, data, ...) is refused unless
+    ``allow_changes``. ``stop_at`` ends this call after that global step with a checkpoint (the
+    schedule still runs to ``train.steps``), e.g. to split a long run into pieces that fit a job
+    time limit and continue each with ``resume``.
+
+    ``on_event(name, data)`` (rank 0) hears of the run as it happens: ``"resumed"`` (``path``,
+    ``step``) and ``"record"`` (every metrics.jsonl line, evaluations included).
     """
     if not isinstance(run_config, RunConfig):
         raise TypeError(f"train() needs a RunConfig, got {type(run_config).__name__}")
@@ -112,10 +116,15 @@ def train(
     info, device = init_distributed(cfg.device)
     try:
         with cpu_settings(cfg.threads):
-            run_dir = Path(run_dir or cfg.out)
-            return _train(run_config, run_dir, resume, progress, stop_at, info, device)
+            setup = prepare_run(run_config, Path(run_dir or cfg.out), resume, info, allow_changes)
+            run = _Run.start(run_config, setup, info, device, on_event or _ignore)
+            return run.go(progress, stop_at)
     finally:
         cleanup(info)
+
+
+def _ignore(name: str, data: dict[str, Any]) -> None:
+    return None
 
 
 @contextlib.contextmanager
@@ -137,175 +146,228 @@ def cpu_settings(threads: int):
         torch.set_num_threads(before)
 
 
-def _train(run_config: RunConfig, run_dir: Path, resume: bool, progress: bool,
-           stop_at: int | None, info: DistInfo, device: torch.device) -> TrainResult:  # fmt: skip
-    cfg = run_config.train
-    amp = autocast_dtype(cfg.dtype, device)
-    setup = prepare_run(run_config, run_dir, resume, info)
-    data, model_cfg, ckpt = setup.data, setup.model_config, setup.checkpoint
-    torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-    model = ckpt.model if ckpt is not None else build_model(model_cfg)
-    model.to(device).train()
-    optimizers = build_optimizers(model, cfg)
-    start, elapsed0 = 0, 0.0
-    if ckpt is not None:
-        extra = restore_training(ckpt, optimizers)
-        start, elapsed0 = extra["step"], float(extra.get("elapsed_s", 0.0))
-        restore_rng_state(extra["rng"])
-    if start > cfg.steps:
-        raise UserError(f"the checkpoint is at step {start}, past steps={cfg.steps}; "
-                        f"raise --steps to train longer")  # fmt: skip
+@dataclass
+class LogWindow:
+    """The steps since the previous metrics.jsonl line.
+
+    ``loss`` and ``steps`` are saved with each checkpoint, so a resumed run's first line averages
+    the same steps as an uninterrupted run. ``tokens`` and ``since`` measure throughput in this
+    process only. ``partial`` marks a window that lost the steps before a resume (a checkpoint
+    written before windows were saved).
+    """
+
+    loss: float = 0.0
+    steps: int = 0
+    tokens: float = 0.0
+    since: float = field(default_factory=time.perf_counter)
+    partial: bool = False
+
+    def add(self, stats: StepStats) -> None:
+        self.loss, self.steps = self.loss + stats.loss, self.steps + 1
+        self.tokens += stats.tokens
+
+    def close(self) -> dict[str, Any]:
+        """The window's share of a metrics line; the next window starts now."""
+        now = time.perf_counter()
+        line: dict[str, Any] = {
+            "train_loss": self.loss / self.steps,
+            "tokens_per_s": self.tokens / max(now - self.since, 1e-9),
+        }
+        if self.partial:
+            line["partial_window_steps"] = self.steps
+        self.loss, self.steps, self.tokens, self.since, self.partial = 0.0, 0, 0.0, now, False
+        return line
+
+    def state(self) -> dict[str, Any]:
+        return {"loss": self.loss, "steps": self.steps}
+
+    @classmethod
+    def resumed(cls, saved: Any, step: int, log_every: int) -> LogWindow:
+        """The window at a resumed ``step``: the saved sums, or a partial one if none were."""
+        if isinstance(saved, dict) and isinstance(saved.get("steps"), int):
+            return cls(loss=float(saved.get("loss", 0.0)), steps=saved["steps"])
+        return cls(partial=step % log_every != 0)
+
+
+@dataclass
+class _Run:
+    """One call of :func:`train`: its fixed parts and what changes from step to step."""
+
+    run_config: RunConfig
+    setup: RunSetup
+    parts: StepParts
+    result: TrainResult
+    window: LogWindow
+    on_event: EventHandler
+    log: MetricsLog | None = None
+    board: TensorBoard | None = None
+    elapsed0: float = 0.0  # training time of the run before this call (from the checkpoint)
+    evaluated_at: int = -1
+    started: float = field(default_factory=time.perf_counter)
+
+    @classmethod
+    def start(cls, run_config: RunConfig, setup: RunSetup, info: DistInfo, device: torch.device,
+              on_event: EventHandler) -> _Run:  # fmt: skip
+        """Build the model (or take the checkpoint's), its optimizers, wrappers and logs."""
+        cfg, data, ckpt = run_config.train, setup.data, setup.checkpoint
+        amp = autocast_dtype(cfg.dtype, device)
+        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+        model = ckpt.model if ckpt is not None else build_model(setup.model_config)
+        model.to(device).train()
+        optimizers = build_optimizers(model, cfg)
+        start, elapsed0, window = 0, 0.0, LogWindow()
+        if ckpt is not None:
+            extra = restore_training(ckpt, optimizers)
+            start, elapsed0 = extra["step"], float(extra.get("elapsed_s", 0.0))
+            window = LogWindow.resumed(extra.get("log_window"), start, cfg.log_every)
+            restore_rng_state(extra["rng"])  # last: nothing may draw random numbers after it
+        if start > cfg.steps:
+            raise UserError(f"the checkpoint is at step {start}, past steps={cfg.steps}; "
+                            f"raise --steps to train longer")  # fmt: skip
+        net = _wrap(model, cfg.compile, data.kind, info, device)
+        parts = StepParts(net, model, optimizers, data, cfg, info, device, amp)
+        result = TrainResult(setup.run_dir, start, start, [], {}, [], None, None, elapsed0, model,
+                             data.tokenizer, data.labels, ckpt.path if ckpt else None,
+                             summary=data.summary)  # fmt: skip
+        result.checkpoint = result.resumed_from
+        run = cls(run_config, setup, parts, result, window, on_event, elapsed0=elapsed0)
+        if info.is_main:
+            run_dir = setup.run_dir
+            atomic_write_text(run_dir / CONFIG_FILE, dump_toml(RunConfig(setup.model_config, cfg)))
+            run.log = MetricsLog(run_dir / METRICS_FILE, keep_until=start if ckpt else None)
+            run.board = TensorBoard(run_dir / "tensorboard") if cfg.tensorboard else None
+            if ckpt is not None:
+                on_event("resumed", {"path": ckpt.path, "step": start})
+        return run
+
+    # The loop ----------------------------------------------------------------------------
+    def go(self, progress: bool, stop_at: int | None) -> TrainResult:
+        """Run steps up to ``train.steps`` (or ``stop_at``), then finish."""
+        cfg, info, result = self.parts.cfg, self.parts.info, self.result
+        end = cfg.steps if stop_at is None else min(cfg.steps, max(stop_at, result.start_step))
+        bar = make_progress_bar(cfg.steps, result.start_step,
+                                progress and cfg.progress and info.is_main)  # fmt: skip
+        with GracefulStop() as stop, bar:
+            for step in range(result.start_step, end):
+                stats = train_step(self.parts, step, stop.requested)
+                done = self.account(step + 1, stats)
+                bar.update(1)
+                final = done == cfg.steps
+                metrics = self.evaluate(done) if self.wants_eval(done) else {}
+                if metrics or done % cfg.log_every == 0:
+                    record = self.write_log(done, stats, metrics)
+                    loss, rate = record["train_loss"], record["tokens_per_s"]
+                    bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rate:.0f}", refresh=False)
+                stopping, paused = stats.stop_votes > 0, done == end and not final
+                if final or stopping or paused or (cfg.save_every and done % cfg.save_every == 0):
+                    self.save(done, metrics)
+                if metrics and info.is_main:
+                    plot_loss(self.log.records, self.setup.run_dir / PLOT_FILE,
+                              title=str(self.setup.run_dir.name))  # fmt: skip
+                if stopping:
+                    result.stopped_by = stop.name or "SIGTERM"
+                    result.exit_code = EXIT_CODES.get(stop.signum, 143)
+                    break
+                if paused:
+                    break
+        return self.finish()
+
+    def account(self, done: int, stats: StepStats) -> int:
+        """Record a finished step; stop on a non-finite loss."""
+        result = self.result
+        result.step = done
+        result.elapsed_s = self.elapsed0 + time.perf_counter() - self.started
+        if not math.isfinite(stats.loss):
+            raise TrainingDiverged(
+                f"the training loss became {stats.loss} at step {done}; lower the learning "
+                f"rate (--lr), keep gradient clipping on (--grad-clip 1.0) or use fp32 "
+                f"(--dtype fp32). Checkpoints saved before this step are intact"
+            )
+        result.losses.append((done, stats.loss))
+        self.window.add(stats)
+        return done
+
+    def wants_eval(self, done: int) -> bool:
+        cfg = self.parts.cfg
+        return done == cfg.steps or bool(cfg.eval_every and done % cfg.eval_every == 0)
+
+    # Named steps -------------------------------------------------------------------------
+    def evaluate(self, step: int) -> dict[str, float]:
+        """Validation metrics on rank 0 (``eval_batches`` batches of the global batch)."""
+        p = self.parts
+        metrics: dict[str, float] = {}
+        if p.info.is_main:
+            size = p.cfg.batch_size * p.info.world_size  # the same set whatever the process count
+            res = evaluate(p.model, p.data, batch_size=size, max_batches=p.cfg.eval_batches,
+                           device=p.device, autocast_dtype=p.amp)  # fmt: skip
+            metrics = res.metrics
+            self.result.metrics, self.result.predictions = res.metrics, res.predictions
+        self.evaluated_at = step
+        barrier(p.info)
+        return metrics
+
+    def write_log(self, step: int, stats: StepStats, metrics: dict[str, float]) -> dict[str, Any]:
+        """Close the logging window into one metrics line (rank 0 writes it)."""
+        record = {"step": step, **self.window.close(), "lr": stats.lr,
+                  "elapsed_s": self.result.elapsed_s, "grad_norm": stats.grad_norm,
+                  **metrics}  # fmt: skip
+        if self.log is not None:
+            self.log.append(record)
+            if self.board is not None:
+                self.board.log(record)
+            self.on_event("record", record)
+        return record
+
+    def save(self, step: int, metrics: dict[str, float]) -> None:
+        """A checkpoint written by rank 0; if that fails, every rank raises."""
+        p, result, error = self.parts, self.result, None
+        if p.info.is_main:
+            extra = {"elapsed_s": result.elapsed_s, "world_size": p.info.world_size,
+                     "log_window": self.window.state()}  # fmt: skip
+            try:
+                result.checkpoint = save_checkpoint(
+                    self.setup.run_dir, model=p.model, config=self.setup.model_config,
+                    tokenizer=p.data.tokenizer, labels=p.data.labels, step=step,
+                    optimizer=p.optimizers, extra_state=extra, train_config=p.cfg.to_dict(),
+                    keep_last=p.cfg.keep_last, metric=metrics.get(p.cfg.best_metric),
+                    higher_is_better=p.cfg.higher_is_better,
+                )  # fmt: skip
+            except (UserError, OSError) as err:
+                error = err
+        if broadcast_flag(error is not None, p.info, p.device):
+            raise error or UserError("rank 0 failed to save a checkpoint; see its error above")
+
+    def finish(self) -> TrainResult:
+        """The last evaluation (if the loop had none at the end), plot, best checkpoint."""
+        p, result = self.parts, self.result
+        ended = result.stopped_by is None and result.step == p.cfg.steps
+        if self.evaluated_at != result.step and ended:  # e.g. resumed at the very end
+            self.evaluate(result.step)
+        if p.info.is_main:
+            if self.log is not None and self.log.records:
+                plot_loss(self.log.records, self.setup.run_dir / PLOT_FILE,
+                          title=str(self.setup.run_dir.name))  # fmt: skip
+            result.best_checkpoint = best_checkpoint(self.setup.run_dir)
+            if self.board is not None:
+                self.board.close()
+        p.model.eval()
+        return result
+
+
+def _wrap(model: nn.Module, compile: bool, kind: str, info: DistInfo,
+          device: torch.device) -> nn.Module:  # fmt: skip
+    """The module the steps call: DistributedDataParallel across processes, torch.compile."""
     net: nn.Module = model
     if info.enabled:
         ids = [device.index] if device.type == "cuda" else None
         net = nn.parallel.DistributedDataParallel(model, device_ids=ids)
-    if cfg.compile:
-        if data.kind != "lm":
+    if compile:
+        if kind != "lm":
             warnings.warn(
-                f"--compile on padded {data.kind} batches: their shapes change from batch to batch "
-                "and torch.compile recompiles for them (the dates preset, 120 steps: 93 s compiled "
-                "against 5.6 s eager); it pays off for LM windows, whose shape is fixed",
-                stacklevel=2,
+                f"--compile on padded {kind} batches: their shapes change from batch to batch "
+                "and torch.compile recompiles for them; it pays off for LM windows, whose shape "
+                "is fixed (measured in benchmarks/)",
+                stacklevel=3,
             )
         net = torch.compile(net)
-    full_config = RunConfig(model_cfg, cfg)
-    log = board = None
-    if info.is_main:
-        atomic_write_text(run_dir / CONFIG_FILE, dump_toml(full_config))
-        log = MetricsLog(run_dir / METRICS_FILE, keep_until=start if ckpt is not None else None)
-        board = TensorBoard(run_dir / "tensorboard") if cfg.tensorboard else None
-    result = TrainResult(run_dir, start, start, [], {}, [], None, None, elapsed0, model,
-                         data.tokenizer, data.labels, ckpt.path if ckpt else None,
-                         summary=data.summary)  # fmt: skip
-    result.checkpoint = ckpt.path if ckpt is not None else None
-    bar = make_progress_bar(cfg.steps, start, progress and cfg.progress and info.is_main)
-    t0 = last_t = time.perf_counter()
-    window_loss, window_steps, window_tokens = 0.0, 0, 0.0
-    evaluated_at = -1
-
-    def run_eval(step: int) -> dict[str, float]:
-        nonlocal evaluated_at
-        metrics: dict[str, float] = {}
-        if info.is_main:
-            # eval_batches batches of the global batch: the same set whatever the process count
-            size = cfg.batch_size * info.world_size
-            res = evaluate(model, data, batch_size=size, max_batches=cfg.eval_batches,
-                           device=device, autocast_dtype=amp)  # fmt: skip
-            metrics, result.metrics, result.predictions = res.metrics, res.metrics, res.predictions
-        evaluated_at = step
-        barrier(info)
-        return metrics
-
-    def save(step: int, metrics: dict[str, float]) -> None:
-        error = None
-        if info.is_main:
-            try:
-                result.checkpoint = save_checkpoint(
-                    run_dir, model=model, config=model_cfg, tokenizer=data.tokenizer,
-                    labels=data.labels, step=step, optimizer=optimizers,
-                    extra_state={"elapsed_s": result.elapsed_s, "world_size": info.world_size},
-                    train_config=cfg.to_dict(), keep_last=cfg.keep_last,
-                    metric=metrics.get(cfg.best_metric), higher_is_better=cfg.higher_is_better,
-                )  # fmt: skip
-            except (UserError, OSError) as err:
-                error = err
-        if broadcast_flag(error is not None, info, device):
-            raise error or UserError("rank 0 failed to save a checkpoint; see its error above")
-
-    with GracefulStop() as stop, bar:
-        end = cfg.steps if stop_at is None else min(cfg.steps, max(stop_at, start))
-        for step in range(start, end):
-            torch.manual_seed(step_seed(cfg.seed, step, info.rank))
-            lr = set_lr(optimizers, step, cfg)
-            batches = [
-                move_batch(data.train_batch(step, cfg.batch_size, k * info.world_size + info.rank,
-                                            cfg.grad_accum * info.world_size), device)
-                for k in range(cfg.grad_accum)
-            ]  # fmt: skip
-            count = torch.tensor([float(sum(target_count(b, data.kind) for b in batches))],
-                                 device=device)  # fmt: skip
-            n_targets = float(all_reduce_sum(count, info).item())
-            scale = info.world_size / n_targets
-            step_loss, step_tokens = 0.0, 0
-            for k, batch in enumerate(batches):
-                last = k == len(batches) - 1
-                sync = contextlib.nullcontext() if last or not info.enabled else net.no_sync()
-                with sync:
-                    with _autocast(device, amp):
-                        loss = batch_loss(net, batch, data.kind, cfg.label_smoothing)
-                    (loss.total * scale).backward()
-                step_loss += float(loss.total.detach()) / n_targets
-                step_tokens += loss.n_tokens
-            grad_norm = clip_gradients(model.parameters(), cfg.grad_clip)
-            for opt in optimizers:
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-            shared = torch.tensor([step_loss, float(step_tokens), float(stop.requested)],
-                                  dtype=torch.float64, device=device)  # fmt: skip
-            step_loss, step_tokens, stops = all_reduce_sum(shared, info).tolist()
-            done = step + 1
-            result.step, result.elapsed_s = done, elapsed0 + time.perf_counter() - t0
-            if not math.isfinite(step_loss):
-                raise TrainingDiverged(
-                    f"the training loss became {step_loss} at step {done}; lower the learning "
-                    f"rate (--lr), keep gradient clipping on (--grad-clip 1.0) or use fp32. "
-                    f"Checkpoints saved before this step are intact"
-                )
-            result.losses.append((done, step_loss))
-            window_loss, window_steps = window_loss + step_loss, window_steps + 1
-            window_tokens += step_tokens
-            bar.update(1)
-            final = done == cfg.steps
-            want_eval = final or (cfg.eval_every and done % cfg.eval_every == 0)
-            want_log = want_eval or done % cfg.log_every == 0
-            metrics = run_eval(done) if want_eval else {}
-            if want_log:
-                now = time.perf_counter()
-                record = {
-                    "step": done,
-                    "train_loss": window_loss / window_steps,
-                    "lr": lr,
-                    "tokens_per_s": window_tokens / max(now - last_t, 1e-9),
-                    "elapsed_s": result.elapsed_s,
-                    "grad_norm": grad_norm,
-                    **metrics,
-                }
-                last_t, window_loss, window_steps, window_tokens = now, 0.0, 0, 0.0
-                bar.set_postfix(
-                    loss=f"{record['train_loss']:.4f}",
-                    tok_s=f"{record['tokens_per_s']:.0f}",
-                    refresh=False,
-                )
-                if log is not None:
-                    log.append(record)
-                    if board is not None:
-                        board.log(record)
-            stopping = stops > 0
-            paused = done == end and not final
-            if final or stopping or paused or (cfg.save_every and done % cfg.save_every == 0):
-                save(done, metrics)
-            if want_eval and info.is_main:
-                plot_loss(log.records, run_dir / PLOT_FILE, title=str(run_dir.name))
-            if stopping:
-                result.stopped_by = stop.name or "SIGTERM"
-                result.exit_code = EXIT_CODES.get(stop.signum, 143)
-                break
-            if paused:
-                break
-    ended = result.stopped_by is None and result.step == cfg.steps
-    if evaluated_at != result.step and ended:  # e.g. resumed at the very end
-        run_eval(result.step)
-    if info.is_main:
-        if log is not None and log.records:
-            plot_loss(log.records, run_dir / PLOT_FILE, title=str(run_dir.name))
-        result.best_checkpoint = best_checkpoint(run_dir)
-        if board is not None:
-            board.close()
-    model.eval()
-    return result
-
-
-def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device.type, dtype=dtype)
+    return net

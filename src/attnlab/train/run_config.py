@@ -148,6 +148,13 @@ class TrainConfig:
         for name in ("data", "out", "best_metric"):
             if not getattr(self, name).strip():
                 _bad(name, getattr(self, name), "must not be empty")
+        metrics = metric_names(self.task, self.data)
+        if self.best_metric not in metrics:
+            raise ConfigValueError(
+                f"train.best_metric={self.best_metric!r} is not a metric of task {self.task!r}, "
+                f"so no best checkpoint would ever be chosen; use one of {list(metrics)}, e.g. "
+                f"--best-metric {metrics[-1]}"
+            )
 
     @property
     def higher_is_better(self) -> bool:
@@ -168,6 +175,18 @@ class TrainConfig:
 
     def replace(self, **changes: Any) -> TrainConfig:
         return _build(TrainConfig, {**self.to_dict(), **changes}, "train")
+
+
+def metric_names(task: str, data: str) -> tuple[str, ...]:
+    """The validation metrics training records for ``task`` (attnlab.train.evaluate)."""
+    from attnlab.data import TASKS
+
+    if task == "classify":
+        return ("val_loss", "val_accuracy")
+    if task == "lm":
+        return ("val_loss", "val_ppl")
+    text = () if data in TASKS else ("val_bleu", "val_chrf")  # file pairs get BLEU and chrF
+    return ("val_loss", "val_ppl", *text, "val_exact_match")
 
 
 def _bad(name: str, value: Any, rule: str) -> None:

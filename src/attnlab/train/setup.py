@@ -9,12 +9,17 @@ The rules a user can rely on:
 * The data decides the sizes the model config leaves open: ``vocab_size`` = the tokenizer's,
   ``n_classes`` = the number of labels, ``pad_id`` = the tokenizer's pad id. A resumed run takes
   its tokenizer and labels from the checkpoint, and the model config must equal the saved one.
+* A resumed run continues the saved run: training settings that change the remaining steps
+  (learning rate, seed, batch, data, ...) may differ from the saved ones only when asked
+  (``allow_changes``); any difference is named. Settings that only change what is logged or kept
+  (``eval_every``, ``keep_last``, ...) and ``steps`` (to extend a finished run) may change.
 * The model kind must fit the task: ``lm`` trains decoder_lm / rnn_lm, ``seq2seq`` trains
   encoder_decoder / lstm_seq2seq and ``classify`` trains classifier.
 """
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -68,6 +73,48 @@ def _differences(saved: ModelConfig, wanted: ModelConfig) -> list[str]:
     return [f"{k}: checkpoint {a[k]!r}, config {b[k]!r}" for k in a if a[k] != b[k]]
 
 
+# TrainConfig fields a resumed run may change without changing its remaining steps.
+RESUME_SAFE = ("steps", "eval_every", "eval_batches", "save_every", "keep_last", "best_metric",
+               "log_every", "progress", "tensorboard", "out")  # fmt: skip
+
+
+def changed_settings(saved: Any, cfg: Any) -> tuple[list[str], list[str]]:
+    """(changes that alter the remaining steps, harmless changes) between a checkpoint's saved
+    train config (a dict) and this run's TrainConfig, each as ``"lr 0.001 -> 0.003"``."""
+    if not isinstance(saved, dict):
+        return [], []
+    now = cfg.to_dict()
+    breaking, harmless = [], []
+    for key, value in now.items():
+        old = saved.get(key, value)
+        if isinstance(old, list):
+            old = tuple(old)
+        if old != value:
+            text = f"{key} {old!r} -> {value!r}"
+            (harmless if key in RESUME_SAFE else breaking).append(text)
+    return breaking, harmless
+
+
+def check_resume_settings(ckpt: Checkpoint, cfg: Any, allow_changes: bool,
+                          announce: bool = True) -> None:  # fmt: skip
+    """Refuse (or with ``allow_changes`` announce) settings that differ from the saved run's."""
+    saved = (ckpt.train_state or {}).get("train_config")
+    breaking, harmless = changed_settings(saved, cfg)
+    if breaking and not allow_changes:
+        raise ConfigError(
+            f"--resume with settings that differ from the run saved at {ckpt.path.name}: "
+            f"{'; '.join(breaking)}. They change the remaining steps, so the run would no longer "
+            f"match an uninterrupted one; drop those flags (or [train] keys) to continue exactly, "
+            f"pass --allow-changes to continue with the new settings, or train into a new --out"
+        )
+    if announce and (breaking or harmless):
+        warnings.warn(
+            f"resuming {ckpt.path.name} with changed settings: {'; '.join(breaking + harmless)}"
+            + (" (the remaining steps differ from the saved run's)" if breaking else ""),
+            stacklevel=3,
+        )
+
+
 def find_resume_point(run_dir: Path, resume: bool) -> Path | None:
     """The checkpoint to continue from, or None for a fresh run (see module docstring)."""
     latest = latest_checkpoint(run_dir) if run_dir.is_dir() else None
@@ -80,7 +127,8 @@ def find_resume_point(run_dir: Path, resume: bool) -> Path | None:
     return latest if resume else None
 
 
-def prepare_run(run_config: Any, run_dir: Path, resume: bool, info: DistInfo) -> RunSetup:
+def prepare_run(run_config: Any, run_dir: Path, resume: bool, info: DistInfo,
+                allow_changes: bool = False) -> RunSetup:  # fmt: skip
     """Resolve the run directory, resume point, data and model config (all ranks)."""
     cfg = run_config.train
     check_kind(run_config.model, cfg.task)
@@ -93,6 +141,7 @@ def prepare_run(run_config: Any, run_dir: Path, resume: bool, info: DistInfo) ->
         ckpt = load_checkpoint(path, map_location="cpu")
         if ckpt.train_state is None:
             raise CheckpointError(f"{str(path)!r} has no training state; it cannot be resumed")
+        check_resume_settings(ckpt, cfg, allow_changes, announce=info.is_main)
     tokenizer = ckpt.tokenizer if ckpt is not None else None
     labels = ckpt.labels if ckpt is not None else None
 

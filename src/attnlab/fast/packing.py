@@ -13,9 +13,9 @@ forward + backward of flash attention at (B, H, Dh) = (64, 8, 32), 12.9 ms in on
 padding positions are defined as zero.
 
 Inside a group, row j holds its tokens at positions 0..l_j-1, the same positions as in the
-original right-padded batch, so masks and positions are sliced, not re-derived. Left-padded
-batches (batched LM prompts) and requests for attention weights use a single group: the
-original rows in order, padded to T.
+original right-padded batch, so masks and positions are sliced, not re-derived. Batches that
+cannot be grouped (left padding, at most ``GROUP_ROWS`` rows) are not packed: the fast models
+run them through the plain forward.
 
 Shapes: B batch, T length, N real tokens, D features; per group b rows and length T_g.
 """
@@ -27,9 +27,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
-# Rows per attention group: fewer groups pad more, more groups cost more calls. Measured on the
-# seq2seq benchmark step (B = 64, 20 interleaved rounds): 8 rows 2913, 16 rows 3011, 32 rows 2954
-# target tokens/s, one group 2887.
+# Rows per attention group: fewer groups pad more, more groups cost more calls (benchmarks/
+# ANALYSIS.md, "Fast paths").
 GROUP_ROWS = 16
 
 
@@ -50,7 +49,6 @@ class Packing(NamedTuple):
     batch: int
     length: int
     groups: tuple[Group, ...]
-    whole: bool  # one group: every row, in order, padded to T (masks and positions apply as is)
 
 
 def length_groups(key_padding_mask: Tensor, *others: Tensor | None) -> list[Tensor] | None:
@@ -66,26 +64,13 @@ def length_groups(key_padding_mask: Tensor, *others: Tensor | None) -> list[Tens
     return list(order.split(GROUP_ROWS))
 
 
-def make_packing(
-    key_padding_mask: Tensor | None, row_groups: list[Tensor] | None = None
-) -> Packing | None:
-    """A Packing for a (B, T) mask (True = real token).
-
-    Without ``row_groups``: one group of all rows in order, or None when nothing is padding.
-    With ``row_groups`` (from :func:`length_groups`, right padding): one group per entry, even
-    when nothing is padding, so that a source and a target packing share their groups.
-    """
-    if key_padding_mask is None:
-        return None
-    b, t = key_padding_mask.shape
-    if row_groups is None:
-        if bool(key_padding_mask.all()):
-            return None
-        rows = torch.arange(b, device=key_padding_mask.device)
-        index = key_padding_mask.reshape(-1).nonzero().squeeze(1)  # (N,)
-        return Packing(index, b, t, (Group(0, index.numel(), rows, t, index),), True)
+def make_packing(key_padding_mask: Tensor, row_groups: list[Tensor]) -> Packing:
+    """A Packing of a right-padded (B, T) mask (True = real token) into ``row_groups`` (from
+    :func:`length_groups`): one group per entry, even when nothing is padding, so that a source
+    and a target packing share their groups."""
     if not _right_padded(key_padding_mask):
         raise ValueError("row groups need right padding: every row's real tokens first")
+    b, t = key_padding_mask.shape
     lengths = key_padding_mask.sum(dim=1)  # (B,)
     groups, flat, start = [], [], 0
     for rows in row_groups:
@@ -95,7 +80,7 @@ def make_packing(
         flat.append(rows[local // length] * t + local % length)  # (n_g,) b * T + t
         groups.append(Group(start, start + local.numel(), rows, length, local))
         start += local.numel()
-    return Packing(torch.cat(flat), b, t, tuple(groups), False)
+    return Packing(torch.cat(flat), b, t, tuple(groups))
 
 
 def pack(x: Tensor, packing: Packing) -> Tensor:
@@ -112,22 +97,7 @@ def unpack(x: Tensor, packing: Packing) -> Tensor:
 
 def row_major(x: Tensor, packing: Packing) -> Tensor:
     """Packed (N, D) -> the same rows in the batch's row-major order, as ``x_padded[mask]``."""
-    if packing.whole:
-        return x  # one group in batch order: packed order is row-major already
     return x.index_select(0, packing.index.argsort())
-
-
-def unpack_group(x: Tensor, group: Group) -> Tensor:
-    """The group's slice of packed (N, D) -> (b, T_g, D), zeros at padding positions."""
-    b, d = group.rows.numel(), x.size(-1)
-    out = x.new_zeros(b * group.length, d)
-    out = out.index_copy(0, group.index, x[group.start : group.end])
-    return out.view(b, group.length, d)
-
-
-def pack_group(x: Tensor, group: Group) -> Tensor:
-    """(b, T_g, D) -> (n_g, D): the group's real tokens."""
-    return x.reshape(-1, x.size(-1)).index_select(0, group.index)
 
 
 def grouped_heads(x: Tensor, packing: Packing, parts: int, n_heads: int) -> list[list[Tensor]]:
@@ -173,12 +143,9 @@ def packed_heads(per_group: list[Tensor], packing: Packing) -> Tensor:
     return torch.cat(rows).view(packing.index.numel(), -1)
 
 
-def group_mask(mask: Tensor | None, group: Group, key_group: Group, whole: bool) -> Tensor | None:
-    """A (B|1, H|1, T|1, S) attention mask cut to the group: its rows, T_g queries, S_g keys.
-
-    ``whole`` (``Packing.whole``): a single group of every row in order: nothing to cut.
-    """
-    if mask is None or whole:
+def group_mask(mask: Tensor | None, group: Group, key_group: Group) -> Tensor | None:
+    """A (B|1, H|1, T|1, S) attention mask cut to the group: its rows, T_g queries, S_g keys."""
+    if mask is None:
         return mask
     if mask.size(0) > 1:
         mask = mask.index_select(0, group.rows)
@@ -187,10 +154,8 @@ def group_mask(mask: Tensor | None, group: Group, key_group: Group, whole: bool)
     return mask[..., : key_group.length]
 
 
-def group_positions(positions: Tensor | None, group: Group, whole: bool) -> Tensor | None:
+def group_positions(positions: Tensor, group: Group) -> Tensor:
     """Positions (T,) or (B, T) cut to the group's rows and T_g columns."""
-    if positions is None or whole:
-        return positions
     if positions.dim() == 2:
         positions = positions.index_select(0, group.rows)
     return positions[..., : group.length]

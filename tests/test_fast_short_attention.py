@@ -1,4 +1,4 @@
-"""The short-key attention node (``attnlab.nn.short_attention``): when it is chosen, and that its
+"""The short-key attention node (``attnlab.fast.short_attention``): when it is chosen, and that its
 hand-written gradient is eq. 9's (against autograd on the explicit path, in float64, on the
 non-contiguous head layouts the multi-head modules pass in). The NumPy oracle and gradcheck cover
 it through tests/test_attention.py's ``path`` fixture."""
@@ -8,10 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-import attnlab.nn.attention as attention_module
+from attnlab.fast.short_attention import SHORT_KEYS, short_key_attention, use_short_keys
 from attnlab.nn import scaled_dot_product_attention
-from attnlab.nn.masks import padding_mask
-from attnlab.nn.short_attention import SHORT_KEYS, short_key_attention, use_short_keys
+from attnlab.nn.masks import causal_mask, padding_mask
 
 
 def _heads(b, t, h, d, dtype=torch.float64):
@@ -34,30 +33,23 @@ def test_chosen_for_short_masked_cpu_attention_only():
     assert not use_short_keys(q.bfloat16(), k.bfloat16(), 0.0)  # half precision: fused
 
 
-def test_used_only_with_a_mask(monkeypatch):
-    calls = []
-    monkeypatch.setattr(attention_module, "short_key_attention",
-                        lambda *a: calls.append(a) or short_key_attention(*a))  # fmt: skip
-    q, k, v = (torch.randn(2, 2, 6, 4) for _ in range(3))
-    scaled_dot_product_attention(q, k, v, causal=True)  # T == S causal: is_causal kernel
-    assert not calls
-    scaled_dot_product_attention(q, k, v, _key_padding(2, 6, [6, 3]))
-    scaled_dot_product_attention(q[:, :, :2], k, v, causal=True)  # bottom-right causal = a mask
-    assert len(calls) == 2
-
-
 @pytest.mark.parametrize("causal", [False, True], ids=["padding", "padding+causal"])
 def test_value_and_gradients_equal_autograd_on_the_explicit_path(causal):
     b, t, h, d = 3, 9, 2, 4
     mask = _key_padding(b, t, [9, 5, 1])
     grad_out = torch.randn(b, h, t, d, dtype=torch.float64)
+    if causal:
+        mask = mask & causal_mask(t)
     results = []
-    for need_weights in (False, True):  # the node, then the explicit path under autograd
+    for node in (True, False):  # the node, then the explicit path under autograd
         torch.manual_seed(0)
         qkv, q, k, v = _heads(b, t, h, d)
-        out = scaled_dot_product_attention(q, k, v, mask, causal=causal, need_weights=need_weights)
-        out.out.backward(grad_out)
-        results.append((out.out.detach(), qkv.grad))
+        if node:
+            out = short_key_attention(q, k, v, mask, d**-0.5)
+        else:
+            out = scaled_dot_product_attention(q, k, v, mask, need_weights=True).out
+        out.backward(grad_out)
+        results.append((out.detach(), qkv.grad))
     (got, got_grad), (want, want_grad) = results
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(got_grad, want_grad, rtol=1e-12, atol=1e-12)
@@ -80,22 +72,3 @@ def test_second_derivative_is_refused_not_wrong():
     (grad_q,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match="once_differentiable"):
         grad_q.sum().backward()
-
-
-def test_torch_func_transforms_take_the_fused_kernel():
-    """torch.func.grad / vmap worked through the fused kernel before this node existed; under a
-    transform the node steps aside (it has no functorch rules), with the same result."""
-    q, k, v = (torch.randn(2, 2, 5, 4, dtype=torch.float64) for _ in range(3))
-    mask = _key_padding(2, 5, [5, 3])
-
-    def loss(q):
-        return scaled_dot_product_attention(q, k, v, mask).out.square().sum()
-
-    q_eager = q.clone().requires_grad_()
-    loss(q_eager).backward()  # the node (eager autograd)
-    torch.testing.assert_close(torch.func.grad(loss)(q), q_eager.grad)
-    per_row = torch.func.vmap(lambda q1: scaled_dot_product_attention(
-        q1[None], k[:1], v[:1], mask[:1]).out[0])(q[:1])  # fmt: skip
-    torch.testing.assert_close(
-        per_row, scaled_dot_product_attention(q[:1], k[:1], v[:1], mask[:1]).out
-    )

@@ -1,0 +1,59 @@
+"""``attnlab explore``: the attention explorer, a local web page over a model.
+
+    attnlab explore runs/dates                 # a run directory or checkpoint
+    attnlab explore gpt2/ --port 8001          # a local Hugging Face GPT-2 directory
+
+The page works offline (everything it needs ships in the package) and the server listens on
+127.0.0.1 unless ``--host`` says otherwise. See docs/explorer.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "explore",
+        help="open a model in the attention explorer (a local web page)",
+        description="Serve the attention explorer for a model: tokens, attention maps of every "
+        "layer and head, a one-head walkthrough of the equations, positions, the next-token "
+        "distribution, streamed continuations and head ablation.",
+    )
+    p.add_argument(
+        "path",
+        metavar="PATH",
+        help="run directory or checkpoint written by `attnlab train`, or a local Hugging Face "
+        "GPT-2 directory (config.json, model.safetensors, tokenizer.json)",
+    )
+    p.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: %(default)s, this machine only; 0.0.0.0 serves "
+        "every interface: anyone who can reach it can use the model)",
+    )
+    p.add_argument(
+        "--port", type=int, default=8000, help="port to listen on (default: %(default)s)"
+    )
+    p.add_argument(
+        "--device", default="cpu", help="device to run the model on (default: %(default)s)"
+    )
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from attnlab.explore import LoadOptions, Session, load
+    from attnlab.explore.server import serve
+
+    loaded = load(args.path, LoadOptions(device=args.device))
+    session = Session(loaded.model, loaded.tokenizer, name=loaded.name, labels=loaded.labels)
+
+    def ready(url: str) -> None:
+        print(f"attnlab explore: {loaded.name} at {url}  (Ctrl-C to stop)", flush=True)
+
+    if not 0 <= args.port < 65536:
+        raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
+    serve(session, args.host, args.port, on_ready=ready)
+    print("attnlab explore: stopped", file=sys.stderr)
+    return 0

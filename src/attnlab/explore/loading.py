@@ -1,0 +1,114 @@
+"""What ``attnlab explore PATH`` can open: a run directory, a checkpoint, a local GPT-2 directory.
+
+Only safe formats are read: attnlab checkpoints (safetensors + JSON, checked against their
+manifest) and Hugging Face directories with ``model.safetensors`` (or safetensors shards) and a
+``tokenizer.json``. A directory that offers only ``pytorch_model.bin`` (a pickle) is refused with
+a message saying how to convert it. Nothing is downloaded.
+
+:class:`LoadOptions` is where options that change how weights are read belong (the device now;
+reduced-precision decode weights later), so the CLI, the app and the widget share one signature.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from torch import nn
+
+from attnlab.errors import CheckpointError
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How to load the model: ``device`` ("cpu", "cuda", ...)."""
+
+    device: str = "cpu"
+
+
+class Loaded(NamedTuple):
+    model: nn.Module
+    tokenizer: Any  # the attnlab Tokenizer interface: encode, decode, token_to_str, vocab_size
+    name: str  # what the page shows as the model's name
+    labels: Any = None  # a classifier's class names
+
+
+def load(path: str | os.PathLike, options: LoadOptions | None = None) -> Loaded:
+    """Open ``path`` (run dir, checkpoint dir, or local HF GPT-2 dir) for exploring."""
+    options = options or LoadOptions()
+    root = Path(path)
+    if not root.exists():
+        raise CheckpointError(
+            f"{str(root)!r} does not exist; give a run directory or checkpoint written by "
+            "`attnlab train`, or a local Hugging Face GPT-2 directory"
+        )
+    config = root / "config.json"
+    if root.is_dir() and config.is_file() and _is_hf_config(config):
+        return _load_hf_gpt2(root, options)
+    from attnlab.train.checkpoint_load import load_checkpoint
+
+    ckpt = load_checkpoint(root, map_location=options.device)
+    if ckpt.tokenizer is None:
+        raise CheckpointError(
+            f"the checkpoint at {str(ckpt.path)!r} has no tokenizer.json, so text cannot be "
+            "turned into tokens; save the checkpoint with its tokenizer"
+        )
+    return Loaded(ckpt.model, ckpt.tokenizer, f"{root.name} (step {ckpt.step})", ckpt.labels)
+
+
+def _is_hf_config(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False  # let the checkpoint loader report the damaged file
+    return isinstance(data, dict) and "model_type" in data and "format" not in data
+
+
+def _load_hf_gpt2(root: Path, options: LoadOptions) -> Loaded:
+    from attnlab.interop.gpt2_files import from_pretrained_dir
+
+    if not any((root / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
+        raise CheckpointError(
+            f"{str(root)!r} has no model.safetensors; the explorer never loads pickle files "
+            "(pytorch_model.bin). Convert once with transformers: "
+            "`GPT2LMHeadModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)`"
+        )
+    tok_file = root / "tokenizer.json"
+    if not tok_file.is_file():
+        raise CheckpointError(
+            f"{str(root)!r} has no tokenizer.json; save the tokenizer next to the weights "
+            "(`AutoTokenizer.from_pretrained(dir).save_pretrained(dir)`)"
+        )
+    model = from_pretrained_dir(root).to(options.device).eval()
+    config = json.loads((root / "config.json").read_text(encoding="utf-8"))
+    return Loaded(model, HFTokenizer(tok_file, config), root.name)
+
+
+class HFTokenizer:
+    """A Hugging Face ``tokenizer.json`` behind the attnlab Tokenizer interface."""
+
+    def __init__(self, path: Path, config: dict[str, Any]):
+        from tokenizers import Tokenizer
+
+        try:
+            self.hf = Tokenizer.from_file(str(path))
+        except Exception as err:  # the library raises a bare Exception on bad files
+            raise CheckpointError(f"{str(path)!r} is not a valid tokenizer.json: {err}") from None
+        self.vocab_size = self.hf.get_vocab_size()
+        self.bos_id = config.get("bos_token_id")
+        self.eos_id = config.get("eos_token_id")
+        self.pad_id = config.get("pad_token_id")
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids, *, skip_special: bool = True) -> str:
+        return self.hf.decode([int(i) for i in ids], skip_special_tokens=skip_special)
+
+    def token_to_str(self, id: int) -> str:
+        from attnlab.data.tokenizers import visible
+
+        return visible(self.hf.decode([int(id)], skip_special_tokens=False))

@@ -1,0 +1,207 @@
+"""The one-head walkthrough and the position view: each step with the note and equation it shows.
+
+Notes are cited by their file number in ``shared/seeds/`` (000 "Self-Attention and Transformers,
+a mathematical approach", 001 "Basic self-attention", 002 "Q, K, V as projections", 003
+"Transformers" (Agarwal), 004 "Lecture notes on attention & transformers"); see docs/math.md.
+
+Shapes: T queries, S keys, D d_model, Dm memory width, H heads, Dk, Dv per head, Do output.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from attnlab.explore.probes import matrix
+from attnlab.nn import positional
+from attnlab.nn.multihead import CrossAttention
+
+
+def _step(key, title, equation, note, values, rows, cols, **extra) -> dict[str, Any]:
+    values = values.to(torch.float64) if values.dtype == torch.bool else values
+    return {"key": key, "title": title, "equation": equation, "note": note,
+            "shape": list(values.shape), "rows": rows, "cols": cols, "values": matrix(values),
+            **extra}  # fmt: skip
+
+
+def _dims(prefix: str, n: int) -> list[str]:
+    return [f"{prefix}{i}" for i in range(n)]
+
+
+def walkthrough_steps(
+    q: dict[str, Tensor], module: nn.Module, head: Any, axes: dict[str, list[str]], cfg: Any
+) -> list[dict[str, Any]]:
+    """The steps of head_h = softmax(Q K^T / sqrt(d_k) + mask) V and of W^O, for head ``head.head``.
+
+    ``q`` holds the quantities of :func:`attnlab.explore.probes.head_steps` (all heads).
+    """
+    h, rows, cols = head.head, axes["rows"], axes["cols"]
+    cross = isinstance(module, CrossAttention)
+    dk, dv, n_heads = module.d_head, module.d_v, module.n_heads
+    rotary = getattr(module, "rotary", None) is not None
+    pre = getattr(cfg, "norm_placement", "pre") == "pre"
+    src = "M" if cross else "X"
+    x_note = (
+        "000 'Notation': x_i = E w_i, plus the position signal (000 'Position representations'); "
+        + ("pre-norm blocks feed LN(h) to attention (000 'Add & Norm')." if pre else
+           "post-norm blocks feed the residual stream h itself.")
+    )  # fmt: skip
+    steps = [
+        _step("X", "Input X (one row per query token)", "X ∈ R^{T×d}", x_note, q["X"], rows,
+              _dims("d", q["X"].size(-1))),
+    ]  # fmt: skip
+    if cross:
+        steps.append(_step("M", "Memory M (the encoder's output)", "M = h^(x) ∈ R^{S×d}",
+                           "000 'Cross-Attention': keys and values come from the encoder.",
+                           q["M"], cols, _dims("d", q["M"].size(-1))))  # fmt: skip
+    rot = " (then rotated by RoPE: q_m, k_n turned by m·θ_i, n·θ_i)" if rotary else ""
+    steps += [
+        _step("Q", f"Queries Q = X W_Q (head {h})", f"Q = X W_Q^{h} ∈ R^{{T×{dk}}}" + rot,
+              "002: Q = X W_Q with W_Q ∈ R^{d_model×d_k}; 004 eq. 13 head_i uses Q W_i^Q.",
+              q["Q"][h], rows, _dims("k", dk)),
+        _step("K", f"Keys K = {src} W_K (head {h})", f"K = {src} W_K^{h} ∈ R^{{S×{dk}}}" + rot,
+              "002: K = X W_K; 000 'Cross-Attention': k_j = K h^(x)_j." if cross else
+              "002: K = X W_K; 001: the key k_i = W_k x_i.", q["K"][h], cols, _dims("k", dk)),
+        _step("V", f"Values V = {src} W_V (head {h})", f"V = {src} W_V^{h} ∈ R^{{S×{dv}}}",
+              "002: V = X W_V; 001: the value v_i = W_v x_i.", q["V"][h], cols, _dims("v", dv)),
+        _step("scores", "Dot products Q Kᵀ", "scores_ij = q_i · k_j",
+              "000: alpha_ij = softmax(q_i^T k_j); 001: w'_ij = q_i^T k_j.", q["scores"][h],
+              rows, cols),
+        _step("scaled", "Scaled by 1/√d_k", f"scaled = Q Kᵀ · {float(q['factor']):.6g}"
+              f" (1/√{dk})", "004 eq. 9: a(Q K^T / sqrt(d_q)); 001 'scaling the dot product' "
+              "keeps the softmax out of its flat regions.", q["scaled"][h], rows, cols),
+        _step("mask", "Mask (1 = may attend)", "M_ij = 0 ⇒ A_ij = 0",
+              "000 'future mask': alpha_ij = 0 for j > i; 004: M ∈ {0,1}^{N×M}." if not cross
+              else "004: M ∈ {0,1}^{N×M}; cross-attention sees every real source token.",
+              q["mask"], rows, cols),
+        _step("A", "Softmax over each row: the attention weights A", "A = softmax(scaled + log M)",
+              "004 eq. 9 with a = softmax, row by row (000 'Notation': softmax over the last "
+              "axis); each row sums to 1.", q["A"][h], rows, cols),
+        _step("heads", f"Head output A V (head {h})", f"head_{h} = A V ∈ R^{{T×{dv}}}",
+              "000: h_i = sum_j alpha_ij v_j; 004 eq. 9.", q["heads"][h], rows, _dims("v", dv)),
+        _step("concat", "Concatenate the heads", f"[head_0; …; head_{n_heads - 1}] ∈ "
+              f"R^{{T×{n_heads * dv}}}", "004 eq. 13 concat(head_1, ..., head_h); 002: "
+              "Z = Concat(Z^(1), ..., Z^(H)).", q["concat"], rows,
+              [f"h{i}.{j}" for i in range(n_heads) for j in range(dv)],
+              highlight=[h * dv, (h + 1) * dv]),
+    ]  # fmt: skip
+    if module.out_proj is not None:
+        steps.append(
+            _step(
+                "out",
+                "Output projection W^O",
+                "MultiHead = concat W^O",
+                "004 eq. 13: MultiHead(Q, K, V) = concat(head_1..head_h) W^O; 003: O = A W_O^T.",
+                q["out"],
+                rows,
+                _dims("d", q["out"].size(-1)),
+            )
+        )
+    else:
+        steps.append({"key": "out", "title": "No output projection", "equation": "Z = concat",
+                      "note": "002 keeps the concatenation without W^O.", "shape": [],
+                      "rows": [], "cols": [], "values": []})  # fmt: skip
+    return steps
+
+
+def positions_view(
+    model: nn.Module, cfg: Any, inputs: dict[str, list[int]], labels
+) -> dict[str, Any]:
+    """For each embedding of the model, the position signal it uses for these tokens."""
+    from attnlab.models.layers import Embeddings
+
+    views = []
+    embeds = [(p, m) for p, m in model.named_modules() if isinstance(m, Embeddings)]
+    for path, embed in embeds:
+        side = "source" if "encoder" in path and "source" in inputs else "target"
+        ids = inputs[side]
+        pos = torch.arange(len(ids))  # (T,)
+        enc = embed.pos_enc
+        view = {"module": path, "side": side, "tokens": labels(ids)}
+        with torch.inference_mode():
+            view.update(_signal(enc, pos))
+        views.append(view)
+    if not embeds:
+        views.append({
+            "module": "", "side": "target", "tokens": labels(inputs["target"]), "kind": "none",
+            "equation": "h_t = σ(W h_{t-1} + U x_t)", "values": [],
+            "note": "A recurrent model has no position signal: order comes from reading the "
+                    "tokens one after another (000 'Problems with RNN'; 004 eq. 2).",
+        })  # fmt: skip
+    return {"views": views}
+
+
+def _signal(enc: nn.Module, pos: Tensor) -> dict[str, Any]:
+    if isinstance(enc, positional.LearnedPositions):
+        table = enc.table.weight[pos]  # (T, D)
+        return {"kind": "learned", "equation": "x~_i = x_i + P_i,  P ∈ R^{N×d} (learned)",
+                "note": "000 'Position representations': a learned table P, one row per "
+                        "position; N bounds the length.", "values": matrix(table)}  # fmt: skip
+    if isinstance(enc, positional.SinusoidalPositions):
+        pe = positional.sinusoidal_table(pos, enc.d_model, enc.base)  # (T, D)
+        return {
+            "kind": "sinusoidal",
+            "equation": "PE(n, 2i) = sin(n / 10000^{2i/d}), PE(n, 2i+1) = cos(n / 10000^{2i/d})",
+            "note": "004 eq. 16 (and 003): fixed "
+            "sinusoids added to the embeddings, x~_n = x_n + PE(n).",
+            "values": matrix(pe),
+        }
+    if isinstance(enc, positional.ConcatPositions):
+        pe = positional.sinusoidal_table(pos, enc.d_pos, enc.base)  # (T, d_pos)
+        return {"kind": "concat", "equation": "x~_n = W [x_n; PE(n)] + b",
+                "note": "004 eq. 15: concatenate the sinusoids PE(n), then a learned linear map.",
+                "values": matrix(pe)}  # fmt: skip
+    if isinstance(enc, positional.RotaryPositions):
+        i2 = torch.arange(0, enc.d_head, 2, dtype=torch.float64)
+        angles = pos.double()[:, None] * enc.base ** (-i2 / enc.d_head)  # (T, Dh/2)
+        return {
+            "kind": "rotary",
+            "equation": "angle(m, i) = m · θ_i,  θ_i = base^{-2i/d_h}; "
+            "q_m and k_m are turned by these angles",
+            "note": "RoPE (beyond the notes, docs/math.md): q_m^T k_n then depends only on m - n.",
+            "values": matrix(angles),
+        }
+    if isinstance(enc, positional.NoPositions):
+        return {"kind": "none", "equation": "x~_i = x_i", "values": [],
+                "note": "No positions: attention is permutation equivariant (004 eq. 14; 001 "
+                        "'a set, not a sequence')."}  # fmt: skip
+    return {"kind": type(enc).__name__, "equation": "", "note": "", "values": []}
+
+
+SCORES = {
+    "additive": ("e_lt = v^T tanh(W h^d_{l-1} + U f_t)", "U f_t", "Bahdanau's additive score"),
+    "dot": ("e_lt = (h^d_{l-1})^T f_t", "f_t", "Luong's dot score"),
+    "general": ("e_lt = (h^d_{l-1})^T W f_t", "W f_t", "Luong's general score"),
+}
+
+
+def bahdanau_steps(q: dict[str, Tensor], axes: dict[str, list[str]], score: str) -> list[dict]:
+    """The recurrent attention decoder's steps (004 eq. 2, 5-8) with the model's numbers, read
+    through attnlab.inspect: h_enc (S, E), f and keys (S, .), e and alpha (T, S), v_l and h_dec
+    (T, D). Rows of e and alpha are target steps l, columns source positions t."""
+    rows, cols = axes["rows"], axes["cols"]
+    energy, keys, name = SCORES[score]
+    return [
+        _step("h_enc", "Encoder states h^e_t", "h^e_t, c^e_t = LSTM(x_t, h^e_{t-1}, c^e_{t-1})",
+              "004 eq. 2: the LSTM encoder reads the source.", q["h_enc"], cols,
+              _dims("d", q["h_enc"].size(-1))),
+        _step("f", "Features f_t = T_θ(h^e_t)", "f_t = T_θ(h^e_t)",
+              "004 eq. 5: a learned map of each encoder state.", q["f"], cols,
+              _dims("d", q["f"].size(-1))),
+        _step("keys", f"The source half of the score, {keys}", keys,
+              f"004 eq. 6 ({name}): it depends only on the source, so it is computed once.",
+              q["keys"], cols, _dims("a", q["keys"].size(-1))),
+        _step("e", "Energies e_lt", energy, f"004 eq. 6 ({name}); h^d_{{l-1}} is the decoder "
+              "state before step l.", q["e"], rows, cols),
+        _step("alpha", "Alignment α_l = softmax(e_l)", "α_lt = exp(e_lt) / Σ_t' exp(e_lt')",
+              "004 eq. 7: over the real source positions; each row sums to 1.", q["alpha"], rows,
+              cols),
+        _step("v_l", "Context v_l = Σ_t α_lt f_t", "v_l = Σ_t α_lt f_t",
+              "004 eq. 8: the attention-weighted sum of the features.", q["v_l"], rows,
+              _dims("d", q["v_l"].size(-1))),
+        _step("h_dec", "Decoder states h^d_l", "h^d_l, c^d_l = LSTM([y_{l-1}; v_l], h^d_{l-1}, "
+              "c^d_{l-1})", "004 eq. 4: the context joins the previous output as input.",
+              q["h_dec"], rows, _dims("d", q["h_dec"].size(-1))),
+    ]  # fmt: skip

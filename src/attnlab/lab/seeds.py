@@ -1,0 +1,38 @@
+"""Seeds, spread and parallel runs for the experiments.
+
+Every headline number of a full-size report comes from :data:`~attnlab.lab.report.MIN_SEEDS`
+seeds (``seed, seed + 1, ...``); a quick run uses one. Independent seeded runs go to a process
+pool, one single-threaded run per core (:func:`run_jobs`): the results do not depend on which
+process ran a job or in which order, because each job seeds itself.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Callable, Hashable, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from attnlab.lab.report import MIN_SEEDS, spread
+
+
+def seed_list(seed: int, quick: bool, n: int = MIN_SEEDS) -> list[int]:
+    """The seeds a run uses: ``[seed]`` for a quick run, ``seed .. seed + n - 1`` otherwise."""
+    return [seed] if quick else [seed + i for i in range(n)]
+
+
+def run_jobs(fn: Callable[[Any], Any], jobs: Sequence[Hashable], workers: int = 2) -> dict:
+    """``{job: fn(job)}`` for every job, ``workers`` spawned processes at a time (``fn`` must be
+    a module-level function; jobs are picklable tuples)."""
+    if workers <= 1 or len(jobs) <= 1:
+        return {job: fn(job) for job in jobs}
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process with torch threads
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futures = {job: pool.submit(fn, job) for job in jobs}
+        return {job: futures[job].result() for job in jobs}
+
+
+def bands(per_seed: Sequence[Sequence[float]]) -> tuple[list[float], list[float], list[float]]:
+    """(means, mins, maxes) along a curve from one curve per seed (all the same length)."""
+    cols = [spread(list(c)) for c in zip(*per_seed)]
+    return [c["mean"] for c in cols], [c["min"] for c in cols], [c["max"] for c in cols]

@@ -1,0 +1,60 @@
+"""``attnlab export`` never overwrites by accident and never writes inside a checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+
+from attnlab.cli import main
+from attnlab.config import ModelConfig
+from attnlab.data import CharTokenizer
+from attnlab.errors import ConfigError
+from attnlab.interop import export_as
+from attnlab.models import build_model
+from attnlab.train.checkpoint import load_checkpoint, save_checkpoint
+
+
+@pytest.fixture
+def run(tmp_path):
+    tok = CharTokenizer("abc ")
+    cfg = ModelConfig(kind="decoder_lm", vocab_size=tok.vocab_size, d_model=16, n_heads=2,
+                      n_layers=1, d_ff=32, max_len=16)  # fmt: skip
+    save_checkpoint(tmp_path / "run", model=build_model(cfg), config=cfg, tokenizer=tok, step=1)
+    return tmp_path / "run"
+
+
+def test_an_existing_file_is_replaced_only_with_force(run, tmp_path, capsys):
+    target = tmp_path / "model.safetensors"
+    target.write_bytes(b"precious")
+    args = ["export", "--checkpoint", str(run), "--format", "safetensors", "--out", str(target)]
+    assert main(args) == 2
+    assert "already exists; pass --force" in " ".join(capsys.readouterr().err.split())
+    assert target.read_bytes() == b"precious"
+    assert main([*args, "--force"]) == 0
+    assert target.read_bytes() != b"precious"
+
+
+@pytest.mark.parametrize("where", ["checkpoint", "checkpoints", "hf-dir"])
+def test_never_inside_a_checkpoint_directory_even_with_force(run, capsys, where):
+    ckpt = load_checkpoint(run).path
+    before = (ckpt / "model.safetensors").read_bytes()
+    fmt, out = "safetensors", ckpt / "model.safetensors"
+    if where == "checkpoints":
+        out = ckpt.parent / "export.safetensors"
+    elif where == "hf-dir":
+        fmt, out = "hf-gpt2", ckpt
+    argv = ["export", "--checkpoint", str(run), "--format", fmt, "--out", str(out), "--force"]
+    assert main(argv) == 2
+    assert "inside the checkpoint directory" in " ".join(capsys.readouterr().err.split())
+    assert (ckpt / "model.safetensors").read_bytes() == before
+    load_checkpoint(run)  # still verifies against its manifest
+
+
+def test_hf_export_into_a_non_empty_directory_needs_force(run, tmp_path):
+    ckpt = load_checkpoint(run)
+    out = tmp_path / "hf"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(ConfigError, match="already exists; pass --force"):
+        export_as(ckpt.model, "hf-gpt2", out, tokenizer=ckpt.tokenizer)
+    export_as(ckpt.model, "hf-gpt2", out, tokenizer=ckpt.tokenizer, force=True)
+    assert (out / "config.json").is_file() and (out / "notes.txt").read_text() == "mine"
