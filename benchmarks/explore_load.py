@@ -170,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         "Latency includes queueing: model work is serialised by the session's lock, so with 20",
         "clients each request waits for the others' forward passes. `stream` is timed from the",
-        "request to the last event of an 8-token sampled continuation.",
+        "request to the last event of an 8-token sampled continuation. Clients and server share",
+        "the machine's cores; the load average above says how busy it was with other work.",
     ]
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

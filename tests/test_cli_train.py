@@ -127,9 +127,11 @@ def test_corrupt_and_truncated_checkpoints(run_dir, capsys):
     _fails(capsys, "evaluate", "--checkpoint", str(ckpt), match="is corrupt")
     weights.write_bytes(bytes(data[: len(data) // 2]))
     _fails(capsys, "evaluate", "--checkpoint", str(ckpt), match="truncated")
-    _fails(capsys, "train", "--out", str(run_dir), "--resume", "--steps", "6", match="truncated")
     older = load_checkpoint(run_dir / "checkpoints" / "step_00000002")  # earlier work intact
     assert older.step == 2
+    code, out, err = _run(capsys, "train", "--out", str(run_dir), "--resume", "--steps", "6")
+    assert code == 0 and "truncated" in err and "resuming from step_00000002" in err  # fallback
+    assert (run_dir / "checkpoints" / "damaged-step_00000004" / "model.safetensors").is_file()
     _fails(capsys, "evaluate", "--checkpoint", str(run_dir / "nowhere"), match="no checkpoint")
 
 

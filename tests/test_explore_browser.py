@@ -4,7 +4,8 @@ The page loads with zero console errors; the heatmap cells in the DOM equal the 
 hovering a cell shows its value; switching a head off changes the next-token distribution exactly
 as the API predicts; a continuation appears token by token; each bad input shows its message.
 The test also takes the screenshots of docs/explorer.md: with ATTNLAB_SCREENSHOTS=1 it writes them
-to docs/images/explorer/ (see docs/explorer.md), otherwise to a temporary folder.
+to docs/images/explorer/ from briefly trained models (see docs/explorer.md), otherwise it takes
+them of random-weight models into a temporary folder.
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ ARGS = [
     "--disable-sync",
 ]
 DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images" / "explorer"
+# ATTNLAB_SCREENSHOTS=1 writes docs/explorer.md's images, from models trained for a few seconds
+# so that the maps show learned patterns; otherwise the same views of random-weight models.
+SHOOT = os.environ.get("ATTNLAB_SCREENSHOTS") == "1"
 TEXT = "abc dea"
 PERIODS = "abcdefgh%20abcdefgh%20abc"  # what the trained LM has learned to continue
 
@@ -46,10 +50,12 @@ pytestmark = pytest.mark.skipif(
 @pytest.fixture(scope="module")
 def servers():
     sessions = {
-        "lm": Session(trained_lm(), TOK, name="tiny LM"),
-        "s2s": Session(trained_reverser(), TOK, name="tiny encoder-decoder (reverses letters)"),
+        "lm": Session(trained_lm() if SHOOT else tiny_model(), TOK, name="tiny LM"),
+        "s2s": Session(trained_reverser() if SHOOT else tiny_model("encoder_decoder", seed=1),
+                       TOK, name="tiny encoder-decoder (reverses letters)"),
         "clf": Session(tiny_model("classifier", n_classes=3), TOK, name="tiny classifier",
                        labels=LabelSet(["neg", "neu", "pos"])),
+        "rnn": Session(tiny_model("rnn_lm"), TOK, name="tiny RNN LM (no attention)"),
         "lstm": Session(tiny_model("lstm_seq2seq", seed=2, rnn_attention="additive"), TOK,
                         name="tiny Bahdanau LSTM"),
     }  # fmt: skip
@@ -136,6 +142,9 @@ def test_page_loads_with_zero_console_errors(servers, page):
         "#ax-next-table td.ax-token-cell", "t => t.map(x => x.textContent)"
     )
     assert sorted(classes) == ["neg", "neu", "pos"] and page.is_hidden("#ax-continue")
+    open_page(page, servers["rnn"][0], "?text=abc")  # no attention: tokens, positions, next token
+    page.wait_for_selector("#ax-next-table tr[data-id]")
+    assert page.is_hidden("#ax-error") and page.query_selector("#ax-heatmap") is None
     assert page.errors == []
 
 
@@ -213,6 +222,14 @@ def test_streaming_shows_tokens_one_by_one(servers, page):
     assert partial < len(want)  # the first token was on screen before the last one arrived
     gaps = np.diff([s[1] for s in spans])
     assert (gaps > 50).all(), gaps  # one token per event, paced
+    page.fill("#ax-max-new", "40")
+    page.click("#ax-continue")
+    page.wait_for_selector("#ax-stream .ax-token")
+    page.click("#ax-stop")  # stops the display and closes the connection
+    shown = int(page.get_attribute("#ax-stream", "data-count"))
+    page.wait_for_timeout(400)
+    assert int(page.get_attribute("#ax-stream", "data-count")) == shown < 40
+    assert page.get_attribute("#ax-stream", "data-state") == "stopped"
     assert page.errors == []
 
 
@@ -224,6 +241,7 @@ def test_streaming_shows_tokens_one_by_one(servers, page):
         ("lm", "", "xyz!", None, "cannot read"),
         ("s2s", "", "ab", "", "source is empty"),
         ("lm", "?head=decoder:5:0", TEXT, None, "Unknown head"),
+        ("lm", "?head=cross:0:0", TEXT, None, "Unknown attention site"),
     ],
 )
 def test_each_bad_input_shows_its_message(servers, page, name, query, text, source, message):
@@ -239,7 +257,7 @@ def test_each_bad_input_shows_its_message(servers, page, name, query, text, sour
 
 
 def test_screenshots_of_each_view(servers, page, tmp_path):
-    out = DOCS_IMAGES if os.environ.get("ATTNLAB_SCREENSHOTS") == "1" else tmp_path
+    out = DOCS_IMAGES if SHOOT else tmp_path
     out.mkdir(parents=True, exist_ok=True)
     shots = {
         "lm": [("input", "#ax-sec-input"), ("model-view", "#ax-sec-model"),

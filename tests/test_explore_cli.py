@@ -30,6 +30,14 @@ def run_dir(tmp_path_factory):
     return run
 
 
+def test_the_widget_opens_a_run_directory(run_dir):
+    pytest.importorskip("anywidget")
+    from attnlab.explore.widget import explore
+
+    w = explore(run_dir, text="ab", source="cd")
+    assert w.call("tokens", {"text": "ab", "source": "cd"})["source"]["ids"] == TOK.encode("cd")
+
+
 def test_defaults_listen_on_loopback_only():
     args = build_parser().parse_args(["explore", "runs/x"])
     assert (args.host, args.port, args.device) == ("127.0.0.1", 8000, "cpu")

@@ -151,3 +151,18 @@ def test_gradients_reach_cached_and_replaced_activations():
     with torch.no_grad(), inspect.intervene(model, {"f": f}):
         out, cache = inspect.run_with_cache(model, src, tgt)
     assert not out.logits.requires_grad and torch.equal(cache["f"], f.detach())
+
+
+def test_bench_suite_inspect_runs_in_tiny_mode():
+    from attnlab.bench.runner import BenchSettings, run_bench
+    from attnlab.bench.tables import suite_tables
+
+    result = run_bench(BenchSettings.for_mode(tiny=True, suites=("inspect",), threads=1))
+    suite = result["suites"]["inspect"]
+    assert suite["status"] == "ok", suite
+    for shape in suite["shapes"]:
+        names = [c["name"] for c in shape["contenders"]]
+        assert names == ["no_hook_points", "plain", "explicit_path", "cache_all"]
+        assert all(c["tokens_per_s"] > 0 for c in shape["contenders"])
+        assert shape["points_per_forward"] > 0 and 0 < shape["idle_points_fraction"] < 1
+    assert "| small |" in "\n".join(suite_tables(result))

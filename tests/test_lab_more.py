@@ -83,6 +83,8 @@ def test_extrapolation_quick_report_and_untrained_rows(out):
     assert {c.arm for c in report.competence} == arms and report.seeds == [0]
     scales = report.metrics["signal_rms"]  # the rescaled sinusoids sit at the token scale
     assert abs(scales["sinusoidal"]["positions"] / scales["sinusoidal"]["tokens"] - 1) < 0.1
+    big = extrapolation.build_arm(extrapolation.ROTARY_LARGE, 12, 16, quick=True)
+    assert big.embed.pos_enc.base == extrapolation.LARGE_BASE
     assert scales["learned"]["positions"] < 0.05
 
 

@@ -4,6 +4,7 @@ the verdicts (those come from the committed full-size runs)."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from attnlab.lab import run_experiment
@@ -27,3 +28,107 @@ def test_future_mask_quick_report(tmp_path):
     rows = report.table("losses per arm (mean (min-max) over seeds)").rows
     assert [r["arm"] for r in rows][:2] == ["masked", "unmasked"]
     assert report.metrics["unigram"] > report.metrics["bigram"] > 0
+
+
+def test_permuted_examples_follow_the_permutation():
+    import numpy as np
+
+    from attnlab.lab.concat_positions import permuted_examples
+    from attnlab.lab.extrapolation import SEP
+
+    perm = np.array([2, 0, 1])
+    ids, targets = permuted_examples(2, 3, perm, 8, np.random.default_rng(0))
+    row = ids[0].tolist()  # <bos> a b c | c a b <eos>
+    assert row[4] == SEP and row[5:8] == [row[1 + p] for p in perm]
+    assert targets[0].tolist() == [-100] * 4 + row[5:9]
+
+
+def test_concat_positions_quick_report(tmp_path):
+    report, _ = run_experiment("concat_positions", quick=True, out_dir=tmp_path)
+    arms = {c.arm for c in report.competence}
+    assert arms == {f"{a}, {t}" for a in ("added", "concatenated", "added, unit")
+                    for t in ("copy", "permute")}  # fmt: skip
+    assert (tmp_path / "learning_copy.png").is_file() and (
+        tmp_path / "learning_permute.png"
+    ).is_file()
+
+
+def test_complexity_counts_and_crossover():
+    from torch import nn
+
+    from attnlab.lab.complexity import attention_core, counted_flops, crossover, recurrence_loop
+
+    q, k, v = (torch.randn(1, 1, 10, 6) for _ in range(3))
+    assert counted_flops(attention_core, q, k, v) == 4 * 10 * 10 * 6  # Q K^T and A V
+    rnn = nn.RNN(6, 6, batch_first=True)
+    x = torch.randn(1, 5, 6)
+    assert counted_flops(recurrence_loop, x, rnn) == 4 * 5 * 6 * 6  # W h and U x per step
+    assert torch.allclose(recurrence_loop(x, rnn), rnn(x)[0], atol=1e-6)  # the same recurrence
+    ns = [8, 16, 32, 64]
+    assert crossover(
+        ns, [4 * n * n * 16 for n in ns], [4 * n * 16 * 16 for n in ns]
+    ) == pytest.approx(16)
+
+
+def test_complexity_quick_report(tmp_path):
+    report, _ = run_experiment("complexity", quick=True, out_dir=tmp_path)
+    assert report.metrics["crossover_flops"] == {"32": pytest.approx(32.0)}
+    assert report.competence == [] and (tmp_path / "flops.png").is_file()
+
+
+def test_residual_switch_and_position_probe():
+    from attnlab.lab.residual import layer_outputs, make_model, position_probe
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 9, (6, 8))
+    with_res, without = (
+        make_model("with residuals", 9, 8, 2),
+        make_model("without residuals", 9, 8, 2),
+    )
+    without.load_state_dict(with_res.state_dict())
+    a, b = layer_outputs(with_res, ids), layer_outputs(without, ids)
+    assert len(a) == 3 and torch.equal(a[0], b[0]) and not torch.allclose(a[1], b[1])
+    # The probe reads a position that is written in the vectors, and not one that is absent.
+    coded = torch.stack([torch.nn.functional.one_hot(torch.arange(8), 8).float()] * 10)
+    assert position_probe(coded + 0.01 * torch.randn(10, 8, 8)) == 1.0
+    assert position_probe(torch.randn(10, 8, 4)) < 0.5
+
+
+def test_residual_quick_report(tmp_path):
+    report, _ = run_experiment("residual", quick=True, out_dir=tmp_path)
+    assert {c.arm for c in report.competence} == {
+        "with residuals, 2 layers",
+        "with residuals, 4 layers",
+    }
+    probe = report.metrics["probe"]["with residuals"]
+    assert len(probe) == 5 and probe[0] > 0.9  # learned positions are readable from the embedding
+
+
+def test_induction_data_scores_and_ablation(tmp_path):
+    import numpy as np
+
+    from attnlab.lab.induction import head_scores, make_model, repeated_segments
+
+    ids = repeated_segments(3, 5, 10, np.random.default_rng(0))
+    assert ids.shape == (3, 11) and torch.equal(ids[:, 1:6], ids[:, 6:]) and (ids[:, 0] == 0).all()
+    torch.manual_seed(0)
+    model = make_model(10, 5, quick=True)
+    ind, prev = head_scores(model, ids, 5)
+    assert ind.shape == prev.shape == (2, 4) and (ind >= 0).all() and (ind <= 1).all()
+    report, _ = run_experiment("induction", quick=True, out_dir=tmp_path)
+    assert len(report.competence) == 1 and (tmp_path / "ablation.png").is_file()
+
+
+def test_greedy_head_removal_removes_every_head_once(tmp_path):
+    from attnlab.lab.head_removal import greedy_removal, make_model, removable, val_loss
+
+    torch.manual_seed(0)
+    model = make_model(12, 10, quick=True)
+    windows = torch.randint(0, 12, (4, 10))
+    losses, order = greedy_removal(model, windows, 2, 4)
+    assert len(losses) == 9 and sorted(order) == [(a, b) for a in range(2) for b in range(4)]
+    assert abs(losses[-1] - val_loss(model, windows, order)) < 1e-6  # all heads gone
+    assert removable([1.0, 1.01, 1.2, 1.02], 0.05) == 1  # stops at the first rise past tol
+    assert removable([1.0, 1.01, 1.02], 0.05) == 2
+    report, _ = run_experiment("head_removal", quick=True, out_dir=tmp_path)
+    assert (tmp_path / "greedy.png").is_file() and len(report.metrics["curve_mean"]) == 9

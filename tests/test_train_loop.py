@@ -177,7 +177,7 @@ def test_bf16_on_a_cpu_that_emulates_it_warns(monkeypatch):
     from attnlab.train import distributed
 
     monkeypatch.setattr(distributed, "cpu_has_native_bf16", lambda: False)
-    with pytest.warns(UserWarning, match="without native bfloat16.*dtype='fp32'"):
+    with pytest.warns(UserWarning, match="without native bfloat16.*--dtype fp32"):
         assert distributed.autocast_dtype("bf16", torch.device("cpu")) == torch.bfloat16
     monkeypatch.setattr(distributed, "cpu_has_native_bf16", lambda: True)
     with warnings.catch_warnings():

@@ -24,3 +24,7 @@ class ConfigError(UserError):
 
 class DataError(UserError):
     """Input data is missing, empty, undecodable or malformed."""
+
+
+class ExploreError(UserError):
+    """Input the explorer cannot show (empty, too long, unknown head); shown to the user as is."""

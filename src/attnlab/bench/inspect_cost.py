@@ -11,6 +11,14 @@ gradients, one (B, T) batch of random ids per round, timed in interleaved rounds
                     weights or per-head outputs makes every layer take
     cache_all       ``attnlab.inspect.run_with_cache(model, ids)``: every named activation cached
 
+The contenders alternate every ~0.1 s over many rounds (6x the run's ``rounds``) rather than
+every second over a few: the differences measured here are small, and on a shared machine a load
+spike then hits all four alike instead of one round of one contender.
+
+The price of idle hook points is also bounded without timing noise: ``points_per_forward`` (how
+many points a forward passes) times ``idle_point_call_us`` (one idle ``HookPoint`` call, timed over
+100,000 calls) as a fraction of the plain forward's time, ``idle_points_fraction``.
+
 Ratios: ``plain_vs_no_hook_points`` (1.0 = free hook points), ``cache_all_vs_plain`` and
 ``cache_all_vs_explicit_path`` (the price of the cache itself, beyond the path it forces).
 """
@@ -18,6 +26,7 @@ Ratios: ``plain_vs_no_hook_points`` (1.0 = free hook points), ``cache_all_vs_pla
 from __future__ import annotations
 
 import copy
+import time
 from typing import Any
 
 import torch
@@ -51,6 +60,17 @@ def without_hook_points(model: nn.Module) -> nn.Module:
     return bare
 
 
+def idle_point_call_us(calls: int = 100_000) -> float:
+    """Microseconds per call of a HookPoint with no hook (the plain forward's only extra work)."""
+    from attnlab.nn.hooks import HookPoint
+
+    point, x = HookPoint(), torch.zeros(1)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        point(x)
+    return (time.perf_counter() - t0) / calls * 1e6
+
+
 def _workloads(model: nn.Module, batches: list[torch.Tensor]) -> dict[str, Any]:
     from attnlab.inspect import run_with_cache
 
@@ -74,7 +94,7 @@ def _workloads(model: nn.Module, batches: list[torch.Tensor]) -> dict[str, Any]:
 
 
 def run(settings, ctx) -> dict[str, Any]:
-    from attnlab.inspect import hook_points
+    from attnlab.inspect import hook_points, run_with_cache
     from attnlab.models import build_model
 
     shapes = TINY_SHAPES if settings.tiny else SHAPES
@@ -84,19 +104,24 @@ def run(settings, ctx) -> dict[str, Any]:
         model = build_model(attnlab_config(shape)).eval()
         if not hook_points(model):
             return {"status": "not_available", "reason": "DecoderLM has no hook points yet"}
+        rounds = 6 * settings.rounds
         batches = [
-            torch.randint(0, shape.vocab, (shape.batch, shape.context))
-            for _ in range(settings.rounds)
+            torch.randint(0, shape.vocab, (shape.batch, shape.context)) for _ in range(rounds)
         ]
         ctx.say(f"inspect: forward with and without the activation cache, {shape.name}")
         timings = interleave(
             _workloads(model, batches),
-            rounds=settings.rounds,
+            rounds=rounds,
             warmup=settings.warmup,
-            min_round_s=settings.min_round_s,
+            min_round_s=settings.min_round_s / 10,
         )
         rows = [{"name": n, **timings[n].to_dict("tokens")} for n in CONTENDERS]
         rate = {r["name"]: r["tokens_per_s"] for r in rows}
+        with torch.no_grad():
+            _, cache = run_with_cache(model, batches[0])
+        points = sum(len(cache.calls(n)) for n in cache)
+        point_us = idle_point_call_us()
+        forward_s = timings["plain"].median_seconds_per_call
         out.append(
             {
                 "shape": shape.name,
@@ -105,6 +130,9 @@ def run(settings, ctx) -> dict[str, Any]:
                 "d_model": shape.d_model,
                 "n_layers": shape.n_layers,
                 "contenders": rows,
+                "points_per_forward": points,
+                "idle_point_call_us": point_us,
+                "idle_points_fraction": points * point_us * 1e-6 / forward_s,
                 "ratios": {
                     "plain_vs_no_hook_points": ratio(rate["plain"], rate["no_hook_points"]),
                     "cache_all_vs_plain": ratio(rate["cache_all"], rate["plain"]),

@@ -1,8 +1,9 @@
 """Run benchmark suites and collect one JSON-ready result dict.
 
-Suites (one module each): ``matmul``, ``lm``, ``seq2seq``, ``generate``, ``attention``,
-``memory``, ``profile``, ``inspect``, ``modern``, ``recipe`` (only when asked for: it trains two
-models). Each module exposes ``run(settings, ctx) -> dict`` with a ``status`` of
+Suites (one module each): ``matmul``, ``lm``, ``seq2seq``, ``generate``, ``decode`` and
+``quality`` (reduced-precision weights), ``attention``, ``memory``, ``profile``, ``inspect``,
+``modern`` (GQA/MQA, real-model shapes), ``recipe`` (only when asked for: it trains two models).
+Each module exposes ``run(settings, ctx) -> dict`` with a ``status`` of
 "ok", "not_available" (with ``reason``: a piece of attnlab it needs has not landed, or an optional
 library is missing) or "error" (with ``error``). A suite failing never stops the others.
 
@@ -38,18 +39,28 @@ from attnlab.bench.machine import load_average, machine_info
 from attnlab.errors import UserError
 
 SUITES = (
-    "matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile", "inspect", "modern",
+    "matmul",
+    "lm",
+    "seq2seq",
+    "generate",
+    "decode",
+    "quality",
+    "attention",
+    "memory",
+    "profile",
+    "inspect",
+    "modern",
     "recipe",
-)  # fmt: skip
-DEFAULT_SUITES = (
-    "matmul", "lm", "seq2seq", "generate", "attention", "memory", "profile", "inspect", "modern"
-)  # fmt: skip
+)
+DEFAULT_SUITES = tuple(s for s in SUITES if s != "recipe")
 QUICK_SUITES = ("matmul", "lm", "seq2seq", "generate", "attention")
 _MODULES = {
     "matmul": "matmul_peak",
     "lm": "lm_train",
     "seq2seq": "seq2seq_train",
     "generate": "generation",
+    "decode": "decode",
+    "quality": "quality",
     "attention": "attention_cost",
     "memory": "training_memory",
     "profile": "profile",
@@ -80,7 +91,7 @@ class BenchSettings:
     memory_cap_gib: float = 8.0  # skip explicit-attention lengths predicted to need more
     fresh_process_per_case: bool = True  # memory: a new child per case (else one per suite)
     fresh_process_per_suite: bool = True  # every suite in its own child process (else in-process)
-    text: str | None = None  # recipe: the training text
+    text: str | None = None  # recipe, quality: the training text
     recipe_presets: tuple[str, str] = ("baseline-char", "fast-char")
 
     def __post_init__(self) -> None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from attnlab.bench.decode_tables import render_decode, render_quality
+
 MIB = 2**20
 
 
@@ -307,13 +309,18 @@ def _inspect(s: dict) -> list[str]:
             + [fmt_num(rate[n], ",.0f") for n in ("no_hook_points", "plain", "explicit_path")]
             + [fmt_num(rate["cache_all"], ",.0f")]
             + [fmt_num(r[k], ".3f") for k in ("plain_vs_no_hook_points", "cache_all_vs_plain")]
-        )
+            + [f"{shape['points_per_forward']} x {shape['idle_point_call_us']:.2f} us = "
+               f"{shape['idle_points_fraction']:.2e}"]
+        )  # fmt: skip
     header = ["shape", "no hook points", "plain", "explicit path", "full cache"]
-    return out + md_table(header + ["plain / no hooks", "full cache / plain"], rows)
+    header += ["plain / no hooks", "full cache / plain", "idle points, share of plain"]
+    return out + md_table(header, rows)
 
 
 _RENDER = {
     "modern": _modern,
+    "decode": render_decode,
+    "quality": render_quality,
     "matmul": _matmul,
     "lm": _lm,
     "seq2seq": _seq2seq,

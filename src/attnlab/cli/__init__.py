@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 import textwrap
 import warnings
@@ -65,7 +66,13 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, ValueError, TypeError, FileNotFoundError, PermissionError, OSError) as err:
         if args.debug:
             raise
-        print(format_error(err), file=sys.stderr)
+        rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1") or 1)
+        if rank == "0":  # under torchrun every process meets the error: say it once
+            print(format_error(err), file=sys.stderr)
+            if world > 1:
+                print("  (torchrun's ChildFailedError report below is about this error; check "
+                      "flags without torchrun first: attnlab train ... --dump-config run.toml)",
+                      file=sys.stderr)  # fmt: skip
         return getattr(err, "exit_code", 2)
 
 

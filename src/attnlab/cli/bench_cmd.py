@@ -69,7 +69,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="a Markdown file included verbatim as the report's Analysis section",
     )
     p.add_argument(
-        "--text", metavar="FILE", help="training text for --suite recipe (e.g. tinyshakespeare.txt)"
+        "--text",
+        metavar="FILE",
+        help="training text for --suite recipe and quality (e.g. tinyshakespeare.txt)",
     )
     p.add_argument(
         "--max-attention-len",
@@ -87,7 +89,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--compile",
         action="store_true",
         help="lm and generate suites: also time attnlab under torch.compile (the training "
-        "step; the decode step) and report its compile time",
+        "step; the decode step) and report its compile time; decode suite: every attnlab mode "
+        "compiled",
     )
     p.add_argument(
         "--from-json",
@@ -184,11 +187,15 @@ def read_result(path: str) -> dict:
 def check_flag_use(args: argparse.Namespace, settings) -> None:
     """Flags that would be silently ignored are errors that say which suite or flag uses them."""
     unused = [
-        (args.text is not None and "recipe" not in settings.suites, "--text", "--suite recipe"),
         (
-            args.compile and not {"lm", "generate"} & set(settings.suites),
+            args.text is not None and not {"recipe", "quality"} & set(settings.suites),
+            "--text",
+            "--suite recipe or quality",
+        ),
+        (
+            args.compile and not {"lm", "generate", "decode"} & set(settings.suites),
             "--compile",
-            "--suite lm or generate",
+            "--suite lm, generate or decode",
         ),
         (args.notes is not None and args.report is None, "--notes", "--report FILE"),
         (

@@ -39,6 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--device", default="cpu", help="device to run the model on (default: %(default)s)"
     )
+    p.add_argument(
+        "--weights",
+        choices=("fp32", "bf16", "int8", "int4"),
+        default="fp32",
+        help="language models: reduced-precision linear weights for faster continuations "
+        "(see docs/generation.md; default: %(default)s)",
+    )
     p.set_defaults(func=run)
 
 
@@ -46,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.explore import LoadOptions, Session, load
     from attnlab.explore.server import serve
 
-    loaded = load(args.path, LoadOptions(device=args.device))
+    loaded = load(args.path, LoadOptions(device=args.device, weights=args.weights))
     session = Session(loaded.model, loaded.tokenizer, name=loaded.name, labels=loaded.labels)
 
     def ready(url: str) -> None:

@@ -143,6 +143,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         "benchmark models (less per-op overhead; at batch 1 the weight reads use every core) "
         "after a one-off compile of seconds to tens of seconds; pays off for long outputs",
     )
+    p.add_argument(
+        "--weights",
+        choices=("fp32", "bf16", "int8", "int4"),
+        default="fp32",
+        help="language models: store the linear layers' weights in fewer bits for faster "
+        "decoding (int8: per-channel scales; int4: per-group; bf16 where the CPU multiplies it "
+        "natively); see docs/generation.md (default: %(default)s)",
+    )
     p.set_defaults(func=run)
 
 
@@ -181,12 +189,18 @@ def run(args: argparse.Namespace) -> int:
                     f"{ckpt.config.kind!r} is a language model: give --prompt TEXT, "
                     "not --source/--source-file"
                 )
+            _reduce_weights(model, args.weights)
             _run_lm(model, tok, args, config)
         elif isinstance(model, Seq2SeqModel):
             if args.source is None and args.source_file is None:
                 raise UserError(
                     f"{ckpt.config.kind!r} is a sequence-to-sequence model: give "
                     "--source TEXT or --source-file FILE (not --prompt)"
+                )
+            if args.weights != "fp32":
+                raise UserError(
+                    f"--weights {args.weights} applies to language models; "
+                    f"{ckpt.config.kind!r} is a sequence-to-sequence model: drop --weights"
                 )
             _run_seq2seq(model, tok, args, config)
         elif ckpt.config.kind == "masked_lm":
@@ -198,6 +212,15 @@ def run(args: argparse.Namespace) -> int:
                 "lstm_seq2seq checkpoint (use `attnlab evaluate` for classifiers)"
             )
     return 0
+
+
+def _reduce_weights(model, mode: str) -> None:
+    from attnlab.generate.weights import quantize_weights
+
+    try:
+        quantize_weights(model, mode)
+    except (ValueError, TypeError) as err:
+        raise ConfigError(f"--weights {mode}: {err}") from None
 
 
 def _run_lm(model, tok, args: argparse.Namespace, config) -> None:

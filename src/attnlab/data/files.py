@@ -34,7 +34,8 @@ def _format(path: Path, given: str | None, known: dict[str, str], what: str) -> 
     if fmt not in formats:
         raise ValueError(
             f"cannot tell the {what} format of {str(path)!r} (suffix {path.suffix!r}); "
-            f"rename it to one of {sorted(known)} or pass format= one of {formats}"
+            f"rename it to end in one of {sorted(known)} (from Python, pass format= one of "
+            f"{formats})"
         )
     return fmt
 

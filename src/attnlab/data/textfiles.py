@@ -81,7 +81,8 @@ def list_text_files(path: PathLike, suffixes: Iterable[str] = TEXT_SUFFIXES) -> 
     if not files:
         raise ValueError(
             f"directory {str(p)!r} contains no text files with suffix {list(wanted)}; "
-            f"add some, or pass suffixes=... to include other extensions"
+            f"add some or give the files one of these suffixes (from Python, "
+            f"list_text_files(path, suffixes=...) reads others)"
         )
     return files
 

@@ -187,7 +187,8 @@ class CharTokenizer(Tokenizer):
         more = f" (and {len(missing) - 10} more)" if len(missing) > 10 else ""
         raise ValueError(
             f"{len(missing)} character(s) not in the CharTokenizer vocabulary: {shown}{more}; "
-            f"retrain the tokenizer on text that includes them, or train with unk=True"
+            f"remove them from the input or train on text that includes them "
+            f"(from Python, CharTokenizer.train(..., unk=True) maps unseen characters to <unk>)"
         )
 
     def _decode(self, ids: list[int]) -> str:

@@ -54,8 +54,8 @@ class LMWindows:
         if len(self.tokens) < context_len + 1:
             raise ValueError(
                 f"{self.name} has {len(self.tokens)} tokens but one window needs context_len + 1 "
-                f"= {context_len + 1}; use a shorter context or more text (or a smaller "
-                f"val_fraction if this is the validation split)"
+                f"= {context_len + 1}; use a shorter context (--context-len) or more text (or a "
+                f"smaller --val-fraction if this is the validation split)"
             )
 
     def _gather(self, starts: np.ndarray, context_len: int) -> LMBatch:

@@ -19,14 +19,17 @@ from typing import Any, NamedTuple
 
 from torch import nn
 
-from attnlab.errors import CheckpointError
+from attnlab.errors import CheckpointError, ConfigError
 
 
 @dataclass(frozen=True)
 class LoadOptions:
-    """How to load the model: ``device`` ("cpu", "cuda", ...)."""
+    """How to load the model: ``device`` ("cpu", "cuda", ...) and, for language models,
+    ``weights`` (``attnlab.generate.WEIGHT_MODES``: "fp32", or "bf16"/"int8"/"int4" linear
+    weights for faster continuations; see docs/generation.md)."""
 
     device: str = "cpu"
+    weights: str = "fp32"
 
 
 class Loaded(NamedTuple):
@@ -39,6 +42,18 @@ class Loaded(NamedTuple):
 def load(path: str | os.PathLike, options: LoadOptions | None = None) -> Loaded:
     """Open ``path`` (run dir, checkpoint dir, or local HF GPT-2 dir) for exploring."""
     options = options or LoadOptions()
+    loaded = _load(path, options)
+    if options.weights != "fp32":
+        from attnlab.generate.weights import quantize_weights
+
+        try:
+            quantize_weights(loaded.model, options.weights)
+        except (ValueError, TypeError) as err:
+            raise ConfigError(f"--weights {options.weights}: {err}") from None
+    return loaded
+
+
+def _load(path: str | os.PathLike, options: LoadOptions) -> Loaded:
     root = Path(path)
     if not root.exists():
         raise CheckpointError(

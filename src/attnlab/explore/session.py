@@ -2,7 +2,8 @@
 
 A :class:`Session` holds one model and its tokenizer and answers in plain JSON-ready values:
 tokens, attention maps per site x layer x head, the one-head walkthrough, the position signal,
-the next-token distribution and a streamed continuation, each optionally with heads switched off.
+the next-token distribution and a streamed continuation (predictions.py), each optionally with
+heads switched off.
 Calls are serialised by a lock (hooks and generation must not interleave). Bad input raises
 :class:`ExploreError` with one readable sentence that the page shows as is.
 
@@ -22,17 +23,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch import Tensor, nn
+from torch import nn
 
 from attnlab import inspect
-from attnlab.errors import UserError
+from attnlab.errors import ExploreError
 from attnlab.explore import probes
+from attnlab.explore.predictions import Predictions
 from attnlab.explore.probes import matrix
 from attnlab.explore.walkthrough import bahdanau_steps, positions_view, walkthrough_steps
 from attnlab.models.base import Classifier, LanguageModel, Seq2SeqModel
 
 MAX_TOKENS = 256  # longest input the explorer draws (GPT-2's 1024 would be 12 x 12 x 1M cells)
-TOP = 20  # next-token candidates shown
 # The recurrent attention's named activations (attnlab.inspect; 004 eq. 2, 5-8).
 RECURRENT_NAMES = ("h_enc", "f", "keys", "e", "alpha", "v_l", "h_dec")
 SITE_LABELS = {
@@ -41,10 +42,6 @@ SITE_LABELS = {
     "cross": "cross-attention",
     "alignment": "Bahdanau alignment",
 }
-
-
-class ExploreError(UserError):
-    """Input the explorer cannot show; the message is shown to the user as is."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +53,7 @@ class Head:
     head: int
 
 
-class Session:
+class Session(Predictions):
     """One model + tokenizer, explored through JSON-ready answers."""
 
     def __init__(
@@ -67,7 +64,6 @@ class Session:
         self.cfg = getattr(model, "cfg", None)
         self.sites = probes.attention_sites(model)
         self.lock = threading.RLock()
-        self.hooked = probes.has_hook_points([pm for s in self.sites for pm in s.modules])
         self.recurrent_alignment = not self.sites and isinstance(model, Seq2SeqModel)
         self.recurrent_alignment &= getattr(model, "attention", "none") != "none"
 
@@ -205,18 +201,11 @@ class Session:
                 chosen = [(h.layer, h.head) for h in heads if h.site == site.name]
                 if not chosen:
                     continue
-                if self.hooked:
-                    where, part = ("cross", None) if site.name == "cross" else ("self", site.name)
-                    if sum(s.name != "cross" for s in self.sites) == 1:
-                        part = None  # one self-attention stack: nothing to choose
-                    stack.enter_context(inspect.ablate_heads(self.model, chosen, site=where,
-                                                             part=part))  # fmt: skip
-                else:
-                    by_layer: dict[int, list[int]] = {}
-                    for layer, head in chosen:
-                        by_layer.setdefault(layer, []).append(head)
-                    mods = [m for _, m in site.modules]
-                    stack.enter_context(probes.ablate(mods, by_layer))
+                where, part = ("cross", None) if site.name == "cross" else ("self", site.name)
+                if sum(s.name != "cross" for s in self.sites) == 1:
+                    part = None  # one self-attention stack: nothing to choose
+                stack.enter_context(inspect.ablate_heads(self.model, chosen, site=where,
+                                                         part=part))  # fmt: skip
             yield
 
     def _forward(
@@ -235,7 +224,7 @@ class Session:
         names: tuple[str, ...] = ()
         if recurrent:
             names = RECURRENT_NAMES
-        elif modules and self.hooked:
+        elif modules:
             names = tuple(n for path, m in modules for n in probes.step_names(path, m, steps))
         with (
             probes.record_inputs(modules) as seen,
@@ -256,17 +245,6 @@ class Session:
             return logits, dict(seen), {n: cache[n][0] for n in names}  # batch of one
         return logits, dict(seen), cache
 
-    def _weights(self, seen, cache, path: str, module: nn.Module) -> Tensor:
-        """The attention weights A (H, T, S) of one module."""
-        if self.hooked:
-            return cache[f"{path}.A"][0]
-        return probes.head_steps(module, seen[path])["A"]
-
-    def _steps(self, seen, cache, path: str, module: nn.Module) -> dict[str, Tensor]:
-        if self.hooked:
-            return probes.cached_steps(module, path, seen[path], cache)
-        return probes.head_steps(module, seen[path])
-
     # -- views ----------------------------------------------------------------------------
     def attention(self, text: Any = None, source: Any = None, ablate: Any = None) -> dict[str, Any]:
         """A (H, T, S) of every layer of every site, with row (query) and column (key) tokens."""
@@ -280,7 +258,7 @@ class Session:
                 alignment = cache if self.recurrent_alignment else None
                 sites = {}
                 for site in self.sites:
-                    layers = [self._weights(seen, cache, p, m) for p, m in site.modules]
+                    layers = [cache[f"{path}.A"][0] for path, _ in site.modules]  # (H, T, S)
                     sites[site.name] = {"layers": [matrix(a) for a in layers]}
                     sites[site.name].update(self._axes(site.name, inputs))
         if alignment:  # alpha_l of every target step over the source (004 eq. 7)
@@ -311,7 +289,7 @@ class Session:
             with torch.inference_mode():
                 path, module = {s.name: s for s in self.sites}[chosen.site].modules[chosen.layer]
                 _, seen, cache = self._forward(inputs, [(path, module)])
-                steps = self._steps(seen, cache, path, module)
+                steps = probes.cached_steps(module, path, seen[path], cache)
         axes = self._axes(chosen.site, inputs)
         return {
             "head": chosen.__dict__,
@@ -332,129 +310,6 @@ class Session:
         parameters only, so it needs no lock."""
         inputs = self._inputs(text, source)
         return positions_view(self.model, self.cfg, inputs, self._labels)
-
-    def next_token(
-        self,
-        text: Any = None,
-        source: Any = None,
-        *,
-        temperature: Any = 1.0,
-        top_k: Any = 0,
-        top_p: Any = 1.0,
-        ablate: Any = None,
-    ) -> dict[str, Any]:
-        """The 20 most likely next tokens: p = softmax(z) and the sampling distribution after
-        temperature, top-k and top-p (attnlab.generate.sampling, the generator's own code).
-        For a classifier: p(c | x) = softmax(z) over its classes (p_sample = p)."""
-        if self.output is None:
-            raise ExploreError("This model outputs vectors, not tokens or labels: nothing to show.")
-        from attnlab.generate.sampling import process_logits
-
-        config = generation_config(temperature=temperature, top_k=top_k, top_p=top_p)
-        with self.lock:
-            inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
-            with self.ablated(heads), torch.inference_mode():
-                logits, _, _ = self._forward(inputs)
-        logits = logits.float()  # (V,)
-        p = logits.softmax(dim=-1)  # (V,)
-        if self.output == "labels":
-            q = p
-        elif config.sampling:
-            q = process_logits(logits[None], config, None)[0].softmax(dim=-1)  # (V,)
-        else:  # greedy: all mass on the argmax
-            q = torch.zeros_like(p).scatter_(0, logits.argmax()[None], 1.0)
-        top = torch.topk(p, min(TOP, p.numel()))
-        return {
-            "candidates": [
-                {
-                    "id": int(i),
-                    "token": self._output_label(int(i)),
-                    "p": round(float(p[i]), 7),
-                    "p_sample": round(float(q[i]), 7),
-                }
-                for i in top.indices
-            ],
-            "ablated": [h.__dict__ for h in heads],
-        }
-
-    def _output_label(self, i: int) -> str:
-        if self.output == "tokens":
-            return self.tokenizer.token_to_str(i)
-        return self.labels.names[i] if self.labels is not None else f"class {i}"
-
-    def continuation(
-        self,
-        text: Any = None,
-        source: Any = None,
-        *,
-        strategy: str = "greedy",
-        max_new_tokens: Any = 20,
-        temperature: Any = 1.0,
-        top_k: Any = 0,
-        top_p: Any = 1.0,
-        beams: Any = 4,
-        seed: Any = 0,
-        ablate: Any = None,
-        cancel: threading.Event | None = None,
-    ) -> Iterator[dict[str, Any]]:
-        """Events {"type": "token", "id", "token"} one per new token, then {"type": "done"}.
-
-        Greedy and sampling stream as the tokens are made (attnlab.generate.stream); beam search
-        knows its best sequence only at the end, so its tokens follow once it has finished.
-        """
-        if not self.generative:
-            raise ExploreError("This model predicts labels, not tokens: nothing to continue.")
-        if strategy not in ("greedy", "sample", "beam"):
-            raise ExploreError(f"strategy must be greedy, sample or beam, not {strategy!r}")
-        kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "seed": seed}
-        if strategy == "greedy":
-            kwargs["temperature"] = 0.0
-        elif strategy == "sample":
-            kwargs.update(temperature=temperature, top_k=top_k, top_p=top_p)
-        else:
-            kwargs.update(temperature=0.0, num_beams=beams)
-        config = generation_config(**kwargs)
-        with self.lock:
-            inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
-            prompt = inputs["source"] if self.seq2seq else inputs["target"]
-            ids: list[int] = []
-            with self.ablated(heads):
-                for token in self._generate(prompt, config):
-                    if cancel is not None and cancel.is_set():
-                        return
-                    ids.append(token)
-                    label = self.tokenizer.token_to_str(token)
-                    yield {"type": "token", "id": token, "token": label}
-        yield {"type": "done", "text": self.tokenizer.decode(ids), "ids": ids}
-
-    def _generate(self, prompt: list[int], config) -> Iterator[int]:
-        from attnlab.generate import generate, generate_seq2seq, stream
-
-        if config.num_beams == 1:
-            yield from stream(self.model, prompt, config, tokenizer=self.tokenizer)
-            return
-        run = generate_seq2seq if self.seq2seq else generate
-        yield from run(self.model, [prompt], config, tokenizer=self.tokenizer).tokens[0]
-
-
-def generation_config(**fields: Any):
-    """A GenerationConfig from request values, with their errors as ExploreError."""
-    from attnlab.generate import GenerationConfig
-
-    try:
-        for name in ("max_new_tokens", "top_k", "num_beams", "seed"):
-            if name in fields:
-                fields[name] = int(fields[name])
-        for name in ("temperature", "top_p"):
-            if name in fields:
-                fields[name] = float(fields[name])
-        if not 1 <= fields.get("max_new_tokens", 1) <= 512:
-            raise ValueError("max_new_tokens must be between 1 and 512")
-        if fields.get("num_beams", 1) > 16:
-            raise ValueError("use at most 16 beams")
-        return GenerationConfig(**fields)
-    except (TypeError, ValueError) as err:
-        raise ExploreError(f"Bad generation setting: {err}") from None
 
 
 def _device(model: nn.Module) -> torch.device:

@@ -35,7 +35,7 @@ def walkthrough_steps(
 ) -> list[dict[str, Any]]:
     """The steps of head_h = softmax(Q K^T / sqrt(d_k) + mask) V and of W^O, for head ``head.head``.
 
-    ``q`` holds the quantities of :func:`attnlab.explore.probes.head_steps` (all heads).
+    ``q`` holds the quantities of :func:`attnlab.explore.probes.cached_steps` (all heads).
     """
     h, rows, cols = head.head, axes["rows"], axes["cols"]
     cross = isinstance(module, CrossAttention)

@@ -11,11 +11,13 @@ Needs ``anywidget`` (``pip install 'attnlab[notebook]'``).
 
 from __future__ import annotations
 
+import os
 from importlib import resources
 from typing import Any
 
 from attnlab.errors import UserError
 from attnlab.explore.endpoints import dispatch, stream_kwargs
+from attnlab.explore.loading import load
 from attnlab.explore.session import Session
 
 try:
@@ -111,9 +113,16 @@ class ExplorerWidget(anywidget.AnyWidget):
 
 
 def explore(
-    model: Any, tokenizer: Any, text: str = "", source: str = "", head: str = ""
+    model: Any, tokenizer: Any = None, text: str = "", source: str = "", head: str = ""
 ) -> ExplorerWidget:
     """The explorer widget over ``model`` (any attnlab model) and its tokenizer, showing ``text``
-    (and ``source`` for a sequence-to-sequence model); ``head`` = "site:layer:head" opens it."""
+    (and ``source`` for a sequence-to-sequence model); ``head`` = "site:layer:head" opens it.
+
+    ``model`` may also be a path (a run directory, checkpoint or local GPT-2 directory, as for
+    ``attnlab explore``), whose own tokenizer is then used, or a ready Session.
+    """
+    if isinstance(model, (str, os.PathLike)):
+        loaded = load(model)
+        model = Session(loaded.model, loaded.tokenizer, name=loaded.name, labels=loaded.labels)
     session = model if isinstance(model, Session) else Session(model, tokenizer)
     return ExplorerWidget(session, text=text, source=source, head=head)

@@ -19,12 +19,14 @@ from attnlab.generate.sampling import (
 from attnlab.generate.seq2seq import generate_seq2seq
 from attnlab.generate.stream import stream
 from attnlab.generate.text import IncrementalDecoder
+from attnlab.generate.weights import WEIGHT_MODES, quantize_weights
 
 __all__ = [
     "GenerationConfig",
     "GenerationResult",
     "Hypothesis",
     "IncrementalDecoder",
+    "WEIGHT_MODES",
     "apply_temperature",
     "beam_search",
     "generate",
@@ -32,6 +34,7 @@ __all__ = [
     "greedy",
     "length_normalised",
     "make_generator",
+    "quantize_weights",
     "repetition_penalty",
     "sample",
     "stream",

@@ -11,6 +11,7 @@ so a row's first real token is at position 0 whatever its padding (right padding
 Sources of a seq2seq model are right-padded, as in training (the encoder counts positions from 0).
 
 Decisions (docs/generation.md):
+  * characters the tokenizer maps to <unk> are named in a warning (never silently replaced);
   * an empty LM prompt becomes [BOS] when a BOS id is known, otherwise it is an error;
   * a prompt longer than the context window keeps its last ``max_len`` tokens (the window the first
     new token can see) and a warning says so; sliding then continues (see ``steppers.py``);
@@ -75,9 +76,21 @@ def _encode(text: str, tokenizer: Any | None, what: str, i: int) -> list[int]:
     if tokenizer is None:
         raise ValueError(f"{what} {i} is text but no tokenizer was given; pass tokenizer= or ids")
     try:
-        return list(tokenizer.encode(text))
+        ids = list(tokenizer.encode(text))
     except ValueError as err:
         raise ValueError(f"{what} {i} cannot be encoded by the tokenizer: {err}") from None
+    unk = getattr(tokenizer, "unk_id", None)
+    if unk is not None and unk in ids:
+        unknown = [c for c in dict.fromkeys(text) if list(tokenizer.encode(c)) == [unk]]
+        shown = ", ".join(repr(c) for c in unknown[:10]) or "some characters"
+        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
+        warnings.warn(
+            f"{what} {i} has characters the tokenizer does not know: {shown}{more}; the model "
+            f"sees each as <unk>, a token it rarely saw in training, so rewrite the {what} "
+            f"without them for output that follows it",
+            stacklevel=4,
+        )
+    return ids
 
 
 def check_vocab(prompts: list[list[int]], vocab_size: int, what: str = "prompt") -> None:

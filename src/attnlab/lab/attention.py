@@ -28,7 +28,15 @@ from attnlab.config import ModelConfig
 from attnlab.lab.charts import bar_chart, save_chart
 from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.report import (
+    Competence,
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+    verdict_of,
+)
 from attnlab.lab.seeds import seed_list
 from attnlab.lab.tasks import counting, kv_lookup
 from attnlab.models import build_model
@@ -145,7 +153,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         lo(acc_seeds[(COUNT, one, soft)]) > 0.9,
         hi(acc_seeds[(COUNT, one, hard)]) < lo(acc_seeds[(COUNT, one, soft)]) - 0.2,
     ]
-    verdict = "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
+    verdict = verdict_of(checks)
     spread_note = (f" Over seeds: hard counting {spread_text(acc_seeds[(COUNT, one, hard)])}, "
                    f"hard lookup {spread_text(acc_seeds[(LOOKUP, one, hard)])}.")  # fmt: skip
     reason = (
@@ -157,8 +165,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"{accs[(COUNT, deep, hard)]:.3f}; without the straight-through gradient hard attention "
         f"reaches {accs[(LOOKUP, one, frozen)]:.3f} on lookup (means over seeds)." + spread_note
     )
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     return Report(
         name="attention",
         title="Soft vs hard attention: retrieval vs averaging",

@@ -22,6 +22,7 @@ Shapes: N examples, B batch, T sequence length (2 n + 3), V vocabulary, H heads.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -30,22 +31,22 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.config import ModelConfig
+from attnlab.config import _CHOICES, ModelConfig
 from attnlab.lab.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import (
-    MIN_SEEDS,
     Competence,
     Report,
     Table,
-    gate,
+    gate_run,
     overlap,
     spread,
     spread_text,
 )
 from attnlab.lab.seeds import bands, run_jobs, seed_list
 from attnlab.models import build_model
+from attnlab.nn.positional import Positions
 from attnlab.viz import attention_maps, plot_attention
 
 PAD, BOS, EOS, SEP = 0, 1, 2, 3
@@ -97,15 +98,16 @@ def position_table(model: nn.Module) -> Tensor | None:
     return table.weight if isinstance(table, nn.Embedding) else None
 
 
-class ScaledPositions(nn.Module):
-    """x~_i = x_i + c PE(i): the sinusoids of ``inner`` scaled by a fixed c (not trained)."""
+class ScaledPositions(Positions):
+    """x~_i = x_i + c PE(i): the sinusoids of ``inner`` scaled by a fixed c (not trained); the
+    signal c PE(i) is what the embedding's hook point P shows."""
 
-    def __init__(self, inner: nn.Module, scale: float):
+    def __init__(self, inner: Positions, scale: float):
         super().__init__()
         self.inner, self.scale = inner, scale
 
-    def forward(self, x: Tensor, positions: Tensor) -> Tensor:
-        return x + self.scale * self.inner(torch.zeros_like(x), positions)  # (B, T, D)
+    def signal(self, positions: Tensor, x: Tensor) -> Tensor:
+        return self.scale * self.inner.signal(positions, x)  # (T|B,T, D)
 
 
 def rms(t: Tensor) -> float:
@@ -125,15 +127,23 @@ def build_arm(arm: str, vocab: int, max_len: int, quick: bool) -> nn.Module:
     """The model of one arm. "sinusoidal" adds the sinusoids at the token scale: PE(i) has RMS
     1/sqrt(2) per coordinate, the N(0, 0.02) token embeddings 0.02, so raw sinusoids carry 35x
     the token signal and swamp it (measured in the report); "sinusoidal, unit" keeps them raw."""
-    kind = "sinusoidal" if arm.startswith("sinusoidal") else arm
-    model = build_model(model_config(kind, vocab, max_len, quick))
+    kind = arm.split(",")[0]  # "rotary, base 500000" -> rotary with that base
+    cfg = model_config(kind, vocab, max_len, quick)
+    if arm == ROTARY_LARGE:
+        cfg = dataclasses.replace(cfg, rope_base=LARGE_BASE)
+    model = build_model(cfg)
     if arm == "sinusoidal":
         tokens = rms(model.embed.tok_emb.weight)
         model.embed.pos_enc = ScaledPositions(model.embed.pos_enc, tokens * math.sqrt(2.0))
     return model
 
 
-ARMS = ("learned", "sinusoidal", "rotary")  # compared in the verdict
+LARGE_BASE = 500_000.0  # Llama 3's rotary base, vs the default 10 000
+ROTARY_LARGE = f"rotary, base {LARGE_BASE:g}"
+# ALiBi (Press et al. 2022) joins when the library has it (ModelConfig(positional="alibi")).
+HAS_ALIBI = "alibi" in _CHOICES["positional"]
+# Compared in the verdict: the notes' three, then the two modern relative schemes.
+ARMS = ("learned", "sinusoidal", "rotary", ROTARY_LARGE) + (("alibi",) if HAS_ALIBI else ())
 # Reference arms, reported but not compared: no position signal at all (NoPE; the causal mask
 # alone leaks order), and the raw-scale sinusoids (the measurement behind the rescaling).
 REFERENCE_ARMS = ("none", "sinusoidal, unit")
@@ -250,8 +260,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     moved = {a: max(r["moved"] for r in runs[a]) for a in arms if runs[a][0]["moved"] is not None}
     figures = _figures(out_dir, arms, lengths, token, n_max, seeds, runs, data, quick)
     verdict, reason = _verdict(outside, val, n_max, lengths)
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     cfg = model_config("rotary", data["vocab"], data["max_len"], quick)
     fit_cfg = fit_config(quick, lrs[0])
     return Report(
@@ -310,6 +319,11 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "lengths": lengths,
         },  # fmt: skip
         findings=[
+            "Modern relative schemes against rotary (base 10 000) beyond N: "
+            + ", ".join(f"{a} {spread_text(outside[a])}" for a in ARMS[3:])
+            + f" vs rotary {spread_text(outside['rotary'])}"
+            + ("" if HAS_ALIBI else "; ALiBi is not in this build of the library (not run)")
+            + ".",
             "Mean per-token accuracy beyond the training length (mean (min-max) over seeds): "
             + ", ".join(f"{a} {spread_text(outside[a])}" for a in arms)
             + ".",
@@ -366,7 +380,14 @@ def _figures(out_dir, arms, lengths, token, n_max, seeds, runs, data, quick) -> 
                                             title="Training loss on the copy half", logy=True),
                               out_dir, "training.png", "Training loss per arm (mean over seeds, "
                               "min-max band), at each arm's chosen learning rate."))  # fmt: skip
-    longest = lengths[-1]
+    return figures + attention_figures(out_dir, runs, data, quick, seeds)
+
+
+def attention_figures(out_dir, runs, data, quick, seeds) -> list:
+    """The last layer's self-attention of the rotary and learned models (first seed) on a copy
+    of the longest test length."""
+    figures = []
+    longest = data["lengths"][-1]
     ids = data["tests"][longest][0][0]
     labels = ["<bos>"] + [f"s{int(t) - FIRST_SYMBOL}" for t in ids[1 : longest + 1]]
     labels += ["|"] + labels[1:] + ["<eos>"]

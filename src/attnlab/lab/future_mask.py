@@ -34,7 +34,15 @@ from attnlab.lab.char_lm import SHAKESPEARE, generated_text
 from attnlab.lab.charts import bar_chart, curves_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit, lm_loss
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.report import (
+    Competence,
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+    verdict_of,
+)
 from attnlab.lab.seeds import run_jobs, seed_list
 from attnlab.models import build_model
 
@@ -62,8 +70,8 @@ def text_windows(quick: bool, context: int) -> tuple[torch.Tensor, torch.Tensor,
 
 
 def make_model(arm: str, vocab: int, context: int, quick: bool) -> nn.Module:
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=vocab, d_model=64 if quick else 128,
-                      n_heads=4, n_layers=2 if quick else 4, max_len=context)  # fmt: skip
+    cfg = ModelConfig(kind="decoder_lm", vocab_size=vocab, d_model=64, n_heads=4, n_layers=2,
+                      max_len=context)  # fmt: skip
     model = build_model(cfg)
     if arm == "unmasked":
         for block in model.blocks:
@@ -128,7 +136,7 @@ def train_job(job: tuple) -> dict:
     train, val, chars, _ = text_windows(quick, context)
     torch.manual_seed(seed)
     model = make_model(arm, len(chars), context, quick)
-    cfg = FitConfig(steps=40 if quick else 1500, batch_size=32 if quick else 64, lr=3e-3,
+    cfg = FitConfig(steps=40 if quick else 800, batch_size=32 if quick else 64, lr=3e-3,
                     warmup_steps=10 if quick else 100, min_lr=1e-4)  # fmt: skip
     result = fit(model, (train,), lm_loss, cfg, seed=seed)
     probe = val[: 16 if quick else 48]
@@ -190,7 +198,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     cannot_generate = min(num["unmasked"]["val prefix"]) > max(num["masked"]["val prefix"])
     worse_than_bigram = min(num["unmasked"]["val prefix"]) > bi
     checks = [lower_train, cannot_generate]
-    verdict = "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
+    verdict = verdict_of(checks)
     reason = (
         f"training loss (nats/char, mean (min-max) over {len(seeds)} seeds): unmasked "
         f"{spread_text(num['unmasked']['train'])} vs masked {spread_text(num['masked']['train'])}"
@@ -199,8 +207,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"{spread_text(num['masked']['val prefix'])} (bigram counts {bi:.2f}, unigram "
         f"{uni:.2f})" + (", worse than the bigram baseline." if worse_than_bigram else ".")
     )
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     figures = [
         save_chart(curves_chart({a: [r["losses"] for r in per[a]] for a in ARMS},
                                 title="training loss (teacher forcing)", logy=True),
@@ -232,7 +239,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             f"Model: decoder-only, {len(model_cfg.blocks)} pre-norm layers, d_model "
             f"{model_cfg.embed.tok_emb.weight.size(1)}, 4 heads, learned positions "
             f"({n_params:,} parameters); 'unmasked' sets causal = False on every block.",
-            f"AdamW lr 3e-3, warm-up + cosine, {'40' if quick else '1500'} steps of "
+            f"AdamW lr 3e-3, warm-up + cosine, {'40' if quick else '800'} steps of "
             f"{32 if quick else 64} windows; the same recipe and seeds for both arms; two "
             "single-threaded runs at a time.",
             "Prefix loss: the model gets w_1..w_t alone and predicts w_{t+1}, for every t of "

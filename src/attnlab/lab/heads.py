@@ -23,6 +23,7 @@ Shapes: B batch, T length, D d_model, H heads, Dh = D / H.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from pathlib import Path
@@ -34,10 +35,18 @@ from torch import Tensor, nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import bar_chart, curves_chart, save_chart
+from attnlab.lab.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import Report, Table
+from attnlab.lab.report import (
+    Competence,
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+)
+from attnlab.lab.seeds import bands, seed_list
 from attnlab.models import build_model
 from attnlab.nn import LearnedPositions, SelfAttention
 
@@ -156,6 +165,35 @@ def attention_ms(n_heads: int, batch: int, t: int, d: int, repeats: int) -> floa
     return statistics.median(times)
 
 
+REACH = 0.95  # the learning-speed mark: steps until "all three" reaches it on the test set
+
+
+def _one_seed(seed: int, quick: bool, fit_cfg: FitConfig, checkpoints: list[int]) -> dict:
+    """Every (setting, heads) arm on one seed's data: accuracies, curve, steps to REACH."""
+    rng = np.random.default_rng(seed)
+    train = make_giving(2000 if quick else 20_000, rng)
+    test = make_giving(500 if quick else 2000, rng)
+    out = {}
+    for setting in SETTINGS:
+        for h in (1, 4):
+            torch.manual_seed(seed)
+            if setting == SETTINGS[0]:
+                model: nn.Module = AttentionReader(32, h)
+            else:
+                cfg = ModelConfig(kind="encoder", vocab_size=len(WORDS), d_model=32, n_heads=h,
+                                  n_layers=1, d_ff=128, max_len=16)  # fmt: skip
+                model = RoleReader(cfg)
+            result = fit(model, train, role_loss, fit_cfg, seed=seed, eval_at=checkpoints,
+                         evaluate=lambda m: role_accuracy(m, *test)["all three"])  # fmt: skip
+            curve = [v for _, v in result.evals]
+            out[(setting, h)] = {
+                "acc": role_accuracy(model, *test), "curve": curve, "losses": result.losses,
+                "reach": next((s for s, v in result.evals if v >= REACH), math.inf),
+                "loss": result.final_loss(),
+                "parameters": sum(p.numel() for p in model.parameters())}  # fmt: skip
+    return out
+
+
 @experiment(
     "heads",
     claim="Multi-head attention costs the same FLOPs and about the same time as single-head "
@@ -174,82 +212,77 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         ms = attention_ms(h, batch, t, d, repeats)
         cost_rows.append({"heads": h, "d_head": d // h, "counted FLOPs (fwd+bwd)": counted,
                           "formula FLOPs (fwd)": formula, "fwd+bwd ms (median)": ms})  # fmt: skip
-    rng = np.random.default_rng(seed)
-    train = make_giving(2000 if quick else 20_000, rng)
-    test = make_giving(500 if quick else 2000, rng)
+    seeds = seed_list(seed, quick)
     fit_cfg = FitConfig(steps=25 if quick else 1500, batch_size=64, lr=3e-3, warmup_steps=50)
-    rows, curves = [], {}
-    for setting in SETTINGS:
-        for h in (1, 4):
-            torch.manual_seed(seed)
-            if setting == SETTINGS[0]:
-                model: nn.Module = AttentionReader(32, h)
-            else:
-                model = RoleReader(
-                    ModelConfig(
-                        kind="encoder",
-                        vocab_size=len(WORDS),
-                        d_model=32,
-                        n_heads=h,
-                        n_layers=1,
-                        d_ff=128,
-                        max_len=16,
-                    )
-                )
-            checkpoints = [fit_cfg.steps // 10, fit_cfg.steps // 4, fit_cfg.steps // 2]
-            result = fit(model, train, role_loss, fit_cfg, seed=seed, eval_at=checkpoints,
-                         evaluate=lambda m: role_accuracy(m, *test)["all three"])  # fmt: skip
-            curves[f"{setting}, {h} head{'s' if h > 1 else ''}"] = result.losses
-            rows.append({"model": setting, "heads": h, "d_head": 32 // h,
-                         "parameters": sum(p.numel() for p in model.parameters()),
-                         **{f"all three @ step {k}": v for k, v in result.evals},
-                         **role_accuracy(model, *test), "final loss": result.final_loss(),
-                         "train s": result.seconds})  # fmt: skip
+    every = max(1, fit_cfg.steps // 20)
+    checkpoints = list(range(every, fit_cfg.steps + 1, every))
+    runs = [_one_seed(s, quick, fit_cfg, checkpoints) for s in seeds]
+    arms = list(runs[0])
+    final = {k: [r[k]["acc"]["all three"] for r in runs] for k in arms}
+    reach = {k: [r[k]["reach"] for r in runs] for k in arms}
+    rows = []
+    for k in arms:
+        per = [r[k] for r in runs]
+        rows.append({"model": k[0], "heads": k[1], "d_head": 32 // k[1],
+                     "parameters": per[0]["parameters"],
+                     **{f"{role} acc": spread_text([p["acc"][f"{role} acc"] for p in per])
+                        for role in ROLES},
+                     "all three": spread_text(final[k]),
+                     f"steps to {REACH}": spread_text(reach[k]),
+                     "final loss": spread_text([p["loss"] for p in per])})  # fmt: skip
+    competence = [Competence(f"{m}, {h} head{'s' if h > 1 else ''}", "all three roles right "
+                             "(test, training distribution)", 0.99, final[(m, h)])
+                  for m, h in arms]  # fmt: skip
+    series, band = {}, {}
+    for k in arms:
+        mean, lo, hi = bands([r[k]["curve"] for r in runs])
+        label = f"{k[0]}, {k[1]} head{'s' if k[1] > 1 else ''}"
+        series[label], band[label] = (checkpoints, mean), (lo, hi)
+    fig = line_chart(series, xlabel="training step", ylabel="all three roles right (test)",
+                     title=f"who gave what to whom ({len(seeds)} seed(s), min-max band)",
+                     bands=band)  # fmt: skip
     figures = [
-        save_chart(bar_chart({f"{r['model'].split()[0]}, H={r['heads']}: {k.replace(' acc', '')}":
-                              r[k] for r in rows for k in (*[f"{x} acc" for x in ROLES],
-                                                           "all three")},
-                             ylabel="test accuracy", title="who gave what to whom"),
-                   out_dir, "roles.png", "Per-role and exact-match test accuracy, 1 vs 4 heads, "
-                   "attention only and full Transformer block."),
-        save_chart(curves_chart(curves, title="who gave what to whom: training loss"),
-                   out_dir, "training.png", "Training loss (sum over the three roles)."),
+        save_chart(fig, out_dir, "learning.png", "Test accuracy (all three roles right) during "
+                   "training, 1 vs 4 heads, attention only and full Transformer block (mean over "
+                   f"seeds, min-max band), evaluated every {every} steps."),
+        save_chart(curves_chart({f"{k[0]}, {k[1]} head{'s' if k[1] > 1 else ''}":
+                                 [r[k]["losses"] for r in runs] for k in arms},
+                                title="who gave what to whom: training loss", logy=True),
+                   out_dir, "training.png", "Training loss (sum over the three roles), mean "
+                   "over seeds with the min-max band."),
     ]  # fmt: skip
     same_flops = len(set(flops.values())) == 1
     ms = [r["fwd+bwd ms (median)"] for r in cost_rows]
     time_ratio = max(ms) / min(ms)
-    acc = {(r["model"], r["heads"]): r["all three"] for r in rows}
-    # better at the end, or reaching the end accuracy sooner (mean over the checkpoints)
-    early = {(r["model"], r["heads"]): [v for k, v in r.items() if "@ step" in k] for r in rows}
-    speed = {k: sum(v) / max(1, len(v)) for k, v in early.items()}
-    wins = {s: acc[(s, 4)] > acc[(s, 1)] + 0.05 or speed[(s, 4)] > speed[(s, 1)] + 0.05
-            for s in SETTINGS}  # fmt: skip
     cheap = same_flops and time_ratio < 1.5
-    final_wins = all(acc[(s, 4)] > acc[(s, 1)] + 0.05 for s in SETTINGS)
-    # held = cheaper-or-equal cost and a better end result; faster learning alone is "mixed"
-    verdict = "held" if cheap and final_wins else (
-        "mixed" if cheap or any(wins.values()) else "did not hold")  # fmt: skip
+    faster = {m: max(reach[(m, 4)]) < min(reach[(m, 1)]) for m in SETTINGS}
+    final_wins = {m: min(final[(m, 4)]) > max(final[(m, 1)]) + 0.01 for m in SETTINGS}
+    verdict = "held" if cheap and all(final_wins.values()) else (
+        "mixed" if cheap or any(faster.values()) else "did not hold")  # fmt: skip
     reason = (
         f"FLOPs of forward + backward are {'identical' if same_flops else 'different'} for 1-8 "
         f"heads ({flops[1]:,}) and the wall time varies by a factor {time_ratio:.2f} "
-        f"({min(ms):.2f}-{max(ms):.2f} ms); all three roles right at the end: attention only "
-        f"{acc[(SETTINGS[0], 4)]:.3f} with 4 heads vs {acc[(SETTINGS[0], 1)]:.3f} with 1, full "
-        f"block {acc[(SETTINGS[1], 4)]:.3f} vs {acc[(SETTINGS[1], 1)]:.3f}; mean over the "
-        f"checkpoints at 10/25/50% of training: attention only {speed[(SETTINGS[0], 4)]:.3f} vs "
-        f"{speed[(SETTINGS[0], 1)]:.3f}, full block {speed[(SETTINGS[1], 4)]:.3f} vs "
-        f"{speed[(SETTINGS[1], 1)]:.3f}."
-    )
+        f"({min(ms):.2f}-{max(ms):.2f} ms); all three roles right at the end (mean (min-max) "
+        f"over {len(seeds)} seeds): attention only {spread_text(final[(SETTINGS[0], 4)])} with 4 "
+        f"heads vs {spread_text(final[(SETTINGS[0], 1)])} with 1, full block "
+        f"{spread_text(final[(SETTINGS[1], 4)])} vs {spread_text(final[(SETTINGS[1], 1)])}: the "
+        f"task saturates, so the end result cannot separate them; steps to {REACH}: attention "
+        f"only {spread_text(reach[(SETTINGS[0], 4)])} vs {spread_text(reach[(SETTINGS[0], 1)])}, "
+        f"full block {spread_text(reach[(SETTINGS[1], 4)])} vs "
+        f"{spread_text(reach[(SETTINGS[1], 1)])}"
+        + (" (4 heads faster outside the spread: " + ", ".join(m for m in SETTINGS if faster[m])
+           + ")." if any(faster.values()) else " (inside the spread).")
+    )  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     findings = [
         "001's argument: with one head the names of giver and recipient arrive in the same "
         "subspace, weighted by their attention, so a linear read-out cannot separate them. "
-        + ("Here one head still gets there in the end (more slowly or not, see the checkpoint "
-           "columns): its softmax weights depend on the words themselves, a nonlinear way to "
-           "tell the names apart that the argument ignores."
-           if acc[(SETTINGS[0], 1)] > 0.95 else
-           f"It shows: one head ends at {acc[(SETTINGS[0], 1)]:.3f} without an FFN."),
-        "After a feed-forward net the weighted sum can be decoded nonlinearly: full block "
-        f"{acc[(SETTINGS[1], 1)]:.3f} with one head.",
-    ]  # fmt: skip
+        "Here one head still gets there in the end: its softmax weights depend on the words and "
+        "positions, so giver and recipient can arrive with different weights, which a linear "
+        "read-out can tell apart. A task that one head cannot solve at convergence at this "
+        "width is still to be built (the issue's request); this report measures speed only.",
+    ]
+    train_n, test_n = (2000, 500) if quick else (20_000, 2000)
     return Report(
         name="heads",
         title="Multi-head vs single-head attention: same cost, several relations at once",
@@ -264,7 +297,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "counted by torch.utils.flop_counter on the explicit path (softmax and other "
             "elementwise ops are not counted: H T^2 exponentials per row block); time = median "
             f"of {repeats} forward + backward runs on the fused path, one thread.",
-            f"(b) {len(train[0])} training / {len(test[0])} test sentences, {len(NAMES)} names, "
+            f"(b) {train_n} training / {test_n} test sentences per seed, {len(NAMES)} names, "
             f"{len(OBJECTS)} objects, two word orders. 'attention only' = 001's operation: "
             "y = x + MultiHead(x) on token + learned position embeddings, no FFN, no norm. "
             "'Transformer block' = one pre-norm encoder layer, d_model 32, "
@@ -278,10 +311,16 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         figures=figures,
         verdict=verdict,
         verdict_reason=reason,
+        competence=competence,
+        seeds=seeds,
+        per_seed={
+            "all_three": {f"{m}, {h} heads": v for (m, h), v in final.items()},
+            "steps_to": {f"{m}, {h} heads": v for (m, h), v in reach.items()},
+        },
         findings=findings,
         metrics={
             "flops": flops,
             "time_ratio": time_ratio,
-            "all_three": {f"{k[0]}, {k[1]} heads": v for k, v in acc.items()},
+            "all_three": {f"{k[0]}, {k[1]} heads": spread(v)["mean"] for k, v in final.items()},
         },
     )

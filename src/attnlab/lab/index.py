@@ -31,7 +31,9 @@ def read_reports(root: str | os.PathLike) -> list[dict]:
     return reports
 
 
-def render_index(reports: list[dict]) -> str:
+def render_index(reports: list[dict], pending: list[tuple[str, str, str]] = ()) -> str:
+    """The index page; ``pending`` = (name, notes, claim) of registered experiments without a
+    full-size report yet."""
     lines = [
         "# Experiments",
         "",
@@ -39,39 +41,73 @@ def render_index(reports: list[dict]) -> str:
         "come from full-size runs (`attnlab experiment NAME`); rerun one with its command, or a "
         "CI-sized version with `--quick`. `attnlab experiment --list` lists them all.",
         "",
-        "A verdict is drawn only when every arm passed its competence criterion on its own "
-        "training distribution (the *competence* column); otherwise it reads **inconclusive**. "
-        "*Seeds* is how many seeds each headline number comes from (the reports give mean and "
-        "min-max).",
+        "The standard every report meets (checked by `tests/test_lab_gate.py` on the committed "
+        "reports):",
+        "",
+        "- **Competence gate.** Each experiment states, per arm, a criterion on the arm's own "
+        "training distribution (e.g. >= 0.99 per-token accuracy on the training lengths) and "
+        "measures it on every seed; an arm the verdict compares that misses it makes the verdict "
+        "**inconclusive**, and the report says which arm missed and by how much. Reference arms "
+        "(shown, not compared) are marked as such.",
+        "- **Seeds and spread.** Full-size numbers come from at least 3 seeds (timing "
+        "experiments: 3 measurement rounds), reported as mean (min-max); figures carry bands or "
+        "error bars, and a difference inside the spread is called so. Fewer than 3 seeds: "
+        "inconclusive.",
+        "- **Provenance.** Each report records its command, seeds, machine, load and wall time; "
+        "`--quick` runs the same code CI-sized (one seed, never a verdict to rely on).",
+        "",
+        "Reports marked *re-derived* were written before the gate and re-judged from their stored "
+        "numbers (`python -m attnlab.lab._rederive`); they stay inconclusive until re-run.",
         "",
         "| experiment | notes | verdict | competence | seeds | why | wall time | command |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in reports:
         link = f"[{r.get('title', r['_dir'])}]({r['_dir']}/README.md)"
-        cells = [link, r.get("source", ""), f"**{r.get('verdict', '?')}**",
+        rederived = (r.get("findings") or [""])[0].startswith("Re-derived")
+        verdict = f"**{r.get('verdict', '?')}**" + (" (re-derived)" if rederived else "")
+        cells = [link, r.get("source", ""), verdict,
                  competence_cell(r.get("competence")), str(len(r.get("seeds") or [r.get("seed")])),
                  r.get("verdict_reason", ""), f"{float(r.get('wall_time_s', 0)):.0f} s",
                  f"`{r.get('command', '')}`"]  # fmt: skip
         lines.append("| " + " | ".join(format_cell(c) if i else c for i, c in enumerate(cells))
                      + " |")  # fmt: skip
+    if pending:
+        lines += ["", "## Not yet run at full size", "",
+                  "Registered, tested in their `--quick` form, no committed full-size report yet:",
+                  "", "| experiment | notes | claim | command |", "|---|---|---|---|"]  # fmt: skip
+        for n, notes, claim in pending:
+            command = f"`attnlab experiment {n} --seed 0`"
+            lines.append(f"| {n} | {format_cell(notes)} | {format_cell(claim)} | {command} |")
     return "\n".join(lines) + "\n"
 
 
 def competence_cell(competence: list[dict] | None) -> str:
-    """'all N arms pass', 'missed: a, b' or 'not stated' (a report from before the gate)."""
+    """How the compared arms fared ('all 3 compared arms pass', 'missed: a, b (1/3 pass)'),
+    plus reference arms that missed; 'not stated' for a report from before the gate."""
     if competence is None:
         return "not stated"
     if not competence:
         return "no trained arms"
-    failed = [c["arm"] for c in competence if c.get("in_verdict", True) and not c.get("passed")]
+    compared = [c for c in competence if c.get("in_verdict", True)]
+    failed = [c["arm"] for c in compared if not c.get("passed")]
     if failed:
-        return (
-            f"missed: {', '.join(failed)} ({len(competence) - len(failed)}/{len(competence)} pass)"
-        )
-    return f"all {len(competence)} arms pass"
+        passing = len(compared) - len(failed)
+        text = f"missed: {', '.join(failed)} ({passing}/{len(compared)} pass)"
+    else:
+        text = f"all {len(compared)} compared arms pass"
+    ref_missed = [c["arm"] for c in competence if not c.get("in_verdict", True)
+                  and not c.get("passed")]  # fmt: skip
+    if ref_missed:
+        text += f"; reference arms that missed: {', '.join(ref_missed)}"
+    return text
 
 
 def write_index(root: str | os.PathLike) -> Path:
     """Rewrite ``root/README.md`` from the reports found under ``root``."""
-    return atomic_write_text(Path(root) / INDEX_FILE, render_index(read_reports(root)))
+    from attnlab.lab.registry import discover  # the registry imports every experiment module
+
+    reports = read_reports(root)
+    done = {r.get("name", r["_dir"]) for r in reports}
+    pending = [(e.name, e.notes, e.claim) for e in discover().values() if e.name not in done]
+    return atomic_write_text(Path(root) / INDEX_FILE, render_index(reports, pending))

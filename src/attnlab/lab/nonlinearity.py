@@ -33,7 +33,14 @@ from torch import Tensor, nn
 from attnlab.lab.charts import bar_chart, save_chart
 from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.report import (
+    Competence,
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+)
 from attnlab.lab.seeds import seed_list
 from attnlab.lab.tasks import TaskData
 from attnlab.models.base import ModelOutput
@@ -265,8 +272,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         + spread_note
         + "."
     )
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     softmax_note = (
         f"Softmax weights computed from the input are a nonlinearity of their own: without any "
         f"FFN they learn {', '.join(softmax_learns)} (> 0.95), so the collapse argument only "

@@ -36,7 +36,15 @@ from attnlab.lab.char_lm import SHAKESPEARE, generated_text
 from attnlab.lab.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit, lm_loss
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.report import (
+    Competence,
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+    verdict_of,
+)
 from attnlab.lab.seeds import bands, run_jobs, seed_list
 from attnlab.models import build_model
 
@@ -133,7 +141,7 @@ def depth(quick: bool) -> int:
 
 
 def train_steps(quick: bool) -> int:
-    return 30 if quick else 600
+    return 30 if quick else 400
 
 
 @experiment(
@@ -168,7 +176,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                  for i in INITS for p in PLACEMENTS]  # fmt: skip
     # (b) training: a warm-up sweep over a learning-rate sweep, every seed
     lrs = (3e-3,) if quick else (1e-3, 3e-3)
-    warmups = (0, 5) if quick else (0, 60, 200)
+    warmups = (0, 5) if quick else (0, 100)
     jobs = [(p, lr, w, s, quick) for p in PLACEMENTS for lr in lrs for w in warmups for s in seeds]
     results = run_jobs(train_job, jobs, 1 if quick else 2)
     rows = []
@@ -207,7 +215,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                       for lr in lrs for w in warmups) for p in PLACEMENTS}  # fmt: skip
     pre_faster = fastest["pre"] < fastest["post"]
     checks = [pre_better, bool(pre_no_warmup), pre_faster]
-    verdict = "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
+    verdict = verdict_of(checks)
     reason = (
         f"at initialisation (Xavier, {n_layers} layers) the largest/smallest block-gradient ratio "
         f"over layers is {spread_text(ratio[(prim, 'pre')])} for pre-norm and "
@@ -218,8 +226,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"{_lrs(no_warm['post'])} (post); fastest mean steps to target: pre {fastest['pre']:.0f}, "
         f"post {fastest['post']:.0f}."
     )
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     layers = list(range(1, n_layers + 1))
     figures = [
         save_chart(line_chart({f"{p}-norm, {i}": (layers, grads0[(i, p)])

@@ -33,7 +33,14 @@ from attnlab.config import ModelConfig
 from attnlab.lab.charts import line_chart, save_chart
 from attnlab.lab.fit import lm_loss
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Report, Table, gate, spread, spread_text
+from attnlab.lab.report import (
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+    verdict_of,
+)
 from attnlab.lab.seeds import bands, seed_list
 from attnlab.models import build_model
 
@@ -171,7 +178,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         "outside the spread)": min(speedup[(TF, b1, t_max)]) > max(speedup[(FUSED, b1, t_max)]),
     }  # fmt: skip
     held = list(checks.values())
-    verdict = "held" if all(held) else ("did not hold" if not any(held) else "mixed")
+    verdict = verdict_of(held)
     reason = (
         f"B = 1, T {lengths[0]} -> {t_max}, 1 thread, tokens/s (mean (min-max) over "
         f"{len(rounds)} rounds): fused RNN {spread_text(tps[(FUSED, b1, 1)][0])} -> "
@@ -185,8 +192,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in checks.items())
         + "."
     )
-    verdict, reason = gate(verdict, reason, [], n_seeds=len(rounds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, [], rounds, quick)
     return Report(
         name="parallelism",
         title="Parallelism: the RNN's serial loop vs the Transformer's matmuls",

@@ -134,6 +134,18 @@ def gate(
     return verdict, reason
 
 
+def verdict_of(checks: list[bool]) -> str:
+    """ "held" when every check passed, "did not hold" when none did, else "mixed"."""
+    return "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
+
+
+def gate_run(verdict: str, reason: str, competence: list[Competence], seeds: list[int],
+             quick: bool) -> tuple[str, str]:  # fmt: skip
+    """:func:`gate` for a run: a full-size run needs MIN_SEEDS seeds, a quick one a single seed."""
+    return gate(verdict, reason, competence, n_seeds=len(seeds),
+                min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+
+
 def spread(values: list[float]) -> dict[str, float]:
     """mean, min and max of per-seed values."""
     vals = [float(v) for v in values]

@@ -29,7 +29,7 @@ from attnlab.config import ModelConfig
 from attnlab.lab.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread_text
+from attnlab.lab.report import Competence, Report, Table, gate_run, spread_text
 from attnlab.lab.seeds import seed_list
 from attnlab.lab.tasks import kv_lookup
 from attnlab.models import build_model
@@ -158,8 +158,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     competence = [Competence(f"scaled logits, W_q, W_k init {init}", "test accuracy (training "
                              "distribution)", 0.99, acc_seeds[(init, True)])
                   for init in INITS]  # fmt: skip
-    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     return Report(
         name="scaling",
         title="Scaling: the 1/sqrt(d_k) in scaled dot-product attention",

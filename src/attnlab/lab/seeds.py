@@ -9,6 +9,7 @@ process ran a job or in which order, because each job seeds itself.
 from __future__ import annotations
 
 import multiprocessing
+import os
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
@@ -23,7 +24,11 @@ def seed_list(seed: int, quick: bool, n: int = MIN_SEEDS) -> list[int]:
 
 def run_jobs(fn: Callable[[Any], Any], jobs: Sequence[Hashable], workers: int = 2) -> dict:
     """``{job: fn(job)}`` for every job, ``workers`` spawned processes at a time (``fn`` must be
-    a module-level function; jobs are picklable tuples)."""
+    a module-level function; jobs are picklable tuples). The environment variable
+    ``ATTNLAB_LAB_WORKERS`` caps ``workers`` (e.g. 1 when two experiments run side by side)."""
+    cap = os.environ.get("ATTNLAB_LAB_WORKERS")
+    if cap:
+        workers = min(workers, max(1, int(cap)))
     if workers <= 1 or len(jobs) <= 1:
         return {job: fn(job) for job in jobs}
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with torch threads

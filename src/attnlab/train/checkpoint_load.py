@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 import zlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -32,8 +33,14 @@ from attnlab.train.checkpoint_dir import (
     STATE,
     TOKENIZER,
     _resolve,
+    _step_of,
+    list_checkpoints,
 )
 from attnlab.train.state import optimizer_state_from_tensors, scheduler_state_from_json
+
+
+class WrongKindError(CheckpointError):
+    """The checkpoint holds another kind of model than the caller needs."""
 
 
 class Checkpoint(NamedTuple):
@@ -75,6 +82,20 @@ def _load_state_dict(model: nn.Module, tensors: dict[str, Tensor], where: Path) 
             f"exactly as attnlab saved it"
         )
     model.load_state_dict(tensors, strict=True)
+
+
+def check_finite(tensors: dict[str, Tensor], where: Path) -> None:
+    """A CheckpointError naming the weight tensors that hold NaN or infinite values.
+
+    Training stops before saving a diverged model, so such weights mean a damaged or edited
+    file; loaded anyway they make sampling fail and every metric NaN.
+    """
+    bad = [k for k, t in tensors.items() if t.is_floating_point() and not bool(t.isfinite().all())]
+    if bad:
+        raise CheckpointError(
+            f"{str(where)!r} holds non-finite weights (NaN or inf) in {_few(bad)}; the file is "
+            f"damaged or was edited: use another checkpoint (see the other step_* directories)"
+        )
 
 
 def _few(items: Sequence[str], n: int = 4) -> str:
@@ -176,7 +197,7 @@ def _read_config(ckpt: Path, expect_kind: str | Sequence[str] | None) -> tuple[M
     if expect_kind is not None:
         wanted = (expect_kind,) if isinstance(expect_kind, str) else tuple(expect_kind)
         if kind not in wanted:
-            raise CheckpointError(
+            raise WrongKindError(
                 f"the checkpoint at {str(ckpt)!r} holds a {kind!r} model but this needs "
                 f"{' or '.join(repr(k) for k in wanted)}; pass a checkpoint trained for that task"
             )
@@ -192,6 +213,7 @@ def load_checkpoint(
     map_location: str | torch.device = "cpu",
     expect_kind: str | Sequence[str] | None = None,
     verify: bool = True,
+    fallback: bool = True,
 ) -> Checkpoint:
     """Load a checkpoint directory, or the latest checkpoint of a run directory.
 
@@ -199,13 +221,57 @@ def load_checkpoint(
     and labels if saved, and ``train_state/state.json``. ``verify`` checks every file read
     against the sizes and CRC-32 checksums in manifest.json. Any problem is a CheckpointError
     naming the file.
-    """
-    from attnlab.data import LabelSet, load_tokenizer
-    from attnlab.models import build_model
 
+    Given a run directory (not one checkpoint), a latest checkpoint that fails these checks is
+    skipped with a warning naming it and why, and the newest one that passes is loaded instead
+    (``fallback``); nothing on disk changes. A local Hugging Face model directory (a config.json
+    with a ``model_type``) loads through ``attnlab.interop.pretrained``.
+    """
     if _is_hf_model_dir(path):
         return _load_hf_dir(path, map_location)
     ckpt = _resolve(path)
+    try:
+        return _load_one(ckpt, map_location, expect_kind, verify)
+    except CheckpointError as err:
+        if not fallback or isinstance(err, WrongKindError) or (Path(path) / CONFIG).is_file():
+            raise  # a wrong kind is no damage: the other checkpoints of the run share it
+        return load_fallback(ckpt, err, lambda c: _load_one(c, map_location, expect_kind, verify),
+                             "using")  # fmt: skip
+
+
+def load_fallback(damaged: Path, error: CheckpointError, load: Any, verb: str,
+                  announce: bool = True) -> Any:  # fmt: skip
+    """``load`` the newest other complete checkpoint of ``damaged``'s run that passes, warning
+    which one and why (if ``announce``); re-raise ``error`` (with the others' problems) if none
+    does."""
+    others = [c for c in reversed(list_checkpoints(damaged.parent)) if c != damaged]
+    problems = []
+    for older in others:
+        try:
+            found = load(older)
+        except CheckpointError as err:
+            problems.append(f"{older.name}: {err}")
+            continue
+        skipped = "; ".join([f"{damaged.name}: {error}", *problems])
+        if not announce:  # e.g. the other processes of a torchrun job: rank 0 says it
+            return found
+        warnings.warn(
+            f"the latest checkpoint cannot be used ({skipped}); {verb} {older.name} (step "
+            f"{_step_of(older)}) instead, the newest that verifies; nothing was deleted",
+            stacklevel=3,
+        )
+        return found
+    if problems:
+        raise CheckpointError(f"{error} (no other checkpoint of the run verifies either: "
+                              f"{'; '.join(problems)})") from None  # fmt: skip
+    raise error
+
+
+def _load_one(ckpt: Path, map_location: Any, expect_kind: Any, verify: bool) -> Checkpoint:
+    """Load and check the one checkpoint directory ``ckpt`` (see :func:`load_checkpoint`)."""
+    from attnlab.data import LabelSet, load_tokenizer
+    from attnlab.models import build_model
+
     config, data = _read_config(ckpt, expect_kind)
     manifest = _read_json(ckpt / MANIFEST) if (ckpt / MANIFEST).is_file() else None
     names = [n for n in (MODEL, TOKENIZER, LABELS, STATE) if n == MODEL or (ckpt / n).is_file()]
@@ -218,6 +284,7 @@ def load_checkpoint(
         aliases = json.loads(meta.get("attnlab.aliases", "{}"))
     except ValueError:
         aliases = {}
+    check_finite(tensors, ckpt / MODEL)
     for alias, source in aliases.items():
         if source in tensors:
             tensors[alias] = tensors[source]
@@ -291,6 +358,29 @@ def check_same_model(checkpoint: Checkpoint, config: ModelConfig) -> None:
         )
 
 
+def check_resumable(checkpoint: Checkpoint) -> None:
+    """A CheckpointError unless the checkpoint holds a complete, verified training state: the
+    optimizer file (size and CRC-32 as saved), the step and the random-number states."""
+    state = checkpoint.train_state
+    where = str(checkpoint.path)
+    if not isinstance(state, dict):
+        raise CheckpointError(
+            f"{where!r} has no training state (train_state/state.json): it was exported for "
+            f"inference; start a new run from its weights instead of resuming"
+        )
+    if not state.get("optimizer"):
+        raise CheckpointError(
+            f"{where!r} was saved without optimizer state; it cannot resume training "
+            f"bit-identically, start a new run from its weights instead"
+        )
+    if not isinstance(state.get("rng"), dict) or not isinstance(state.get("step"), int):
+        raise CheckpointError(f"{str(checkpoint.path / STATE)!r} lacks the step or the random-"
+                              f"number states; it was edited or damaged")  # fmt: skip
+    manifest_path = checkpoint.path / MANIFEST
+    manifest = _read_json(manifest_path) if manifest_path.is_file() else None
+    _verify(checkpoint.path, manifest, OPTIMIZER)
+
+
 def restore_training(
     checkpoint: Checkpoint,
     optimizer: torch.optim.Optimizer | Sequence[torch.optim.Optimizer] | None = None,
@@ -308,14 +398,7 @@ def restore_training(
             f"exported for inference; start a new run from its weights instead of resuming"
         )
     if optimizer is not None:
-        if not state.get("optimizer"):
-            raise CheckpointError(
-                f"{str(checkpoint.path)!r} was saved without optimizer state; it cannot resume "
-                f"training bit-identically, start a new run from its weights instead"
-            )
-        manifest_path = checkpoint.path / MANIFEST
-        manifest = _read_json(manifest_path) if manifest_path.is_file() else None
-        _verify(checkpoint.path, manifest, OPTIMIZER)
+        check_resumable(checkpoint)
         tensors, _ = _read_safetensors(checkpoint.path / OPTIMIZER)
         optimizer_state_from_tensors(optimizer, tensors, state["optimizer"])
     if scheduler is not None:

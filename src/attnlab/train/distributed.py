@@ -49,7 +49,9 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         if name == "cuda":
             name = f"cuda:{local_rank % torch.cuda.device_count()}"
     if name == "mps" and not torch.backends.mps.is_available():
-        raise ConfigError("device='mps' but the Apple MPS backend is not available; use cpu")
+        raise ConfigError(
+            "device='mps' but the Apple MPS backend is not available; use --device cpu"
+        )
     return torch.device(name)
 
 
@@ -58,14 +60,16 @@ def autocast_dtype(dtype: str, device: torch.device) -> torch.dtype | None:
     if dtype == "fp32":
         return None
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ConfigError("dtype='bf16' but this GPU has no bfloat16 support; use fp32")
+        raise ConfigError("dtype='bf16' but this GPU has no bfloat16 support; use --dtype fp32")
     if device.type not in ("cpu", "cuda"):
-        raise ConfigError(f"dtype='bf16' autocast is not supported on {device.type}; use fp32")
+        raise ConfigError(
+            f"dtype='bf16' autocast is not supported on {device.type}; use --dtype fp32"
+        )
     if device.type == "cpu" and not cpu_has_native_bf16():
         warnings.warn(
             "dtype='bf16' on a CPU without native bfloat16 products (no AVX-512 BF16 / AMX): "
             "PyTorch emulates them, which is usually several times slower than fp32 here; "
-            "use dtype='fp32' unless you are checking bf16 numerics",
+            "use --dtype fp32 unless you are checking bf16 numerics",
             stacklevel=2,
         )
     return torch.bfloat16

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import shutil
 import time
 import warnings
 from collections.abc import Callable
@@ -114,13 +115,28 @@ def train(
         raise TypeError(f"train() needs a RunConfig, got {type(run_config).__name__}")
     cfg = run_config.train
     info, device = init_distributed(cfg.device)
+    run_dir = Path(run_dir or cfg.out)
     try:
         with cpu_settings(cfg.threads):
-            setup = prepare_run(run_config, Path(run_dir or cfg.out), resume, info, allow_changes)
-            run = _Run.start(run_config, setup, info, device, on_event or _ignore)
+            with _removed_on_failure(run_dir, info):
+                setup = prepare_run(run_config, run_dir, resume, info, allow_changes)
+                run = _Run.start(run_config, setup, info, device, on_event or _ignore)
             return run.go(progress, stop_at)
     finally:
         cleanup(info)
+
+
+@contextlib.contextmanager
+def _removed_on_failure(run_dir: Path, info: DistInfo):
+    """Remove ``run_dir`` again if this call created it and failed before the first step (a
+    data file that does not load leaves nothing behind)."""
+    created = info.is_main and not run_dir.exists()
+    try:
+        yield
+    except BaseException:
+        if created:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
 
 
 def _ignore(name: str, data: dict[str, Any]) -> None:
@@ -369,5 +385,13 @@ def _wrap(model: nn.Module, compile: bool, kind: str, info: DistInfo,
                 "is fixed (measured in benchmarks/)",
                 stacklevel=3,
             )
-        net = torch.compile(net)
+        compile_fn = getattr(torch, "compile", None)
+        if compile_fn is None:  # a PyTorch without torch.compile: train eagerly, say so once
+            warnings.warn(
+                f"--compile needs torch.compile, which PyTorch {torch.__version__} lacks; "
+                "training runs eagerly (same results, without the compiled speed-up)",
+                stacklevel=3,
+            )
+        else:
+            net = compile_fn(net)
     return net

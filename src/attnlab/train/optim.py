@@ -120,7 +120,7 @@ def build_optimizers(model: nn.Module, cfg: Any) -> list[torch.optim.Optimizer]:
     hidden = {id(p) for _, p in split["hidden_matrices"]}
     if not hidden:
         raise ValueError("optimizer='muon' found no 2-D hidden weight matrices in the model; "
-                         "use optimizer='adamw'")  # fmt: skip
+                         "use --optimizer adamw")  # fmt: skip
     rest_decay = [p for _, p in split["decay"] if id(p) not in hidden]
     rest = [
         {"params": rest_decay, "weight_decay": cfg.weight_decay, "lr": cfg.lr, "base_lr": cfg.lr},

@@ -142,7 +142,12 @@ class TrainConfig:
         if not 0 < self.val_fraction < 1:
             _bad("val_fraction", self.val_fraction, "must be in (0, 1), e.g. 0.05")
         if self.warmup_steps > self.steps:
-            _bad("warmup_steps", self.warmup_steps, f"must not exceed steps={self.steps}")
+            _bad(
+                "warmup_steps",
+                self.warmup_steps,
+                f"must not exceed steps={self.steps}; lower it "
+                f"with --warmup-steps {self.steps // 10} (or raise --steps)",
+            )
         if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             _bad("device", self.device, "must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
         for name in ("data", "out", "best_metric"):

@@ -5,7 +5,9 @@ The rules a user can rely on:
 * A run directory that already holds checkpoints is never trained over by accident: without
   ``resume`` that is an error naming the latest step; with ``resume`` training continues from
   ``latest_checkpoint(run_dir)`` (and starts fresh if there is none yet, e.g. after a ``kill -9``
-  before the first save).
+  before the first save). A latest checkpoint that fails its checks (truncated weights, garbage
+  JSON, missing optimizer state) is skipped for the newest one that passes, with a warning; the
+  skipped ones are renamed ``damaged-step_*`` (kept, never read or deleted).
 * The data decides the sizes the model config leaves open: ``vocab_size`` = the tokenizer's,
   ``n_classes`` = the number of labels, ``pad_id`` = the tokenizer's pad id. A resumed run takes
   its tokenizer and labels from the checkpoint, and the model config must equal the saved one.
@@ -28,6 +30,8 @@ from attnlab.errors import CheckpointError, ConfigError
 from attnlab.train.atomic import ensure_writable_dir
 from attnlab.train.build_data import build_task_data
 from attnlab.train.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
+from attnlab.train.checkpoint_dir import _step_of, list_checkpoints
+from attnlab.train.checkpoint_load import check_resumable, load_fallback
 from attnlab.train.distributed import DistInfo, barrier
 from attnlab.train.task_data import TaskData
 
@@ -53,7 +57,7 @@ def check_kind(model_cfg: ModelConfig, task: str) -> None:
         )
 
 
-def fit_model_config(model_cfg: ModelConfig, data: TaskData) -> ModelConfig:
+def fit_model_config(model_cfg: ModelConfig, data: TaskData, announce: bool = True) -> ModelConfig:
     """Fill the sizes the data decides (see module docstring)."""
     changes: dict[str, Any] = {
         "vocab_size": data.tokenizer.vocab_size,
@@ -62,6 +66,14 @@ def fit_model_config(model_cfg: ModelConfig, data: TaskData) -> ModelConfig:
     }
     if data.labels is not None:
         changes["n_classes"] = len(data.labels)
+    default = ModelConfig.__dataclass_fields__["vocab_size"].default
+    if announce and model_cfg.vocab_size not in (default, data.tokenizer.vocab_size):
+        warnings.warn(
+            f"vocab_size={model_cfg.vocab_size} is replaced by the tokenizer's "
+            f"{data.tokenizer.vocab_size} tokens: the data decides the vocabulary (choose it "
+            f"with --tokenizer char|byte|bpe and --bpe-vocab-size N, not vocab_size)",
+            stacklevel=3,
+        )
     try:
         return model_cfg.replace(**changes)
     except ValueError as err:
@@ -127,6 +139,37 @@ def find_resume_point(run_dir: Path, resume: bool) -> Path | None:
     return latest if resume else None
 
 
+def load_resume_point(path: Path, announce: bool = True) -> tuple[Checkpoint, list[Path]]:
+    """The checkpoint to resume from: ``path``, or if it fails its checks (a truncated file,
+    garbage JSON, missing optimizer state) the newest one of the run that passes, with a warning
+    naming the skipped ones and why. Returns it and the skipped checkpoints."""
+
+    def load(candidate: Path) -> Checkpoint:
+        ckpt = load_checkpoint(candidate, map_location="cpu", fallback=False)
+        check_resumable(ckpt)
+        return ckpt
+
+    try:
+        return load(path), []
+    except CheckpointError as err:
+        ckpt = load_fallback(path, err, load, "resuming from", announce)
+    newer = [c for c in list_checkpoints(path.parent) if (_step_of(c) or 0) > ckpt.step]
+    return ckpt, sorted(set(newer) | {path})
+
+
+def set_aside(damaged: list[Path]) -> None:
+    """Rename skipped checkpoints to ``damaged-step_*``: kept for inspection, never read,
+    replaced or deleted by the saves of the resumed run (which reach their steps again)."""
+    for path in damaged:
+        target = path.with_name(f"damaged-{path.name}")
+        n = 1
+        while target.exists():
+            n += 1
+            target = path.with_name(f"damaged-{path.name}-{n}")
+        path.rename(target)
+        warnings.warn(f"the skipped checkpoint {path.name} is kept as {target}", stacklevel=3)
+
+
 def prepare_run(run_config: Any, run_dir: Path, resume: bool, info: DistInfo,
                 allow_changes: bool = False) -> RunSetup:  # fmt: skip
     """Resolve the run directory, resume point, data and model config (all ranks)."""
@@ -136,11 +179,9 @@ def prepare_run(run_config: Any, run_dir: Path, resume: bool, info: DistInfo,
         ensure_writable_dir(run_dir)
     barrier(info)
     path = find_resume_point(run_dir, resume)
-    ckpt = None
+    ckpt, damaged = None, []
     if path is not None:
-        ckpt = load_checkpoint(path, map_location="cpu")
-        if ckpt.train_state is None:
-            raise CheckpointError(f"{str(path)!r} has no training state; it cannot be resumed")
+        ckpt, damaged = load_resume_point(path, announce=info.is_main)
         check_resume_settings(ckpt, cfg, allow_changes, announce=info.is_main)
     tokenizer = ckpt.tokenizer if ckpt is not None else None
     labels = ckpt.labels if ckpt is not None else None
@@ -150,10 +191,12 @@ def prepare_run(run_config: Any, run_dir: Path, resume: bool, info: DistInfo,
                                labels=labels, prepare=prepare)  # fmt: skip
 
     data = build(True) if info.is_main else None  # rank 0 prepares an LM corpus, others read it
-    barrier(info)
+    barrier(info)  # every rank has chosen its checkpoint: the skipped ones may move now
+    if info.is_main:
+        set_aside(damaged)
     if data is None:
         data = build(False)
-    model_cfg = fit_model_config(run_config.model, data)
+    model_cfg = fit_model_config(run_config.model, data, announce=info.is_main)
     data.check_fits(model_cfg)
     if ckpt is not None and ckpt.config != model_cfg:
         diff = "; ".join(_differences(ckpt.config, model_cfg)[:6])

@@ -126,6 +126,7 @@ export function mountExplorer(root, transport, initial = {}) {
   const seed = num("ax-seed", 0, { step: 1 });
   const pace = num("ax-pace", 0, { min: 0, max: 2000, step: 10 });
   const streamButton = h("button", { id: "ax-continue", type: "button" }, "Continue");
+  const stopButton = h("button", { id: "ax-stop", type: "button", disabled: true }, "Stop");
 
   const section = (id, title, equation, ...body) => h("section", { class: "ax-section", id },
     h("h2", { text: title }), equation ? h("p", { class: "ax-eq", text: equation }) : null, ...body);
@@ -135,7 +136,7 @@ export function mountExplorer(root, transport, initial = {}) {
     labelled("top-k", topK), labelled("top-p", topP));
   const continuation = h("div", {}, h("div", { class: "ax-controls" }, labelled("strategy", strategy),
     labelled("new tokens", maxNew), labelled("beams", beams), labelled("seed", seed),
-    labelled("pace ms", pace), streamButton), streamOut);
+    labelled("pace ms", pace), streamButton, stopButton), streamOut);
   const outputTitle = h("h2", { text: "Next token and continuation" });
   const outputEquation = h("p", { class: "ax-eq",
     text: "p(w_t | w_<t) = softmax(z / τ), then top-k / top-p (003 'Decoding'; attnlab.generate)" });
@@ -436,7 +437,7 @@ export function mountExplorer(root, transport, initial = {}) {
       if (!attention) return;
       state.attention = attention;
       const first = state.info.sites[0];
-      if (first && (!state.selected || !state.attention.sites[state.selected.site])) {
+      if (first && !state.selected) {
         state.selected = { site: first.name, layer: 0, head: 0 };
       }
       const work = [drawPositions()];
@@ -505,6 +506,7 @@ export function mountExplorer(root, transport, initial = {}) {
       pace_ms: +pace.value, ablate: ablateList(),
     });
     let count = 0;
+    stopButton.disabled = false;
     state.closeStream = transport.stream(params, (event) => {
       if (event.type === "token") {
         count += 1;
@@ -512,9 +514,11 @@ export function mountExplorer(root, transport, initial = {}) {
           "data-t": performance.now().toFixed(1) }, event.token));
         streamOut.dataset.count = String(count);
       } else if (event.type === "done") {
+        stopButton.disabled = true;
         streamOut.dataset.state = "done";
         streamOut.append(h("p", { class: "ax-small", id: "ax-stream-text", text: `text: ${JSON.stringify(event.text)}` }));
       } else {
+        stopButton.disabled = true;
         streamOut.dataset.state = "error";
         showError(event.error);
       }
@@ -524,6 +528,12 @@ export function mountExplorer(root, transport, initial = {}) {
   // --------------------------------------------------------------------------- start
   runButton.addEventListener("click", run);
   streamButton.addEventListener("click", startStream);
+  stopButton.addEventListener("click", () => {
+    if (state.closeStream) state.closeStream();
+    state.closeStream = null;
+    stopButton.disabled = true;
+    streamOut.dataset.state = "stopped";
+  });
   for (const input of [temperature, topK, topP]) {
     input.addEventListener("change", () => guarded(async () => { clearError(); await drawNext(); }));
   }

@@ -1,0 +1,235 @@
+"""Suite ``decode``: greedy decoding with reduced-precision weights against fp32 and transformers.
+
+Models (random weights, seed 0, the same weights in every contender through the GPT-2 mapping,
+``attnlab.interop.from_transformers``): the ``medium`` LM shape (6 layers, 6 heads, width 384,
+vocab 65; 42.5 MB of fp32 linear weights) and GPT-2 small (``gpt2-124M``: 12 layers, 12 heads,
+width 768, vocab 50257; 124M parameters, 496 MB of fp32 linear weights with the tied head).
+
+Contenders, each timed in the same interleaved rounds (batch B, a C-token prompt per row, N new
+tokens, no stop token; one model per shape for every context and batch):
+
+    fp32, bf16, int8, int4   attnlab's decode loop after ``quantize_weights(model, mode)``; with
+                             ``--compile`` the batch-1 rows run ``compile=True`` (the case the
+                             compiled step is for: a batch-1 step is dispatch-bound), batch 8 eager
+    int8_eager               (batch 1 with ``--compile``) int8 without compile: what ``attnlab
+                             generate --weights int8`` gives without ``--compile``
+    hf_gpt2                  ``GPT2LMHeadModel.generate`` (sdpa), fp32, the usual way
+
+Decode speed is timed apart from the prompt's prefill, inside the same calls: attnlab's loop is
+clocked from its first new token to its last, transformers' through a stopping criterion that
+records the time of every new token (and never stops), so
+
+    decode ms per step = (time of token N - time of token 1) / (N - 1)   (median of the rounds)
+    decode tokens/s    = B / decode seconds per step
+
+and ``tokens_per_s`` is the whole call's rate, prefill included.
+
+Each mode's floor: a decode step must read every linear weight once (``bytes_per_token``: codes
+plus scales) and the KV cache (2 L B C_avg D fp32 values at the average cache length C_avg =
+C + N / 2); at the memory bandwidth the suite measures (a 2-thread ``sum`` streaming 256 MB),
+
+    floor ms per step = bytes per step / bandwidth,       of floor = floor ms / measured ms.
+
+Weights that fit in the 32 MB L3 cache (the medium model below fp32) can beat the DRAM floor.
+Targets (issue 22): medium >= 4x transformers, GPT-2 small >= 3x at batch 1 (decode tokens/s).
+"""
+
+from __future__ import annotations
+
+import copy
+import statistics
+import time
+import warnings
+from typing import Any
+
+import torch
+
+from attnlab.bench.generation import build_pair
+from attnlab.bench.harness import interleave, ratio, target_entry
+from attnlab.bench.lm_train import SHAPES, LMShape
+
+GPT2_SMALL = LMShape("gpt2-124M", 12, 12, 768, 1024, 1, vocab=50257)
+TINY_GPT2 = LMShape("gpt2-124M", 2, 2, 64, 32, 1, vocab=500)
+TINY_MEDIUM = LMShape("medium", 2, 2, 64, 32, 1)  # int4 needs widths divisible by 32
+MODES = ("fp32", "bf16", "int8", "int4")
+TARGETS = {"medium": 4.0, "gpt2-124M": 3.0}
+TARGET_MODES = ("int8", "int4")
+NEW_TOKENS, TINY_NEW_TOKENS = 32, 4
+BATCHES, TINY_BATCHES = (1, 8), (1, 2)
+BANDWIDTH_BYTES = 256 * 2**20
+
+
+def measure_bandwidth(n_bytes: int = BANDWIDTH_BYTES, reps: int = 7) -> float:
+    """Bytes per second of a ``sum`` streaming an fp32 tensor of ``n_bytes`` (best of reps)."""
+    x = torch.ones(n_bytes // 4)
+    x.sum()
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        x.sum()
+        best = min(best, time.perf_counter() - t0)
+    return n_bytes / best
+
+
+def run(settings, ctx) -> dict[str, Any]:
+    import transformers
+
+    from attnlab.generate.weights import bytes_per_token
+
+    tiny = settings.tiny
+    shapes = [TINY_MEDIUM, TINY_GPT2] if tiny else [SHAPES["medium"], GPT2_SMALL]
+    n = TINY_NEW_TOKENS if tiny else NEW_TOKENS
+    n_bytes = 2**20 if tiny else BANDWIDTH_BYTES
+    bandwidth = measure_bandwidth(n_bytes)
+    ctx.say(f"decode: memory bandwidth {bandwidth / 1e9:.1f} GB/s (sum over {n_bytes >> 20} MiB)")
+    verbosity = transformers.logging.get_verbosity()
+    transformers.logging.set_verbosity_error()
+    runs, targets = [], []
+    try:
+        for shape in shapes:
+            hf, ours = build_pair(shape, max(settings.contexts) + n)
+            models = {"fp32": ours}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # bf16 where emulated: the numbers show it
+                for mode in MODES[1:]:
+                    models[mode] = quantize(ours, mode)
+            weight_bytes = {m: bytes_per_token(ours, m) for m in MODES}
+            for batch in TINY_BATCHES if tiny else BATCHES:
+                for context in settings.contexts:
+                    row = _one_case(settings, ctx, shape, models, hf, context, batch, n)
+                    kv = 2 * shape.n_layers * batch * (context + n / 2) * shape.d_model * 4
+                    for c in row["contenders"]:
+                        mode = c["name"].removesuffix("_eager")
+                        if mode in weight_bytes:
+                            c["bytes_per_step"] = weight_bytes[mode] + kv
+                            c["floor_ms_per_step"] = c["bytes_per_step"] / bandwidth * 1e3
+                            c["of_floor"] = ratio(c["floor_ms_per_step"], c["decode_ms_per_step"])
+                    runs.append(row)
+                    if batch == 1:
+                        targets += _targets(shape, context, n, row)
+            del hf, ours, models
+    finally:
+        transformers.logging.set_verbosity(verbosity)
+    return {"status": "ok", "new_tokens": n, "bandwidth_bytes_per_s": bandwidth, "runs": runs,
+            "targets": targets}  # fmt: skip
+
+
+def quantize(model, mode: str):
+    from attnlab.generate.weights import quantize_weights
+
+    return quantize_weights(copy.deepcopy(model), mode)
+
+
+def _one_case(settings, ctx, shape, models, hf, context: int, batch: int, n: int) -> dict:
+    gen = torch.Generator().manual_seed(99)
+    prompts = torch.randint(0, shape.vocab, (batch, context), generator=gen).tolist()
+    compiled = settings.compile and batch == 1
+    works: dict[str, Any] = {}
+    decode_s: dict[str, list[float]] = {}
+    for mode, model in models.items():
+        decode_s[mode] = []
+        works[mode] = _attnlab_work(model, prompts, n, compiled, decode_s[mode])
+    if compiled:
+        decode_s["int8_eager"] = []
+        works["int8_eager"] = _attnlab_work(models["int8"], prompts, n, False,
+                                            decode_s["int8_eager"])  # fmt: skip
+    decode_s["hf_gpt2"] = []
+    works["hf_gpt2"] = _hf_work(hf, prompts, n, decode_s["hf_gpt2"])
+    label = f"decode {shape.name} ctx {context} batch {batch}"
+    ctx.say(f"{label}: timing {', '.join(works)} ({n} new tokens)")
+    timings = interleave(works, rounds=settings.rounds, warmup=settings.warmup, min_round_s=0.0)
+    info = {}
+    for name, timing in timings.items():
+        step_ms = statistics.median(decode_s[name]) / (n - 1) * 1e3
+        info[name] = {
+            "name": name,
+            "status": "ok",
+            "compiled": compiled and name in MODES,
+            **timing.to_dict("tokens"),
+            "decode_seconds_rounds": decode_s[name],
+            "decode_ms_per_step": step_ms,
+            "decode_tokens_per_s": batch / step_ms * 1e3,
+        }
+        whole = info[name]["tokens_per_s"]
+        ctx.say(f"  {name:10s} {batch / step_ms * 1e3:9.1f} decode tok/s ({step_ms:.2f} ms/step; "
+                f"whole call {whole:.1f} tok/s)")  # fmt: skip
+    hf_rate = info["hf_gpt2"]["decode_tokens_per_s"]
+    return {
+        "model": {
+            "name": shape.name,
+            "n_layers": shape.n_layers,
+            "n_heads": shape.n_heads,
+            "d_model": shape.d_model,
+            "vocab": shape.vocab,
+        },  # fmt: skip
+        "context": context,
+        "batch": batch,
+        "new_tokens": n,
+        "compile": compiled,
+        "contenders": list(info.values()),
+        "ratios": {
+            f"{k}_vs_hf_gpt2": ratio(v["decode_tokens_per_s"], hf_rate)
+            for k, v in info.items()
+            if k != "hf_gpt2"
+        },  # fmt: skip
+    }
+
+
+def _attnlab_work(model, prompts: list[list[int]], n: int, compile: bool, decode_s: list):
+    """One greedy generation through the decode loop; the time after the first new token (the
+    prefill) is appended to ``decode_s`` for timed rounds."""
+    from attnlab.generate import GenerationConfig
+    from attnlab.generate.lm import lm_loop
+
+    cfg = GenerationConfig(max_new_tokens=n, temperature=0.0, stop_token_ids=(), compile=compile)
+
+    def work(r: int) -> float:
+        loop, _ = lm_loop(model, prompts, cfg, None)
+        loop.step()  # the prefill and the first new token
+        t0 = time.perf_counter()
+        while loop.step() is not None:
+            pass
+        if r >= 0:
+            decode_s.append(time.perf_counter() - t0)
+        return float(len(prompts) * n)
+
+    return work
+
+
+def _hf_work(hf, prompts: list[list[int]], n: int, decode_s: list):
+    """``hf.generate``; a stopping criterion (never stopping) clocks each new token."""
+    from transformers import StoppingCriteria, StoppingCriteriaList
+
+    ids = torch.tensor(prompts)  # (B, C)
+    mask = torch.ones_like(ids)
+    clock: list[float] = []
+
+    class Clock(StoppingCriteria):
+        def __call__(self, input_ids, scores, **kwargs):
+            clock.append(time.perf_counter())
+            return torch.zeros(input_ids.size(0), dtype=torch.bool)
+
+    def work(r: int) -> float:
+        clock.clear()
+        out = hf.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
+                          do_sample=False, use_cache=True, pad_token_id=0,
+                          stopping_criteria=StoppingCriteriaList([Clock()]))  # fmt: skip
+        if r >= 0:
+            decode_s.append(clock[-1] - clock[0])  # tokens 2..n
+        return float(out[:, ids.size(1) :].numel())
+
+    return work
+
+
+def _targets(shape, context: int, n: int, row: dict) -> list[dict]:
+    how = "compile=True" if row["compile"] else "eager"
+    return [
+        target_entry(
+            f"decode_{shape.name}_ctx{context}_{mode}_vs_hf",
+            f"greedy decode tokens/s, {shape.name}, batch 1, {context}-token prompt, {n} new "
+            f"tokens, attnlab {mode} weights ({how}) / transformers generate fp32",
+            row["ratios"].get(f"{mode}_vs_hf_gpt2"),
+            TARGETS[shape.name],
+        )
+        for mode in TARGET_MODES
+    ]

@@ -1,0 +1,256 @@
+"""Experiment ``residual``: residual connections and depth (000 "Residual connections"; 003).
+
+000: residual connections "are a trick to help models train better": instead of
+X^(i) = Layer(X^(i-1)) a block computes X^(i) = X^(i-1) + Layer(X^(i-1)), so "the gradient is
+great through the residual connection" and deep stacks train. A second reading of the residual
+stream: whatever the embedding put there -- the position vectors among them -- stays available to
+every later layer unless a block removes it.
+
+Two arms of the same pre-norm decoder-only character LM at depths 6, 12 and 24:
+
+    with residuals      h = h + f(LN(h))     (the library's block)
+    without residuals   h = f(LN(h))         (both sublayers of every block)
+
+Measured per seed: the training loss after a fixed budget (trainability), the gradient norm of
+the first block at initialisation, and a *linear probe for position*: a least-squares linear map
+from each layer's output vectors to the one-hot position index t, fitted on half of held-out
+windows and scored (accuracy of the argmax) on the other half.
+
+Shapes: N windows, B batch, T context, D d_model, L layers.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from attnlab.config import ModelConfig
+from attnlab.lab.charts import line_chart, save_chart
+from attnlab.lab.fit import FitConfig, fit, lm_loss
+from attnlab.lab.future_mask import text_windows, unigram_bigram
+from attnlab.lab.registry import experiment
+from attnlab.lab.report import (
+    Competence,
+    Report,
+    Table,
+    gate_run,
+    spread,
+    spread_text,
+    verdict_of,
+)
+from attnlab.lab.seeds import bands, run_jobs, seed_list
+from attnlab.models import build_model
+
+ARMS = ("with residuals", "without residuals")
+
+
+def _add_norm_without_residual(self, x, norm, sublayer, norm_point, resid_point):
+    """h = f(LN(h)): the pre-norm sublayer with its residual connection removed (the block's
+    hook points still see LN(h) and the new h)."""
+    out = sublayer(norm_point(norm(x)))
+    return resid_point(self.drop(out.out)), out.weights
+
+
+def make_model(arm: str, vocab: int, context: int, n_layers: int) -> nn.Module:
+    cfg = ModelConfig(kind="decoder_lm", vocab_size=vocab, d_model=64, n_heads=4,
+                      n_layers=n_layers, max_len=context)  # fmt: skip
+    model = build_model(cfg)
+    if arm == "without residuals":
+        for block in model.blocks:
+            block._add_norm = types.MethodType(_add_norm_without_residual, block)
+    return model
+
+
+@torch.no_grad()
+def layer_outputs(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
+    """The residual stream after the embedding and after each block: L + 1 tensors (B, T, D)."""
+    outs = [model.embed(ids)]
+    handles = [b.register_forward_hook(lambda m, a, out: outs.append(out.x))
+               for b in model.blocks]  # fmt: skip
+    try:
+        model.eval()
+        model(ids)
+    finally:
+        for h in handles:
+            h.remove()
+    return outs
+
+
+def position_probe(states: torch.Tensor) -> float:
+    """Accuracy of a least-squares linear probe from vectors (N, T, D) to their position t,
+    fitted on the first half of the N windows and scored on the second half."""
+    n, t, d = states.shape
+    x = torch.cat([states, torch.ones(n, t, 1)], -1).double()  # (N, T, D + 1), with a bias
+    y = torch.eye(t, dtype=torch.float64).expand(n, t, t)  # one-hot position, (N, T, T)
+    half = n // 2
+    w = torch.linalg.lstsq(x[:half].reshape(-1, d + 1), y[:half].reshape(-1, t)).solution
+    pred = (x[half:].reshape(-1, d + 1) @ w).argmax(-1)  # (N/2 * T,)
+    truth = torch.arange(t).repeat(n - half)
+    return float((pred == truth).double().mean())
+
+
+def first_block_grad(model: nn.Module, batch: torch.Tensor) -> float:
+    model.train()
+    model.zero_grad()
+    lm_loss(model, (batch,)).backward()
+    grad = sum(float((p.grad**2).sum()) for p in model.blocks[0].parameters() if p.grad is not None)
+    model.zero_grad()
+    return math.sqrt(grad)
+
+
+def depths(quick: bool) -> tuple[int, ...]:
+    return (2, 4) if quick else (6, 12, 24)
+
+
+def train_job(job: tuple) -> dict:
+    arm, n_layers, seed, quick = job
+    torch.set_num_threads(1)
+    context = 32
+    train, val, chars, _ = text_windows(quick, context)
+    torch.manual_seed(seed)
+    model = make_model(arm, len(chars), context, n_layers)
+    grad0 = first_block_grad(model, train[:32])
+    cfg = FitConfig(steps=30 if quick else 400, batch_size=32, lr=1e-3,
+                    warmup_steps=5 if quick else 40, min_lr=1e-4)  # fmt: skip
+    result = fit(model, (train,), lm_loss, cfg, seed=seed)
+    with torch.no_grad():
+        model.eval()
+        val_loss = float(lm_loss(model, (val[:256],)))
+    probe_ids = val[: 64 if quick else 400, :context]  # (N, T): the probe's own two halves
+    probes = [position_probe(h) for h in layer_outputs(model, probe_ids)]
+    return {"losses": result.losses, "train": result.final_loss(), "val": val_loss,
+            "grad0": grad0, "probe": probes, "diverged": result.diverged}  # fmt: skip
+
+
+@experiment(
+    "residual",
+    claim="Residual connections make deep stacks trainable (without them training degrades as "
+    "depth grows), and the residual stream carries the position information of the embedding "
+    "to every layer.",
+    notes="000 'Residual connections'; 003 'Residual connection'",
+)
+def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    torch.set_num_threads(1)
+    seeds = seed_list(seed, quick)
+    train, val, chars, source = text_windows(quick, 32)
+    uni, bi = unigram_bigram(train, val, len(chars))
+    ds = depths(quick)
+    jobs = [(a, d, s, quick) for a in ARMS for d in ds for s in seeds]
+    res = run_jobs(train_job, jobs, 1 if quick else 2)
+    per = {(a, d): [res[(a, d, s, quick)] for s in seeds] for a in ARMS for d in ds}
+    val_loss = {k: [r["val"] for r in v] for k, v in per.items()}
+    rows = [{"residuals": a, "layers": d,
+             "train loss": spread_text([r["train"] for r in per[(a, d)]]),
+             "val loss": spread_text(val_loss[(a, d)]),
+             "|grad| block 1 at init": spread_text([r["grad0"] for r in per[(a, d)]]),
+             "position probe, last layer": spread_text([r["probe"][-1] for r in per[(a, d)]])}
+            for d in ds for a in ARMS]  # fmt: skip
+    competence = [Competence(f"with residuals, {d} layers", "validation loss (nats/char) below "
+                             "the bigram baseline", bi, val_loss[("with residuals", d)],
+                             higher_is_better=False) for d in ds]  # fmt: skip
+    gap = {d: [b - a for a, b in zip(val_loss[("with residuals", d)],
+                                     val_loss[("without residuals", d)])] for d in ds}  # fmt: skip
+    trainable = min(gap[ds[-1]]) > 0.1  # without residuals clearly worse at the deepest stack
+    grows = spread(gap[ds[-1]])["mean"] > spread(gap[ds[0]])["mean"]
+    deep = ds[-1]
+    probe_with = [r["probe"][-1] for r in per[("with residuals", deep)]]
+    probe_without = [r["probe"][-1] for r in per[("without residuals", deep)]]
+    carries = min(probe_with) > max(probe_without)
+    checks = [trainable, grows, carries]
+    verdict = verdict_of(checks)
+    reason = (
+        "validation loss without minus with residuals (nats/char, mean (min-max) over "
+        f"{len(seeds)} seeds): "
+        + ", ".join(f"{d} layers {spread_text(gap[d])}" for d in ds)
+        + f" (bigram baseline {bi:.2f}); a linear probe reads the position from the last layer "
+        f"of the {deep}-layer model with accuracy {spread_text(probe_with)} with residuals and "
+        f"{spread_text(probe_without)} without (chance {1 / 32:.3f})."
+    )
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
+    series, band = {}, {}
+    for a in ARMS:
+        vals = [spread(val_loss[(a, d)]) for d in ds]
+        series[a] = (list(ds), [v["mean"] for v in vals])
+        band[a] = ([v["min"] for v in vals], [v["max"] for v in vals])
+    fig = line_chart(
+        series,
+        xlabel="layers",
+        ylabel="validation loss (nats/char)",
+        title=f"trainability against depth ({len(seeds)} seed(s))",
+        bands=band,
+    )
+    fig.axes[0].axhline(bi, color="gray", linestyle="--", linewidth=1)
+    figures = [
+        save_chart(
+            fig,
+            out_dir,
+            "depth.png",
+            "Validation loss after the same budget "
+            "against depth, with and without residual connections (mean over "
+            "seeds, min-max band); the dashed line is the bigram baseline.",
+        )
+    ]
+    probe_series, probe_band = {}, {}
+    for a in ARMS:
+        mean, lo, hi = bands([r["probe"] for r in per[(a, deep)]])
+        probe_series[a], probe_band[a] = (list(range(deep + 1)), mean), (lo, hi)
+    fig = line_chart(
+        probe_series,
+        xlabel=f"layer (0 = embedding, {deep} = last block)",
+        ylabel="position-probe accuracy",
+        title=f"linear probe for position, {deep} layers",
+        bands=probe_band,
+    )
+    fig.axes[0].axhline(1 / 32, color="gray", linestyle="--", linewidth=1)
+    figures.append(
+        save_chart(
+            fig,
+            out_dir,
+            "position_probe.png",
+            "Accuracy of a linear probe "
+            f"for the position t (of 32) after each layer of the {deep}-layer "
+            "models (mean over seeds, min-max band); dashed: chance 1/32.",
+        )
+    )
+    return Report(
+        name="residual",
+        title="Residual connections: trainability with depth, and position in the residual stream",
+        claim="Residual connections are a trick to help models train better: instead of "
+        "X^(i) = Layer(X^(i-1)) we let X^(i) = X^(i-1) + Layer(X^(i-1)). The gradient is great "
+        "through the residual connection.",
+        source="000, 'Residual connections'; 003",
+        setup=[
+            f"Character LM on {source}, windows of 33 characters, vocabulary {len(chars)}.",
+            f"Decoder-only, pre-norm, d_model 64, 4 heads, learned positions, {list(ds)} layers; "
+            "'without residuals' replaces x + f(LN(x)) by f(LN(x)) in both sublayers of every "
+            "block (the final norm is kept).",
+            f"AdamW lr 1e-3, {30 if quick else 400} steps of 32, warm-up + cosine; the same "
+            "recipe and seeds for every arm; two single-threaded runs at a time.",
+            "Position probe: least-squares linear map (with bias) from the layer's vectors to the "
+            "one-hot position, fitted on half of the held-out windows, accuracy on the other "
+            "half.",
+        ],
+        tables=[Table("per depth and arm (mean (min-max) over seeds)", rows)],
+        figures=figures,
+        verdict=verdict,
+        verdict_reason=reason,
+        competence=competence,
+        seeds=seeds,
+        per_seed={
+            "val": {f"{a}, {d}": v for (a, d), v in val_loss.items()},
+            "probe_last": {f"{a}, {deep}": [r["probe"][-1] for r in per[(a, deep)]] for a in ARMS},
+        },  # fmt: skip
+        metrics={
+            "unigram": uni,
+            "bigram": bi,
+            "probe": {a: bands([r["probe"] for r in per[(a, deep)]])[0] for a in ARMS},
+        },
+        findings=[
+            "Without residuals even the causal mask leaves some position signal (a token can "
+            "count how many keys it sees), so the probe need not fall to chance.",
+        ],
+    )
