@@ -119,7 +119,8 @@ def _seq2seq(s: dict) -> list[str]:
     ]
     out += md_table(["contender", "target tokens/s", "spread", "GFLOP/s", "of peak"], rows)
     value = fmt_num(s["ratios"]["attnlab_vs_torch_nn"], ".2f")
-    return out + ["", f"attnlab / nn.Transformer = **{value}**"]
+    fast = fmt_num(s["ratios"].get("attnlab_fast_vs_torch_nn"), ".2f")
+    return out + ["", f"attnlab fast / nn.Transformer = **{fast}**; plain: {value}"]
 
 
 def _generate(s: dict) -> list[str]:

@@ -144,6 +144,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "after a one-off compile of seconds to tens of seconds; pays off for long outputs",
     )
     p.add_argument(
+        "--fast",
+        action="store_true",
+        help="run the model on attnlab.fast's engine (with --compile: the compiled step is "
+        "replayed without dynamo's guards; docs/fast.md)",
+    )
+    p.add_argument(
         "--weights",
         choices=("fp32", "bf16", "int8", "int4"),
         default="fp32",
@@ -177,6 +183,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(str(err)) from None
     ckpt = _load(args.checkpoint)
     model, tok = ckpt.model, ckpt.tokenizer
+    if args.fast:
+        from attnlab.fast import accelerate
+
+        accelerate(model)
     if tok is None:
         raise CheckpointError(
             f"the checkpoint at {str(ckpt.path)!r} has no tokenizer.json, so "

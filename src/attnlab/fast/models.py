@@ -94,8 +94,14 @@ class FastTransformerEncoderDecoder(TransformerEncoderDecoder):
             real = tgt_mask if tgt_mask is not None else torch.ones_like(tgt_in, dtype=torch.bool)
             packings = row_groups(self, real, encoded.src_mask)
         if packings is None:
-            return super().decode(tgt_in, encoded, tgt_mask=tgt_mask, cache=cache,
-                                  need_weights=need_weights, real_only=real_only)  # fmt: skip
+            return super().decode(
+                tgt_in,
+                encoded,
+                tgt_mask=tgt_mask,
+                cache=cache,
+                need_weights=need_weights,
+                real_only=real_only,
+            )
         packing, memory_packing = packings
         self.check_target(tgt_in, tgt_mask, 0)
         positions = default_positions(tgt_in.size(1), 0, tgt_in.device)  # (T,)

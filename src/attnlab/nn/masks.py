@@ -57,6 +57,12 @@ def padding_mask(key_padding_mask: Tensor | None) -> Tensor | None:
     return key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
 
 
+def is_right_padded(key_padding_mask: Tensor) -> bool:
+    """True when every row of a (B, T) mask (True = real token) is real tokens followed only by
+    padding: no real token comes after a padding position."""
+    return not bool((key_padding_mask[:, 1:] & ~key_padding_mask[:, :-1]).any())
+
+
 def combine_masks(*masks: Tensor | None) -> Tensor | None:
     """Logical AND of broadcastable bool masks; None entries mean "no constraint"."""
     out: Tensor | None = None

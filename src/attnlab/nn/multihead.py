@@ -115,6 +115,8 @@ class MultiHeadBase(nn.Module):
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask, causal, need_weights, bias=None):
         """head_h = a(q_h k_h^T / sqrt(Dk) + bias_h) v_h for every head at once (004 eq. 9):
         q (B, H, T, Dk), k (B, H, S, Dk), v (B, H, S, Dv) -> (B, H, T, Dv), weights or None.
+        k and v may hold H_kv key/value heads (grouped-query attention): the fused kernel shares
+        them in place, the written-out form repeats them (``repeat_kv``).
         ``bias`` (B|1, H, T, S): a logit bias such as ALiBi's, or None.
 
         Written out (each value at its hook point) when the weights are wanted, for hard
@@ -125,6 +127,7 @@ class MultiHeadBase(nn.Module):
             opts = dict(causal=causal, scale=self.scale, dropout_p=p, bias=bias)
             return scaled_dot_product_attention(q, k, v, mask, **opts)
         b, h, t, s = q.size(0), q.size(1), q.size(2), k.size(2)
+        k, v = repeat_kv(k, h), repeat_kv(v, h)  # (B, H, S, Dk|Dv): head h reads h // G
         if mask is not None:
             mask = check_mask(mask, b, h, t, s)  # (B|1, H|1, T|1, S)
         scores = self.hook_scores(q @ k.transpose(-2, -1))  # (B, H, T, S)
@@ -232,7 +235,6 @@ class SelfAttention(MultiHeadBase):
             k, v = cache.append(k, v)  # (B, H_kv, S, Dk), (B, H_kv, S, Dv): all keys held
             start = cache.start
         end = start + k.size(2)
-        k, v = repeat_kv(k, self.n_heads), repeat_kv(v, self.n_heads)  # (B, H, S, Dk|Dv)
         if self.window is not None:  # the window's mask is causal too
             local = sliding_window_mask(x.size(1), end - start, self.window, x.device)  # (T, S)
             mask = combine_masks(mask, local)
