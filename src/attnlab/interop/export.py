@@ -70,8 +70,9 @@ def export_as(
     if fmt == "hf":
         from attnlab.interop.pretrained import save_pretrained
 
+        check_export_target(out, force)
         names = list(getattr(labels, "names", labels) or []) or None
-        return save_pretrained(model, out, tokenizer=tokenizer, labels=names)
+        return save_pretrained(model, out, tokenizer=tokenizer, labels=names, overwrite=force)
     if not isinstance(model, DecoderLM):
         raise ConfigError(
             f"hf-gpt2 export needs a decoder-only language model (kind='decoder_lm'), this "

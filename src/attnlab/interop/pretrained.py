@@ -159,6 +159,7 @@ def save_pretrained(
     *,
     tokenizer: Any = None,
     labels: list[str] | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Write ``model`` (and its ``tokenizer``: a pretrained one, or attnlab's own) as a Hugging
     Face directory that ``transformers``' ``from_pretrained`` loads with equal outputs."""
@@ -169,7 +170,7 @@ def save_pretrained(
     config["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
     tensors = _drop_aliases(tensors)
     root = Path(path)
-    if (root / CONFIG_FILE).is_file():
+    if (root / CONFIG_FILE).is_file() and not overwrite:
         raise CheckpointError(
             f"{str(root)!r} already holds a {CONFIG_FILE}; export into a new or empty directory "
             "so nothing is overwritten"
