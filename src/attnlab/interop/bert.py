@@ -29,7 +29,14 @@ from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.interop.weights_map import Mapped, export_mapped, load_mapped, problems_message
+from attnlab.interop.weights_map import (
+    Mapped,
+    config_dict,
+    export_mapped,
+    load_mapped,
+    mismatches,
+    problems_message,
+)
 from attnlab.models.build import build_model
 
 # Buffers (not parameters) and the next-sentence-prediction head: present in files, not mapped.
@@ -45,14 +52,6 @@ SUPPORTED = (
     "BERT encoders with absolute positions, activations " + ", ".join(sorted(_ACT)) + ", and "
     "the BertModel, BertForSequenceClassification (single-label) and BertForMaskedLM heads"
 )
-
-
-def _as_dict(hf_config: Any) -> dict[str, Any]:
-    if hasattr(hf_config, "to_dict") and callable(hf_config.to_dict):
-        return dict(hf_config.to_dict())
-    if isinstance(hf_config, Mapping):
-        return dict(hf_config)
-    raise TypeError(f"expected a transformers BertConfig or a dict, got {type(hf_config).__name__}")
 
 
 def bert_kind(data: dict[str, Any]) -> str:
@@ -73,7 +72,7 @@ def bert_kind(data: dict[str, Any]) -> str:
 def bert_config_to_model_config(hf_config: Any, kind: str | None = None) -> ModelConfig:
     """A BertConfig (or config.json's dict) -> ModelConfig of ``kind`` (default: from
     ``architectures``). Raises ConfigError listing every setting that does not map."""
-    data = _as_dict(hf_config)
+    data = config_dict(hf_config, "BertConfig")
     if data.get("model_type", "bert") != "bert":
         raise ConfigError(f"model_type={data['model_type']!r} is not BERT")
     kind = kind or bert_kind(data)
@@ -154,11 +153,7 @@ def check_bert_compatible(cfg: ModelConfig) -> None:
         "ffn_bias": None,
         "pooling": "cls",
     }
-    problems = [
-        f"{k}={getattr(cfg, k)!r} (BERT needs {v!r})"
-        for k, v in wanted.items()
-        if getattr(cfg, k) != v
-    ]
+    problems = mismatches(cfg, wanted, "BERT")
     if cfg.activation not in _ACT_OUT:
         problems.append(f"activation={cfg.activation!r} (BERT has {sorted(_ACT_OUT)})")
     if cfg.head_dim * cfg.n_heads != cfg.d_model or cfg.value_dim != cfg.head_dim:

@@ -175,6 +175,11 @@ def save_gpt2_dir(
                 f"{str(root)!r} already holds a {CONFIG_FILE} that is not a GPT-2 config; "
                 "export into a new or empty directory so nothing is overwritten"
             )
+    return write_hf_dir(root, config, tensors)
+
+
+def write_hf_dir(root: Path, config: dict[str, Any], tensors: dict[str, Tensor]) -> Path:
+    """model.safetensors + config.json in ``root`` (created), each written atomically."""
     root.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file
 

@@ -28,7 +28,14 @@ from torch import Tensor
 
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.interop.weights_map import Mapped, export_mapped, load_mapped, problems_message
+from attnlab.interop.weights_map import (
+    Mapped,
+    config_dict,
+    export_mapped,
+    load_mapped,
+    mismatches,
+    problems_message,
+)
 from attnlab.models.lm import DecoderLM
 
 MODEL_TYPES = ("llama", "mistral")
@@ -44,17 +51,6 @@ _REQUIRED = (
     "num_attention_heads",
     "intermediate_size",
 )
-
-
-def _as_dict(hf_config: Any) -> dict[str, Any]:
-    if hasattr(hf_config, "to_dict") and callable(hf_config.to_dict):
-        return dict(hf_config.to_dict())
-    if isinstance(hf_config, Mapping):
-        return dict(hf_config)
-    raise TypeError(
-        f"expected a transformers LlamaConfig or the dict of config.json, got "
-        f"{type(hf_config).__name__}"
-    )
 
 
 def _rope(data: dict[str, Any]) -> tuple[float, dict[str, Any]]:
@@ -74,7 +70,7 @@ def llama_config_to_model_config(hf_config: Any) -> ModelConfig:
 
     Raises ConfigError listing every setting that has no attnlab equivalent.
     """
-    data = _as_dict(hf_config)
+    data = config_dict(hf_config, "LlamaConfig")
     model_type = data.get("model_type", "llama")
     if model_type not in MODEL_TYPES:
         raise ConfigError(
@@ -165,11 +161,7 @@ def check_llama_compatible(cfg: ModelConfig) -> None:
         "scale_logits": True,
         "bias": False,
     }
-    problems = [
-        f"{k}={getattr(cfg, k)!r} (Llama needs {v!r})"
-        for k, v in wanted.items()
-        if getattr(cfg, k) != v
-    ]
+    problems = mismatches(cfg, wanted, "Llama")
     if cfg.value_dim != cfg.head_dim:
         problems.append(f"d_v={cfg.value_dim} (Llama needs d_v = d_head = {cfg.head_dim})")
     if problems:

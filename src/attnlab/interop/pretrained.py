@@ -29,9 +29,9 @@ from attnlab.interop import bert, gpt2, llama
 from attnlab.interop.gpt2_files import (
     CONFIG_FILE,
     SAFETENSORS_FILE,
-    _atomic_write,
     _read_json,
     read_weights,
+    write_hf_dir,
 )
 from attnlab.interop.hf_tokenizer import (
     PretrainedTokenizer,
@@ -175,14 +175,7 @@ def save_pretrained(
             f"{str(root)!r} already holds a {CONFIG_FILE}; export into a new or empty directory "
             "so nothing is overwritten"
         )
-    root.mkdir(parents=True, exist_ok=True)
-    from safetensors.torch import save_file
-
-    _atomic_write(
-        root / SAFETENSORS_FILE, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"})
-    )
-    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    _atomic_write(root / CONFIG_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    write_hf_dir(root, config, tensors)
     if isinstance(tokenizer, PretrainedTokenizer):
         tokenizer.save_pretrained(root, model.cfg.max_len)
     elif tokenizer is not None:  # attnlab's char/byte/BPE tokenizers

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -102,3 +102,23 @@ def problems_message(family: str, problems: list[str], supported: str) -> str:
         + "; ".join(problems)
         + f". attnlab supports {supported}"
     )
+
+
+def config_dict(hf_config: Any, family: str) -> dict[str, Any]:
+    """A transformers config object (``family``: its class name) or config.json's dict -> dict."""
+    if hasattr(hf_config, "to_dict") and callable(hf_config.to_dict):
+        return dict(hf_config.to_dict())
+    if isinstance(hf_config, Mapping):
+        return dict(hf_config)
+    raise TypeError(
+        f"expected a transformers {family} or a dict (config.json), got {type(hf_config).__name__}"
+    )
+
+
+def mismatches(cfg: Any, wanted: Mapping[str, Any], family: str) -> list[str]:
+    """``name=value (<family> needs <wanted>)`` for every field of ``cfg`` that differs."""
+    return [
+        f"{k}={getattr(cfg, k)!r} ({family} needs {v!r})"
+        for k, v in wanted.items()
+        if getattr(cfg, k) != v
+    ]
