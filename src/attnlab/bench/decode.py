@@ -8,7 +8,8 @@ width 768, vocab 50257; 124M parameters, 496 MB of fp32 linear weights with the 
 Contenders, each timed in the same interleaved rounds (batch B, a C-token prompt per row, N new
 tokens, no stop token; one model per shape for every context and batch):
 
-    fp32, bf16, int8, int4   attnlab's decode loop after ``quantize_weights(model, mode)``; with
+    fp32, bf16, int8, int4   attnlab's decode loop on the engine (``attnlab.fast.accelerate``)
+                             after ``quantize_weights(model, mode)``; with
                              ``--compile`` the batch-1 rows run ``compile=True`` (the case the
                              compiled step is for: a batch-1 step is dispatch-bound), batch 8 eager
     int8_eager               (batch 1 with ``--compile``) int8 without compile: what ``attnlab
@@ -47,6 +48,7 @@ import torch
 from attnlab.bench.generation import build_pair
 from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.lm_train import SHAPES, LMShape
+from attnlab.fast import accelerate
 
 GPT2_SMALL = LMShape("gpt2-124M", 12, 12, 768, 1024, 1, vocab=50257)
 TINY_GPT2 = LMShape("gpt2-124M", 2, 2, 64, 32, 1, vocab=500)
@@ -88,6 +90,7 @@ def run(settings, ctx) -> dict[str, Any]:
     try:
         for shape in shapes:
             hf, ours = build_pair(shape, max(settings.contexts) + n)
+            accelerate(ours)  # the engine: the compiled step is replayed, attention as reductions
             models = {"fp32": ours}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # bf16 where emulated: the numbers show it
