@@ -219,3 +219,21 @@ def test_an_attnlab_trained_llama_style_run_exports_to_transformers(tmp_path, ca
     x = torch.tensor([ids])
     with torch.no_grad():
         torch.testing.assert_close(hf(x).logits, model(x).logits, **TOL)
+
+
+def test_the_explorer_opens_a_llama_directory(tmp_path):
+    from attnlab.explore.loading import load
+    from attnlab.explore.session import Session
+
+    tok = llama_bpe()
+    hf = hf_llama("gqa", vocab_size=tok.get_vocab_size())
+    hf.save_pretrained(tmp_path)
+    tok.save(str(tmp_path / "tokenizer.json"))
+    loaded = load(tmp_path)
+    assert loaded.model.cfg.kv_heads == 2
+    got = Session(loaded.model, loaded.tokenizer, name=loaded.name).attention("the lazy dog")
+    ids = torch.tensor([loaded.tokenizer.encode("the lazy dog")])
+    with torch.no_grad():
+        want = hf(ids, output_attentions=True).attentions
+    for layer, w in zip(got["sites"]["decoder"]["layers"], want):
+        torch.testing.assert_close(torch.tensor(layer), w[0], rtol=1e-4, atol=1e-5)
