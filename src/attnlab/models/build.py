@@ -32,6 +32,7 @@ FAMILIES = {
     "encoder_decoder": ("attnlab.models.transformer_seq2seq", "TransformerEncoderDecoder"),
     "classifier": ("attnlab.models.encoder", "EncoderClassifier"),
     "encoder": ("attnlab.models.encoder", "TransformerEncoder"),
+    "masked_lm": ("attnlab.models.masked_lm", "MaskedLM"),
     "rnn_lm": ("attnlab.models.rnn_lm", "RNNLM"),
     "lstm_seq2seq": ("attnlab.models.lstm_seq2seq", "LSTMSeq2Seq"),
 }
