@@ -35,8 +35,8 @@ def decode(
     specials: SpecialIds,
     *,
     vocab_size: int,
-    tokenizer: Any | None = None,
-    keep_logits: bool = False,
+    tokenizer: Any | None,
+    keep_logits: bool,
 ) -> GenerationResult:
     """Run a stepper to the end: beam search when ``config.num_beams > 1``, else greedy/sampling.
     ``prompts`` are the batch's prompt id lists (``PromptBatch.prompts``)."""
