@@ -89,25 +89,18 @@ def dates_workload(n_batches: int):
         out = batch_loss(model, batch, "seq2seq")
         return out.total / out.count, float(out.count)
 
-    return cfg, batches, loss, ("packing", "short_keys")
+    return cfg, batches, loss, ("packing",)
 
 
 def translation_workload(n_batches: int):
-    from attnlab.bench.seq2seq_train import PAD, SHAPE, make_batches
-    from attnlab.config import ModelConfig
+    from attnlab.bench.seq2seq_train import SHAPE, attnlab_config, make_batches, real_only_loss
 
-    s = SHAPE
-    cfg = ModelConfig(kind="encoder_decoder", vocab_size=s.vocab, d_model=s.d_model,
-                      n_heads=s.n_heads, n_layers=s.n_layers, d_ff=s.d_ff, max_len=s.max_len,
-                      pad_id=PAD)  # fmt: skip
+    cfg = attnlab_config(SHAPE)
 
-    def loss(model, batch):
-        real = batch.tgt_in != PAD
-        logits = model(batch.src, batch.tgt_in, src_mask=batch.src != PAD, tgt_mask=real,
-                       real_only=True).logits  # (N, V)  # fmt: skip
-        return F.cross_entropy(logits, batch.tgt_out[real]), float(batch.tokens)
+    def loss(model, batch):  # the suite's step: logits at the real targets only
+        return real_only_loss(model)(batch), float(batch.tokens)
 
-    return cfg, make_batches(s, n_batches), loss, ("packing", "short_keys")
+    return cfg, make_batches(SHAPE, n_batches), loss, ("packing",)
 
 
 def char_lm_workload(n_batches: int):
@@ -123,7 +116,7 @@ def char_lm_workload(n_batches: int):
         logits = model(window[:, :-1]).logits  # (B, T, V)
         return F.cross_entropy(logits.flatten(0, 1), window[:, 1:].flatten()), 12.0 * 64
 
-    return cfg, batches, loss, ("short_keys",)
+    return cfg, batches, loss, ()
 
 
 def training_contenders(workload, n_batches: int) -> dict[str, Work]:
@@ -164,7 +157,7 @@ def generation_contenders(new_tokens: int) -> dict[str, Work]:
         return work
 
     works = {"plain": work_for("plain", plain), "fast": with_paths(work_for("fast", fast), ())}
-    for path in ("replay", "one_query"):
+    for path in ("replay",):
         works[f"fast - {path}"] = with_paths(work_for(f"fast - {path}", fast), (path,))
     return works
 

@@ -36,16 +36,17 @@ def _fit(model: torch.nn.Module, loss_of, steps: int, lr: float) -> torch.nn.Mod
 
 
 def trained_lm() -> torch.nn.Module:
-    """A tiny LM fitted on 'abcdefgh abcdefgh ...' (heads learn to look one period back)."""
-    text = torch.tensor(TOK.encode("abcdefgh " * 6))
+    """A tiny LM fitted to random five-letter words said three times ("kofan kofan kofan"): after
+    the first time, only attention to the earlier occurrence predicts the next letter."""
+    letters, space = torch.tensor(TOK.encode("abcdefghijklmnop")), TOK.encode(" ")[0]
 
     def loss_of(model):
-        starts = torch.randint(0, len(text) - 21, (16,))
-        batch = torch.stack([text[s : s + 21] for s in starts])  # (B, T + 1)
-        logits = model(batch[:, :-1]).logits  # (B, T, V)
-        return torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch[:, 1:].flatten())
+        word = letters[torch.randint(0, len(letters), (32, 5))]  # (B, 5)
+        x = torch.cat([word, torch.full((32, 1), space)], dim=1).repeat(1, 3)  # (B, 18)
+        logits = model(x[:, :-1]).logits  # (B, T, V)
+        return torch.nn.functional.cross_entropy(logits[:, 6:].flatten(0, 1), x[:, 7:].flatten())
 
-    return _fit(tiny_model("decoder_lm"), loss_of, 80, 1e-2)
+    return _fit(tiny_model("decoder_lm"), loss_of, 300, 1e-2)
 
 
 def trained_reverser() -> torch.nn.Module:

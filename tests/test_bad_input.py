@@ -272,7 +272,7 @@ def test_explicit_positions_are_validated(positions, lm):
     [
         ({"d_modle": 64}, r"unknown ModelConfig key\(s\) \['d_modle'\]; valid keys are: kind,"),
         ({"kind": "gpt"}, r"ModelConfig.kind='gpt' is not one of \['decoder_lm'"),
-        ({"positional": "alibi"}, r"ModelConfig.positional='alibi' is not one of"),
+        ({"positional": "xpos"}, r"ModelConfig.positional='xpos' is not one of"),
         ({"norm_placement": "middle"}, "norm_placement='middle'"),
         ({"n_heads": 0}, r"ModelConfig.n_heads=0 must be a positive int"),
         ({"vocab_size": 2.5}, r"ModelConfig.vocab_size=2.5 must be a positive int"),

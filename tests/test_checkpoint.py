@@ -29,7 +29,7 @@ import attnlab.train.atomic as atomic
 import attnlab.train.checkpoint as ck
 from attnlab.config import ModelConfig
 from attnlab.data import ByteTokenizer, CharTokenizer, LabelSet
-from attnlab.errors import CheckpointError, UserError
+from attnlab.errors import CheckpointError, ConfigError, UserError
 from attnlab.models import build_model
 from attnlab.train.state import (
     capture_rng_state,
@@ -410,7 +410,7 @@ def test_bad_json_and_missing_paths(saved, tmp_path):
         ck.load_checkpoint(tmp_path / "empty")
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "config.json").write_text('{"model_type": "gpt2"}')
-    with pytest.raises(CheckpointError, match="not an attnlab checkpoint"):
+    with pytest.raises(ConfigError, match="GPT-2 config is missing"):  # read as a HF directory
         ck.load_checkpoint(tmp_path / "hf")
 
 

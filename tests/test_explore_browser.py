@@ -38,7 +38,7 @@ DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images" / "explore
 # so that the maps show learned patterns; otherwise the same views of random-weight models.
 SHOOT = os.environ.get("ATTNLAB_SCREENSHOTS") == "1"
 TEXT = "abc dea"
-PERIODS = "abcdefgh%20abcdefgh%20abc"  # what the trained LM has learned to continue
+PERIODS = "piano%20piano%20pia"  # a word said again: the trained LM copies its next letter
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(CHROMIUM),
@@ -268,11 +268,11 @@ def test_screenshots_of_each_view(servers, page, tmp_path):
     }  # fmt: skip
     for name, views in shots.items():
         url, _ = servers[name]
-        query = f"?text={PERIODS}&head=decoder:1:1" if name == "lm" else "?text=edc&source=abcde"
+        query = f"?text={PERIODS}&head=decoder:0:0" if name == "lm" else "?text=edc&source=abcde"
         open_page(page, url, query)
         page.wait_for_selector("#ax-heatmap td")
         if name == "lm":
-            page.click("#ax-ablate button[data-site='decoder'][data-layer='1'][data-head='1']")
+            page.click("#ax-ablate button[data-site='decoder'][data-layer='0'][data-head='1']")
             page.wait_for_timeout(50)
             settle(page)
             page.fill("#ax-pace", "0")

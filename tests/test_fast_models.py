@@ -10,14 +10,11 @@ import ast
 import copy
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 
-from attnlab import reference as ref
 from attnlab.config import ModelConfig
 from attnlab.fast import accelerate, is_fast
-from attnlab.fast.attention import one_query_attention
 from attnlab.fast.packing import GROUP_ROWS
 from attnlab.models import build_model
 from attnlab.nn.hooks import HookPoint
@@ -98,6 +95,15 @@ def test_encoder_decoder_equals_the_plain_form_in_value_and_gradient(opts):
         torch.testing.assert_close(got_grads[name], grad, **TOL64)
 
 
+def test_models_with_value_heads_of_another_width_run_the_plain_form():
+    plain, fast = _pair(kind="encoder_decoder", vocab_size=40, d_model=16, n_heads=2,
+                        n_layers=1, d_v=3, max_len=24)  # fmt: skip
+    src, src_mask = _batch(2 * GROUP_ROWS, 40, 20, seed=6)
+    tgt, tgt_mask = _batch(2 * GROUP_ROWS, 40, 15, seed=7)
+    args = dict(src_mask=src_mask, tgt_mask=tgt_mask, real_only=True)
+    torch.testing.assert_close(fast(src, tgt, **args).logits, plain(src, tgt, **args).logits)
+
+
 def test_classifier_and_encoder_equal_the_plain_form():
     plain, fast = _pair(kind="classifier", vocab_size=40, d_model=16, n_heads=2, n_layers=2,
                         n_classes=3, max_len=24, pooling="mean")  # fmt: skip
@@ -129,15 +135,41 @@ def test_hook_points_see_the_plain_values_on_the_fast_model():
         torch.testing.assert_close(seen[1][name], value, **TOL64)
 
 
-def test_one_query_form_matches_the_reference():
-    """The reduction form of a compiled decode step (T = 1) is eq. 9, a blocked row included."""
-    b, h, s, dk, dv = 2, 2, 5, 4, 3
-    q, k, v = (torch.randn(b, h, n, d, dtype=torch.float64) for n, d in ((1, dk), (s, dk), (s, dv)))
-    mask = torch.rand(b, h, 1, s) < 0.6
-    mask[0, 1] = False  # a query that may see nothing
-    got = one_query_attention(q, k, v, mask, dk**-0.5)
-    for i in range(b):
-        for j in range(h):
-            want, _ = ref.attention(q[i, j].numpy(), k[i, j].numpy(), v[i, j].numpy(),
-                                    mask=mask[i, j].numpy())  # fmt: skip
-            np.testing.assert_allclose(got[i, j].numpy(), want, **TOL64)
+@pytest.mark.parametrize("rotary", [False, True], ids=["no-rotary", "rotary"])
+def test_fast_attention_modules_on_row_groups_equal_the_plain_modules(rotary):
+    """FastSelfAttention and FastCrossAttention on packed row groups give, at the real tokens,
+    what the plain modules give on the padded batch (value and input gradients, float64)."""
+    from attnlab.fast.attention import FastCrossAttention, FastSelfAttention, packed
+    from attnlab.fast.packing import length_groups, make_packing, pack, row_major
+    from attnlab.nn.masks import padding_mask
+    from attnlab.nn.multihead import CrossAttention, SelfAttention
+    from attnlab.nn.positional import RotaryPositions
+
+    torch.manual_seed(0)
+    b, d = 2 * GROUP_ROWS + 5, 8
+    tgt_mask = _right_padded(torch.randint(1, 10, (b,)))
+    src_mask = _right_padded(torch.randint(1, 13, (b,)))
+    groups = length_groups(tgt_mask, src_mask)
+    packing, memory_packing = make_packing(tgt_mask, groups), make_packing(src_mask, groups)
+    x = torch.randn(b, tgt_mask.size(1), d, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(b, src_mask.size(1), d, dtype=torch.float64, requires_grad=True)
+    rope = RotaryPositions(4) if rotary else None
+    self_attn = SelfAttention(8, 2, rotary=rope, qk_norm=True).double()
+    cross = CrossAttention(8, 2).double()
+    fast_self, fast_cross = copy.deepcopy(self_attn), copy.deepcopy(cross)
+    fast_self.__class__, fast_cross.__class__ = FastSelfAttention, FastCrossAttention
+    self_mask, cross_mask = padding_mask(tgt_mask), padding_mask(src_mask)
+    results = []
+    for fast in (False, True):
+        if fast:
+            with packed(packing, memory_packing):
+                y = fast_self(pack(x, packing), self_mask, causal=True).out  # (N, D)
+                z = fast_cross(y, pack(memory, memory_packing), cross_mask).out
+            out = row_major(z, packing)  # (N, D) in x[mask] order
+        else:
+            y = self_attn(x, self_mask, causal=True).out
+            out = cross(y, memory, cross_mask).out[tgt_mask]  # (N, D)
+        gx, gm = torch.autograd.grad(out.sin().sum(), (x, memory))
+        results.append((out.detach(), gx[tgt_mask], gm[src_mask]))
+    for got, want in zip(results[1], results[0]):
+        torch.testing.assert_close(got, want, **TOL64)

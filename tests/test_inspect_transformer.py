@@ -411,3 +411,23 @@ def test_the_worked_example_of_docs_inspect_runs(tmp_path, monkeypatch, capsys):
     exec(compile(code, str(doc), "exec"), {"__name__": "__main__"})
     printed = capsys.readouterr().out
     assert "layer 1 cross head 1" in printed and "patched memory writes" in printed
+
+
+@pytest.mark.parametrize("kind", ["decoder_lm", "classifier", "encoder_decoder"])
+def test_models_on_the_fast_engine_show_the_plain_values(kind):
+    from attnlab.fast import accelerate, is_fast
+
+    plain = _model(kind)
+    fast = accelerate(copy.deepcopy(plain))
+    assert is_fast(fast)
+    args, kwargs, _ = _inputs(kind)
+    _, want = inspect.run_with_cache(plain, *args, **kwargs)
+    _, got = inspect.run_with_cache(fast, *args, **kwargs)
+    assert got.names == want.names
+    for name in want:
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=1e-12)
+    site = "cross" if kind == "encoder_decoder" else "self"
+    with inspect.ablate_heads(fast, [(0, 1)], site=site):
+        ablated = fast(*args, **kwargs).logits
+    want = _zero_wo_columns(plain, inspect.attention_layers(plain, site)[0].path, [1])
+    torch.testing.assert_close(ablated, want(*args, **kwargs).logits, rtol=0, atol=1e-10)

@@ -109,11 +109,13 @@ def test_induction_data_scores_and_ablation(tmp_path):
 
     from attnlab.lab.induction import head_scores, make_model, repeated_segments
 
-    ids = repeated_segments(3, 5, 10, np.random.default_rng(0))
-    assert ids.shape == (3, 11) and torch.equal(ids[:, 1:6], ids[:, 6:]) and (ids[:, 0] == 0).all()
+    ids, second = repeated_segments(6, 5, 10, np.random.default_rng(0), max_gap=3)
+    assert ids.shape == (6, 14) and (ids[:, 0] == 0).all() and (ids[:, 1:] > 0).all()
+    for row, s in zip(ids, second):  # the second copy starts after a gap of 0..3 tokens
+        assert 6 <= s <= 9 and torch.equal(row[s : s + 5], row[1:6])
     torch.manual_seed(0)
-    model = make_model(10, 5, quick=True)
-    ind, prev = head_scores(model, ids, 5)
+    model = make_model(10, 14, quick=True)
+    ind, prev = head_scores(model, ids, second, 5)
     assert ind.shape == prev.shape == (2, 4) and (ind >= 0).all() and (ind <= 1).all()
     report, _ = run_experiment("induction", quick=True, out_dir=tmp_path)
     assert len(report.competence) == 1 and (tmp_path / "ablation.png").is_file()

@@ -218,13 +218,14 @@ def test_no_positions_is_identity_and_factory_builds_every_kind():
         "concat": ConcatPositions,
         "rotary": RotaryPositions,
         "none": NoPositions,
+        "alibi": NoPositions,  # ALiBi acts on the attention logits, not on the embeddings
     }
     for kind, cls in kinds.items():
         module = make_positions(kind, 8, 4, 16, 10000.0)
         assert isinstance(module, cls)
         assert module(x, default_positions(3)).shape == x.shape
-    with pytest.raises(ValueError, match="unknown positional 'alibi'"):
-        make_positions("alibi", 8, 4, 16, 10000.0)
+    with pytest.raises(ValueError, match="unknown positional 'xpos'"):
+        make_positions("xpos", 8, 4, 16, 10000.0)
     assert torch.equal(default_positions(3, offset=4), torch.tensor([4, 5, 6]))
 
 

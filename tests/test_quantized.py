@@ -149,8 +149,11 @@ def test_generation_with_reduced_weights_is_cached_batched_and_compiled_consiste
 
 def test_reduced_weights_slide_the_window_and_replay_the_compiled_step(replays):
     """Past the context window a left-padded batch still equals its prompts one at a time, and
-    the compiled batch-1 step is replayed without dynamo (the layers' buffers are graph inputs)."""
-    q = reduced(tiny(max_len=16), "int8")
+    the compiled batch-1 step is replayed without dynamo on the engine (the layers' buffers are
+    graph inputs)."""
+    from attnlab.fast import accelerate
+
+    q = accelerate(reduced(tiny(max_len=16), "int8"))
     prompts = [list(range(3, 15)), [5, 6, 7]]
     cfg = GREEDY.replace(max_new_tokens=40)
     batch = generate(q, prompts, cfg)

@@ -10,6 +10,7 @@ Glossary of ``kind``:
     encoder_decoder   Vaswani encoder-decoder, teacher forcing (000/003/004).
     classifier        BERT-like encoder-only classifier, CLS or mean pooling (003).
     encoder           a bare Transformer encoder producing contextual vectors (000).
+    masked_lm         a BERT-like encoder with a masked-token prediction head (Devlin et al.).
     rnn_lm            the simple RNN language model of 000: h_t = sigma(W h_{t-1} + U x_t).
     lstm_seq2seq      Sutskever et al. LSTM encoder-decoder; with ``rnn_attention`` set, the
                       Bahdanau (additive) or Luong (dot/general) attention decoder of 004 eq. 4-8.
@@ -22,19 +23,21 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 ModelKind = Literal[
-    "decoder_lm", "encoder_decoder", "classifier", "encoder", "rnn_lm", "lstm_seq2seq"
+    "decoder_lm", "encoder_decoder", "classifier", "encoder", "masked_lm", "rnn_lm", "lstm_seq2seq"
 ]
-TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder", "classifier", "encoder")
+TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder", "classifier", "encoder", "masked_lm")
 RECURRENT_KINDS = ("rnn_lm", "lstm_seq2seq")
 LM_KINDS = ("decoder_lm", "rnn_lm")
 SEQ2SEQ_KINDS = ("encoder_decoder", "lstm_seq2seq")
 
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "kind": TRANSFORMER_KINDS + RECURRENT_KINDS,
-    "positional": ("learned", "sinusoidal", "concat", "rotary", "none"),
+    "positional": ("learned", "sinusoidal", "concat", "rotary", "alibi", "none"),
     "norm": ("layernorm", "rmsnorm"),
     "norm_placement": ("pre", "post"),
-    "activation": ("relu", "gelu", "gelu_tanh", "relu2"),
+    "activation": ("relu", "gelu", "gelu_tanh", "relu2", "silu"),
+    "ffn": ("mlp", "swiglu", "geglu"),
+    "rope_scaling": ("none", "linear", "llama3"),
     "attention": ("softmax", "hardmax"),
     "pooling": ("cls", "mean"),
     "rnn_attention": ("none", "additive", "dot", "general"),
@@ -51,6 +54,7 @@ class ModelConfig:
     n_classes: int | None = None  # classifier only
     d_model: int = 128
     n_heads: int = 4
+    n_kv_heads: int | None = None  # key/value heads: None = n_heads (MHA), 1 = MQA, else GQA
     d_head: int | None = None  # d_k = d_q per head; default d_model // n_heads
     d_v: int | None = None  # value width per head; default d_head
     n_layers: int = 2  # decoder-only / encoder-only depth, and encoder depth of seq2seq
@@ -64,7 +68,11 @@ class ModelConfig:
     norm_placement: str = "pre"  # "pre": f(LN(h)) + h, "post": LN(f(h) + h)  (000 Add & Norm)
     norm_eps: float = 1e-5
     activation: str = "relu"
+    ffn: str = "mlp"  # "mlp": W2 a(W1 h); "swiglu"/"geglu": W2 (a(W_g h) * W1 h) (Shazeer 2020)
     bias: bool = True
+    attn_bias: bool | None = None  # biases of W_q, W_k, W_v, W^O; None = ``bias``
+    ffn_bias: bool | None = None  # biases of the feed-forward matrices; None = ``bias``
+    attn_window: int | None = None  # sliding-window causal attention: each query sees W keys
     attention: str = "softmax"  # row activation a(.) of 004 eq. 9: soft or hard attention
     straight_through: bool = True  # hard attention: backpropagate the softmax gradient (STE)
     scale_logits: bool = True  # divide Q K^T by sqrt(d_head); off only for experiments
@@ -73,7 +81,15 @@ class ModelConfig:
     tie_embeddings: bool = True  # decoder LM: lm_head.weight = tok_emb.weight
     final_norm: bool = True  # a norm after the last block (needed for pre-norm)
     embed_scale: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani 3.4)
+    embed_norm: bool = False  # a norm on the summed embeddings (BERT)
+    n_token_types: int = 0  # segment embeddings T_type added to the tokens (BERT: 2); 0 = none
+    pooler: bool = False  # encoder: tanh(W h_CLS + b), the pooled vector BERT classifies
     rope_base: float = 10000.0
+    rope_scaling: str = "none"  # rotary frequency scaling: "linear" (PI) or "llama3"
+    rope_factor: float = 1.0  # the scaling factor s (positions / s, or low frequencies / s)
+    rope_low_freq_factor: float = 1.0  # llama3 scaling: wavelengths above L / this are scaled
+    rope_high_freq_factor: float = 4.0  # llama3 scaling: wavelengths below L / this are kept
+    rope_original_max_len: int | None = None  # llama3 scaling: the pre-training context L
     pooling: str = "cls"  # classifier: "cls" token or "mean" over non-padding
     # Recurrent families.
     rnn_attention: str = "none"  # lstm_seq2seq: "additive" = Bahdanau (004 eq. 4-8)
@@ -97,10 +113,24 @@ class ModelConfig:
                 f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
                 f"(or set d_head explicitly); try n_heads in {_divisors(self.d_model)}"
             )
-        for name in ("d_head", "d_v", "n_decoder_layers", "d_ff", "tgt_vocab_size", "d_attn"):
+        for name in (
+            "d_head",
+            "d_v",
+            "n_decoder_layers",
+            "d_ff",
+            "tgt_vocab_size",
+            "d_attn",
+            "n_kv_heads",
+            "attn_window",
+            "rope_original_max_len",
+        ):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
                 raise ValueError(f"ModelConfig.{name}={value!r} must be a positive int or None")
+        if not isinstance(self.n_token_types, int) or self.n_token_types < 0:
+            raise ValueError(
+                f"ModelConfig.n_token_types={self.n_token_types!r} must be an int >= 0"
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ModelConfig.dropout={self.dropout} must be in [0, 1)")
         if self.ffn_mult <= 0 or self.ff_dim < 1:
@@ -116,6 +146,35 @@ class ModelConfig:
             raise ValueError("a classifier needs n_classes >= 2")
         if self.positional == "rotary" and self.head_dim % 2:
             raise ValueError(f"rotary positions need an even d_head, got {self.head_dim}")
+        if self.n_heads % self.kv_heads:
+            raise ValueError(
+                f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.kv_heads} (each "
+                f"key/value head serves n_heads / n_kv_heads query heads); try n_kv_heads in "
+                f"{_divisors(self.n_heads)}"
+            )
+        gates = {"swiglu": ("silu",), "geglu": ("gelu", "gelu_tanh")}.get(self.ffn)
+        if gates is not None and self.activation not in gates:
+            raise ValueError(
+                f"ffn={self.ffn!r} gates with activation in {list(gates)}, got "
+                f"activation={self.activation!r}; set activation={gates[0]!r}"
+            )
+        if self.rope_scaling != "none" and self.rope_factor <= 0:
+            raise ValueError(f"ModelConfig.rope_factor={self.rope_factor} must be > 0")
+        if self.rope_scaling == "llama3" and self.rope_original_max_len is None:
+            raise ValueError("rope_scaling='llama3' needs rope_original_max_len (the context L)")
+        if self.attn_window is not None and self.kind != "decoder_lm":
+            raise ValueError(
+                f"attn_window={self.attn_window} (sliding-window causal attention) applies to "
+                f"decoder-only LMs, not kind={self.kind!r}"
+            )
+        if self.positional == "alibi" and self.kind in RECURRENT_KINDS:
+            raise ValueError("positional='alibi' applies to Transformer models only")
+        if self.pooler and (self.kind not in ("encoder", "classifier", "masked_lm")
+                            or self.pooling != "cls"):  # fmt: skip
+            raise ValueError(
+                "pooler=True (BERT's tanh(W h_CLS + b)) needs an encoder, classifier or masked_lm "
+                f"with pooling='cls', got kind={self.kind!r}, pooling={self.pooling!r}"
+            )
         if self.positional == "concat" and self.kind in RECURRENT_KINDS:
             raise ValueError("positional='concat' applies to Transformer models only")
         if not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
@@ -126,6 +185,19 @@ class ModelConfig:
     def head_dim(self) -> int:
         """d_k = d_q of one head."""
         return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads: n_kv_heads, default n_heads (one per query head)."""
+        return self.n_kv_heads if self.n_kv_heads is not None else self.n_heads
+
+    @property
+    def attention_bias(self) -> bool:
+        return self.bias if self.attn_bias is None else self.attn_bias
+
+    @property
+    def feedforward_bias(self) -> bool:
+        return self.bias if self.ffn_bias is None else self.ffn_bias
 
     @property
     def value_dim(self) -> int:

@@ -56,6 +56,11 @@ __all__ = [
     "layer_norm",
     "rms_norm",
     "feed_forward",
+    "gated_feed_forward",
+    "alibi_slopes",
+    "alibi_bias",
+    "sliding_window_mask",
+    "grouped_query_attention",
     "sinusoidal_encoding",
     "rotary",
     "encoder_block",
@@ -148,12 +153,18 @@ def _sigmoid(z: float) -> float:
     return e / (1.0 + e)
 
 
+def _silu(z: float) -> float:
+    """SiLU / Swish: z sigmoid(z) (Elfwing et al. 2018), the gate of SwiGLU."""
+    return z * _sigmoid(z)
+
+
 _ACTIVATIONS: dict[str, Callable[[float], float]] = {
     "relu": _relu,
     "gelu": _gelu,
     "gelu_tanh": _gelu_tanh,
     "tanh": math.tanh,
     "sigmoid": _sigmoid,
+    "silu": _silu,
 }
 
 
@@ -242,7 +253,9 @@ def basic_self_attention(X) -> np.ndarray:
     return Y
 
 
-def attention(Q, K, V, mask=None, scale: bool | float = True, activation: str = "softmax"):
+def attention(
+    Q, K, V, mask=None, scale: bool | float = True, activation: str = "softmax", bias=None
+):
     """Single-head (scaled) dot-product attention, 004 eq. 9-12 (000, 002, 003 likewise).
 
     Attention(Q, K, V; a) = a(Q K^T / sqrt(d_q)) V   (eq. 9), i.e.
@@ -255,6 +268,7 @@ def attention(Q, K, V, mask=None, scale: bool | float = True, activation: str = 
 
     Q: (N, d_q) (eq. 10), K: (M, d_q) (eq. 11), V: (M, d_v) (eq. 12),
     mask: bool, broadcastable to (N, M), True = may attend.
+    bias: (N, M) added to the scaled scores before the activation (ALiBi: ``alibi_bias``).
     Returns AttentionOutput(out (N, d_v), weights (N, M)).
     """
     Q, K, V = _f64(Q, "Q"), _f64(K, "K"), _f64(V, "V")
@@ -271,11 +285,13 @@ def attention(Q, K, V, mask=None, scale: bool | float = True, activation: str = 
         raise ValueError(f"activation must be 'softmax' or 'hardmax', got {activation!r}")
     allowed = _mask(mask, (N, M))
     factor = _scale_factor(scale, d_q)
+    offset = np.zeros((N, M)) if bias is None else np.broadcast_to(_f64(bias, "bias"), (N, M))
 
     scores = np.zeros((N, M))
     for i in range(N):
         for j in range(M):
-            scores[i, j] = _dot(Q[i], K[j]) * factor if allowed[i, j] else -math.inf
+            s_ij = _dot(Q[i], K[j]) * factor + offset[i, j]
+            scores[i, j] = s_ij if allowed[i, j] else -math.inf
     A = row_activation(scores)  # (N, M); all -inf rows -> zeros
 
     out = np.zeros((N, V.shape[1]))
@@ -401,6 +417,21 @@ def causal_mask(n: int, m: int | None = None) -> np.ndarray:
     return out
 
 
+def sliding_window_mask(n: int, m: int | None = None, window: int = 1) -> np.ndarray:
+    """Local causal attention (Beltagy et al. 2020; Mistral): query i sees key j iff
+    i - window < j <= i, with the n queries the last n of m positions (as ``causal_mask``).
+    Returns (n, m) bool, True = may attend."""
+    m = n if m is None else m
+    if window < 1:
+        raise ValueError(f"window must be >= 1, got {window}")
+    out = np.zeros((n, m), dtype=bool)
+    for i in range(n):
+        p = (m - n) + i  # absolute position of query i
+        for j in range(m):
+            out[i, j] = p - window < j <= p
+    return out
+
+
 def padding_mask(lengths_or_bool, n: int) -> np.ndarray:
     """Key padding mask: True = real token (may be attended), False = padding.
 
@@ -493,6 +524,84 @@ def feed_forward(h, W1, b1, W2, b2, activation: str = "relu") -> np.ndarray:
     h = _f64(h, "h")
     hidden = _elementwise(act, _linear(h, W1, b1))  # (..., d_ff)
     return _linear(hidden, W2, b2)  # (..., d_model')
+
+
+def gated_feed_forward(h, Wg, W1, W2, activation: str = "silu", bg=None, b1=None, b2=None):
+    """Gated feed-forward network (Shazeer 2020, "GLU Variants Improve Transformer", eq. 5-6).
+
+    Row-vector form: h_FF = (act(h Wg + bg) * (h W1 + b1)) W2 + b2, ``*`` elementwise.
+    act "silu" (z sigmoid(z)) gives SwiGLU, "gelu" GeGLU.
+    h: (..., d_model); Wg, W1: (d_model, d_ff); W2: (d_ff, d_model').
+    """
+    act = _activation(activation, ("silu", "gelu", "gelu_tanh"))
+    h = _f64(h, "h")
+    gate = _elementwise(act, _linear(h, Wg, bg))  # (..., d_ff)
+    up = _linear(h, W1, b1)  # (..., d_ff)
+    hidden = np.zeros_like(up)
+    for idx in np.ndindex(*up.shape):
+        hidden[idx] = gate[idx] * up[idx]
+    return _linear(hidden, W2, b2)
+
+
+# --------------------------------------------------------------------------- ALiBi, GQA
+
+
+def alibi_slopes(n_heads: int) -> np.ndarray:
+    """ALiBi head slopes (Press et al. 2022, §3): m_h = 2^(-8h/H), h = 1..H, for H a power of two;
+    otherwise the H' = 2^floor(log2 H) slopes followed by the first H - H' odd-numbered slopes of
+    2H' heads (the paper's code). Returns (H,)."""
+
+    def geometric(n: int) -> list[float]:
+        return [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+
+    lower = 1
+    while lower * 2 <= n_heads:
+        lower *= 2
+    slopes = geometric(lower)
+    extra = geometric(2 * lower)
+    h = 0
+    while len(slopes) < n_heads:
+        slopes.append(extra[h])  # odd-numbered slopes: indices 0, 2, 4, ... of the 2H' sequence
+        h += 2
+    return np.array(slopes)
+
+
+def alibi_bias(slope: float, q_positions, k_positions) -> np.ndarray:
+    """ALiBi bias of one head: b_ij = -m |p_i - p_j| (Press et al.; for causal j <= i this is
+    -m (i - j)). q_positions (N,), k_positions (M,) -> (N, M)."""
+    qp, kp = np.asarray(q_positions), np.asarray(k_positions)
+    out = np.zeros((qp.shape[0], kp.shape[0]))
+    for i in range(qp.shape[0]):
+        for j in range(kp.shape[0]):
+            out[i, j] = -float(slope) * abs(float(qp[i]) - float(kp[j]))
+    return out
+
+
+def grouped_query_attention(
+    x, Wq: Sequence, Wk: Sequence, Wv: Sequence, Wo=None, mask=None, biases=None
+) -> AttentionOutput:
+    """Grouped-query self-attention (Ainslie et al. 2023; MQA, Shazeer 2019, when H_kv = 1).
+
+    H query heads, H_kv = len(Wk) key/value heads; query head l uses key/value head
+    g = l // (H / H_kv):  h^(l) = Attention(x Wq[l], x Wk[g], x Wv[g]) (+ biases[l] on the
+    logits, e.g. ALiBi), out = [h^(1); ...; h^(H)] Wo. x: (N, d_model); mask (N, N) or None.
+    Returns AttentionOutput(out, weights (H, N, N)).
+    """
+    x = _f64(x, "x")
+    H, H_kv = len(Wq), len(Wk)
+    if H_kv == 0 or H % H_kv or len(Wv) != H_kv:
+        raise ValueError(f"{H} query heads need a divisor of key/value heads, got {H_kv}")
+    group = H // H_kv
+    N = x.shape[0]
+    heads, weights = [], np.zeros((H, N, N))
+    for l in range(H):
+        g = l // group
+        q, k, v = _linear(x, Wq[l]), _linear(x, Wk[g]), _linear(x, Wv[g])
+        bias = None if biases is None else biases[l]
+        h, weights[l] = attention(q, k, v, mask=mask, bias=bias)
+        heads.append(h)
+    concat = np.concatenate(heads, axis=1)  # (N, H*d_v)
+    return AttentionOutput(concat if Wo is None else _linear(concat, Wo), weights)
 
 
 # --------------------------------------------------------------------------- positions

@@ -16,6 +16,8 @@ the last new token attends to C + N - 1 earlier positions. Nothing is cropped or
     attnlab_compiled  the same with compile=True (only with ``--compile``): the one-token decode
               step under torch.compile; its first call (compilation included) is timed
               separately as ``first_call_seconds``
+    attnlab_fast_compiled  the same model on the engine (``attnlab.fast.accelerate``): the
+              compiled step is replayed without dynamo (only with ``--compile``)
     hf_gpt2   hf_model.generate(ids, attention_mask=ones, max_new_tokens=N, min_new_tokens=N,
               do_sample=False, use_cache=True)
 
@@ -28,6 +30,7 @@ near-tie late in a long generation.
 
 from __future__ import annotations
 
+import copy
 import time
 from typing import Any
 
@@ -36,7 +39,9 @@ import torch
 from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.lm_train import SHAPES, TINY_SHAPES, hf_gpt2_config
 
-CONTENDERS = ("attnlab", "attnlab_compiled", "hf_gpt2")
+CONTENDERS = ("attnlab", "attnlab_compiled", "attnlab_fast_compiled", "hf_gpt2")
+OURS = (("attnlab", ""), ("attnlab_compiled", " (compile=True)"),
+        ("attnlab_fast_compiled", " (fast=True, compile=True)"))  # fmt: skip
 MODEL_FIELDS = ("name", "n_layers", "n_heads", "d_model", "vocab")
 TARGET = 4.0  # attnlab tokens/s >= 4x transformers generate at both contexts (issue 6)
 
@@ -110,10 +115,8 @@ def run(settings, ctx) -> dict[str, Any]:
         for shape in (TINY_SHAPES if settings.tiny else SHAPES).values():
             for context in settings.contexts:
                 rows.append(_one_context(settings, ctx, shape, context, n))
-                for name, suffix, how in (
-                    ("attnlab", "", ""),
-                    ("attnlab_compiled", "_compiled", " (compile=True)"),
-                ):
+                for name, how in OURS:
+                    suffix = name.removeprefix("attnlab")
                     if f"{name}_vs_hf_gpt2" in rows[-1]["ratios"]:
                         targets.append(target_entry(
                             f"generate_{shape.name}_ctx{context}{suffix}_vs_hf",
@@ -129,15 +132,22 @@ def _one_context(settings, ctx, shape, context: int, n: int) -> dict[str, Any]:
     hf, ours = build_pair(shape, context + n)
     gen = torch.Generator().manual_seed(99)
     prompt = torch.randint(0, shape.vocab, (context,), generator=gen).tolist()
-    outputs: dict[str, list] = {"attnlab": [], "attnlab_compiled": [], "hf_gpt2": []}
+    outputs: dict[str, list] = {"attnlab": [], "hf_gpt2": []}
     works, info, first_call = {}, {}, {}
     works["attnlab"] = make_attnlab_work(ours, prompt, n, outputs["attnlab"])
     if settings.compile:
-        works["attnlab_compiled"] = make_attnlab_work(ours, prompt, n, [], compile=True)
-        ctx.say(f"generate {shape.name} ctx {context}: compiling the decode step")
-        t0 = time.perf_counter()
-        works["attnlab_compiled"](-1)
-        first_call["attnlab_compiled"] = time.perf_counter() - t0
+        from attnlab.fast import accelerate
+
+        models = {
+            "attnlab_compiled": ours,
+            "attnlab_fast_compiled": accelerate(copy.deepcopy(ours)),
+        }
+        for name, model in models.items():
+            works[name] = make_attnlab_work(model, prompt, n, [], compile=True)
+            ctx.say(f"generate {shape.name} ctx {context}: compiling the decode step ({name})")
+            t0 = time.perf_counter()
+            works[name](-1)
+            first_call[name] = time.perf_counter() - t0
     works["hf_gpt2"] = make_hf_work(hf, prompt, n, outputs["hf_gpt2"])
     ctx.say(f"generate {shape.name} ctx {context}: timing {', '.join(works)} ({n} new tokens)")
     for name, timing in interleave(
@@ -156,7 +166,7 @@ def _one_context(settings, ctx, shape, context: int, n: int) -> dict[str, Any]:
         "contenders": [info[c] for c in CONTENDERS if c in info],
         "ratios": {
             f"{name}_vs_hf_gpt2": ratio(info[name]["tokens_per_s"], info["hf_gpt2"]["tokens_per_s"])
-            for name in ("attnlab", "attnlab_compiled")
+            for name, _ in OURS
             if name in info
         },
     }

@@ -2,8 +2,8 @@
 
 Suites (one module each): ``matmul``, ``lm``, ``seq2seq``, ``generate``, ``decode`` and
 ``quality`` (reduced-precision weights), ``attention``, ``memory``, ``profile``, ``inspect``,
-``recipe`` (only when asked for: it trains two models). Each module exposes
-``run(settings, ctx) -> dict`` with a ``status`` of
+``modern`` (GQA/MQA, real-model shapes), ``recipe`` (only when asked for: it trains two models).
+Each module exposes ``run(settings, ctx) -> dict`` with a ``status`` of
 "ok", "not_available" (with ``reason``: a piece of attnlab it needs has not landed, or an optional
 library is missing) or "error" (with ``error``). A suite failing never stops the others.
 
@@ -49,6 +49,7 @@ SUITES = (
     "memory",
     "profile",
     "inspect",
+    "modern",
     "recipe",
 )
 DEFAULT_SUITES = tuple(s for s in SUITES if s != "recipe")
@@ -65,6 +66,7 @@ _MODULES = {
     "profile": "profile",
     "inspect": "inspect_cost",
     "recipe": "recipe",
+    "modern": "modern",  # GQA/MQA at decode time; GPT-2- and Llama-shaped models vs transformers
 }
 SCHEMA_VERSION = 1
 GIB = 1024**3

@@ -4,7 +4,10 @@ Configuration (issue 6): D = 256, 3 encoder + 3 decoder layers, 8 heads, F = 512
 (joint BPE) vocabulary of 8000, dropout 0, pre-norm, ReLU, learned positions, target embedding
 tied to the output layer, fp32, AdamW (same settings as the ``lm`` suite).
 
-    attnlab    attnlab.models.TransformerEncoderDecoder, masks True = real token
+    attnlab    attnlab.models.TransformerEncoderDecoder, masks True = real token (the plain
+               form, the default)
+    attnlab_fast  the same model on the engine, ``build_model(cfg, fast=True)`` (packed teacher
+               forcing with attention on row groups, ``attnlab.fast``); the target is its ratio
     torch_nn   nn.Embedding (source, target, two position tables) + nn.Transformer(
                norm_first=True, batch_first=True) + tied head, with src/tgt/memory key padding
                masks (True = pad, PyTorch's convention) and a causal tgt_mask
@@ -46,7 +49,7 @@ from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.matmul_peak import make_matmul, sizes_for
 
 PAD, BOS, EOS = 0, 1, 2
-CONTENDERS = ("attnlab", "torch_nn")
+CONTENDERS = ("attnlab", "attnlab_fast", "torch_nn")
 TARGET = 2.0  # attnlab tokens/s >= 2x nn.Transformer (issue 6)
 
 
@@ -157,30 +160,29 @@ class TorchSeq2Seq(nn.Module):
         return self.lm_head(h)  # (B, T, V)
 
 
+def attnlab_config(shape: Seq2SeqShape):
+    """The attnlab ModelConfig of ``shape`` (the suite's configuration, module docstring)."""
+    from attnlab.config import ModelConfig
+
+    return ModelConfig(  # and the defaults: dropout 0, learned positions, pre-norm, ReLU, tied
+        kind="encoder_decoder",
+        vocab_size=shape.vocab,
+        d_model=shape.d_model,
+        n_heads=shape.n_heads,
+        n_layers=shape.n_layers,
+        d_ff=shape.d_ff,
+        max_len=shape.max_len,
+        pad_id=PAD,
+    )
+
+
 def build_seq2seq(contender: str, shape: Seq2SeqShape, seed: int = 0):
     """(model, forward) where forward(src, tgt_in) -> logits (B, T, V)."""
     torch.manual_seed(seed)
-    if contender == "attnlab":
-        from attnlab.config import ModelConfig
+    if contender in ("attnlab", "attnlab_fast"):
         from attnlab.models import build_model
 
-        cfg = ModelConfig(
-            kind="encoder_decoder",
-            vocab_size=shape.vocab,
-            d_model=shape.d_model,
-            n_heads=shape.n_heads,
-            n_layers=shape.n_layers,
-            n_decoder_layers=shape.n_layers,
-            d_ff=shape.d_ff,
-            max_len=shape.max_len,
-            dropout=0.0,
-            positional="learned",
-            norm_placement="pre",
-            activation="relu",
-            tie_embeddings=True,
-            pad_id=PAD,
-        )
-        model = build_model(cfg)
+        model = build_model(attnlab_config(shape), fast=contender == "attnlab_fast")
 
         def forward(src: Tensor, tgt_in: Tensor) -> Tensor:
             return model(src, tgt_in, src_mask=src != PAD, tgt_mask=tgt_in != PAD).logits
@@ -218,7 +220,7 @@ def real_only_loss(model: nn.Module):
 
 def contender_loss(contender: str, model: nn.Module, forward):
     """The training loss each contender's users run (see the module docstring)."""
-    return real_only_loss(model) if contender == "attnlab" else padded_loss(forward)
+    return real_only_loss(model) if contender.startswith("attnlab") else padded_loss(forward)
 
 
 def make_train_step(model: nn.Module, loss_fn, batches: list[Batch]):
@@ -286,6 +288,7 @@ def run(settings, ctx) -> dict[str, Any]:
             f"{row['achieved_gflops']:6.1f} GFLOP/s"
         )
     value = ratio(rows["attnlab"]["tokens_per_s"], rows["torch_nn"]["tokens_per_s"])
+    fast = ratio(rows["attnlab_fast"]["tokens_per_s"], rows["torch_nn"]["tokens_per_s"])
     real = sum(b.tokens for b in batches)
     padded = sum(b.tgt_out.numel() for b in batches)
     return {
@@ -304,13 +307,19 @@ def run(settings, ctx) -> dict[str, Any]:
         "matmul_same_rounds_gflops": same_rounds,
         "peak_gflops_used": used_peak,
         "contenders": [rows[n] for n in CONTENDERS],
-        "ratios": {"attnlab_vs_torch_nn": value},
+        "ratios": {"attnlab_vs_torch_nn": value, "attnlab_fast_vs_torch_nn": fast},
         "targets": [
             target_entry(
                 "seq2seq_vs_torch",
-                "encoder-decoder training target tokens/s, attnlab / nn.Transformer",
+                "encoder-decoder training target tokens/s, attnlab (fast=True) / nn.Transformer",
+                fast,
+                TARGET,
+            ),
+            target_entry(
+                "seq2seq_plain_vs_torch",
+                "the same, attnlab's plain form (the default) / nn.Transformer",
                 value,
                 TARGET,
-            )
+            ),
         ],
     }

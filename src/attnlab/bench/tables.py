@@ -119,7 +119,8 @@ def _seq2seq(s: dict) -> list[str]:
     ]
     out += md_table(["contender", "target tokens/s", "spread", "GFLOP/s", "of peak"], rows)
     value = fmt_num(s["ratios"]["attnlab_vs_torch_nn"], ".2f")
-    return out + ["", f"attnlab / nn.Transformer = **{value}**"]
+    fast = fmt_num(s["ratios"].get("attnlab_fast_vs_torch_nn"), ".2f")
+    return out + ["", f"attnlab fast / nn.Transformer = **{fast}**; plain: {value}"]
 
 
 def _generate(s: dict) -> list[str]:
@@ -271,6 +272,29 @@ def _profile(s: dict) -> list[str]:
     return out
 
 
+def _modern(s: dict) -> list[str]:
+    out = ["Medium shape as a Llama-style decoder (6 layers, 6 query heads, width 384), "
+           "greedy decode.", ""]  # fmt: skip
+    rows = []
+    for r in s["kv_heads"]:
+        rows.append([r["attention"], str(r["n_kv_heads"]), f"{r['kv_bytes_per_token']:,.0f}",
+                     f"{r['tokens_per_s']:,.1f}", fmt_num(r["speed_vs_mha"], ".2f"),
+                     f"{r['batch']} x ({r['context']} + {r['new_tokens']})"])  # fmt: skip
+    out += md_table(["attention", "KV heads", "KV cache bytes/token", "tokens/s", "vs MHA",
+                     "batch x (prompt + new)"], rows)  # fmt: skip
+    out += ["", "Random-weight real shapes, batch 1, 64-token prompt, attnlab vs transformers "
+            "generate (same weights):", ""]  # fmt: skip
+    rows = []
+    for r in s["vs_transformers"]:
+        speeds = {c["name"]: c["tokens_per_s"] for c in r["contenders"]}
+        rows.append([r["model"], f"{r['params'] / 1e6:.0f}M", str(r["new_tokens"]),
+                     f"{speeds['attnlab']:,.1f}", f"{speeds['transformers']:,.1f}",
+                     fmt_num(r["attnlab_vs_transformers"], ".2f"),
+                     fmt_num(r["tokens_agree"], ".0%")])  # fmt: skip
+    return out + md_table(["model", "params", "new tokens", "attnlab tok/s",
+                           "transformers tok/s", "ratio", "same tokens"], rows)  # fmt: skip
+
+
 def _inspect(s: dict) -> list[str]:
     out = [
         f"Forward only (eval, no grad), {threads(s['threads'])}; tokens/s median; see "
@@ -295,6 +319,7 @@ def _inspect(s: dict) -> list[str]:
 
 
 _RENDER = {
+    "modern": _modern,
     "decode": render_decode,
     "quality": render_quality,
     "matmul": _matmul,

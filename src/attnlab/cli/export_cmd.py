@@ -1,5 +1,6 @@
-"""``attnlab export``: write a trained run as a Hugging Face GPT-2 directory or a safetensors file.
+"""``attnlab export``: write a trained run as a Hugging Face directory or a safetensors file.
 
+attnlab export --checkpoint runs/x --format hf --out hf-export/      (GPT-2, Llama or BERT)
 attnlab export --checkpoint runs/x --format hf-gpt2 --out gpt2-export/
 attnlab export --checkpoint runs/x --format safetensors --out model.safetensors
 """
@@ -31,8 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--format",
         choices=FORMATS,
         default="hf-gpt2",
-        help="hf-gpt2: Hugging Face GPT-2 directory; safetensors: one .safetensors "
-        "file (default: %(default)s)",
+        help="hf: a Hugging Face directory in the model's family (Llama for rotary RMSNorm "
+        "SwiGLU decoders, GPT-2 for learned positions, BERT for encoders); hf-gpt2: GPT-2 "
+        "only; safetensors: one .safetensors file (default: %(default)s)",
     )
     p.add_argument(
         "--out",

@@ -4,6 +4,8 @@
     attnlab generate --checkpoint runs/x --prompt "" --seed 1 --num-samples 3   (from BOS)
     attnlab generate --checkpoint runs/mt --source "hello world" --beams 4
     attnlab generate --checkpoint runs/mt --source-file sources.txt --temperature 0 > out.txt
+    attnlab generate --checkpoint ~/models/SmolLM2-135M --prompt "Once upon a time"  (HF dir)
+    attnlab generate --checkpoint ~/models/bert-base-uncased --prompt "the [MASK] sat down."
 
 Language-model output streams to stdout as it is produced (the prompt first, then each piece);
 seq2seq outputs are one line per source. Warnings (a cropped prompt, a capped target length) go
@@ -34,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--checkpoint",
         required=True,
         metavar="RUN_DIR",
-        help="run directory or checkpoint written by `attnlab train`",
+        help="run directory or checkpoint written by `attnlab train`, or a local Hugging Face "
+        "model directory (GPT-2, Llama family, BERT: fills [MASK] tokens)",
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument(
@@ -141,6 +144,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "after a one-off compile of seconds to tens of seconds; pays off for long outputs",
     )
     p.add_argument(
+        "--fast",
+        action="store_true",
+        help="run the model on attnlab.fast's engine (with --compile: the compiled step is "
+        "replayed without dynamo's guards; docs/fast.md)",
+    )
+    p.add_argument(
         "--weights",
         choices=("fp32", "bf16", "int8", "int4"),
         default="fp32",
@@ -174,6 +183,10 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(str(err)) from None
     ckpt = _load(args.checkpoint)
     model, tok = ckpt.model, ckpt.tokenizer
+    if args.fast:
+        from attnlab.fast import accelerate
+
+        accelerate(model)
     if tok is None:
         raise CheckpointError(
             f"the checkpoint at {str(ckpt.path)!r} has no tokenizer.json, so "
@@ -200,6 +213,8 @@ def run(args: argparse.Namespace) -> int:
                     f"{ckpt.config.kind!r} is a sequence-to-sequence model: drop --weights"
                 )
             _run_seq2seq(model, tok, args, config)
+        elif ckpt.config.kind == "masked_lm":
+            _run_fill_mask(model, tok, args)
         else:
             raise UserError(
                 f"the checkpoint holds a {ckpt.config.kind!r} model, which predicts labels, not "
@@ -247,6 +262,22 @@ def _run_lm(model, tok, args: argparse.Namespace, config) -> None:
             sys.stdout.flush()
         sys.stdout.write("\n")
         sys.stdout.flush()
+
+
+def _run_fill_mask(model, tok, args: argparse.Namespace) -> None:
+    """A masked LM (BERT): the prompt with every mask filled, then the top candidates per mask."""
+    from attnlab.generate.fill_mask import fill_mask
+
+    if args.prompt is None:
+        raise UserError("a masked language model fills in masks: give --prompt 'the [MASK] sat'")
+    try:
+        res = fill_mask(model, tok, args.prompt, top_k=args.top_k or 5)
+    except ValueError as err:
+        raise UserError(str(err)) from None
+    print(res.text)
+    for i, cands in enumerate(res.candidates, 1):
+        shown = ", ".join(f"{c.token!r} {c.probability:.3f}" for c in cands)
+        print(f"mask {i}: {shown}", file=sys.stderr)
 
 
 def _run_seq2seq(model, tok, args: argparse.Namespace, config) -> None:

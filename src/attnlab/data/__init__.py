@@ -19,6 +19,7 @@ from attnlab.data.corpus import Corpus, load_corpus, prepare_corpus, token_dtype
 from attnlab.data.dates import DATE_FORMATS, DateTask, render_date
 from attnlab.data.files import read_labelled, read_pairs, read_parallel
 from attnlab.data.labels import LabelSet
+from attnlab.data.pretrained_tokenizer import PretrainedTokenizer
 from attnlab.data.tasks import (
     CLASSIFICATION_TASKS,
     TASKS,
@@ -41,6 +42,7 @@ from attnlab.data.tokenizers import (
 from attnlab.data.windows import LMWindows
 
 __all__ = [
+    "PretrainedTokenizer",
     "AdditionTask",
     "BPETokenizer",
     "BalancedParensTask",

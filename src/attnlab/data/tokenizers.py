@@ -17,9 +17,12 @@ import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from attnlab.data.textfiles import iter_texts
+
+if TYPE_CHECKING:
+    from attnlab.data.pretrained_tokenizer import PretrainedTokenizer
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 DEFAULT_SPECIALS = (PAD, BOS, EOS)
@@ -238,7 +241,9 @@ class ByteTokenizer(Tokenizer):
         return cls(data.get("specials", DEFAULT_SPECIALS))
 
 
-def load_tokenizer(source: str | os.PathLike | dict[str, Any] | Tokenizer) -> Tokenizer:
+def load_tokenizer(
+    source: str | os.PathLike | dict[str, Any] | Tokenizer,
+) -> Tokenizer | PretrainedTokenizer:
     """A tokenizer from a ``to_dict()`` dict, a JSON file, or a directory with tokenizer.json."""
     if isinstance(source, Tokenizer):
         return source
@@ -257,11 +262,13 @@ def load_tokenizer(source: str | os.PathLike | dict[str, Any] | Tokenizer) -> To
         except json.JSONDecodeError as err:
             raise ValueError(f"tokenizer file {str(p)!r} is not valid JSON: {err}") from None
     from attnlab.data.bpe import BPETokenizer  # bpe imports this module
+    from attnlab.data.pretrained_tokenizer import PretrainedTokenizer
 
-    kinds: dict[str, type[Tokenizer]] = {
+    kinds: dict[str, Any] = {
         "char": CharTokenizer,
         "byte": ByteTokenizer,
         "bpe": BPETokenizer,
+        "hf": PretrainedTokenizer,  # a pretrained model's own (attnlab.interop.hf_tokenizer)
     }
     kind = data.get("type") if isinstance(data, dict) else None
     if kind not in kinds:

@@ -1,4 +1,5 @@
-"""What ``attnlab explore PATH`` can open: a run directory, a checkpoint, a local GPT-2 directory.
+"""What ``attnlab explore PATH`` can open: a run directory, a checkpoint, a local Hugging Face
+directory (GPT-2, Llama family, BERT; ``attnlab.interop.pretrained``).
 
 Only safe formats are read: attnlab checkpoints (safetensors + JSON, checked against their
 manifest) and Hugging Face directories with ``model.safetensors`` (or safetensors shards) and a
@@ -40,7 +41,7 @@ class Loaded(NamedTuple):
 
 
 def load(path: str | os.PathLike, options: LoadOptions | None = None) -> Loaded:
-    """Open ``path`` (run dir, checkpoint dir, or local HF GPT-2 dir) for exploring."""
+    """Open ``path`` (run dir, checkpoint dir, or local Hugging Face dir) for exploring."""
     options = options or LoadOptions()
     loaded = _load(path, options)
     if options.weights != "fp32":
@@ -58,11 +59,11 @@ def _load(path: str | os.PathLike, options: LoadOptions) -> Loaded:
     if not root.exists():
         raise CheckpointError(
             f"{str(root)!r} does not exist; give a run directory or checkpoint written by "
-            "`attnlab train`, or a local Hugging Face GPT-2 directory"
+            "`attnlab train`, or a local Hugging Face model directory"
         )
     config = root / "config.json"
     if root.is_dir() and config.is_file() and _is_hf_config(config):
-        return _load_hf_gpt2(root, options)
+        return _load_hf(root, options)
     from attnlab.train.checkpoint_load import load_checkpoint
 
     ckpt = load_checkpoint(root, map_location=options.device)
@@ -82,48 +83,26 @@ def _is_hf_config(path: Path) -> bool:
     return isinstance(data, dict) and "model_type" in data and "format" not in data
 
 
-def _load_hf_gpt2(root: Path, options: LoadOptions) -> Loaded:
-    from attnlab.interop.gpt2_files import from_pretrained_dir
+def _load_hf(root: Path, options: LoadOptions) -> Loaded:
+    """A local Hugging Face directory (GPT-2, Llama family, BERT) through attnlab.interop."""
+    from attnlab.interop.hf_tokenizer import has_tokenizer_files
+    from attnlab.interop.pretrained import load_pretrained
 
     if not any((root / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
         raise CheckpointError(
             f"{str(root)!r} has no model.safetensors; the explorer never loads pickle files "
             "(pytorch_model.bin). Convert once with transformers: "
-            "`GPT2LMHeadModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)`"
+            "`AutoModel.from_pretrained(dir).save_pretrained(dir, safe_serialization=True)`"
         )
-    tok_file = root / "tokenizer.json"
-    if not tok_file.is_file():
+    if not has_tokenizer_files(root):
         raise CheckpointError(
             f"{str(root)!r} has no tokenizer.json; save the tokenizer next to the weights "
             "(`AutoTokenizer.from_pretrained(dir).save_pretrained(dir)`)"
         )
-    model = from_pretrained_dir(root).to(options.device).eval()
-    config = json.loads((root / "config.json").read_text(encoding="utf-8"))
-    return Loaded(model, HFTokenizer(tok_file, config), root.name)
+    found = load_pretrained(root)
+    labels = None
+    if found.labels:
+        from attnlab.data import LabelSet
 
-
-class HFTokenizer:
-    """A Hugging Face ``tokenizer.json`` behind the attnlab Tokenizer interface."""
-
-    def __init__(self, path: Path, config: dict[str, Any]):
-        from tokenizers import Tokenizer
-
-        try:
-            self.hf = Tokenizer.from_file(str(path))
-        except Exception as err:  # the library raises a bare Exception on bad files
-            raise CheckpointError(f"{str(path)!r} is not a valid tokenizer.json: {err}") from None
-        self.vocab_size = self.hf.get_vocab_size()
-        self.bos_id = config.get("bos_token_id")
-        self.eos_id = config.get("eos_token_id")
-        self.pad_id = config.get("pad_token_id")
-
-    def encode(self, text: str) -> list[int]:
-        return self.hf.encode(text, add_special_tokens=False).ids
-
-    def decode(self, ids, *, skip_special: bool = True) -> str:
-        return self.hf.decode([int(i) for i in ids], skip_special_tokens=skip_special)
-
-    def token_to_str(self, id: int) -> str:
-        from attnlab.data.tokenizers import visible
-
-        return visible(self.hf.decode([int(id)], skip_special_tokens=False))
+        labels = LabelSet(found.labels)
+    return Loaded(found.model.to(options.device).eval(), found.tokenizer, root.name, labels)

@@ -9,7 +9,6 @@ tests/test_fast_*.py). Each path is kept only while it earns its place on a real
 
 * packed teacher forcing with attention on row groups (:mod:`attnlab.fast.packing`,
   :mod:`attnlab.fast.models`): encoder and encoder-decoder training on padded batches;
-* the one-query form of a compiled decode step (:func:`attnlab.fast.attention.one_query_attention`);
 * the compiled decode step called without dynamo once its inputs are known
   (:mod:`attnlab.fast.replay`): ``generate(compile=True)`` on a fast model.
 
@@ -51,8 +50,9 @@ def accelerate(model: nn.Module) -> nn.Module:
 
 
 def is_fast(model: nn.Module) -> bool:
-    """True when ``model`` runs on the engine (see :func:`accelerate`)."""
-    return type(model) in ENGINE.values()
+    """True when ``model`` (or a module inside it) runs on the engine (see :func:`accelerate`)."""
+    fast = set(ENGINE.values())
+    return any(type(m) in fast for m in model.modules())
 
 
 __all__ = [

@@ -1,17 +1,10 @@
-"""Fast multi-head attention: the plain modules of ``attnlab.nn.multihead`` plus the engine's paths.
+"""Fast multi-head attention: the plain modules of ``attnlab.nn.multihead`` on packed row groups.
 
 :class:`FastSelfAttention` and :class:`FastCrossAttention` subclass the plain modules, own the same
-parameters and hook points, and compute the same function. What they add:
-
-* **row groups** (``attnlab.fast.packing``): inside a fast model's packed forward
-  (:func:`packed`), x holds only the N real tokens, (N, D); the projections run on those, and
-  attention runs on groups of rows of similar length, each padded to its own longest row;
-* **one query under torch.compile** (:func:`one_query_attention`): a compiled decode step
-  writes eq. 9 for a single query as reductions over the cache;
-* **short keys** (``attnlab.fast.short_attention``): masked attention over at most 128 keys on
-  the CPU as one autograd node with eq. 9's gradient written out.
-
-``attnlab.fast.switches.PATHS`` turns each path off (benchmarks/fast_ab.py measures each).
+parameters and hook points, and compute the same function. What they add is **row groups**
+(``attnlab.fast.packing``): inside a fast model's packed forward (:func:`packed`), x holds only
+the N real tokens, (N, D); the projections run on those, and attention runs on groups of rows of
+similar length, each padded to its own longest row (through the plain ``attend``).
 
 Whenever the plain form is needed -- attention weights asked for, hard attention, a hook point
 active -- they run the plain form (fast models do not pack while a hook is active).
@@ -26,19 +19,10 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import NamedTuple
 
-import torch
 from torch import Tensor
 
 from attnlab.fast.packing import Packing, group_mask, group_positions, grouped_heads, packed_heads
-from attnlab.fast.short_attention import short_key_attention, use_short_keys
-from attnlab.fast.switches import PATHS
-from attnlab.nn.attention import (
-    AttentionOutput,
-    attention_mask,
-    attention_weights,
-    scale_factor,
-)
-from attnlab.nn.masks import check_mask
+from attnlab.nn.attention import AttentionOutput
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 from attnlab.nn.positional import default_positions
 
@@ -73,35 +57,8 @@ def _route(x: Tensor) -> Route | None:
     return route
 
 
-def one_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, factor: float):
-    """Eq. 9 for one query per row (a decode step), written as reductions instead of matmuls:
-
-        s_j = <q, k_j> * factor,  a = softmax_j(s),  out = sum_j a_j v_j.
-
-    Under ``torch.compile`` these become a few fused loops over the cache in the generated code,
-    where the fused kernel would be an opaque call per layer and token.
-    q: (B, H, 1, Dk), k (B, H, S, Dk), v (B, H, S, Dv) -> (B, H, 1, Dv).
-    """
-    scores = (q * k).sum(dim=-1).unsqueeze(-2) * factor  # (B, H, 1, S)
-    weights = attention_weights(scores, mask)  # (B, H, 1, S)
-    return (weights.transpose(-2, -1) * v).sum(dim=-2, keepdim=True)  # (B, H, 1, Dv)
-
-
-class _FastAttend:
-    """The attention call of both fast modules: the one-query form under compile, else plain."""
-
-    def attend(self, q, k, v, mask, causal, need_weights) -> AttentionOutput:
-        plain = need_weights or self.activation == "hardmax" or self.inner_points_active()
-        if plain or (self.training and self.dropout > 0):
-            return super().attend(q, k, v, mask, causal, need_weights)
-        factor = scale_factor(self.scale, q.size(-1))
-        if q.size(-2) == 1 and torch.compiler.is_compiling() and PATHS["one_query"]:
-            return AttentionOutput(one_query_attention(q, k, v, mask, factor), None)
-        if mask is not None and PATHS["short_keys"] and use_short_keys(q, k, 0.0):
-            mask = check_mask(mask, q.size(0), q.size(1), q.size(2), k.size(2))
-            mask = attention_mask(mask, causal, q.size(-2), k.size(-2), q.device)
-            return AttentionOutput(short_key_attention(q, k, v, mask, factor), None)
-        return super().attend(q, k, v, mask, causal, need_weights)
+class _PackedOutput:
+    """W^O on packed tokens, shared by both fast modules."""
 
     def packed_output(self, per_group: list[Tensor], packing: Packing) -> AttentionOutput:
         """Each group's heads (b, H, T_g, Dh) -> W^O on the packed real tokens, (N, Do)."""
@@ -109,7 +66,7 @@ class _FastAttend:
         return AttentionOutput(self.out_proj(concat) if self.out_proj is not None else concat, None)
 
 
-class FastSelfAttention(_FastAttend, SelfAttention):
+class FastSelfAttention(_PackedOutput, SelfAttention):
     """:class:`~attnlab.nn.multihead.SelfAttention` that also runs on packed row groups."""
 
     def forward(
@@ -117,8 +74,9 @@ class FastSelfAttention(_FastAttend, SelfAttention):
     ):
         route = _route(x)
         if route is None:
-            return super().forward(x, mask, causal=causal, positions=positions, cache=cache,
-                                   need_weights=need_weights)  # fmt: skip
+            return super().forward(
+                x, mask, causal=causal, positions=positions, cache=cache, need_weights=need_weights
+            )
         packing = route.packing
         if positions is None:
             positions = default_positions(packing.length, 0, x.device)  # (T,)
@@ -135,15 +93,14 @@ class FastSelfAttention(_FastAttend, SelfAttention):
         return self.packed_output(per_group, packing)
 
 
-class FastCrossAttention(_FastAttend, CrossAttention):
+class FastCrossAttention(_PackedOutput, CrossAttention):
     """:class:`~attnlab.nn.multihead.CrossAttention` that also runs on packed row groups: query
     group g attends to memory group g (a fast model packs both in the same groups)."""
 
     def forward(self, x, memory=None, mask=None, *, memory_kv=None, need_weights=False):
         route = _route(x)
         if route is None:
-            return super().forward(x, memory, mask, memory_kv=memory_kv,
-                                   need_weights=need_weights)  # fmt: skip
+            return super().forward(x, memory, mask, memory_kv=memory_kv, need_weights=need_weights)
         packing, memory_packing = route
         (queries,) = grouped_heads(self.q_proj(x), packing, 1, self.n_heads)  # (b, H, T_g, Dh)
         kv = self.kv_proj(memory)  # (N_src, 2 H*Dh)

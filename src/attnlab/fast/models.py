@@ -37,7 +37,9 @@ def hooks_active(model: nn.Module) -> bool:
 def row_groups(model: nn.Module, mask: Tensor | None, *others: Tensor | None):
     """The packings of (B, T) masks (True = real token) in shared row groups, or None where the
     plain forward runs (see the module docstring)."""
-    if not PATHS["packing"] or mask is None or model.cfg.value_dim != model.cfg.head_dim:
+    cfg = model.cfg
+    plain_only = cfg.kv_heads != cfg.n_heads or cfg.positional == "alibi" or cfg.attn_window
+    if not PATHS["packing"] or mask is None or cfg.value_dim != cfg.head_dim or plain_only:
         return None
     if hooks_active(model):
         return None
@@ -55,16 +57,20 @@ class FastTransformerEncoder(TransformerEncoder):
     """The Transformer encoder with packed right-padded batches."""
 
     def forward(
-        self, ids: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False
+        self,
+        ids: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = False,
+        token_types: Tensor | None = None,
     ) -> EncoderOutput:
         packings = None if need_weights else row_groups(self, key_padding_mask)
         if packings is None:
-            return super().forward(
-                ids, key_padding_mask=key_padding_mask, need_weights=need_weights
-            )
+            return super().forward(ids, key_padding_mask=key_padding_mask,
+                                   need_weights=need_weights, token_types=token_types)  # fmt: skip
         (packing,) = packings
         self.check_input(ids, key_padding_mask)
-        x = pack(self.embed(ids), packing)  # (N, D)
+        x = pack(self.embed(ids, token_types=token_types), packing)  # (N, D)
         with packed(packing):
             hidden = self.stack(x, padding_mask(key_padding_mask)).hidden  # (N, D)
         return EncoderOutput(unpack(hidden, packing), None)  # (B, T, D), zeros at padding
@@ -88,8 +94,14 @@ class FastTransformerEncoderDecoder(TransformerEncoderDecoder):
             real = tgt_mask if tgt_mask is not None else torch.ones_like(tgt_in, dtype=torch.bool)
             packings = row_groups(self, real, encoded.src_mask)
         if packings is None:
-            return super().decode(tgt_in, encoded, tgt_mask=tgt_mask, cache=cache,
-                                  need_weights=need_weights, real_only=real_only)  # fmt: skip
+            return super().decode(
+                tgt_in,
+                encoded,
+                tgt_mask=tgt_mask,
+                cache=cache,
+                need_weights=need_weights,
+                real_only=real_only,
+            )
         packing, memory_packing = packings
         self.check_target(tgt_in, tgt_mask, 0)
         positions = default_positions(tgt_in.size(1), 0, tgt_in.device)  # (T,)

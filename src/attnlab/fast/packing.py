@@ -7,9 +7,8 @@ them. Attention needs the sequence layout, so it scatters the tokens back to (ro
 one *group* of rows at a time: with right padding the rows are sorted by length and cut into
 groups of ``GROUP_ROWS``, each padded only to its own longest row. Attention costs O(T^2) per
 row, so on a batch of sentences whose lengths vary (Multi30k-like: median 14, longest ~30-40)
-the padded layout does ~3x the necessary attention work and the grouped one ~1.4x (measured:
-forward + backward of flash attention at (B, H, Dh) = (64, 8, 32), 12.9 ms in one padded call,
-6.6 ms in four groups of 16). Results at real positions are identical (tested); outputs at
+the padded layout does ~3x the necessary attention work and the grouped one ~1.4x (timings in
+benchmarks/ANALYSIS.md, "Fast paths"). Results at real positions are identical (tested); outputs at
 padding positions are defined as zero.
 
 Inside a group, row j holds its tokens at positions 0..l_j-1, the same positions as in the
@@ -26,6 +25,8 @@ from typing import NamedTuple
 
 import torch
 from torch import Tensor
+
+from attnlab.nn.masks import is_right_padded
 
 # Rows per attention group: fewer groups pad more, more groups cost more calls (benchmarks/
 # ANALYSIS.md, "Fast paths").
@@ -58,7 +59,7 @@ def length_groups(key_padding_mask: Tensor, *others: Tensor | None) -> list[Tens
     """
     masks = [m for m in (key_padding_mask, *others) if m is not None]
     b = key_padding_mask.size(0)
-    if b <= GROUP_ROWS or not all(_right_padded(m) for m in masks):
+    if b <= GROUP_ROWS or not all(is_right_padded(m) for m in masks):
         return None
     order = key_padding_mask.sum(dim=1).argsort(stable=True)  # (B,) shortest first
     return list(order.split(GROUP_ROWS))
@@ -68,7 +69,7 @@ def make_packing(key_padding_mask: Tensor, row_groups: list[Tensor]) -> Packing:
     """A Packing of a right-padded (B, T) mask (True = real token) into ``row_groups`` (from
     :func:`length_groups`): one group per entry, even when nothing is padding, so that a source
     and a target packing share their groups."""
-    if not _right_padded(key_padding_mask):
+    if not is_right_padded(key_padding_mask):
         raise ValueError("row groups need right padding: every row's real tokens first")
     b, t = key_padding_mask.shape
     lengths = key_padding_mask.sum(dim=1)  # (B,)
@@ -118,8 +119,8 @@ def grouped_heads(x: Tensor, packing: Packing, parts: int, n_heads: int) -> list
         b = g.rows.numel()
         token = torch.full((b * g.length,), g.start, dtype=torch.long, device=x.device)
         token[g.index] = torch.arange(g.start, g.end, device=x.device)  # (b T_g,) packed row
-        rows.append((token.view(b, 1, g.length) * (parts * n_heads) + heads.view(1, -1, 1))
-                    .reshape(-1))  # (b H T_g,)  # fmt: skip
+        slots = token.view(b, 1, g.length) * (parts * n_heads) + heads.view(1, -1, 1)
+        rows.append(slots.reshape(-1))  # (b H T_g,)
         shapes.append((b, n_heads, g.length, d))
     first = torch.cat(rows)  # (M,) every group's slots, part 0
     offsets = torch.arange(parts, device=x.device) * n_heads  # part p: rows shifted by p * H
@@ -159,9 +160,3 @@ def group_positions(positions: Tensor, group: Group) -> Tensor:
     if positions.dim() == 2:
         positions = positions.index_select(0, group.rows)
     return positions[..., : group.length]
-
-
-def _right_padded(mask: Tensor) -> bool:
-    """Every row is real tokens followed by padding: (B, T) bool."""
-    lengths = mask.sum(dim=1, keepdim=True)  # (B, 1)
-    return bool((mask == (torch.arange(mask.size(1), device=mask.device) < lengths)).all())

@@ -282,9 +282,8 @@ def compiled_step(model: torch.nn.Module, method: str, backend: Any = None) -> C
     (the model is an input of the compiled code, so nothing keeps a model alive). Shapes start
     static and become dynamic where they change (dynamo's automatic dynamic shapes): the growing
     cache length costs one recompilation, not one per token, and the buffer sizes stay static,
-    which keeps the per-call shape guards small (profiled guard time per token with
-    ``dynamic=True`` -> now: ~0.4 -> ~0.2 ms for the 6-layer width-384 LM, 74 -> 57 us for the
-    4-layer width-128 one).
+    which keeps the per-call shape guards smaller than with ``dynamic=True`` (profiles in
+    docs/generation.md).
     """
     key = (type(model), method, backend)
     if key not in _COMPILED:
@@ -306,12 +305,12 @@ STEP_RECOMPILE_LIMIT = 64
 def _with_step_config(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call ``step`` with the dynamo settings of the decode step, switched on only around it.
 
-    * Recursive dict-tag guards. Dynamo guards every parameter of the model on each call (~0.24
-      ms per token for the 6-layer width-384 LM, profiled); with
+    * Recursive dict-tag guards. Dynamo guards every parameter of the model on each call; with
       ``use_recursive_dict_tags_for_guards`` an unchanged module tree is checked by its
-      dictionaries' version tags instead (~0.13 ms). The setting is read when a graph's guards
-      are built. A model changed in place between calls (``model.double()``, which swaps
-      ``.data``; rescaled parameters) still gets its own result (tested).
+      dictionaries' version tags instead (about half the guard time, docs/generation.md). The
+      setting is read when a graph's guards are built. A model changed in place between calls
+      (``model.double()``, which swaps ``.data``; rescaled parameters) still gets its own result
+      (tested).
     * A recompile limit of at least :data:`STEP_RECOMPILE_LIMIT` for the step's function.
 
     Neither is set for the process, only for these calls.

@@ -26,6 +26,9 @@ from torch import Tensor, nn
 from attnlab.inspect.cache import ActivationCache, run_with_cache
 from attnlab.inspect.heads import ablate_heads, attention_layers, n_heads_of
 from attnlab.inspect.names import InspectError
+from attnlab.models.base import LanguageModel
+from attnlab.models.lm import DecoderLM
+from attnlab.nn.norms import LayerNorm, RMSNorm
 
 Metric = str | Callable[[object], Tensor]
 
@@ -72,8 +75,6 @@ def make_metric(
     if metric != "loss":
         raise InspectError(f"metric must be 'loss', 'logprob' or a function, got {metric!r}")
     if targets is None:
-        from attnlab.models.base import LanguageModel
-
         if not isinstance(model, LanguageModel):
             raise InspectError(
                 "metric='loss' on a sequence-to-sequence model or classifier needs "
@@ -148,8 +149,6 @@ class LogitAttribution(NamedTuple):
 
 def _final_norm_map(norm: nn.Module, r: Tensor) -> tuple[Callable[[Tensor], Tensor], Tensor]:
     """The final norm linearised at r (B, D): (c -> its image with the scale frozen, the bias)."""
-    from attnlab.nn.norms import LayerNorm, RMSNorm
-
     if isinstance(norm, nn.Identity):
         return (lambda c: c), r.new_zeros(r.shape)
     if isinstance(norm, (LayerNorm, nn.LayerNorm)):
@@ -176,8 +175,6 @@ def direct_logit_attribution(
 ) -> LogitAttribution:
     """Each head's direct contribution to the logit of ``tokens`` (int or (B,)) at ``position``
     of a pre-norm decoder LM (module docstring). The parts add up to the logit (tested)."""
-    from attnlab.models.lm import DecoderLM
-
     if not isinstance(model, DecoderLM):
         raise InspectError(
             f"direct logit attribution needs a decoder LM, got {type(model).__name__}; use "

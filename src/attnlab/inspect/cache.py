@@ -27,7 +27,13 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from attnlab.inspect.names import InspectError, Selection, hook_points, select
+from attnlab.inspect.names import (
+    InspectError,
+    Selection,
+    hook_points,
+    select,
+    unknown_name_message,
+)
 
 
 class ActivationCache(Mapping[str, Tensor]):
@@ -73,15 +79,9 @@ class ActivationCache(Mapping[str, Tensor]):
     def calls(self, name: str) -> list[Tensor]:
         """Every value ``name`` took, one per forward call."""
         if name not in self._calls:
-            from attnlab.inspect.names import unknown_name_message
-
             if not self._calls:
                 raise InspectError(f"the cache is empty, so it has no {name!r}")
-            raise InspectError(
-                unknown_name_message(name, self._calls).replace(
-                    "this model has", "this cache holds"
-                )
-            )
+            raise InspectError(unknown_name_message(name, self._calls, "this cache"))
         return list(self._calls[name])
 
     def __iter__(self) -> Iterator[str]:

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from attnlab.inspect.cache import ActivationCache
 from attnlab.inspect.interventions import intervene
 from attnlab.inspect.names import InspectError, hook_points
+from attnlab.nn.multihead import CrossAttention
 
 SITES = ("self", "cross")
 MODES = ("zero", "mean")
@@ -41,8 +42,6 @@ class AttentionLayer(NamedTuple):
 
 
 def _site_of(module: nn.Module) -> str:
-    from attnlab.nn.multihead import CrossAttention
-
     return "cross" if isinstance(module, CrossAttention) else "self"
 
 

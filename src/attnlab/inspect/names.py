@@ -95,11 +95,12 @@ def select(points: dict[str, HookPoint], names: Selection) -> list[str]:
     return list(chosen)
 
 
-def unknown_name_message(name: str, available: Iterable[str]) -> str:
+def unknown_name_message(name: str, available: Iterable[str], holder: str = "this model") -> str:
     """One paragraph: the name is unknown, here are the valid ones (grouped by layer)."""
     available = list(available)
+    verb = "has" if holder == "this model" else "holds"
     return (
-        f"unknown activation name {name!r}; this model has {len(available)} names: "
+        f"unknown activation name {name!r}; {holder} {verb} {len(available)} names: "
         f"{', '.join(compact_names(available))}. Use attnlab.inspect.activation_names(model) "
         "for the full list; globs like 'blocks.*.self_attn.A' are accepted"
     )

@@ -1,6 +1,10 @@
 """Export a trained model (and its tokenizer) to a format other tools read.
 
 Formats:
+    hf           a Hugging Face directory in the model's own family (``attnlab.interop.
+                 pretrained.save_pretrained``): Llama for rotary/RMSNorm/SwiGLU decoders (GQA and
+                 sliding windows included; Mistral then), GPT-2 for learned-position decoders,
+                 BERT for encoders, classifiers and masked LMs; with the tokenizer.
     hf-gpt2      a Hugging Face GPT-2 directory: config.json + model.safetensors, loadable with
                  ``transformers.GPT2LMHeadModel.from_pretrained(dir)``. A BPE tokenizer (which is
                  a Hugging Face ``tokenizers`` model) is also written as tokenizer.json +
@@ -34,7 +38,7 @@ from attnlab.interop.gpt2_files import _atomic_write, save_gpt2_dir
 from attnlab.interop.safetensors_io import save_safetensors
 from attnlab.models.lm import DecoderLM
 
-FORMATS = ("hf-gpt2", "safetensors")
+FORMATS = ("hf", "hf-gpt2", "safetensors")
 ATTNLAB_TOKENIZER_FILE = "attnlab_tokenizer.json"
 
 
@@ -63,6 +67,12 @@ def export_as(
             )
         check_export_target(out, force)
         return save_safetensors(model, out, config, tokenizer=tokenizer, labels=labels)
+    if fmt == "hf":
+        from attnlab.interop.pretrained import save_pretrained
+
+        check_export_target(out, force)
+        names = list(getattr(labels, "names", labels) or []) or None
+        return save_pretrained(model, out, tokenizer=tokenizer, labels=names, overwrite=force)
     if not isinstance(model, DecoderLM):
         raise ConfigError(
             f"hf-gpt2 export needs a decoder-only language model (kind='decoder_lm'), this "

@@ -29,6 +29,7 @@ from torch import Tensor
 
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
+from attnlab.interop.weights_map import config_dict, mismatches
 from attnlab.models.lm import DecoderLM
 
 # HF activation_function -> attnlab activation, and back (the first HF name is the one we write).
@@ -47,20 +48,9 @@ _REQUIRED = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
 _IGNORED = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
 
 
-def _as_dict(hf_config: Any) -> dict[str, Any]:
-    if hasattr(hf_config, "to_dict") and callable(hf_config.to_dict):
-        return dict(hf_config.to_dict())
-    if isinstance(hf_config, Mapping):
-        return dict(hf_config)
-    raise TypeError(
-        f"expected a transformers GPT2Config or a dict from config.json, got "
-        f"{type(hf_config).__name__}"
-    )
-
-
 def gpt2_config_to_model_config(hf_config: Any) -> ModelConfig:
     """A GPT2Config (or the dict of its config.json) -> the equivalent attnlab ModelConfig."""
-    data = _as_dict(hf_config)
+    data = config_dict(hf_config, "GPT2Config")
     model_type = data.get("model_type")
     if model_type is not None and model_type != "gpt2":
         raise ConfigError(
@@ -128,11 +118,7 @@ def check_gpt2_compatible(cfg: ModelConfig) -> None:
         "out_proj": True,
         "embed_scale": False,
     }
-    problems = [
-        f"{k}={getattr(cfg, k)!r} (GPT-2 needs {v!r})"
-        for k, v in wanted.items()
-        if getattr(cfg, k) != v
-    ]
+    problems = mismatches(cfg, wanted, "GPT-2")
     if cfg.activation not in _ACT_OUT:
         problems.append(f"activation={cfg.activation!r} (GPT-2 supports {sorted(_ACT_OUT)})")
     if cfg.head_dim * cfg.n_heads != cfg.d_model or cfg.value_dim != cfg.head_dim:

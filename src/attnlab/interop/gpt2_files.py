@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -107,11 +109,20 @@ def _load_safetensors(path: Path) -> dict[str, Tensor]:
 
 def _load_bin(path: Path) -> dict[str, Tensor]:
     try:
-        data = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:  # pickle and zip errors have many types; all mean "unreadable"
+        with warnings.catch_warnings():  # torch warns about pickle protocols before refusing
+            warnings.simplefilter("ignore", UserWarning)
+            data = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError:
+        # torch's own message suggests unpickling anyway; attnlab never does, so it is not shown.
         raise CheckpointError(
-            f"cannot read {str(path)!r} as a PyTorch weights file (only "
-            f"plain tensors are allowed): {err}"
+            f"{str(path)!r} holds Python objects besides tensors, and attnlab reads only plain "
+            "tensors from .bin files (anything else would run code from the file). Use the "
+            "model's model.safetensors instead"
+        ) from None
+    except Exception as err:  # zip and EOF errors have many types; all mean "unreadable"
+        raise CheckpointError(
+            f"cannot read {str(path)!r} as a PyTorch weights file (only plain tensors are "
+            f"allowed; {type(err).__name__}); it is truncated or not a weights file"
         ) from None
     if not isinstance(data, dict):
         raise CheckpointError(f"{str(path)!r} does not hold a state dict")
@@ -164,6 +175,11 @@ def save_gpt2_dir(
                 f"{str(root)!r} already holds a {CONFIG_FILE} that is not a GPT-2 config; "
                 "export into a new or empty directory so nothing is overwritten"
             )
+    return write_hf_dir(root, config, tensors)
+
+
+def write_hf_dir(root: Path, config: dict[str, Any], tensors: dict[str, Tensor]) -> Path:
+    """model.safetensors + config.json in ``root`` (created), each written atomically."""
     root.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file
 

@@ -1,4 +1,4 @@
-"""Experiment ``complexity``: the cost table of self-attention vs recurrence (004 "Complexity";
+"""Experiment ``complexity``: the cost of self-attention vs recurrence (004 "Complexity figures";
 Vaswani et al. 2017, Table 1).
 
 Per layer, for a sequence of n vectors of width d:
@@ -98,7 +98,7 @@ def crossover(ns: list[int], a: list[float], b: list[float]) -> float:
     "complexity",
     claim="Per layer, self-attention costs O(n^2 d) with O(1) sequential steps and a recurrent "
     "layer O(n d^2) with O(n) sequential steps, so self-attention is cheaper when n < d.",
-    notes="004 'Complexity'; Vaswani et al. 2017 Table 1",
+    notes="004 'Complexity figures'; Vaswani et al. 2017 Table 1",
 )
 @torch.no_grad()
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
@@ -186,10 +186,12 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     return Report(
         name="complexity",
         title="The cost table: self-attention O(n^2 d) vs recurrence O(n d^2)",
-        claim="Self-attention: complexity per layer O(n^2 d), sequential operations O(1); "
-        "recurrent: O(n d^2) and O(n). Self-attention layers are faster than recurrent layers "
-        "when the sequence length n is smaller than the representation dimensionality d.",
-        source="004, 'Complexity'; Vaswani et al. 2017, Table 1 and Sec. 4",
+        claim="For self-attention, since Q = K, then the time complexity [...] figures are "
+        "O(N^2 d_q + N^2 d_v) (004). -- Self-attention layers are faster than recurrent layers "
+        "when the sequence length n is smaller than the representation dimensionality d "
+        "(Vaswani et al. 2017, Sec. 4 and Table 1: recurrent O(n d^2) per layer, O(n) "
+        "sequential operations).",
+        source="004, 'Complexity figures'; Vaswani et al. 2017, Table 1 and Sec. 4",
         setup=[
             f"d in {list(widths)}, n in {ns}, batch 1, forward only, float32, one torch thread.",
             "Self-attention: one head of attnlab.nn.scaled_dot_product_attention (Q K^T, "

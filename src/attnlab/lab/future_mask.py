@@ -1,8 +1,8 @@
 """Experiment ``future_mask``: why a decoder needs the future mask (000 "Masking the future").
 
-000: in a decoder, "we need to ensure that [the model] doesn't look at the future when
-predicting a sequence [...] to use self-attention in decoders, we need to ensure that we can't
-peek at the future"; the mask sets e_ij = -inf for j > i. A language model trained without it
+000 ("Future masking"): "we can't look at the future when predicting it -- otherwise the problem
+becomes trivial"; a decoder uses "future masking at each application of self-attention" (the
+mask sets the score of every j > i to -inf). A language model trained without it
 sees w_{t+1} while it is asked to predict w_{t+1}: it can copy the answer, so its training loss
 falls far below any honest model's, but at generation time the future does not exist yet and
 what it learned is useless.
@@ -161,7 +161,7 @@ def distinct_ratio(ids: list[int], n: int = 4) -> float:
     "future_mask",
     claim="A decoder must not see the future: trained without the mask, an LM reaches a far "
     "lower training loss by copying the next token and cannot generate.",
-    notes="000 'Masking the future in self-attention'",
+    notes="000 'Future masking'",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
     torch.set_num_threads(1)
@@ -229,10 +229,12 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     return Report(
         name="future_mask",
         title="The future mask: an LM trained without it cannot generate",
-        claim="To use self-attention in decoders, we need to ensure that we can't peek at the "
-        "future. [...] we mask out attention to future words by setting attention scores to "
-        "-infinity.",
-        source="000, 'Masking the future in self-attention'",
+        claim="One crucial aspect of this process is that we can't look at the future when "
+        "predicting it -- otherwise the problem becomes trivial. [...] Transformer Decoders "
+        "differ from Transformer Encoders simply by using future masking at each application of "
+        "self-attention. This ensures that the informational constraint (no cheating by looking "
+        "at the future!) holds throughout the architecture.",
+        source="000, 'Future masking'; 'Transformer Decoder'",
         setup=[
             f"Character LM on {source}: {len(train)} training and {len(val)} validation windows "
             f"of {context + 1} characters, vocabulary {len(chars)}.",

@@ -59,62 +59,89 @@ class NoFeedForward(nn.Module):
         return torch.zeros_like(x)
 
 
-def repeated_segments(n: int, length: int, vocab: int, rng: np.random.Generator) -> Tensor:
-    """``<bos> x_1..x_L x_1..x_L`` with x_i uniform over 1..V-1: ids (N, 2 L + 1)."""
-    x = rng.integers(1, vocab, size=(n, length))
-    return torch.from_numpy(np.concatenate([np.full((n, 1), BOS), x, x], axis=1)).long()
+def repeated_segments(n: int, length: int, vocab: int, rng: np.random.Generator,
+                      max_gap: int = 0) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """``<bos> x_1..x_L g_1..g_m x_1..x_L r_1..r_{M-m}`` with every token uniform over 1..V-1
+    and a gap of m ~ U{0..M} random tokens between the copies (so the repeat's offset varies and
+    only matching content finds it): ids (N, 2 L + M + 1), and the index of each row's second
+    x_1, s = L + m + 1 (N,)."""
+    width = 2 * length + max_gap + 1
+    ids = rng.integers(1, vocab, size=(n, width))
+    ids[:, 0] = BOS
+    gaps = rng.integers(0, max_gap + 1, size=n)
+    for row, m in enumerate(gaps):
+        ids[row, length + m + 1 : 2 * length + m + 1] = ids[row, 1 : length + 1]
+    return torch.from_numpy(ids).long(), torch.from_numpy(length + gaps + 1).long()
 
 
-def make_model(vocab: int, length: int, quick: bool) -> nn.Module:
+def make_model(vocab: int, width: int, quick: bool) -> nn.Module:
     cfg = ModelConfig(kind="decoder_lm", vocab_size=vocab, d_model=32 if quick else 64,
-                      n_heads=4, n_layers=2, max_len=2 * length + 1)  # fmt: skip
+                      n_heads=4, n_layers=2, max_len=width)  # fmt: skip
     model = build_model(cfg)
     for block in model.blocks:
         block.ffn = NoFeedForward()
     return model
 
 
+def _repeat_queries(second: Tensor, length: int) -> tuple[Tensor, Tensor]:
+    """Row and position indices (N, L - 1) of the second copy's x_1..x_{L-1} (each predicts the
+    next token of the copy)."""
+    rows = torch.arange(second.size(0))[:, None]
+    return rows, second[:, None] + torch.arange(length - 1)
+
+
 @torch.no_grad()
-def half_losses(model: nn.Module, ids: Tensor, length: int) -> tuple[float, float]:
-    """(loss on predicting x_2..x_L of the first half, loss on predicting the repeat x_1..x_L
-    from position L onwards), nats per token."""
+def half_losses(model: nn.Module, ids: Tensor, second: Tensor, length: int) -> tuple[float, float]:
+    """(loss on predicting x_2..x_L in the first copy, loss on predicting x_2..x_L in the
+    repeat), nats per token."""
     model.eval()
     logits = model(ids[:, :-1]).logits  # (N, T - 1, V): position t predicts ids[t + 1]
     nll = F.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")  # (N, T - 1)
-    return float(nll[:, 1:length].mean()), float(nll[:, length:].mean())
+    rows, q = _repeat_queries(second, length)
+    return float(nll[:, 1:length].mean()), float(nll[rows, q].mean())
 
 
 @torch.no_grad()
-def head_scores(model: nn.Module, ids: Tensor, length: int) -> tuple[Tensor, Tensor]:
-    """(induction scores (L, H), previous-token scores (L, H)) from the attention weights A."""
+def head_scores(model: nn.Module, ids: Tensor, second: Tensor,
+                length: int) -> tuple[Tensor, Tensor]:  # fmt: skip
+    """(induction scores (L, H), previous-token scores (L, H)) from the attention weights A:
+    the mean weight from the repeat's x_i to the token after the first x_i (index i + 1), and
+    from every position to the one before it."""
     _, cache = inspect.run_with_cache(model, ids, names="*.A")
+    rows, q = _repeat_queries(second, length)  # (N, L - 1)
+    keys = torch.arange(2, length + 1).expand_as(q)  # the first copy's x_2..x_L
     ind, prev = [], []
     for i in range(len(model.blocks)):
         a = cache[f"blocks.{i}.self_attn.A"]  # (N, H, T, T)
-        q = torch.arange(length + 1, 2 * length)  # second-copy positions of x_1..x_{L-1}
-        ind.append(a[:, :, q, q - length + 1].mean(dim=(0, 2)))  # to the token after x_i's 1st
+        ind.append(a[rows, :, q, keys].mean(dim=(0, 1)))  # (H,)
         t = torch.arange(1, a.size(-1))
         prev.append(a[:, :, t, t - 1].mean(dim=(0, 2)))
     return torch.stack(ind), torch.stack(prev)
 
 
+def sizes(quick: bool) -> tuple[int, int, int]:
+    """(segment length L, vocabulary V, largest gap M)."""
+    return (8, 16, 4) if quick else (20, 64, 10)
+
+
 def train_job(job: tuple) -> dict:
     seed, quick = job
     torch.set_num_threads(1)
-    length, vocab = (8, 16) if quick else (20, 64)
+    length, vocab, gap = sizes(quick)
     rng = np.random.default_rng(seed)
-    train = repeated_segments(2000 if quick else 50_000, length, vocab, rng)
-    test = repeated_segments(200 if quick else 1000, length, vocab, rng)
+    train, _ = repeated_segments(2000 if quick else 50_000, length, vocab, rng, gap)
+    test, second = repeated_segments(200 if quick else 1000, length, vocab, rng, gap)
     torch.manual_seed(seed)
-    model = make_model(vocab, length, quick)
+    model = make_model(vocab, train.size(1), quick)
     cfg = FitConfig(steps=40 if quick else 2000, batch_size=64, lr=1e-3 if quick else 3e-3,
                     warmup_steps=10 if quick else 200)  # fmt: skip
     every = max(1, cfg.steps // 20)
+    probe = (test[:200], second[:200])
     result = fit(model, (train,), lm_loss, cfg, seed=seed,
                  eval_at=range(every, cfg.steps + 1, every),
-                 evaluate=lambda m: half_losses(m, test[:200], length)[1])  # fmt: skip
-    first, repeat = half_losses(model, test, length)
-    ind, prev = head_scores(model, test[:200], length)
+                 evaluate=lambda m: half_losses(m, *probe, length)[1])  # fmt: skip
+    first, repeat = half_losses(model, test, second, length)
+    ind, prev = head_scores(model, test[:200], second[:200], length)
     last = len(model.blocks) - 1
     chosen = [h for h in range(ind.size(1)) if ind[last, h] > SCORE]
     others = [h for h in range(ind.size(1)) if h not in chosen][: max(1, len(chosen))]
@@ -122,7 +149,7 @@ def train_job(job: tuple) -> dict:
     for name, heads in (("induction heads", chosen), ("other heads", others)):
         if heads:
             with inspect.ablate_heads(model, [(last, h) for h in heads]):
-                ablated[name] = half_losses(model, test, length)[1]
+                ablated[name] = half_losses(model, test, second, length)[1]
         else:
             ablated[name] = math.nan
     return {"first": first, "repeat": repeat, "induction": ind.tolist(), "previous": prev.tolist(),
@@ -135,7 +162,7 @@ def train_job(job: tuple) -> dict:
     claim="A 2-layer attention-only model trained on repeated random segments develops "
     "induction heads (attending to the token after the previous occurrence); the loss drops on "
     "the repeat, and ablating those heads removes the effect.",
-    notes="000 'Self-attention as a soft lookup'; Olsson et al. 2022",
+    notes="000 'The key-query-value self-attention mechanism'; Olsson et al. 2022",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
     torch.set_num_threads(1)
@@ -176,7 +203,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                    "previous-token score": r["previous"][layer][h]}
                   for s, r in zip(seeds, runs) for layer in range(2)
                   for h in range(len(r["induction"][0]))]  # fmt: skip
-    length, vocab = (8, 16) if quick else (20, 64)
+    length, vocab, gap = sizes(quick)
     r0 = runs[0]
     labels = {f"L{layer + 1} H{h + 1}": r0["induction"][layer][h] for layer in range(2)
               for h in range(len(r0["induction"][0]))}  # fmt: skip
@@ -208,14 +235,17 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     return Report(
         name="induction",
         title="Induction heads: in-context copying in a 2-layer attention-only model",
-        claim="Self-attention is a soft lookup: a query matched against keys retrieves values. "
-        "Composed over two layers it can look up 'what followed this token last time' -- an "
-        "induction head -- and copy it.",
-        source="000, 'Self-attention as an evolution of the key-query-value lookup'; Olsson et "
-        "al. 2022",
+        claim="(Olsson et al. 2022, on the key-query-value attention of 000) Two-layer "
+        "attention-only Transformers learn induction heads: a head that attends to the token "
+        "after the previous occurrence of the current token and copies it, with the help of a "
+        "previous-token head in the layer below; they make in-context copying possible.",
+        source="000, 'The key-query-value self-attention mechanism' (the lookup composed over "
+        "two layers); Olsson et al. 2022",
         setup=[
-            f"Sequences <bos> x_1..x_L x_1..x_L, L = {length}, x_i uniform over {vocab - 1} "
-            "tokens; LM loss on every position (the first half is unpredictable).",
+            f"Sequences <bos> x_1..x_L g_1..g_m x_1..x_L r.., L = {length}, a gap of m ~ "
+            f"U{{0..{gap}}} random tokens between the copies (so the repeat's offset varies and "
+            "no fixed positional offset finds it), every token uniform over "
+            f"{vocab - 1}; LM loss on every position (only the repeat is predictable).",
             f"Decoder-only, 2 pre-norm layers, 4 heads, d_model {32 if quick else 64}, learned "
             "positions, the feed-forward sublayers removed (attention only).",
             f"AdamW, {40 if quick else 2000} steps of 64, warm-up + cosine; the repeat loss on "

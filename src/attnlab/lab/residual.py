@@ -1,8 +1,8 @@
 """Experiment ``residual``: residual connections and depth (000 "Residual connections"; 003).
 
-000: residual connections "are a trick to help models train better": instead of
-X^(i) = Layer(X^(i-1)) a block computes X^(i) = X^(i-1) + Layer(X^(i-1)), so "the gradient is
-great through the residual connection" and deep stacks train. A second reading of the residual
+000 ("Residual Connections"): f_residual(h) = f(h) + h, "the gradient flow of the identity
+function is great (the local gradient is 1 everywhere!) so the connection allows for learning
+much deeper networks". A second reading of the residual
 stream: whatever the embedding put there -- the position vectors among them -- stays available to
 every later layer unless a block removes it.
 
@@ -131,7 +131,7 @@ def train_job(job: tuple) -> dict:
     claim="Residual connections make deep stacks trainable (without them training degrades as "
     "depth grows), and the residual stream carries the position information of the embedding "
     "to every layer.",
-    notes="000 'Residual connections'; 003 'Residual connection'",
+    notes="000 'Residual Connections'",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
     torch.set_num_threads(1)
@@ -219,10 +219,11 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     return Report(
         name="residual",
         title="Residual connections: trainability with depth, and position in the residual stream",
-        claim="Residual connections are a trick to help models train better: instead of "
-        "X^(i) = Layer(X^(i-1)) we let X^(i) = X^(i-1) + Layer(X^(i-1)). The gradient is great "
-        "through the residual connection.",
-        source="000, 'Residual connections'; 003",
+        claim="Residual connections simply add the input of a layer to the output of that "
+        "layer: f_residual(h) = f(h) + h, the intuition being that (1) the gradient flow of the "
+        "identity function is great (the local gradient is 1 everywhere!) so the connection "
+        "allows for learning much deeper networks.",
+        source="000, 'Residual Connections'",
         setup=[
             f"Character LM on {source}, windows of 33 characters, vocabulary {len(chars)}.",
             f"Decoder-only, pre-norm, d_model 64, 4 heads, learned positions, {list(ds)} layers; "

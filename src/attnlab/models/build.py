@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 from torch import nn
 
 from attnlab.config import ModelConfig
@@ -24,29 +26,20 @@ def build_model(cfg: ModelConfig, fast: bool | None = None) -> nn.Module:
     return model
 
 
+# kind -> (module, class): imported on demand, so a model family costs nothing until it is used.
+FAMILIES = {
+    "decoder_lm": ("attnlab.models.lm", "DecoderLM"),
+    "encoder_decoder": ("attnlab.models.transformer_seq2seq", "TransformerEncoderDecoder"),
+    "classifier": ("attnlab.models.encoder", "EncoderClassifier"),
+    "encoder": ("attnlab.models.encoder", "TransformerEncoder"),
+    "masked_lm": ("attnlab.models.masked_lm", "MaskedLM"),
+    "rnn_lm": ("attnlab.models.rnn_lm", "RNNLM"),
+    "lstm_seq2seq": ("attnlab.models.lstm_seq2seq", "LSTMSeq2Seq"),
+}
+
+
 def _build(cfg: ModelConfig) -> nn.Module:
-    if cfg.kind == "decoder_lm":
-        from attnlab.models.lm import DecoderLM
-
-        return DecoderLM(cfg)
-    if cfg.kind == "encoder_decoder":
-        from attnlab.models.transformer_seq2seq import TransformerEncoderDecoder
-
-        return TransformerEncoderDecoder(cfg)
-    if cfg.kind == "classifier":
-        from attnlab.models.encoder import EncoderClassifier
-
-        return EncoderClassifier(cfg)
-    if cfg.kind == "encoder":
-        from attnlab.models.encoder import TransformerEncoder
-
-        return TransformerEncoder(cfg)
-    if cfg.kind == "rnn_lm":
-        from attnlab.models.rnn_lm import RNNLM
-
-        return RNNLM(cfg)
-    if cfg.kind == "lstm_seq2seq":
-        from attnlab.models.lstm_seq2seq import LSTMSeq2Seq
-
-        return LSTMSeq2Seq(cfg)
-    raise ValueError(f"unknown model kind {cfg.kind!r}")
+    if cfg.kind not in FAMILIES:
+        raise ValueError(f"unknown model kind {cfg.kind!r}")
+    module, name = FAMILIES[cfg.kind]
+    return getattr(importlib.import_module(module), name)(cfg)

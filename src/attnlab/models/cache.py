@@ -36,12 +36,13 @@ class TransformerCache:
         layers = [
             KVCache(
                 batch_size,
-                cfg.n_heads,
+                cfg.kv_heads,  # grouped-query attention caches only the key/value heads
                 max_len,
                 cfg.head_dim,
                 cfg.value_dim,
                 dtype=like.dtype,
                 device=like.device,
+                window=cfg.attn_window,  # sliding-window attention: trimmed to the window
             )
             for _ in range(n_layers)
         ]
@@ -63,7 +64,8 @@ class TransformerCache:
             self.has_padding = self.has_padding or not bool(key_padding_mask.all())
         if not self.has_padding:
             return None
-        return self.key_mask[:, None, None, : start + t]  # (B, 1, 1, S)
+        first = self.layers[0].start_after(t)  # the first key the layers hold after appending
+        return self.key_mask[:, None, None, first : start + t]  # (B, 1, 1, S)
 
     def reorder(self, index: Tensor) -> None:
         for layer in self.layers:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+import torch
 from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
@@ -66,15 +67,30 @@ class TransformerEncoder(nn.Module):
         self.embed = Embeddings(self.vocab_size, cfg)
         blocks = [make_encoder_block(cfg, self.embed.rotary) for _ in range(cfg.n_layers)]
         self.stack = EncoderStack(blocks, make_final_norm(cfg))
+        # BERT's pooler: tanh(W_p h_CLS + b_p), the sentence vector its classifier reads.
+        self.pooler = nn.Linear(cfg.d_model, cfg.d_model) if cfg.pooler else None
         init_weights(self, cfg.n_layers)
 
     def forward(
-        self, ids: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False
+        self,
+        ids: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = False,
+        token_types: Tensor | None = None,
     ) -> EncoderOutput:
-        """ids (B, T), key_padding_mask (B, T) True = real -> hidden (B, T, D)."""
+        """ids (B, T), key_padding_mask (B, T) True = real -> hidden (B, T, D).
+        token_types (B, T): segment ids for models with ``n_token_types`` (BERT), default 0."""
         self.check_input(ids, key_padding_mask)
-        x = self.embed(ids)  # (B, T, D)
+        x = self.embed(ids, token_types=token_types)  # (B, T, D)
         return self.stack(x, padding_mask(key_padding_mask), need_weights=need_weights)
+
+    def pool(self, hidden: Tensor) -> Tensor:
+        """BERT's pooled vector tanh(W_p h_0 + b_p) of the first ([CLS]) position: (B, T, D) ->
+        (B, D). Needs ``pooler=True``."""
+        if self.pooler is None:
+            raise ValueError("this encoder has no pooler; build it with ModelConfig(pooler=True)")
+        return torch.tanh(self.pooler(hidden[:, 0]))  # (B, D)
 
     def check_input(self, ids: Tensor, key_padding_mask: Tensor | None) -> None:
         """ids (B, T) in the vocabulary and within max_len; a mask with a real token per row."""
@@ -86,8 +102,8 @@ class TransformerEncoder(nn.Module):
 class EncoderClassifier(Classifier):
     """BERT-like classifier: p(c | x) = softmax(W pool(TransformerEncoder(x)) + b).
 
-    pooling "cls": the representation of position 0 (the data layer puts a <bos>/CLS token there);
-    "mean": the average over non-padding positions.
+    pooling "cls": the representation of position 0 (the data layer puts a <bos>/CLS token there),
+    through BERT's tanh pooler when ``pooler``; "mean": the average over non-padding positions.
     """
 
     def __init__(self, cfg: ModelConfig):
@@ -101,12 +117,22 @@ class EncoderClassifier(Classifier):
         nn.init.zeros_(self.head.bias)
 
     def forward(
-        self, ids: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False
+        self,
+        ids: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        need_weights: bool = False,
+        token_types: Tensor | None = None,
     ) -> ModelOutput:
         hidden, attentions = self.encoder(
-            ids, key_padding_mask=key_padding_mask, need_weights=need_weights
+            ids,
+            key_padding_mask=key_padding_mask,
+            need_weights=need_weights,
+            token_types=token_types,
         )  # (B, T, D)
-        if self.pooling == "cls":
+        if self.encoder.pooler is not None:
+            pooled = self.encoder.pool(hidden)  # (B, D)
+        elif self.pooling == "cls":
             pooled = hidden[:, 0]  # (B, D)
         elif key_padding_mask is None:
             pooled = hidden.mean(dim=1)  # (B, D)

@@ -9,22 +9,30 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.nn.blocks import CausalBlock, DecoderBlock, EncoderBlock
 from attnlab.nn.dropout import Dropout
-from attnlab.nn.feedforward import FeedForward
+from attnlab.nn.feedforward import make_feedforward
 from attnlab.nn.hooks import HookPoint
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 from attnlab.nn.norms import make_norm
-from attnlab.nn.positional import RotaryPositions, default_positions, make_positions
+from attnlab.nn.positional import (
+    RotaryPositions,
+    default_positions,
+    make_positions,
+    rotary_frequencies,
+)
 
 
 class Embeddings(nn.Module):
     """x_i = E w_i (optionally * sqrt(D), Vaswani 3.4), then a position representation and dropout.
 
-    ids (B, T) -> (B, T, D). Rotary positions leave x unchanged here and act in attention.
+    ids (B, T) -> (B, T, D). Rotary positions and ALiBi leave x unchanged here and act in
+    attention. BERT adds two things: segment embeddings T_type (``n_token_types``; token types
+    (B, T), default all 0) and a norm on the sum (``embed_norm``): x = LN(E w + P_pos + T_type).
     Hook points: X (the token embeddings), P (the position signal, where one is added or
     concatenated), embed (the first block's input).
     """
@@ -32,9 +40,19 @@ class Embeddings(nn.Module):
     def __init__(self, vocab_size: int, cfg: ModelConfig):
         super().__init__()
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
+        frequencies = None
+        if cfg.positional == "rotary":
+            frequencies = rotary_frequencies(
+                cfg.head_dim, cfg.rope_base, cfg.rope_scaling, cfg.rope_factor,
+                cfg.rope_low_freq_factor, cfg.rope_high_freq_factor, cfg.rope_original_max_len,
+            )  # fmt: skip
         self.pos_enc = make_positions(
-            cfg.positional, cfg.d_model, cfg.head_dim, cfg.max_len, cfg.rope_base
-        )
+            cfg.positional, cfg.d_model, cfg.head_dim, cfg.max_len, cfg.rope_base,
+            frequencies=frequencies,
+        )  # fmt: skip
+        n_types = cfg.n_token_types
+        self.type_emb = nn.Embedding(n_types, cfg.d_model) if n_types else None  # T_type
+        self.norm = _norm(cfg) if cfg.embed_norm else None
         self.scale = math.sqrt(cfg.d_model) if cfg.embed_scale else 1.0
         self.drop = Dropout(cfg.dropout)
         self.hook_X, self.hook_P, self.hook_embed = HookPoint(), HookPoint(), HookPoint()
@@ -43,7 +61,20 @@ class Embeddings(nn.Module):
     def rotary(self) -> RotaryPositions | None:
         return self.pos_enc if isinstance(self.pos_enc, RotaryPositions) else None
 
-    def forward(self, ids: Tensor, positions: Tensor | None = None, offset: int = 0) -> Tensor:
+    def forward(
+        self,
+        ids: Tensor,
+        positions: Tensor | None = None,
+        offset: int = 0,
+        token_types: Tensor | None = None,
+    ) -> Tensor:
+        if token_types is not None and (self.type_emb is None or token_types.shape != ids.shape):
+            raise ValueError(
+                "token_types must have the ids' shape (B, T) and the model segment embeddings "
+                f"(n_token_types > 0); got {tuple(token_types.shape)} for ids "
+                f"{tuple(ids.shape)} and n_token_types="
+                f"{0 if self.type_emb is None else self.type_emb.num_embeddings}"
+            )
         if positions is None:
             positions = default_positions(ids.size(1), offset, ids.device)  # (T,)
         x = self.tok_emb(ids)  # (B, T, D)
@@ -53,6 +84,11 @@ class Embeddings(nn.Module):
         p = self.pos_enc.signal(positions, x)  # (T|B,T, .) or None
         if p is not None:
             x = self.pos_enc.combine(x, self.hook_P(p))  # (B, T, D)
+        if self.type_emb is not None:
+            types = token_types if token_types is not None else torch.zeros_like(ids)
+            x = x + self.type_emb(types)  # (B, T, D)
+        if self.norm is not None:
+            x = self.norm(x)
         return self.hook_embed(self.drop(x))
 
 
@@ -61,7 +97,7 @@ def _attention_options(cfg: ModelConfig) -> dict:
     return dict(
         d_head=cfg.d_head,
         d_v=cfg.d_v,
-        bias=cfg.bias,
+        bias=cfg.attention_bias,
         out_proj=cfg.out_proj,
         dropout=cfg.dropout,
         activation=cfg.attention,
@@ -73,7 +109,10 @@ def _attention_options(cfg: ModelConfig) -> dict:
 
 
 def make_self_attention(cfg: ModelConfig, rotary: RotaryPositions | None) -> SelfAttention:
-    return SelfAttention(cfg.d_model, cfg.n_heads, rotary=rotary, **_attention_options(cfg))
+    return SelfAttention(
+        cfg.d_model, cfg.n_heads, rotary=rotary, n_kv_heads=cfg.n_kv_heads,
+        alibi=cfg.positional == "alibi", window=cfg.attn_window, **_attention_options(cfg),
+    )  # fmt: skip
 
 
 def make_cross_attention(cfg: ModelConfig, d_memory: int | None = None) -> CrossAttention:
@@ -84,10 +123,11 @@ def _norm(cfg: ModelConfig) -> nn.Module:
     return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
 
 
-def _ffn(cfg: ModelConfig) -> FeedForward:
-    return FeedForward(
-        cfg.d_model, cfg.ff_dim, activation=cfg.activation, bias=cfg.bias, dropout=cfg.dropout
-    )
+def _ffn(cfg: ModelConfig) -> nn.Module:
+    return make_feedforward(
+        cfg.ffn, cfg.d_model, cfg.ff_dim, activation=cfg.activation, bias=cfg.feedforward_bias,
+        dropout=cfg.dropout,
+    )  # fmt: skip
 
 
 def make_encoder_block(

@@ -62,6 +62,7 @@ from attnlab.models.base import (
 )
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.hooks import HookPoint
+from attnlab.nn.masks import is_right_padded
 from attnlab.nn.recurrent import (
     AttentionPoints,
     RecurrentCache,
@@ -250,7 +251,7 @@ class LSTMSeq2Seq(Seq2SeqModel):
         y = self.drop(self.tgt_emb(tgt_in))  # (B, T, D)
         weights = None
         if self.attention == "none" and (
-            tgt_mask is None or (cache is None and _right_padded(tgt_mask))
+            tgt_mask is None or (cache is None and is_right_padded(tgt_mask))
         ):
             out, state = self.decoder(y, state)  # (B, T, D): eq. 3 for all steps in one call
         else:
@@ -317,8 +318,3 @@ class LSTMSeq2Seq(Seq2SeqModel):
                 "new_cache()"
             )
         return cache.source, (h, c)
-
-
-def _right_padded(mask: Tensor) -> bool:
-    """True when every row is real tokens followed only by padding (B, T) bool."""
-    return not bool((mask[:, 1:] & ~mask[:, :-1]).any())

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from attnlab.nn.dropout import dropout
+from attnlab.nn.grouped import repeat_kv
 from attnlab.nn.masks import causal_mask, check_mask, combine_masks
 
 
@@ -75,10 +76,14 @@ def scaled_dot_product_attention(
     straight_through: bool = False,
     dropout_p: float = 0.0,
     need_weights: bool = False,
+    bias: Tensor | None = None,
 ) -> AttentionOutput:
-    """Attention(Q, K, V; a) = a(Q K^T / sqrt(d_q)) V   (004 eq. 9; Vaswani eq. 1).
+    """Attention(Q, K, V; a) = a(Q K^T / sqrt(d_q) + bias) V   (004 eq. 9; Vaswani eq. 1).
 
     q: (B, H, T, Dk); k: (B, H, S, Dk); v: (B, H, S, Dv) -> out (B, H, T, Dv),
+    (k and v may have H_kv heads, H a multiple of H_kv: grouped-query attention, query head h
+    reading key/value head h // (H / H_kv); the fused kernel shares them without copying,
+    the explicit form repeats them, ``attnlab.nn.grouped.repeat_kv``)
     weights (B, H, T, S) when ``need_weights`` (or when the activation is "hardmax").
 
     mask: bool, broadcastable to (B, H, T, S), True = may attend. ``causal`` adds the future mask
@@ -86,6 +91,8 @@ def scaled_dot_product_attention(
     scale: True divides by sqrt(d_q), False leaves the logits unscaled (for the scaling
     experiment), a float multiplies by that factor.
     activation: "softmax" (soft attention) or "hardmax" (hard attention, explicit path only).
+    bias: a float logit bias broadcastable to (B, H, T, S) added after the scale (ALiBi's
+    -m_h |i - j|, ``attnlab.nn.alibi``); None adds nothing.
     """
     _check_qkv(q, k, v)
     b, h, t, dk = q.shape
@@ -94,12 +101,15 @@ def scaled_dot_product_attention(
     check_activation(activation)
     factor = scale_factor(scale, dk)
     if need_weights or activation == "hardmax":
+        k, v = repeat_kv(k, h), repeat_kv(v, h)  # (B, H, S, Dk|Dv)
         mask = attention_mask(mask, causal, t, k.size(-2), q.device)
         scores = (q @ k.transpose(-2, -1)) * factor  # (B, H, T, S)
+        if bias is not None:
+            scores = scores + bias  # (B, H, T, S)
         weights = attention_weights(scores, mask, activation, straight_through)  # (B, H, T, S)
         weights = dropout(weights, dropout_p)
         return AttentionOutput(weights @ v, weights)  # (B, H, T, Dv)
-    return AttentionOutput(fused_attention(q, k, v, mask, causal, factor, dropout_p), None)
+    return AttentionOutput(fused_attention(q, k, v, mask, causal, factor, dropout_p, bias), None)
 
 
 def attention_mask(mask: Tensor | None, causal: bool, t: int, s: int, device) -> Tensor | None:
@@ -133,13 +143,20 @@ def attention_weights(
     return weights
 
 
-def fused_attention(q, k, v, mask, causal, factor, dropout_p) -> Tensor:
+def fused_attention(q, k, v, mask, causal, factor, dropout_p, bias=None) -> Tensor:
     """Eq. 9 through PyTorch's fused kernel: (B, H, T, Dv); the weights are never materialised.
 
     Rows with no admissible key would be NaN in the kernel: they attend everywhere there and
     their output is zeroed, so value and gradient stay finite (and match the explicit form).
+    A logit ``bias`` goes in as the kernel's float mask, -inf where the bool mask forbids.
     """
     t, s = q.size(-2), k.size(-2)
+    if k.size(1) != q.size(1):  # grouped key/value heads: the kernel shares them (no copy)
+        return _fused_grouped(q, k, v, attention_mask(mask, causal, t, s, q.device), factor,
+                              dropout_p, bias)  # fmt: skip
+    if bias is not None:
+        return _fused_with_bias(q, k, v, attention_mask(mask, causal, t, s, q.device), factor,
+                                dropout_p, bias)  # fmt: skip
     if causal and (mask is not None or t != s):  # the kernel's is_causal is top-left aligned
         mask, causal = attention_mask(mask, causal, t, s, q.device), False
     if mask is None:
@@ -153,6 +170,31 @@ def fused_attention(q, k, v, mask, causal, factor, dropout_p) -> Tensor:
         )
     safe = mask | ~row_any
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=safe, dropout_p=dropout_p, scale=factor)
+    return out * row_any  # (B, H, T, Dv)
+
+
+def _fused_with_bias(q, k, v, mask, factor, dropout_p, bias, enable_gqa=False) -> Tensor:
+    """The fused kernel with an additive float mask: bias where allowed, -inf elsewhere."""
+    bias = bias.to(q.dtype)
+    opts = dict(dropout_p=dropout_p, scale=factor, enable_gqa=enable_gqa)
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, **opts)
+    row_any = mask.any(dim=-1, keepdim=True)  # (B|1, H|1, T, 1)
+    logits_bias = bias.masked_fill(~(mask | ~row_any), float("-inf"))  # (B|1, H, T, S)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=logits_bias, **opts)
+    return out * row_any  # (B, H, T, Dv); rows with no admissible key -> 0
+
+
+def _fused_grouped(q, k, v, mask, factor, dropout_p, bias) -> Tensor:
+    """Grouped key/value heads (B, H_kv, S, .) through the kernel's ``enable_gqa``: each is read
+    by its H / H_kv query heads in place, so a decode step reads the small cache once."""
+    if bias is not None:
+        return _fused_with_bias(q, k, v, mask, factor, dropout_p, bias, enable_gqa=True)
+    opts = dict(dropout_p=dropout_p, scale=factor, enable_gqa=True)
+    if mask is None:
+        return F.scaled_dot_product_attention(q, k, v, **opts)
+    row_any = mask.any(dim=-1, keepdim=True)  # (B|1, H|1, T, 1)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask | ~row_any, **opts)
     return out * row_any  # (B, H, T, Dv)
 
 
@@ -185,9 +227,11 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
         )
     if k.size(-2) != v.size(-2):
         raise ValueError(f"keys ({k.size(-2)}) and values ({v.size(-2)}) must have equal length S")
-    if q.shape[:2] != k.shape[:2] or k.shape[:2] != v.shape[:2]:
+    grouped = k.size(1) > 0 and q.size(1) % k.size(1) == 0  # H_kv key/value heads, H = G H_kv
+    if q.size(0) != k.size(0) or not grouped or k.shape[:2] != v.shape[:2]:
         raise ValueError(
-            f"q, k, v must agree on (B, H): got {tuple(q.shape[:2])}, {tuple(k.shape[:2])}, "
+            f"q, k, v must agree on (B, H), except that q may have a multiple of k's heads "
+            f"(grouped-query attention): got {tuple(q.shape[:2])}, {tuple(k.shape[:2])}, "
             f"{tuple(v.shape[:2])}"
         )
     if k.size(-2) == 0:

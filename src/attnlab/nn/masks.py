@@ -27,6 +27,24 @@ def causal_mask(t: int, s: int | None = None, device: torch.device | None = None
     return cols <= rows  # (T, S)
 
 
+def sliding_window_mask(
+    t: int, s: int | None = None, window: int = 1, device: torch.device | None = None
+) -> Tensor:
+    """Causal attention within a window of W keys (local attention; Child et al. 2019,
+    Beltagy et al. 2020, Mistral): query i may attend to key j iff i - W < j <= i. (T, S) bool.
+
+    Each query sees itself and the W - 1 tokens before it, so a layer mixes information over W
+    positions and L layers over about L (W - 1) + 1. Aligned bottom-right like :func:`causal_mask`
+    (the T queries are the last T of S positions). W >= S is the plain causal mask.
+    """
+    s = t if s is None else s
+    if not isinstance(window, int) or window < 1:
+        raise ValueError(f"the attention window must be a positive int, got {window!r}")
+    rows = torch.arange(t, device=device).unsqueeze(1) + (s - t)  # (T, 1) absolute positions
+    cols = torch.arange(s, device=device).unsqueeze(0)  # (1, S)
+    return causal_mask(t, s, device) & (cols > rows - window)  # (T, S)
+
+
 def padding_mask(key_padding_mask: Tensor | None) -> Tensor | None:
     """Key padding mask (B, S) with True = real token -> attention mask (B, 1, 1, S); None (no
     padding) stays None."""
@@ -37,6 +55,12 @@ def padding_mask(key_padding_mask: Tensor | None) -> Tensor | None:
             f"key padding mask must be (B, S), got shape {tuple(key_padding_mask.shape)}"
         )
     return key_padding_mask[:, None, None, :]  # (B, 1, 1, S)
+
+
+def is_right_padded(key_padding_mask: Tensor) -> bool:
+    """True when every row of a (B, T) mask (True = real token) is real tokens followed only by
+    padding: no real token comes after a padding position."""
+    return not bool((key_padding_mask[:, 1:] & ~key_padding_mask[:, :-1]).any())
 
 
 def combine_masks(*masks: Tensor | None) -> Tensor | None:

@@ -13,6 +13,11 @@ Dk = d_q = d_k per head, Dv per head, Do output width (d_out).
   (000 "Cross-Attention"); the memory projection can be computed once and reused per decode step.
 * :class:`LoopMultiHeadAttention` is the literal per-head loop, used to show both forms agree.
 * ``out_proj=False`` gives 002's concatenation-only variant (then Do = H * Dv).
+* Today's variants of self-attention, each one argument of :class:`SelfAttention`:
+  ``n_kv_heads`` (grouped-query / multi-query attention, ``attnlab.nn.grouped``: fewer key/value
+  heads, each shared by H / H_kv query heads; the KV cache holds only those), ``alibi`` (ALiBi's
+  linear distance biases on the logits, ``attnlab.nn.alibi``) and ``window`` (sliding-window
+  causal attention, ``attnlab.nn.masks.sliding_window_mask``).
 
 Hook points (``attnlab.nn.hooks``; read or replaced by ``attnlab.inspect``): Q, K, V (per head),
 Q_rot, K_rot (after rotary positions), scores (Q K^T), scaled, mask (read-only), A, heads (A V),
@@ -25,6 +30,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from attnlab.nn.alibi import alibi_bias, alibi_slopes
 from attnlab.nn.attention import (
     AttentionOutput,
     attention_mask,
@@ -35,8 +41,9 @@ from attnlab.nn.attention import (
 )
 from attnlab.nn.cache import KVCache
 from attnlab.nn.dropout import dropout
+from attnlab.nn.grouped import repeat_kv
 from attnlab.nn.hooks import HookPoint
-from attnlab.nn.masks import check_mask
+from attnlab.nn.masks import check_mask, combine_masks, sliding_window_mask
 from attnlab.nn.norms import RMSNorm
 from attnlab.nn.positional import RotaryPositions, default_positions
 
@@ -96,31 +103,38 @@ class MultiHeadBase(nn.Module):
             setattr(self, f"hook_{name}", HookPoint())
         self.hook_concat, self.hook_out = HookPoint(), HookPoint()
 
-    def split_heads(self, x: Tensor, d: int) -> Tensor:
-        """(B, L, H*d) -> (B, H, L, d)."""
+    def split_heads(self, x: Tensor, d: int, heads: int | None = None) -> Tensor:
+        """(B, L, H*d) -> (B, H, L, d); ``heads`` defaults to the H query heads."""
         b, l, _ = x.shape
-        return x.view(b, l, self.n_heads, d).transpose(1, 2)  # (B, H, L, d)
+        return x.view(b, l, heads or self.n_heads, d).transpose(1, 2)  # (B, H, L, d)
 
     def inner_points_active(self) -> bool:
         """True while a hook reads or replaces a value only the explicit form computes."""
         return any(getattr(self, name).active for name in INNER_POINTS)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask, causal, need_weights):
-        """head_h = a(q_h k_h^T / sqrt(Dk)) v_h for every head at once (004 eq. 9):
+    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask, causal, need_weights, bias=None):
+        """head_h = a(q_h k_h^T / sqrt(Dk) + bias_h) v_h for every head at once (004 eq. 9):
         q (B, H, T, Dk), k (B, H, S, Dk), v (B, H, S, Dv) -> (B, H, T, Dv), weights or None.
+        k and v may hold H_kv key/value heads (grouped-query attention): the fused kernel shares
+        them in place, the written-out form repeats them (``repeat_kv``).
+        ``bias`` (B|1, H, T, S): a logit bias such as ALiBi's, or None.
 
         Written out (each value at its hook point) when the weights are wanted, for hard
         attention, or while an inner point is hooked; else the fused kernel.
         """
         p = self.dropout if self.training else 0.0
         if not (need_weights or self.activation == "hardmax" or self.inner_points_active()):
-            opts = dict(causal=causal, scale=self.scale, dropout_p=p)
+            opts = dict(causal=causal, scale=self.scale, dropout_p=p, bias=bias)
             return scaled_dot_product_attention(q, k, v, mask, **opts)
         b, h, t, s = q.size(0), q.size(1), q.size(2), k.size(2)
+        k, v = repeat_kv(k, h), repeat_kv(v, h)  # (B, H, S, Dk|Dv): head h reads h // G
         if mask is not None:
             mask = check_mask(mask, b, h, t, s)  # (B|1, H|1, T|1, S)
         scores = self.hook_scores(q @ k.transpose(-2, -1))  # (B, H, T, S)
-        scaled = self.hook_scaled(scores * scale_factor(self.scale, q.size(-1)))
+        scaled = scores * scale_factor(self.scale, q.size(-1))  # (B, H, T, S)
+        if bias is not None:
+            scaled = scaled + bias  # the logits, ALiBi's distance penalty included
+        scaled = self.hook_scaled(scaled)
         # One place where the scores get their mask (a score bias would be added here too).
         mask = attention_mask(mask, causal, t, s, q.device)  # (.., T, S) or None
         if self.hook_mask.active:  # read-only: the applied mask, (B, H|1, T, S)
@@ -141,16 +155,49 @@ class SelfAttention(MultiHeadBase):
     """Multi-head self-attention: Q, K, V = X [W_q | W_k | W_v] in one matmul (003), then
     MultiHead(X) = Concat_h(a(Q_h K_h^T / sqrt(Dk)) V_h) W^O   (004 eq. 9, 13).
 
-    Keyword arguments as :class:`MultiHeadBase`, plus ``rotary``: a :class:`RotaryPositions`
-    that rotates queries and keys by their positions (Su et al. 2021).
+    Keyword arguments as :class:`MultiHeadBase`, plus
+      * ``rotary``: a :class:`RotaryPositions` that rotates queries and keys by their positions
+        (Su et al. 2021);
+      * ``n_kv_heads`` (H_kv, default H): key/value heads, each shared by G = H / H_kv query heads
+        (grouped-query attention, Ainslie et al. 2023; H_kv = 1 is multi-query attention,
+        Shazeer 2019). W_k, W_v shrink to H_kv heads and so does the KV cache; query head h
+        reads key/value head h // G (``attnlab.nn.grouped.repeat_kv``). hook_K and hook_V hold
+        the H_kv heads, (B, H_kv, T, Dk|Dv);
+      * ``alibi``: add -m_h |i - j| to head h's logits (Press et al. 2022, ``attnlab.nn.alibi``);
+      * ``window`` (W): sliding-window causal attention, query i sees keys i - W < j <= i
+        (``attnlab.nn.masks.sliding_window_mask``); a KV cache built with the same window keeps
+        only what the window needs.
+    ALiBi and the window measure i - j in token indices, which left padding shifts equally for
+    queries and keys, so they need no positions.
     """
 
-    def __init__(self, d_model: int, n_heads: int, *, rotary: RotaryPositions | None = None, **kw):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        *,
+        rotary: RotaryPositions | None = None,
+        n_kv_heads: int | None = None,
+        alibi: bool = False,
+        window: int | None = None,
+        **kw,
+    ):
         super().__init__(d_model, n_heads, **kw)
-        self.rotary = rotary
+        self.n_kv_heads = n_kv_heads if n_kv_heads is not None else n_heads
+        if not isinstance(self.n_kv_heads, int) or n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"n_heads={n_heads} must be a multiple of n_kv_heads={n_kv_heads!r}: each "
+                "key/value head serves the same number of query heads"
+            )
+        if window is not None and (not isinstance(window, int) or window < 1):
+            raise ValueError(f"window={window!r} must be a positive int (keys per query) or None")
+        self.rotary, self.window = rotary, window
+        # m_h of each head: a constant that follows the module's device, not a parameter.
+        slopes = alibi_slopes(n_heads) if alibi else None
+        self.register_buffer("alibi_slopes", slopes, persistent=False)
         self.hook_Q_rot, self.hook_K_rot = HookPoint(), HookPoint()
-        width = n_heads * (2 * self.d_head + self.d_v)
-        self.qkv_proj = nn.Linear(d_model, width, bias=self.bias)
+        width = n_heads * self.d_head + self.n_kv_heads * (self.d_head + self.d_v)
+        self.qkv_proj = nn.Linear(d_model, width, bias=self.bias)  # [W_q | W_k | W_v]
 
     def forward(
         self,
@@ -169,11 +216,12 @@ class SelfAttention(MultiHeadBase):
         ``positions`` (T,) or (B, T) are the absolute positions used by rotary embeddings.
         """
         check_input(x, self.d_model, "x", self.qkv_proj)
-        hk, hv = self.n_heads * self.d_head, self.n_heads * self.d_v
-        q, k, v = self.qkv_proj(x).split([hk, hk, hv], dim=-1)  # (B, T, H*Dk) x2, (B, T, H*Dv)
+        g = self.n_kv_heads
+        sizes = [self.n_heads * self.d_head, g * self.d_head, g * self.d_v]
+        q, k, v = self.qkv_proj(x).split(sizes, dim=-1)  # (B, T, H*Dk), (B, T, G*Dk), (B, T, G*Dv)
         q = self.hook_Q(self.split_heads(q, self.d_head))  # (B, H, T, Dk)
-        k = self.hook_K(self.split_heads(k, self.d_head))  # (B, H, T, Dk)
-        v = self.hook_V(self.split_heads(v, self.d_v))  # (B, H, T, Dv)
+        k = self.hook_K(self.split_heads(k, self.d_head, g))  # (B, H_kv, T, Dk)
+        v = self.hook_V(self.split_heads(v, self.d_v, g))  # (B, H_kv, T, Dv)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rotary is not None:
@@ -182,9 +230,20 @@ class SelfAttention(MultiHeadBase):
                 positions = default_positions(x.size(1), offset, x.device)
             q = self.hook_Q_rot(self.rotary.rotate(q, positions))  # (B, H, T, Dk)
             k = self.hook_K_rot(self.rotary.rotate(k, positions))  # (B, H, T, Dk)
+        start = 0  # the absolute index of the first key: keys are [start, end), queries the last T
         if cache is not None:
-            k, v = cache.append(k, v)  # (B, H, S, Dk), (B, H, S, Dv)
-        return self.output(self.attend(q, k, v, mask, causal, need_weights))
+            k, v = cache.append(k, v)  # (B, H_kv, S, Dk), (B, H_kv, S, Dv): all keys held
+            start = cache.start
+        end = start + k.size(2)
+        if self.window is not None:  # the window's mask is causal too
+            local = sliding_window_mask(x.size(1), end - start, self.window, x.device)  # (T, S)
+            mask = combine_masks(mask, local)
+        bias = None
+        if self.alibi_slopes is not None:
+            q_index = torch.arange(end - x.size(1), end, device=x.device)  # (T,)
+            k_index = torch.arange(start, end, device=x.device)  # (S,)
+            bias = alibi_bias(self.alibi_slopes.to(q.dtype), q_index, k_index)  # (1, H, T, S)
+        return self.output(self.attend(q, k, v, mask, causal, need_weights, bias))
 
 
 class CrossAttention(MultiHeadBase):
@@ -260,6 +319,9 @@ class LoopMultiHeadAttention(nn.Module):
     def from_fused(cls, attn: SelfAttention) -> LoopMultiHeadAttention:
         """Copy a fused :class:`SelfAttention`'s weights into per-head matrices."""
         h, dk, dv = attn.n_heads, attn.d_head, attn.d_v
+        g = attn.n_kv_heads  # query head i uses key/value head i // (h // g)
+        if attn.alibi_slopes is not None or attn.window is not None:
+            raise ValueError("the loop form has no ALiBi or window; compare plain attention only")
         bias = attn.qkv_proj.bias is not None
         d_out = attn.d_out if attn.out_proj is not None else None
         loop = cls(attn.d_model, h, dk, dv, d_out, bias)
@@ -269,8 +331,8 @@ class LoopMultiHeadAttention(nn.Module):
             for i in range(h):
                 for lin, start, d in (
                     (loop.q[i], i * dk, dk),
-                    (loop.k[i], h * dk + i * dk, dk),
-                    (loop.v[i], 2 * h * dk + i * dv, dv),
+                    (loop.k[i], h * dk + (i // (h // g)) * dk, dk),
+                    (loop.v[i], (h + g) * dk + (i // (h // g)) * dv, dv),
                 ):
                     lin.weight.copy_(w[start : start + d])
                     if bias:

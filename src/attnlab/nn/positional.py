@@ -8,6 +8,7 @@ maps token embeddings x (B, T, D) and integer positions (T,) or (B, T) to (B, T,
   * :class:`ConcatPositions`      x~_i = W [x_i; PE(i)] + b  (004's hypothesis, eq. 15)
   * :class:`NoPositions`          x~_i = x_i  (the permutation-equivariant baseline)
   * :class:`RotaryPositions`      x~_i = x_i; q, k rotated inside attention (Su et al. 2021)
+  * ALiBi                         x~_i = x_i; a distance penalty on the logits (``nn.alibi``)
 
 Positions count from 0 (Vaswani). 003 counts from 1 and its worked example is wrong; see
 docs/math.md.
@@ -119,19 +120,58 @@ class ConcatPositions(Positions):
         return self.proj(torch.cat([x, p], dim=-1))  # (B, T, D)
 
 
+def rotary_frequencies(
+    d_head: int,
+    base: float = 10000.0,
+    scaling: str = "none",
+    factor: float = 1.0,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    original_max_len: int | None = None,
+) -> Tensor:
+    """theta_i = base^(-2i/Dh), i = 0 .. Dh/2 - 1, optionally rescaled for a longer context.
+
+    scaling "linear" (position interpolation, Chen et al. 2023): theta_i / s, i.e. position p is
+    read as p / s. "llama3" (Llama 3.1): with wavelength lambda_i = 2 pi / theta_i and the
+    pre-training context L, frequencies with lambda_i < L / high_freq_factor are kept, those with
+    lambda_i > L / low_freq_factor are divided by s, and the band between interpolates linearly in
+    L / lambda_i. Returns (Dh/2,) float64.
+    """
+    i2 = torch.arange(0, d_head, 2, dtype=torch.float64)
+    theta = base ** (-i2 / d_head)  # (Dh/2,)
+    if scaling == "none":
+        return theta
+    if scaling == "linear":
+        return theta / factor
+    if scaling != "llama3":
+        raise ValueError(f"unknown rotary scaling {scaling!r}; choose 'none', 'linear' or 'llama3'")
+    if original_max_len is None:
+        raise ValueError("llama3 rotary scaling needs original_max_len (the pre-training context)")
+    wavelength = 2 * math.pi / theta
+    ratio = original_max_len / wavelength  # L / lambda_i: high for high frequencies
+    smooth = ((ratio - low_freq_factor) / (high_freq_factor - low_freq_factor)).clamp(0.0, 1.0)
+    return (1 - smooth) * theta / factor + smooth * theta  # smooth 0: scaled, 1: kept
+
+
 class RotaryPositions(Positions):
     """Rotary position embedding (RoPE): rotate each (i, i + Dh/2) pair of q and k by pos * theta_i.
 
-    theta_i = base^(-2i/Dh). Then q_m^T k_n depends on positions only through m - n. The embeddings
-    pass through unchanged; attention calls :meth:`rotate` on queries and keys ("rotate-half"
-    layout, as GPT-NeoX and Llama).
+    theta_i = base^(-2i/Dh) (see :func:`rotary_frequencies` for the context-extension scalings).
+    Then q_m^T k_n depends on positions only through m - n. The embeddings pass through unchanged;
+    attention calls :meth:`rotate` on queries and keys ("rotate-half" layout, as GPT-NeoX and
+    Llama).
     """
 
-    def __init__(self, d_head: int, base: float = 10000.0):
+    def __init__(self, d_head: int, base: float = 10000.0, *, frequencies: Tensor | None = None):
         super().__init__()
         if d_head % 2:
             raise ValueError(f"rotary positions need an even head width, got d_head={d_head}")
         self.d_head, self.base = d_head, base
+        if frequencies is None:
+            frequencies = rotary_frequencies(d_head, base)
+        if frequencies.shape != (d_head // 2,):
+            raise ValueError(f"rotary frequencies must have shape ({d_head // 2},)")
+        self.frequencies = frequencies.to(torch.float64)  # theta_i; a constant, not a parameter
         # One module serves every layer, and a forward pass hands all of them the same positions
         # tensor: (positions, its version, dtype, cos, sin) of the last call spares the other
         # 2 x layers - 1 rotations recomputing the table (8 of 9 such computations at 4 layers).
@@ -150,8 +190,7 @@ class RotaryPositions(Positions):
             and last[2] == dtype
         ):
             return last[3], last[4]
-        i2 = torch.arange(0, self.d_head, 2, dtype=torch.float64, device=positions.device)
-        inv_freq = self.base ** (-i2 / self.d_head)  # theta_i, (Dh/2,), float64 for exactness
+        inv_freq = self.frequencies.to(positions.device)  # theta_i, (Dh/2,), float64 for exactness
         angles = positions.to(torch.float64).unsqueeze(-1) * inv_freq  # (.., T, Dh/2)
         if angles.dim() == 3:
             angles = angles.unsqueeze(1)  # (B, 1, T, Dh/2): broadcast over heads
@@ -166,8 +205,17 @@ class RotaryPositions(Positions):
         return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (B, H, T, Dh)
 
 
-def make_positions(kind: str, d_model: int, d_head: int, max_len: int, base: float) -> Positions:
-    """Build the position module named by a config."""
+def make_positions(
+    kind: str,
+    d_model: int,
+    d_head: int,
+    max_len: int,
+    base: float,
+    *,
+    frequencies: Tensor | None = None,
+) -> Positions:
+    """Build the position module named by a config. ``frequencies``: rotary theta_i (default
+    base^(-2i/Dh)). ALiBi adds nothing to the embeddings (its biases act in attention)."""
     if kind == "learned":
         return LearnedPositions(max_len, d_model)
     if kind == "sinusoidal":
@@ -175,7 +223,7 @@ def make_positions(kind: str, d_model: int, d_head: int, max_len: int, base: flo
     if kind == "concat":
         return ConcatPositions(d_model)
     if kind == "rotary":
-        return RotaryPositions(d_head, base)
-    if kind == "none":
+        return RotaryPositions(d_head, base, frequencies=frequencies)
+    if kind in ("none", "alibi"):
         return NoPositions()
     raise ValueError(f"unknown positional {kind!r}")

@@ -224,8 +224,11 @@ def load_checkpoint(
 
     Given a run directory (not one checkpoint), a latest checkpoint that fails these checks is
     skipped with a warning naming it and why, and the newest one that passes is loaded instead
-    (``fallback``); nothing on disk changes.
+    (``fallback``); nothing on disk changes. A local Hugging Face model directory (a config.json
+    with a ``model_type``) loads through ``attnlab.interop.pretrained``.
     """
+    if _is_hf_model_dir(path):
+        return _load_hf_dir(path, map_location)
     ckpt = _resolve(path)
     try:
         return _load_one(ckpt, map_location, expect_kind, verify)
@@ -312,6 +315,30 @@ def _load_one(ckpt: Path, map_location: Any, expect_kind: Any, verify: bool) -> 
     train_state = _read_json(ckpt / STATE) if (ckpt / STATE).is_file() else None
     step = int((manifest or data).get("step", 0))
     return Checkpoint(model, config, tokenizer, train_state, step, ckpt, labels)
+
+
+def _is_hf_model_dir(path: str | os.PathLike) -> bool:
+    from attnlab.interop.pretrained import is_hf_model_dir
+
+    return Path(path).is_dir() and is_hf_model_dir(path)
+
+
+def _load_hf_dir(path: str | os.PathLike, map_location: str | torch.device) -> Checkpoint:
+    """A local Hugging Face model directory (GPT-2, Llama family, BERT) as a Checkpoint, so every
+    command that reads checkpoints reads these too (``attnlab.interop.pretrained``)."""
+    from attnlab.data import LabelSet
+    from attnlab.interop.pretrained import load_pretrained
+
+    found = load_pretrained(path)
+    try:
+        found.model.to(map_location)
+    except (RuntimeError, AssertionError, ValueError) as err:
+        raise UserError(
+            f"cannot place the model on {str(map_location)!r} ({err}); choose a device this "
+            "machine has, e.g. 'cpu'"
+        ) from None
+    labels = LabelSet(found.labels) if found.labels else None
+    return Checkpoint(found.model, found.config, found.tokenizer, None, 0, found.path, labels)
 
 
 def check_same_model(checkpoint: Checkpoint, config: ModelConfig) -> None:

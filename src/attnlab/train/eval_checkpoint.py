@@ -56,6 +56,8 @@ def evaluate_checkpoint(
         raise ValueError(f"split={split!r} must be 'val' or 'test'")
     dev = resolve_device(device)
     ckpt = load_checkpoint(path, map_location=dev)
+    if ckpt.config.kind == "masked_lm":  # e.g. a BERT directory: its own objective
+        return _evaluate_masked_lm(ckpt, data, batch_size, max_batches)
     saved = (ckpt.train_state or {}).get("train_config")
     task = _task_of(ckpt.config.kind)
     if saved:
@@ -68,6 +70,8 @@ def evaluate_checkpoint(
             f"{str(ckpt.path)!r} was exported without its training settings, so its validation "
             f"set is unknown; pass the evaluation data file (e.g. --pairs test.tsv)"
         )
+    elif task == "lm":  # e.g. a Hugging Face model: windows as long as the model's context
+        cfg = TrainConfig(task=task, data=data, context_len=min(ckpt.config.max_len, 1024))
     else:
         cfg = TrainConfig(task=task, data=data)
     if ckpt.config.kind not in KINDS_FOR_TASK[cfg.task]:
@@ -87,3 +91,24 @@ def evaluate_checkpoint(
                           max_batches=max_batches or 1_000_000, device=dev,
                           prefix="test" if split == "test" else "val")  # fmt: skip
     return CheckpointEvaluation(result, ckpt.path, ckpt.step, task_data.summary)
+
+
+def _evaluate_masked_lm(ckpt, data, batch_size, max_batches) -> CheckpointEvaluation:
+    """Masked-LM loss of a text file (``attnlab.train.masked_lm_eval``)."""
+    from attnlab.data.textfiles import read_text
+    from attnlab.train.masked_lm_eval import masked_lm_metrics
+
+    if data is None:
+        raise DataError(
+            f"{str(ckpt.path)!r} holds a masked language model (BERT); give the text to score "
+            "with --text FILE"
+        )
+    try:
+        text = read_text(data)
+        metrics = masked_lm_metrics(
+            ckpt.model, ckpt.tokenizer, text, batch_size=batch_size or 8, max_batches=max_batches
+        )
+    except (OSError, ValueError) as err:
+        raise DataError(f"cannot evaluate {data!r}: {err}") from None
+    summary = f"{metrics['val_masked_tokens']} masked tokens (15%) of {data}"
+    return CheckpointEvaluation(EvalResult(metrics, []), ckpt.path, ckpt.step, summary)

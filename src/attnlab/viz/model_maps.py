@@ -19,6 +19,7 @@ from torch import Tensor
 
 from attnlab.models.base import Classifier, LanguageModel, LayerAttention, Seq2SeqModel
 from attnlab.models.encoder import TransformerEncoder
+from attnlab.models.masked_lm import MaskedLM
 from attnlab.viz.attention import plot_alignment, plot_attention
 
 
@@ -72,7 +73,7 @@ def attention_maps(model: Any, ids: Any, *, target: Any = None, row: int = 0) ->
             if isinstance(encoder, TransformerEncoder):
                 encoder_layers = encoder(ids, key_padding_mask=encoded.src_mask,
                                          need_weights=True).attentions  # fmt: skip
-        elif isinstance(model, (LanguageModel, Classifier, TransformerEncoder)):
+        elif isinstance(model, (LanguageModel, Classifier, TransformerEncoder, MaskedLM)):
             if target is not None:
                 raise ValueError(f"target ids apply to seq2seq models, not {type(model).__name__}")
             out = model(ids, need_weights=True)

@@ -1,0 +1,199 @@
+"""Any supported Hugging Face model directory (or live ``transformers`` model) in and out.
+
+One entry point per direction, dispatching on ``config.json``'s ``model_type``:
+
+    gpt2               -> decoder_lm   (attnlab.interop.gpt2)
+    llama, mistral     -> decoder_lm   (attnlab.interop.llama: RMSNorm, rotary, GQA, SwiGLU)
+    bert               -> encoder / classifier / masked_lm by ``architectures``
+                                       (attnlab.interop.bert)
+
+:func:`load_pretrained` reads a LOCAL directory (config.json, the weights as model.safetensors,
+its shards, or pytorch_model.bin read with ``weights_only=True``, and the tokenizer through
+:mod:`attnlab.interop.hf_tokenizer`); nothing is ever downloaded. :func:`save_pretrained` writes
+the same layout back so ``transformers``' ``from_pretrained`` loads it with equal outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import torch
+from torch import nn
+
+from attnlab.config import ModelConfig
+from attnlab.errors import CheckpointError, ConfigError
+from attnlab.interop import bert, gpt2, llama
+from attnlab.interop.gpt2_files import (
+    CONFIG_FILE,
+    SAFETENSORS_FILE,
+    _read_json,
+    read_weights,
+    write_hf_dir,
+)
+from attnlab.interop.hf_tokenizer import (
+    PretrainedTokenizer,
+    has_tokenizer_files,
+    load_pretrained_tokenizer,
+)
+
+MODEL_TYPES = ("gpt2", "llama", "mistral", "bert")
+
+
+class Pretrained(NamedTuple):
+    """A model read from a Hugging Face directory, in eval mode, with what came with it."""
+
+    model: nn.Module
+    config: ModelConfig
+    tokenizer: PretrainedTokenizer | None
+    model_type: str
+    labels: list[str] | None  # a classifier's id2label, in id order
+    path: Path
+
+
+def is_hf_model_dir(path: str | os.PathLike) -> bool:
+    """A directory whose config.json names a ``model_type`` (a Hugging Face model directory)."""
+    p = Path(path) / CONFIG_FILE
+    if not p.is_file():
+        return False
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "model_type" in data and "format" not in data
+
+
+def model_config_from_hf(data: dict[str, Any]) -> ModelConfig:
+    """config.json's dict (or a transformers config's ``to_dict()``) -> ModelConfig."""
+    model_type = data.get("model_type")
+    if model_type == "gpt2":
+        return gpt2.gpt2_config_to_model_config(data)
+    if model_type in llama.MODEL_TYPES:
+        return llama.llama_config_to_model_config(data)
+    if model_type == "bert":
+        return bert.bert_config_to_model_config(data)
+    raise ConfigError(
+        f"model_type={model_type!r} is not supported; attnlab imports {list(MODEL_TYPES)} "
+        "(GPT-2, the Llama family incl. Mistral, and BERT)"
+    )
+
+
+def load_state_dict(config: ModelConfig, model_type: str, tensors: dict) -> nn.Module:
+    """Build the model of ``config`` and copy Hugging Face ``tensors`` into it (eval mode)."""
+    if model_type == "gpt2":
+        return gpt2.load_gpt2_state_dict(None, tensors, config)
+    if model_type in llama.MODEL_TYPES:
+        return llama.load_llama_state_dict(None, tensors, config)
+    return bert.load_bert_state_dict(None, tensors, config)
+
+
+def load_pretrained(path: str | os.PathLike, *, tokenizer: bool = True) -> Pretrained:
+    """The model (and tokenizer, when its files are there) of a LOCAL Hugging Face directory."""
+    root = Path(path)
+    if not root.is_dir():
+        raise CheckpointError(
+            f"{str(root)!r} is not a directory; give a local Hugging Face model directory with "
+            f"{CONFIG_FILE} and {SAFETENSORS_FILE} (attnlab never downloads: fetch it first, e.g. "
+            "`huggingface-cli download HuggingFaceTB/SmolLM2-135M --local-dir smollm2`)"
+        )
+    data = _read_json(root / CONFIG_FILE, "the model config")
+    config = model_config_from_hf(data)
+    model = load_state_dict(config, data["model_type"], read_weights(root))
+    tok = None
+    if tokenizer and has_tokenizer_files(root):
+        tok = load_pretrained_tokenizer(root, vocab_size=config.vocab_size)
+    labels = None
+    if config.kind == "classifier":
+        id2label = data.get("id2label") or {}
+        labels = [str(id2label.get(str(i), id2label.get(i, i))) for i in range(config.n_classes)]
+    return Pretrained(model, config, tok, data["model_type"], labels, root)
+
+
+def from_hf_model(hf_model: Any) -> nn.Module:
+    """The attnlab model (eval mode) with the weights of a live ``transformers`` model object."""
+    config = getattr(hf_model, "config", None)
+    if config is None or not callable(getattr(hf_model, "state_dict", None)):
+        raise TypeError(
+            f"expected a transformers model (with .config and .state_dict()), got "
+            f"{type(hf_model).__name__}"
+        )
+    data = dict(config.to_dict())
+    data["architectures"] = [type(hf_model).__name__]
+    cfg = model_config_from_hf(data)
+    with torch.no_grad():
+        return load_state_dict(cfg, data["model_type"], dict(hf_model.state_dict()))
+
+
+def hf_export(
+    model: nn.Module,
+    *,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    pad_id: int | None = None,
+    labels: list[str] | None = None,
+) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
+    """(config.json dict, state dict) of ``model`` in its Hugging Face family: Llama for rotary
+    RMSNorm SwiGLU decoders, GPT-2 for learned-position LayerNorm decoders, BERT for encoders."""
+    cfg = getattr(model, "cfg", None)
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"expected an attnlab model with .cfg, got {type(model).__name__}")
+    ids = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
+    if cfg.kind == "decoder_lm" and cfg.positional == "rotary":
+        return llama.model_config_to_llama_config(cfg, **ids), llama.to_llama_state_dict(model)
+    if cfg.kind == "decoder_lm":
+        tensors = gpt2.to_gpt2_state_dict(model)
+        return gpt2.model_config_to_gpt2_config(cfg, **ids), tensors
+    if cfg.kind in bert.ARCHITECTURES:
+        return bert.model_config_to_bert_config(cfg, labels), bert.to_bert_state_dict(model)
+    raise ConfigError(
+        f"a {cfg.kind!r} model has no Hugging Face counterpart in attnlab (decoder_lm -> GPT-2 or "
+        "Llama, encoder/classifier/masked_lm -> BERT); use the safetensors export instead"
+    )
+
+
+def save_pretrained(
+    model: nn.Module,
+    path: str | os.PathLike,
+    *,
+    tokenizer: Any = None,
+    labels: list[str] | None = None,
+    overwrite: bool = False,
+) -> Path:
+    """Write ``model`` (and its ``tokenizer``: a pretrained one, or attnlab's own) as a Hugging
+    Face directory that ``transformers``' ``from_pretrained`` loads with equal outputs."""
+    ids = {}
+    if tokenizer is not None:
+        ids = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)
+    config, tensors = hf_export(model, labels=labels, **ids)
+    config["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
+    tensors = _drop_aliases(tensors)
+    root = Path(path)
+    if (root / CONFIG_FILE).is_file() and not overwrite:
+        raise CheckpointError(
+            f"{str(root)!r} already holds a {CONFIG_FILE}; export into a new or empty directory "
+            "so nothing is overwritten"
+        )
+    write_hf_dir(root, config, tensors)
+    if isinstance(tokenizer, PretrainedTokenizer):
+        tokenizer.save_pretrained(root, model.cfg.max_len)
+    elif tokenizer is not None:  # attnlab's char/byte/BPE tokenizers
+        from attnlab.interop.export import save_tokenizer_files
+
+        save_tokenizer_files(tokenizer, root, model.cfg.max_len)
+    return root
+
+
+def _drop_aliases(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """safetensors stores no shared memory: keep the first name of each tied tensor (HF re-ties
+    the output head to the embeddings on load)."""
+    seen: set[int] = set()
+    out = {}
+    for key, t in tensors.items():
+        ptr = t.data_ptr()
+        if ptr in seen:
+            continue
+        seen.add(ptr)
+        out[key] = t
+    return out
