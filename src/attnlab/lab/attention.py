@@ -37,7 +37,7 @@ from attnlab.lab.report import (
     spread_text,
     verdict_of,
 )
-from attnlab.lab.seeds import seed_list
+from attnlab.lab.seeds import start_seeds
 from attnlab.lab.tasks import counting, kv_lookup
 from attnlab.models import build_model
 
@@ -93,8 +93,7 @@ def _one_seed(seed: int, quick: bool, fit_cfg: FitConfig) -> dict:
     notes="004 Sec. 1.2 (soft vs hard attention), eq. 9",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)
-    seeds = seed_list(seed, quick)
+    seeds = start_seeds(seed, quick)
     fit_cfg = FitConfig(steps=20 if quick else 1000, batch_size=64, lr=3e-3, warmup_steps=50)
     runs = [_one_seed(s, quick, fit_cfg) for s in seeds]
     acc_seeds = {key: [r[key]["test accuracy"] for r in runs] for key in runs[0]}

@@ -54,7 +54,7 @@ from attnlab.lab.report import (
     overlap,
     spread_text,
 )
-from attnlab.lab.seeds import bands, run_jobs, seed_list
+from attnlab.lab.seeds import bands, run_jobs, start_seeds
 
 ARMS = {"added": "sinusoidal", "concatenated": "concat", "added, unit": "sinusoidal, unit"}
 COMPARED = ("added", "concatenated")
@@ -130,8 +130,7 @@ def train_job(job: tuple) -> dict:
     notes="004 eq. 15-16 (the author's hypothesis)",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)
-    seeds = seed_list(seed, quick)
+    seeds = start_seeds(seed, quick)
     jobs = [(a, t, s, quick) for a in ARMS for t in TASKS for s in seeds]
     res = run_jobs(train_job, jobs, 1 if quick else 2)
     per = {(a, t): [res[(a, t, s, quick)] for s in seeds] for a in ARMS for t in TASKS}

@@ -44,7 +44,7 @@ from attnlab.lab.report import (
     spread,
     spread_text,
 )
-from attnlab.lab.seeds import bands, run_jobs, seed_list
+from attnlab.lab.seeds import bands, run_jobs, start_seeds
 from attnlab.models import build_model
 from attnlab.nn.positional import Positions
 from attnlab.viz import attention_maps, plot_attention
@@ -213,8 +213,7 @@ LRS = (1e-3, 3e-3)  # swept per arm on the first seed, chosen on validation accu
     notes="004 'Position representations'",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)  # small models: a second thread costs more than it gives
-    seeds = seed_list(seed, quick)
+    seeds = start_seeds(seed, quick)
     arms = ARMS + (REFERENCE_ARMS[:1] if quick else REFERENCE_ARMS)
     lrs = (3e-3,) if quick else LRS
     data = make_data(quick, seed)

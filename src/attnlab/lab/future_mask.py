@@ -43,7 +43,7 @@ from attnlab.lab.report import (
     spread_text,
     verdict_of,
 )
-from attnlab.lab.seeds import run_jobs, seed_list
+from attnlab.lab.seeds import run_jobs, start_seeds
 from attnlab.models import build_model
 
 ARMS = ("masked", "unmasked")
@@ -164,8 +164,7 @@ def distinct_ratio(ids: list[int], n: int = 4) -> float:
     notes="000 'Future masking'",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)
-    seeds = seed_list(seed, quick)
+    seeds = start_seeds(seed, quick)
     context = 32 if quick else 64
     train, val, chars, source = text_windows(quick, context)
     uni, bi = unigram_bigram(train, val, len(chars))

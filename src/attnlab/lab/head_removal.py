@@ -37,7 +37,7 @@ from attnlab.lab.report import (
     spread_text,
     verdict_of,
 )
-from attnlab.lab.seeds import bands, run_jobs, seed_list
+from attnlab.lab.seeds import bands, run_jobs, start_seeds
 from attnlab.models import build_model
 
 TOLERANCES = (0.05, 0.1)  # nats per character
@@ -106,8 +106,7 @@ def removable(curve: list[float], tol: float) -> int:
     notes="000/001 'Multi-head attention'; Michel et al. 2019",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)
-    seeds = seed_list(seed, quick)
+    seeds = start_seeds(seed, quick)
     train, val, chars, source = text_windows(quick, 32 if quick else 64)
     _, bi = unigram_bigram(train, val, len(chars))
     res = run_jobs(train_job, [(s, quick) for s in seeds], 1 if quick else 2)

@@ -44,7 +44,7 @@ from attnlab.lab.report import (
     spread_text,
     verdict_of,
 )
-from attnlab.lab.seeds import run_jobs, seed_list
+from attnlab.lab.seeds import run_jobs, start_seeds
 from attnlab.models import build_model
 
 BOS = 0
@@ -165,8 +165,7 @@ def train_job(job: tuple) -> dict:
     notes="000 'The key-query-value self-attention mechanism'; Olsson et al. 2022",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)
-    seeds = seed_list(seed, quick)
+    seeds = start_seeds(seed, quick)
     res = run_jobs(train_job, [(s, quick) for s in seeds], 1 if quick else 2)
     runs = [res[(s, quick)] for s in seeds]
     log_v = runs[0]["log V"]

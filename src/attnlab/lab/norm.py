@@ -45,7 +45,7 @@ from attnlab.lab.report import (
     spread_text,
     verdict_of,
 )
-from attnlab.lab.seeds import bands, run_jobs, seed_list
+from attnlab.lab.seeds import bands, run_jobs, start_seeds
 from attnlab.models import build_model
 
 PLACEMENTS = ("pre", "post")
@@ -151,8 +151,7 @@ def train_steps(quick: bool) -> int:
     notes="000 'Add & Norm'; Xiong et al. 2020",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)
-    seeds = seed_list(seed, quick)
+    seeds = start_seeds(seed, quick)
     context, n_layers = (32 if quick else 64), depth(quick)
     data, vocab, source = char_data(quick, 0, context)
     # (a) gradients at initialisation, per init and seed

@@ -27,7 +27,7 @@ from attnlab.lab.charts import bar_chart, heatmap_panels, save_chart
 from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
-from attnlab.lab.seeds import seed_list
+from attnlab.lab.seeds import start_seeds
 from attnlab.models import build_model
 
 NOUNS = ("oven", "bread", "cat", "dog", "chef", "girl", "boy", "king", "river", "table")
@@ -134,8 +134,7 @@ def _one_seed(seed: int, n_train: int, n_pairs: int, fit_cfg: FitConfig) -> dict
     notes="000 'Position representations'; 001 'Properties'; 004 eq. 14",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)  # tiny models: a second thread costs more than it gives
-    seeds = seed_list(seed, quick)
+    seeds = start_seeds(seed, quick)
     n_train, n_pairs = (1000, 100) if quick else (6000, 1000)
     fit_cfg = FitConfig(steps=30 if quick else 800, batch_size=64, lr=3e-3, warmup_steps=20)
     per_seed = [_one_seed(s, n_train, n_pairs, fit_cfg) for s in seeds]

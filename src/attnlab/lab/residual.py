@@ -42,7 +42,7 @@ from attnlab.lab.report import (
     spread_text,
     verdict_of,
 )
-from attnlab.lab.seeds import bands, run_jobs, seed_list
+from attnlab.lab.seeds import bands, run_jobs, start_seeds
 from attnlab.models import build_model
 
 ARMS = ("with residuals", "without residuals")
@@ -134,8 +134,7 @@ def train_job(job: tuple) -> dict:
     notes="000 'Residual Connections'",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)
-    seeds = seed_list(seed, quick)
+    seeds = start_seeds(seed, quick)
     train, val, chars, source = text_windows(quick, 32)
     uni, bi = unigram_bigram(train, val, len(chars))
     ds = depths(quick)

@@ -14,12 +14,21 @@ from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+import torch
+
 from attnlab.lab.report import MIN_SEEDS, spread
 
 
 def seed_list(seed: int, quick: bool, n: int = MIN_SEEDS) -> list[int]:
     """The seeds a run uses: ``[seed]`` for a quick run, ``seed .. seed + n - 1`` otherwise."""
     return [seed] if quick else [seed + i for i in range(n)]
+
+
+def start_seeds(seed: int, quick: bool, n: int = MIN_SEEDS) -> list[int]:
+    """:func:`seed_list` for a run of small models, after pinning torch to one thread (a second
+    thread costs more than it gives, and the pool in :func:`run_jobs` runs one job per core)."""
+    torch.set_num_threads(1)
+    return seed_list(seed, quick, n)
 
 
 def run_jobs(fn: Callable[[Any], Any], jobs: Sequence[Hashable], workers: int = 2) -> dict:
