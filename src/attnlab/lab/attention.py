@@ -32,7 +32,7 @@ from attnlab.lab.report import (
     Competence,
     Report,
     Table,
-    gate_run,
+    gated_fields,
     spread,
     spread_text,
     verdict_of,
@@ -164,7 +164,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"{accs[(COUNT, deep, hard)]:.3f}; without the straight-through gradient hard attention "
         f"reaches {accs[(LOOKUP, one, frozen)]:.3f} on lookup (means over seeds)." + spread_note
     )
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     return Report(
         name="attention",
         title="Soft vs hard attention: retrieval vs averaging",
@@ -187,10 +186,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         ],
         tables=[Table("test accuracy per task, model and attention kind", rows)],
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={"accuracy": {" / ".join(k): a for k, a in acc_seeds.items()}},
         metrics={"accuracy": {" / ".join(k): a for k, a in accs.items()}},
         findings=[

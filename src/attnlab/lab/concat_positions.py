@@ -50,7 +50,7 @@ from attnlab.lab.report import (
     Competence,
     Report,
     Table,
-    gate_run,
+    gated_fields,
     overlap,
     spread_text,
 )
@@ -171,7 +171,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
               f"and {unit['permute']} (permute); concatenated raw sinusoids reach "
               f"{spread_text(final[('concatenated', 'copy')])} and "
               f"{spread_text(final[('concatenated', 'permute')])}" + rescue + ".")  # fmt: skip
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     figures = []
     for t in TASKS:
         series, band = {}, {}
@@ -211,10 +210,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         ],
         tables=[Table("accuracy and learning speed per task and position input", rows)],
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={
             "final": {f"{a}, {t}": v for (a, t), v in final.items()},
             "steps": {f"{a}, {t}": v for (a, t), v in reach.items()},

@@ -39,7 +39,7 @@ from attnlab.lab.report import (
     Competence,
     Report,
     Table,
-    gate_run,
+    gated_fields,
     overlap,
     spread,
     spread_text,
@@ -259,7 +259,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     moved = {a: max(r["moved"] for r in runs[a]) for a in arms if runs[a][0]["moved"] is not None}
     figures = _figures(out_dir, arms, lengths, token, n_max, seeds, runs, data, quick)
     verdict, reason = _verdict(outside, val, n_max, lengths)
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     cfg = model_config("rotary", data["vocab"], data["max_len"], quick)
     fit_cfg = fit_config(quick, lrs[0])
     return Report(
@@ -302,10 +301,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table("learning-rate sweep (validation, first seed)", sweep_rows),
         ],  # fmt: skip
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={"outside": outside, "val": val},
         metrics={
             "token_accuracy": {a: bands(token[a])[0] for a in arms},

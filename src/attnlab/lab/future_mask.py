@@ -38,7 +38,7 @@ from attnlab.lab.report import (
     Competence,
     Report,
     Table,
-    gate_run,
+    gated_fields,
     spread,
     spread_text,
     verdict_of,
@@ -206,7 +206,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"{spread_text(num['masked']['val prefix'])} (bigram counts {bi:.2f}, unigram "
         f"{uni:.2f})" + (", worse than the bigram baseline." if worse_than_bigram else ".")
     )
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     figures = [
         save_chart(curves_chart({a: [r["losses"] for r in per[a]] for a in ARMS},
                                 title="training loss (teacher forcing)", logy=True),
@@ -251,10 +250,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table(f"continuations of validation prompts (seed {seeds[0]})", sample_rows),
         ],
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed=num,
         metrics={
             "losses": {a: {k: spread(v) for k, v in num[a].items()} for a in ARMS},

@@ -32,7 +32,7 @@ from attnlab.lab.report import (
     Competence,
     Report,
     Table,
-    gate_run,
+    gated_fields,
     spread,
     spread_text,
     verdict_of,
@@ -133,7 +133,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"(mean (min-max) over {len(seeds)} seeds; clean loss "
         f"{spread_text([r['curve'][0] for r in runs])})."
     )
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     mean, lo, hi = bands([r["curve"] for r in runs])
     xs = list(range(n_total + 1))
     fig = line_chart({"greedy removal": (xs, mean)}, xlabel="heads removed",
@@ -173,10 +172,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table("loss change when one head alone is removed (nats/char)", effect_rows),
         ],
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={
             "removable": {str(t): v for t, v in keep.items()},
             "worst": worst,

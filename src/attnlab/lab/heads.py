@@ -42,7 +42,7 @@ from attnlab.lab.report import (
     Competence,
     Report,
     Table,
-    gate_run,
+    gated_fields,
     spread,
     spread_text,
 )
@@ -273,7 +273,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         + (" (4 heads faster outside the spread: " + ", ".join(m for m in SETTINGS if faster[m])
            + ")." if any(faster.values()) else " (inside the spread).")
     )  # fmt: skip
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     findings = [
         "001's argument: with one head the names of giver and recipient arrive in the same "
         "subspace, weighted by their attention, so a linear read-out cannot separate them. "
@@ -309,10 +308,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table("(b) who gave what to whom", rows),
         ],
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={
             "all_three": {f"{m}, {h} heads": v for (m, h), v in final.items()},
             "steps_to": {f"{m}, {h} heads": v for (m, h), v in reach.items()},

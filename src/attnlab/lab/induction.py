@@ -39,7 +39,7 @@ from attnlab.lab.report import (
     Competence,
     Report,
     Table,
-    gate_run,
+    gated_fields,
     spread,
     spread_text,
     verdict_of,
@@ -191,7 +191,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         + f"; zeroing them raises the repeat loss to {spread_text(abl_ind)}, zeroing as many "
         f"other layer-2 heads to {spread_text(abl_other)}."
     )  # fmt: skip
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     rows = [{"seed": s, "loss, first half": r["first"], "loss, repeat": r["repeat"],
              "induction heads (layer 2)": str(r["chosen"]),
              "repeat loss, induction heads zeroed": r["ablated"]["induction heads"],
@@ -257,10 +256,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table("head scores per seed", score_rows),
         ],  # fmt: skip
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={
             "first": first,
             "repeat": repeat,

@@ -44,7 +44,7 @@ from attnlab.lab.report import (
     FigureRef,
     Report,
     Table,
-    gate_run,
+    gated_fields,
     spread,
     spread_text,
 )
@@ -333,7 +333,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     competence += [Competence(f"{MODELS[n]}, dates", "per-token accuracy (training "
                               "distribution)", 0.99, date_tokens[n], in_verdict=False)
                    for n in date_models]  # fmt: skip
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     m_rnn, m_tf = model_config("lstm", 3, 8, quick), model_config("transformer", 3, 8, quick)
     return Report(
         name="long_range",
@@ -372,10 +371,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             ),
         ],  # fmt: skip
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={
             "reversal_token_accuracy": {MODELS[n]: v for n, v in tok_seeds.items()},
             "dates_token_accuracy": {MODELS[n]: v for n, v in date_tokens.items()},

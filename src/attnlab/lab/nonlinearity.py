@@ -37,7 +37,7 @@ from attnlab.lab.report import (
     Competence,
     Report,
     Table,
-    gate_run,
+    gated_fields,
     spread,
     spread_text,
 )
@@ -272,7 +272,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         + spread_note
         + "."
     )
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     softmax_note = (
         f"Softmax weights computed from the input are a nonlinearity of their own: without any "
         f"FFN they learn {', '.join(softmax_learns)} (> 0.95), so the collapse argument only "
@@ -306,10 +305,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table("(b) learning with and without the feed-forward net", rows),
         ],
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={"test_accuracy": {f"{t}, {m}": v for (t, m), v in acc_seeds.items()}},
         metrics={
             "collapse": [r["max |stack(X) - A* X V*^T|"] for r in collapse_rows],

@@ -40,7 +40,7 @@ from attnlab.lab.report import (
     Competence,
     Report,
     Table,
-    gate_run,
+    gated_fields,
     spread,
     spread_text,
     verdict_of,
@@ -225,7 +225,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"{_lrs(no_warm['post'])} (post); fastest mean steps to target: pre {fastest['pre']:.0f}, "
         f"post {fastest['post']:.0f}."
     )
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     layers = list(range(1, n_layers + 1))
     figures = [
         save_chart(line_chart({f"{p}-norm, {i}": (layers, grads0[(i, p)])
@@ -271,10 +270,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table("(b) training with and without warm-up", rows),
         ],  # fmt: skip
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={
             "ratio": {f"{i}, {p}": v for (i, p), v in ratio.items()},
             "ratio_w1": {f"{i}, {p}": v for (i, p), v in ratio_w1.items()},

@@ -146,6 +146,14 @@ def gate_run(verdict: str, reason: str, competence: list[Competence], seeds: lis
                 min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
 
 
+def gated_fields(verdict: str, reason: str, competence: list[Competence], seeds: list[int],
+                 quick: bool) -> dict[str, Any]:  # fmt: skip
+    """The :class:`Report` fields of a run's outcome: verdict and reason after :func:`gate_run`,
+    with the competence checks and the seeds they rest on."""
+    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
+    return {"verdict": verdict, "verdict_reason": reason, "competence": competence, "seeds": seeds}
+
+
 def spread(values: list[float]) -> dict[str, float]:
     """mean, min and max of per-seed values."""
     vals = [float(v) for v in values]

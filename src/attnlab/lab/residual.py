@@ -37,7 +37,7 @@ from attnlab.lab.report import (
     Competence,
     Report,
     Table,
-    gate_run,
+    gated_fields,
     spread,
     spread_text,
     verdict_of,
@@ -169,7 +169,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"of the {deep}-layer model with accuracy {spread_text(probe_with)} with residuals and "
         f"{spread_text(probe_without)} without (chance {1 / 32:.3f})."
     )
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     series, band = {}, {}
     for a in ARMS:
         vals = [spread(val_loss[(a, d)]) for d in ds]
@@ -236,10 +235,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         ],
         tables=[Table("per depth and arm (mean (min-max) over seeds)", rows)],
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={
             "val": {f"{a}, {d}": v for (a, d), v in val_loss.items()},
             "probe_last": {f"{a}, {deep}": [r["probe"][-1] for r in per[(a, deep)]] for a in ARMS},

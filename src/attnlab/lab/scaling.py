@@ -29,7 +29,7 @@ from attnlab.config import ModelConfig
 from attnlab.lab.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, gate_run, spread_text
+from attnlab.lab.report import Competence, Report, Table, gated_fields, spread_text
 from attnlab.lab.seeds import seed_list
 from attnlab.lab.tasks import kv_lookup
 from attnlab.models import build_model
@@ -158,7 +158,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     competence = [Competence(f"scaled logits, W_q, W_k init {init}", "test accuracy (training "
                              "distribution)", 0.99, acc_seeds[(init, True)])
                   for init in INITS]  # fmt: skip
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
     return Report(
         name="scaling",
         title="Scaling: the 1/sqrt(d_k) in scaled dot-product attention",
@@ -197,10 +196,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table("training with and without scaling (d_head = 256)", train_rows),
         ],  # fmt: skip
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={"test_accuracy": {f"{i}, scaled={sc}": v for (i, sc), v in acc_seeds.items()}},
         findings=[
             f"Var(q.k)/d_k stays within {min(r['Var(q.k)/d_k'] for r in var_rows):.3f}-"
