@@ -12,6 +12,7 @@ from attnlab.lab.charts import curves_chart, seeds_chart
 from attnlab.lab.fit import (
     FitConfig,
     accuracy,
+    block_grad_norms,
     classification_loss,
     eval_loss,
     fit,
@@ -107,3 +108,13 @@ def test_fit_classifier_is_fit_then_test_accuracy():
     again = fit(models[1], (train.ids, train.labels), classification_loss, fit_cfg, seed=1)
     assert result.losses == again.losses
     assert acc == accuracy(models[1], test.ids, test.labels)
+
+
+def test_block_grad_norms_are_the_norms_of_each_blocks_gradient():
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(kind="decoder_lm", vocab_size=7, d_model=16, max_len=8))
+    ids = torch.randint(0, 7, (3, 9))
+    norms = block_grad_norms(model, ids)
+    assert len(norms) == len(model.blocks) and model.training
+    by_hand = torch.cat([p.grad.flatten() for p in model.blocks[1].parameters()]).norm()
+    assert abs(norms[1] - float(by_hand)) < 1e-5 * float(by_hand)

@@ -178,6 +178,18 @@ def eval_loss(model: nn.Module, data: Sequence[Tensor], loss_fn: LossFn) -> floa
     return float(loss_fn(model, tuple(data)))
 
 
+def block_grad_norms(model: nn.Module, ids: Tensor) -> list[float]:
+    """||dL/dtheta_l|| over the parameters theta_l of each block l of a LanguageModel, for the
+    LM loss on one batch ``ids`` (B, T + 1) in train mode; the gradients stay on the model."""
+    model.train()
+    model.zero_grad()
+    lm_loss(model, (ids,)).backward()
+    return [
+        math.sqrt(sum(float((p.grad**2).sum()) for p in block.parameters() if p.grad is not None))
+        for block in model.blocks
+    ]
+
+
 @torch.no_grad()
 def predict(model: nn.Module, ids: Tensor, batch_size: int = 512) -> Tensor:
     """argmax of the model's logits over its last axis, in eval mode: (N, ...) int64."""

@@ -34,7 +34,7 @@ from torch import nn
 from attnlab.config import ModelConfig
 from attnlab.lab.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.corpus import char_ids, corpus_text, windows
-from attnlab.lab.fit import FitConfig, fit, lm_loss
+from attnlab.lab.fit import FitConfig, block_grad_norms, fit, lm_loss
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
 from attnlab.lab.seeds import bands, run_arms, start_seeds
@@ -87,13 +87,8 @@ def layer_gradient_norms(placement: str, init: str, n_layers: int, batch: torch.
     torch.manual_seed(seed)
     model = build_model(lm_config(placement, n_layers, vocab, batch.size(1)))
     initialise(model, init)
-    model.train()
-    lm_loss(model, (batch,)).backward()
-    blocks, w1 = [], []
-    for block in model.blocks:
-        blocks.append(math.sqrt(sum(float((p.grad**2).sum()) for p in block.parameters())))
-        w1.append(float(block.ffn.up.weight.grad.norm()))
-    return blocks, w1
+    blocks = block_grad_norms(model, batch)
+    return blocks, [float(block.ffn.up.weight.grad.norm()) for block in model.blocks]
 
 
 def steps_to(losses: list[float], target: float, window: int = 10) -> float:

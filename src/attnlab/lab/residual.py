@@ -21,7 +21,6 @@ Shapes: N windows, B batch, T context, D d_model, L layers.
 
 from __future__ import annotations
 
-import math
 import types
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from torch import nn
 from attnlab.config import ModelConfig
 from attnlab.lab.charts import save_chart, seeds_chart
 from attnlab.lab.corpus import text_windows, unigram_bigram
-from attnlab.lab.fit import FitConfig, eval_loss, fit, lm_loss
+from attnlab.lab.fit import FitConfig, block_grad_norms, eval_loss, fit, lm_loss
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
 from attnlab.lab.seeds import bands, run_arms, start_seeds
@@ -85,15 +84,6 @@ def position_probe(states: torch.Tensor) -> float:
     return float((pred == truth).double().mean())
 
 
-def first_block_grad(model: nn.Module, batch: torch.Tensor) -> float:
-    model.train()
-    model.zero_grad()
-    lm_loss(model, (batch,)).backward()
-    grad = sum(float((p.grad**2).sum()) for p in model.blocks[0].parameters() if p.grad is not None)
-    model.zero_grad()
-    return math.sqrt(grad)
-
-
 def depths(quick: bool) -> tuple[int, ...]:
     return (2, 4) if quick else (6, 12, 24)
 
@@ -104,7 +94,8 @@ def train_job(job: tuple) -> dict:
     train, val, chars, _ = text_windows(quick, context)
     torch.manual_seed(seed)
     model = make_model(arm, len(chars), context, n_layers)
-    grad0 = first_block_grad(model, train[:32])
+    grad0 = block_grad_norms(model, train[:32])[0]  # the first block, at initialisation
+    model.zero_grad()
     cfg = FitConfig(steps=30 if quick else 400, batch_size=32, lr=1e-3,
                     warmup_steps=5 if quick else 40, min_lr=1e-4)  # fmt: skip
     result = fit(model, (train,), lm_loss, cfg, seed=seed)
