@@ -17,6 +17,7 @@ from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer, ReverseTask
 from attnlab.errors import DataError, UserError
 from attnlab.lab import char_lm, extrapolation, long_range, run_experiment, sampling, translation
+from attnlab.lab.corpus import generated_text, text_windows, unigram_bigram, windows
 from attnlab.lab.report import VERDICTS
 from attnlab.models import build_model
 from attnlab.train import greedy_decode
@@ -120,8 +121,17 @@ def test_count_baselines_and_generated_text():
     text = "ab" * 200
     base = char_lm.count_baselines(text[:300], text[300:])
     assert base["bigram"] < 0.05 < base["unigram"]  # 'a' always follows 'b' and vice versa
-    assert char_lm.generated_text(5, 1) == char_lm.generated_text(5, 1)
-    assert char_lm.generated_text(5, 1).count(":\n") == 5
+    assert generated_text(5, 1) == generated_text(5, 1)
+    assert generated_text(5, 1).count(":\n") == 5
+
+
+def test_corpus_windows_and_splits():
+    assert windows(torch.arange(10), 2).tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    train, val, chars, source = text_windows(True, 16)
+    assert train.size(1) == val.size(1) == 17 and source == "a generated play-like text"
+    assert int(train.max()) < len(chars) and len(train) > 8 * len(val) > 0
+    uni, bi = unigram_bigram(train, val, len(chars))
+    assert 0 < bi < uni  # the previous character helps
 
 
 def test_sampling_quick_report_greedy_is_deterministic(out):

@@ -12,10 +12,10 @@ validation text. A model that has learned anything beyond letter pairs beats the
 
 Text: ``text`` names a file (or directory of .txt files). Without it the full run uses
 ``../shared/data/tinyshakespeare.txt`` when present, else (and always in the quick form) a text
-generated here from a small grammar of play-like dialogue, so the experiment never needs a
-download. :func:`train_char_lm` is shared with the ``sampling`` experiment: the run directory is
-named by a hash of the text, size and seed, so both reuse one trained model, and an interrupted
-run continues from its checkpoint.
+generated from a small grammar of play-like dialogue (:mod:`attnlab.lab.corpus`), so the
+experiment never needs a download. :func:`train_char_lm` is shared with the ``sampling``
+experiment: the run directory is named by a hash of the text, size and seed, so both reuse one
+trained model, and an interrupted run continues from its checkpoint.
 
 Shapes: T context length, V characters (+ specials), D d_model.
 """
@@ -28,50 +28,18 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from attnlab.config import ModelConfig
 from attnlab.data import read_text
 from attnlab.errors import UserError
 from attnlab.generate import GenerationConfig, generate
+from attnlab.lab.corpus import SHAKESPEARE, generated_text
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import FigureRef, Report, Table
 from attnlab.train import RunConfig, TrainConfig, train
 from attnlab.viz import plot_loss_curves, save_figure
 
-# Where the shared data lives relative to the working directory: a checkout next to shared/
-# (../shared) or a worktree one level further down (../../shared).
-SHAKESPEARE_PLACES = tuple(Path(*[".."] * k) / "shared" / "data" / "tinyshakespeare.txt"
-                           for k in (1, 2))  # fmt: skip
-SHAKESPEARE = next((p for p in SHAKESPEARE_PLACES if p.is_file()), SHAKESPEARE_PLACES[0])
 WORK_DIR = Path("runs") / "experiments" / "char_lm"
 PROMPTS = ("KING:\n", "The ", "And ")
-
-SPEAKERS = ("KING", "QUEEN", "FOOL", "DUKE", "NURSE", "FIRST GUARD")
-SUBJECTS = ("the king", "my lord", "the queen", "this fool", "a soldier", "the old man",
-            "my love", "the night", "your father", "the duke")  # fmt: skip
-VERBS = ("loves", "fears", "calls", "waits for", "speaks to", "remembers", "follows", "sees",
-         "betrays", "forgives")  # fmt: skip
-OBJECTS = ("the crown", "his daughter", "the sea", "our cause", "the castle", "her brother",
-           "the morning", "a letter", "the gods", "my sword")  # fmt: skip
-TAILS = (".", "!", "?", ", and so do I.", " in the dark.", " with all his heart.",
-         " before the dawn.", ", I swear it.")  # fmt: skip
-
-
-def generated_text(n_lines: int, seed: int) -> str:
-    """Play-like dialogue from a small grammar: speaker lines, 1-3 sentences each."""
-    rng = np.random.default_rng(seed)
-    parts = []
-    for _ in range(n_lines):
-        speaker = SPEAKERS[rng.integers(len(SPEAKERS))]
-        sentences = []
-        for _ in range(int(rng.integers(1, 4))):
-            words = (SUBJECTS[rng.integers(len(SUBJECTS))], VERBS[rng.integers(len(VERBS))],
-                     OBJECTS[rng.integers(len(OBJECTS))])  # fmt: skip
-            sentence = " ".join(words) + TAILS[rng.integers(len(TAILS))]
-            sentences.append(sentence[0].upper() + sentence[1:])
-        parts.append(f"{speaker}:\n" + " ".join(sentences) + "\n")
-    return "\n".join(parts)
 
 
 def resolve_text(quick: bool, seed: int, text: str | None, work: Path) -> tuple[Path, str]:
@@ -89,7 +57,7 @@ def resolve_text(quick: bool, seed: int, text: str | None, work: Path) -> tuple[
     if not path.is_file():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(generated_text(lines, seed), encoding="utf-8")
-    return path, f"a generated play-like text ({lines} speeches, see char_lm.generated_text)"
+    return path, f"a generated play-like text ({lines} speeches, see lab.corpus.generated_text)"
 
 
 def recipe(quick: bool, seed: int, text: Path) -> RunConfig:
