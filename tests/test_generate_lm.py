@@ -161,10 +161,10 @@ def test_stop_tokens_end_rows_independently(lm):
 
 
 def test_rows_keep_every_token_until_one_finishes(lm):
-    from attnlab.generate.lm import lm_loop
+    from attnlab.generate.lm import prepare_lm
 
     prompts = [[5, 6, 7], [9, 8]]
-    free, _ = lm_loop(lm, prompts, GREEDY.replace(stop_token_ids=()), None)
+    free = prepare_lm(lm, prompts, GREEDY.replace(stop_token_ids=()), None).loop()
     steps = []
     while (step := free.step()) is not None:
         steps.append(step)
@@ -173,7 +173,7 @@ def test_rows_keep_every_token_until_one_finishes(lm):
     tokens = free.tokens()
     assert [len(t) for t in tokens] == [GREEDY.max_new_tokens] * 2
     unused = next(i for i in range(3, 40) if all(i not in t for t in tokens))
-    masked, _ = lm_loop(lm, prompts, GREEDY.replace(stop_token_ids=(unused,)), None)
+    masked = prepare_lm(lm, prompts, GREEDY.replace(stop_token_ids=(unused,)), None).loop()
     masked.run()
     assert masked.tokens() == tokens and masked.reasons == ["length", "length"]
     assert not torch.is_inference_mode_enabled()
