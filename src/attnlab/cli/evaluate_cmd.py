@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from attnlab.cli.options import add_checkpoint, add_device
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -13,8 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Evaluate a checkpoint. Example: attnlab evaluate --checkpoint runs/dates "
         "--split test",
     )
-    p.add_argument("--checkpoint", required=True, metavar="RUN",
-                   help="a run directory (its latest checkpoint) or a step_* dir")  # fmt: skip
+    add_checkpoint(p, metavar="RUN")
     p.add_argument("--split", choices=("val", "test"), default="val",
                    help="val: the run's validation set; test: a fresh generated set (built-in "
                    "tasks) or the file given below")  # fmt: skip
@@ -24,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     d.add_argument("--labels", metavar="FILE", help="(text, label) examples for a classifier")
     p.add_argument("--batch-size", type=int, help="examples per batch (default: the run's)")
     p.add_argument("--max-batches", type=int, help="evaluate at most this many batches")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    add_device(p)
     p.add_argument("--examples", type=int, default=5, help="predictions to print")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.set_defaults(func=run)

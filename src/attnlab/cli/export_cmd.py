@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from attnlab.cli import load_checkpoint_lazily
+from attnlab.cli.options import add_checkpoint
 from attnlab.interop.export import FORMATS, export_as
 
 
@@ -22,12 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "from_pretrained loads; safetensors writes one file with attnlab names, config and "
         "tokenizer.",
     )
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        metavar="RUN_DIR",
-        help="run directory or checkpoint written by `attnlab train`",
-    )
+    add_checkpoint(p)
     p.add_argument(
         "--format",
         choices=FORMATS,

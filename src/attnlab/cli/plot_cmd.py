@@ -13,6 +13,7 @@ import argparse
 import torch
 
 from attnlab.cli import load_checkpoint_lazily
+from attnlab.cli.options import add_checkpoint
 from attnlab.errors import CheckpointError
 
 
@@ -25,12 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     kinds = p.add_subparsers(dest="plot", metavar="WHAT", required=True)
 
     a = kinds.add_parser("attention", help="every layer and head of a trained model on one input")
-    a.add_argument(
-        "--checkpoint",
-        required=True,
-        metavar="RUN",
-        help="run directory or checkpoint written by `attnlab train`",
-    )
+    add_checkpoint(a, metavar="RUN")
     a.add_argument(
         "--input",
         required=True,

@@ -19,6 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from attnlab.cli.options import add_fast
 from attnlab.data import CLASSIFICATION_TASKS, TASKS, read_parallel
 from attnlab.errors import ConfigError
 
@@ -113,12 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--no-plots", action="store_true", help="skip the attention heatmap")
     g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    g.add_argument(
-        "--fast",
-        action="store_true",
-        default=None,
-        help="run on attnlab.fast's engine (the same model, CPU fast paths; docs/fast.md)",
-    )
+    add_fast(g, default=None)
     g.add_argument(
         "--tensorboard",
         action="store_true",
