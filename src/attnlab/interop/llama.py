@@ -34,6 +34,7 @@ from attnlab.interop.weights_map import (
     export_mapped,
     load_mapped,
     mismatches,
+    model_to_load,
     problems_message,
 )
 from attnlab.models.lm import DecoderLM
@@ -255,15 +256,16 @@ def load_llama_state_dict(
 ) -> DecoderLM:
     """Copy Llama/Mistral weights into ``model`` or a new DecoderLM built from ``config`` (an
     attnlab ModelConfig, a transformers config, or config.json's dict). Eval mode."""
-    if model is None:
-        if config is None:
-            raise TypeError("load_llama_state_dict needs a model or a config to build one from")
-        cfg = config if isinstance(config, ModelConfig) else llama_config_to_model_config(config)
-        check_llama_compatible(cfg)
-        model = DecoderLM(cfg)
-    elif not isinstance(model, DecoderLM):
-        raise TypeError(f"Llama weights load into a DecoderLM, got {type(model).__name__}")
-    check_llama_compatible(model.cfg)
+    model = model_to_load(
+        model,
+        config,
+        loader="load_llama_state_dict",
+        convert=llama_config_to_model_config,
+        check=check_llama_compatible,
+        build=DecoderLM,
+        family="Llama",
+        cls=DecoderLM,
+    )
     tensors = dict(state_dict)
     if model.cfg.tie_embeddings:
         head = tensors.pop("lm_head.weight", None)
