@@ -63,9 +63,17 @@ def bigger_weights(model: torch.nn.Module, std: float = 0.3) -> None:
 def gpt2_dir(root: Path, transformers) -> tuple[Path, object]:
     tok = byte_level_bpe()
     cfg = transformers.GPT2Config(
-        n_layer=2, n_head=4, n_embd=32, vocab_size=tok.get_vocab_size(), n_positions=64,
-        bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-    )  # fmt: skip
+        n_layer=2,
+        n_head=4,
+        n_embd=32,
+        vocab_size=tok.get_vocab_size(),
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(cfg).eval()
     bigger_weights(hf)

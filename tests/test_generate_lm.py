@@ -347,8 +347,9 @@ def assert_compiled_matches_eager(model, prompts, config, tol: float | None = 1e
     eager = generate(model, prompts, config, return_logits=True)
     compiled = generate(model, prompts, config.replace(compile=True), return_logits=True)
     assert compiled.tokens == eager.tokens
-    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
-                               atol=tol, rtol=tol)  # fmt: skip
+    torch.testing.assert_close(
+        torch.stack(compiled.logits), torch.stack(eager.logits), atol=tol, rtol=tol
+    )
 
 
 def test_compiled_decode_step_gives_the_eager_tokens_and_logits(lm):

@@ -147,11 +147,14 @@ def test_compiled_decode_step_gives_the_eager_tokens(replays):
     eager = generate_seq2seq(model, sources, greedy, return_logits=True)
     compiled = generate_seq2seq(model, sources, greedy.replace(compile=True), return_logits=True)
     assert compiled.tokens == eager.tokens
-    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
-                               atol=1e-5, rtol=1e-5)  # fmt: skip
+    torch.testing.assert_close(
+        torch.stack(compiled.logits), torch.stack(eager.logits), atol=1e-5, rtol=1e-5
+    )
     assert replays[0] >= 25 - 5  # rows stop at different steps; the batch runs until all stop
     replays[0] = 0
     beams = greedy.replace(num_beams=3)
-    assert (generate_seq2seq(model, sources, beams.replace(compile=True)).tokens
-            == generate_seq2seq(model, sources, beams).tokens)  # fmt: skip
+    assert (
+        generate_seq2seq(model, sources, beams.replace(compile=True)).tokens
+        == generate_seq2seq(model, sources, beams).tokens
+    )
     assert replays[0] == 0

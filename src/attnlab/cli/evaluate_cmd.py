@@ -16,9 +16,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--split test",
     )
     add_checkpoint(p, metavar="RUN")
-    p.add_argument("--split", choices=("val", "test"), default="val",
-                   help="val: the run's validation set; test: a fresh generated set (built-in "
-                   "tasks) or the file given below")  # fmt: skip
+    p.add_argument(
+        "--split",
+        choices=("val", "test"),
+        default="val",
+        help="val: the run's validation set; test: a fresh generated set (built-in "
+        "tasks) or the file given below",
+    )
     d = p.add_argument_group("evaluation data (default: the run's own)")
     d.add_argument("--text", metavar="FILE_OR_DIR", help="text for a language model")
     d.add_argument("--pairs", metavar="FILE", help="(source, target) pairs for a seq2seq model")
@@ -44,9 +48,13 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
     found = evaluate_checkpoint(
-        args.checkpoint, split=args.split, data=files[0] if files else None,
-        batch_size=args.batch_size, max_batches=args.max_batches, device=args.device,
-    )  # fmt: skip
+        args.checkpoint,
+        split=args.split,
+        data=files[0] if files else None,
+        batch_size=args.batch_size,
+        max_batches=args.max_batches,
+        device=args.device,
+    )
     metrics = found.result.metrics
     if args.json:
         print(json.dumps({"checkpoint": str(found.checkpoint), "step": found.step, **metrics}))

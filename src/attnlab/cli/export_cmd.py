@@ -49,8 +49,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     ckpt = load_checkpoint_lazily(args.checkpoint)
     path = export_as(
-        ckpt.model, args.format, args.out, config=ckpt.config, tokenizer=ckpt.tokenizer,
-        labels=getattr(ckpt, "labels", None), force=args.force,
-    )  # fmt: skip
+        ckpt.model,
+        args.format,
+        args.out,
+        config=ckpt.config,
+        tokenizer=ckpt.tokenizer,
+        labels=getattr(ckpt, "labels", None),
+        force=args.force,
+    )
     print(f"exported {args.checkpoint} as {args.format} to {path}")
     return 0

@@ -160,12 +160,19 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         config = GenerationConfig(
-            max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-            top_p=args.top_p, repetition_penalty=args.repetition_penalty, num_beams=args.beams,
-            length_penalty=args.length_penalty, early_stopping=args.early_stopping,
-            stop_strings=tuple(args.stop), seed=args.seed, use_cache=not args.no_cache,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            repetition_penalty=args.repetition_penalty,
+            num_beams=args.beams,
+            length_penalty=args.length_penalty,
+            early_stopping=args.early_stopping,
+            stop_strings=tuple(args.stop),
+            seed=args.seed,
+            use_cache=not args.no_cache,
             compile=args.compile,
-        )  # fmt: skip
+        )
     except ValueError as err:
         raise ConfigError(str(err)) from None
     ckpt = load_checkpoint_lazily(args.checkpoint)

@@ -71,8 +71,10 @@ def run_attention(args: argparse.Namespace) -> int:
 
     ckpt = load_checkpoint_lazily(args.checkpoint)
     if ckpt.tokenizer is None:
-        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} has no tokenizer.json, so the "
-                              "input text cannot be encoded; train with a tokenizer")  # fmt: skip
+        raise CheckpointError(
+            f"checkpoint {str(ckpt.path)!r} has no tokenizer.json, so the "
+            "input text cannot be encoded; train with a tokenizer"
+        )
     figures = model_attention_figures(ckpt.model, ckpt.tokenizer, args.input, args.target)
     for path in save_figures(figures, args.out):
         print(f"wrote {path}")

@@ -228,8 +228,9 @@ def bert_table(cfg: ModelConfig) -> list[Mapped]:
         table += _pairs(("classifier", "head"))
     if cfg.kind == "masked_lm":
         p = "cls.predictions."
-        table += _pairs((p + "transform.dense", "mlm.transform"), (p + "transform.LayerNorm",
-                        "mlm.norm"))  # fmt: skip
+        table += _pairs(
+            (p + "transform.dense", "mlm.transform"), (p + "transform.LayerNorm", "mlm.norm")
+        )
         table.append(Mapped.one(p + "bias", "mlm.bias"))
         if not cfg.tie_embeddings:
             table.append(Mapped.one(p + "decoder.weight", "mlm.decoder.weight"))

@@ -226,11 +226,21 @@ def llama_table(cfg: ModelConfig) -> list[Mapped]:
     for i in range(cfg.n_layers):
         h, b = f"model.layers.{i}.", f"blocks.{i}."
         qkv = tuple(f"{h}self_attn.{p}_proj" for p in "qkv")
-        table.append(Mapped(tuple(p + ".weight" for p in qkv), b + "self_attn.qkv_proj.weight",
-                            (q_rows, kv_rows, kv_rows)))  # fmt: skip
+        table.append(
+            Mapped(
+                tuple(p + ".weight" for p in qkv),
+                b + "self_attn.qkv_proj.weight",
+                (q_rows, kv_rows, kv_rows),
+            )
+        )
         if cfg.attention_bias:
-            table.append(Mapped(tuple(p + ".bias" for p in qkv), b + "self_attn.qkv_proj.bias",
-                                (q_rows, kv_rows, kv_rows)))  # fmt: skip
+            table.append(
+                Mapped(
+                    tuple(p + ".bias" for p in qkv),
+                    b + "self_attn.qkv_proj.bias",
+                    (q_rows, kv_rows, kv_rows),
+                )
+            )
         pairs = [
             ("input_layernorm.weight", "self_attn_norm.weight"),
             ("self_attn.o_proj.weight", "self_attn.out_proj.weight"),
@@ -242,8 +252,10 @@ def llama_table(cfg: ModelConfig) -> list[Mapped]:
         if cfg.attention_bias:
             pairs.append(("self_attn.o_proj.bias", "self_attn.out_proj.bias"))
         if cfg.feedforward_bias:
-            pairs += [(f"mlp.{p}_proj.bias", f"ffn.{q}.bias")
-                      for p, q in (("gate", "gate"), ("up", "up"), ("down", "down"))]  # fmt: skip
+            pairs += [
+                (f"mlp.{p}_proj.bias", f"ffn.{q}.bias")
+                for p, q in (("gate", "gate"), ("up", "up"), ("down", "down"))
+            ]
         table += [Mapped.one(h + hf, b + ours) for hf, ours in pairs]
     table.append(Mapped.one("model.norm.weight", "final_norm.weight"))
     if not cfg.tie_embeddings:

@@ -179,8 +179,9 @@ def lstm_right_padded(lstm: nn.LSTM, x: Tensor, lengths: Tensor) -> Tensor:
         for suffix, order in ((f"_l{layer}", None), (f"_l{layer}_reverse", flip)):
             weights = [getattr(lstm, name + suffix) for name in names]
             inp = h if order is None else _gather_steps(h, order)
-            out = torch.lstm(inp, (zeros, zeros), weights, lstm.bias, 1, 0.0, lstm.training,
-                             False, True)[0]  # (B, S, H)  # fmt: skip
+            out = torch.lstm(
+                inp, (zeros, zeros), weights, lstm.bias, 1, 0.0, lstm.training, False, True
+            )[0]  # (B, S, H)
             outs.append(out if order is None else _gather_steps(out, order))
         h = torch.cat(outs, dim=-1)  # (B, S, 2H)
         if layer < lstm.num_layers - 1:
