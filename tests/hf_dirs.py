@@ -1,5 +1,5 @@
 """Tiny Hugging Face model directories the tests build themselves (random weights, a BPE trained
-here): nothing is downloaded. Imported by the interop and CLI tests."""
+here): nothing is downloaded. Imported by the interop, CLI and generation tests."""
 
 from __future__ import annotations
 
@@ -58,6 +58,16 @@ def bigger_weights(model: torch.nn.Module, std: float = 0.3) -> None:
                 p.normal_(0.0, std)
             elif "norm" in name.lower() and name.endswith("weight"):
                 p.uniform_(0.5, 1.5)
+
+
+def spread(model: torch.nn.Module, std: float) -> torch.nn.Module:
+    """Larger random matrices than the init (norms untouched), so greedy outputs vary instead of
+    repeating a token; returns the model in eval mode. Used by the generation tests."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, std)
+    return model.eval()
 
 
 def gpt2_dir(root: Path, transformers) -> tuple[Path, object]:

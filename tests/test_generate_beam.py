@@ -15,16 +15,9 @@ from attnlab.generate.beam import beam_search
 from attnlab.generate.lm import prepare_lm
 from attnlab.generate.seq2seq import prepare_seq2seq
 from attnlab.models import build_model
+from hf_dirs import spread
 
 BOS, EOS = 1, 2
-
-
-def spread(model: torch.nn.Module, std: float = 0.5) -> torch.nn.Module:
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, std)
-    return model.eval()
 
 
 def tiny(kind: str = "decoder_lm", vocab: int = 12, **kw) -> torch.nn.Module:

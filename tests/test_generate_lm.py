@@ -15,17 +15,9 @@ from attnlab.data import ByteTokenizer, CharTokenizer
 from attnlab.fast import accelerate
 from attnlab.generate import GenerationConfig, IncrementalDecoder, generate, stream
 from attnlab.models import LanguageModel, ModelOutput, build_model
+from hf_dirs import spread
 
 GREEDY = GenerationConfig(temperature=0, max_new_tokens=20)
-
-
-def spread(model: torch.nn.Module, std: float = 0.3) -> torch.nn.Module:
-    """Larger random weights than the init, so greedy outputs vary instead of repeating a token."""
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, std)
-    return model.eval()
 
 
 def tiny_lm(positional: str = "learned", max_len: int = 256, kind: str = "decoder_lm", **kw):
@@ -427,7 +419,7 @@ def test_compiled_models_of_other_widths_in_one_process_each_keep_their_eager_to
     torch.manual_seed(4)
     narrow = accelerate(tiny_lm("learned"))
     cfg = ModelConfig(kind="decoder_lm", vocab_size=40, d_model=48, n_heads=2, n_layers=3)
-    wide = spread(build_model(cfg, fast=True))
+    wide = spread(build_model(cfg, fast=True), 0.3)
     prompt, cfg = [3, 4, 5, 6, 7], GREEDY.replace(max_new_tokens=20)
     for model in (narrow, wide, narrow, wide):
         replays[0] = 0

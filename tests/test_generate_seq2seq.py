@@ -12,17 +12,10 @@ from attnlab.data import CharTokenizer
 from attnlab.fast import accelerate
 from attnlab.generate import GenerationConfig, generate_seq2seq, stream
 from attnlab.models import build_model
+from hf_dirs import spread
 
 BOS, EOS = 1, 2
 GREEDY = GenerationConfig(temperature=0, max_new_tokens=20, bos_token_id=BOS, stop_token_ids=())
-
-
-def spread(model: torch.nn.Module, std: float) -> torch.nn.Module:
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, std)
-    return model.eval()
 
 
 def tiny_s2s(kind: str = "encoder_decoder", positional: str = "learned", **kw):
