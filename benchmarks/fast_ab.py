@@ -19,6 +19,10 @@ Contenders: ``plain`` (the default model), ``fast`` (``build_model(cfg, fast=Tru
 on), and ``fast - <path>`` for each path that can act on the workload (the others are no-ops
 there). The gain of a path is rate(fast) / rate(fast - path) - 1; a path giving < 10% on every
 workload is deleted (issue 23).
+
+The plain compiled decode step has one setting of its own, dynamo's recursive dict-tag guards
+(``attnlab.generate.steppers``); ``plain - dict_tags`` is the plain model with it off, and its
+gain is rate(plain) / rate(plain - dict_tags) - 1.
 """
 
 from __future__ import annotations
@@ -148,6 +152,10 @@ def generation_contenders(new_tokens: int) -> dict[str, Work]:
     outputs: dict[str, list] = {}
 
     def work_for(name: str, model) -> Work:
+        if name == "plain - dict_tags":  # its own class, so its own compiled step (see below)
+            model = copy.deepcopy(model)
+            model.__class__ = type(f"{type(model).__name__}NoTags", (type(model),), {})
+
         def work(r: int) -> float:
             tokens = generate(model, [prompt], cfg).tokens[0]
             outputs.setdefault(name, tokens)
@@ -160,7 +168,27 @@ def generation_contenders(new_tokens: int) -> dict[str, Work]:
     works = {"plain": work_for("plain", plain), "fast": with_paths(work_for("fast", fast), ())}
     for path in ("replay",):
         works[f"fast - {path}"] = with_paths(work_for(f"fast - {path}", fast), (path,))
+    works["plain - dict_tags"] = without_dict_tags(work_for("plain - dict_tags", plain))
     return works
+
+
+def without_dict_tags(work: Work) -> Work:
+    """``work`` with the plain compiled step's recursive dict-tag guards off.
+
+    The setting is read when dynamo builds a graph's guards, and compiled steps are cached per model
+    class, so the contender runs a copy of the model whose class is a fresh subclass: its step is
+    compiled (and guarded) with the setting off, while the other contenders keep theirs.
+    """
+    from attnlab.generate import steppers
+
+    def run(r: int) -> float:
+        steppers.DICT_TAG_GUARDS = False
+        try:
+            return work(r)
+        finally:
+            steppers.DICT_TAG_GUARDS = True
+
+    return run
 
 
 def table(results: dict[str, dict[str, list[float]]], units: dict[str, str]) -> str:
@@ -174,8 +202,9 @@ def table(results: dict[str, dict[str, list[float]]], units: dict[str, str]) -> 
         for name, r in rates.items():
             vs_plain = median[name] / median["plain"]
             gain = ""
-            if name.startswith("fast - "):
-                gain = f"{median['fast'] / median[name] - 1:+.1%}"
+            for base in ("fast", "plain"):
+                if name.startswith(f"{base} - "):
+                    gain = f"{median[base] / median[name] - 1:+.1%}"
             lines.append(
                 f"| {workload} | {name} | {median[name]:.1f} {units[workload]} | "
                 f"{min(r):.1f}-{max(r):.1f} | {vs_plain:.3f} | {gain} |"
