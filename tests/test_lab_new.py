@@ -47,8 +47,9 @@ def test_permuted_examples_follow_the_permutation():
 def test_concat_positions_quick_report(tmp_path):
     report, _ = run_experiment("concat_positions", quick=True, out_dir=tmp_path)
     arms = {c.arm for c in report.competence}
-    assert arms == {f"{a}, {t}" for a in ("added", "concatenated", "added, unit")
-                    for t in ("copy", "permute")}  # fmt: skip
+    assert arms == {
+        f"{a}, {t}" for a in ("added", "concatenated", "added, unit") for t in ("copy", "permute")
+    }
     assert (tmp_path / "learning_copy.png").is_file() and (
         tmp_path / "learning_permute.png"
     ).is_file()

@@ -182,12 +182,12 @@ def _attnlab_work(model, prompts: list[list[int]], n: int, compile: bool, decode
     """One greedy generation through the decode loop; the time after the first new token (the
     prefill) is appended to ``decode_s`` for timed rounds."""
     from attnlab.generate import GenerationConfig
-    from attnlab.generate.lm import lm_loop
+    from attnlab.generate.lm import prepare_lm
 
     cfg = GenerationConfig(max_new_tokens=n, temperature=0.0, stop_token_ids=(), compile=compile)
 
     def work(r: int) -> float:
-        loop, _ = lm_loop(model, prompts, cfg, None)
+        loop = prepare_lm(model, prompts, cfg, None).loop()
         loop.step()  # the prefill and the first new token
         t0 = time.perf_counter()
         while loop.step() is not None:

@@ -205,10 +205,20 @@ def check_flag_use(args: argparse.Namespace, settings) -> None:
         ),
     ]
     if args.from_json is not None:
-        measuring = ["quick", "tiny", "suite", "threads", "rounds", "text", "compile",
-                     "max_attention_len", "memory_cap_gib"]  # fmt: skip
-        given = [f"--{m.replace('_', '-')}" for m in measuring if getattr(args, m) not in
-                 (None, False)]  # fmt: skip
+        measuring = [
+            "quick",
+            "tiny",
+            "suite",
+            "threads",
+            "rounds",
+            "text",
+            "compile",
+            "max_attention_len",
+            "memory_cap_gib",
+        ]
+        given = [
+            f"--{m.replace('_', '-')}" for m in measuring if getattr(args, m) not in (None, False)
+        ]
         if given:
             raise UserError(
                 f"--from-json re-renders a saved result and measures nothing, so "

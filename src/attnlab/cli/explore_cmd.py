@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnlab.cli.options import add_device, add_weights
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -36,16 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--port", type=int, default=8000, help="port to listen on (default: %(default)s)"
     )
-    p.add_argument(
-        "--device", default="cpu", help="device to run the model on (default: %(default)s)"
-    )
-    p.add_argument(
-        "--weights",
-        choices=("fp32", "bf16", "int8", "int4"),
-        default="fp32",
-        help="language models: reduced-precision linear weights for faster continuations "
-        "(see docs/generation.md; default: %(default)s)",
-    )
+    add_device(p, default="cpu")
+    add_weights(p, purpose="faster continuations")
     p.set_defaults(func=run)
 
 
