@@ -177,6 +177,9 @@ def test_translation_quick_report_and_resume(out):
     plateau = [c for c in report.competence if c.criterion.startswith("plateau")]
     assert len(plateau) == 3 and all(not c.higher_is_better for c in plateau)
     assert len(report.competence) == 6
+    table = report.table("validation BLEU (greedy, 40 sentences) per evaluation, mean (min-max) "
+                         "over seeds").rows  # fmt: skip
+    assert [r["step"] for r in table] == [20, 40, 60]
     if any(not c.passed for c in report.competence):
         assert report.verdict == "inconclusive"
     recipe = translation.recipes(True)["lstm"]

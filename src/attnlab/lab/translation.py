@@ -125,13 +125,14 @@ def recipes(quick: bool) -> dict[str, Recipe]:
 def train_config(quick: bool, seed: int, data: Path, **changes: Any) -> TrainConfig:
     """Shared optimisation settings: AdamW, warm-up + cosine, label smoothing 0.1, length buckets
     of 50 batches (full size), one thread (two runs go side by side), and a greedy validation
-    BLEU on the first 2 batches of the validation set every 250 steps (20 in the quick form)."""
+    BLEU on the first VAL_SENTENCES validation pairs every 250 steps (20 in the quick form)."""
     return TrainConfig(task="seq2seq", data=str(data / "train.jsonl"),
                        val_data=str(data / "val.jsonl"), tokenizer="bpe",
                        bpe_vocab_size=400 if quick else 8000, batch_size=32 if quick else 128,
                        length_buckets=0 if quick else 50, min_lr=changes["lr"] / 10,
                        betas=(0.9, 0.98), weight_decay=0.01, label_smoothing=0.1,
-                       eval_every=EVAL_EVERY[quick], eval_batches=2,
+                       eval_every=EVAL_EVERY[quick],
+                       eval_batches=VAL_SENTENCES // (32 if quick else 128),
                        save_every=0 if quick else 250, keep_last=1, best_metric="val_bleu",
                        seed=seed, log_every=5 if quick else 25, progress=False, threads=1,
                        **changes)  # fmt: skip
@@ -258,7 +259,7 @@ def curve(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[floa
     return [p[0] for p in points], [float(p[1]) for p in points]
 
 
-def curves_figures(per: dict[str, list[dict]], out_dir: Path) -> list[FigureRef]:
+def curves_figures(per: dict[str, list[dict]], n_val: int, out_dir: Path) -> list[FigureRef]:
     """Validation BLEU and the losses against the step, per arm: the mean over seeds with a
     min-max band (:func:`attnlab.lab.charts.seeds_chart`)."""
 
@@ -272,7 +273,7 @@ def curves_figures(per: dict[str, list[dict]], out_dir: Path) -> list[FigureRef]
         return out
 
     bleu = seeds_chart(arm_curves("val_bleu"), xlabel="step",
-                       ylabel=f"validation BLEU (greedy, first {VAL_SENTENCES} sentences)",
+                       ylabel=f"validation BLEU (greedy, first {n_val} sentences)",
                        title="German -> English: validation BLEU during training")  # fmt: skip
     losses = seeds_chart({**arm_curves("train_loss", " train"), **arm_curves("val_loss", " val")},
                          xlabel="step", ylabel="loss per target token (nats)",
@@ -335,6 +336,14 @@ def train_job(job: tuple) -> dict[str, Any]:
     }
 
 
+def curve_rows(per: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """One row per evaluation step: each arm's validation BLEU over seeds (the figure's data)."""
+    steps = per["transformer"][0]["curves"]["val_bleu"][0]
+    return [{"step": step, **{n: spread_text([r["curves"]["val_bleu"][1][i] for r in runs], 3)
+                              for n, runs in per.items()}}
+            for i, step in enumerate(steps)]  # fmt: skip
+
+
 def last_gain(job: dict[str, Any]) -> float:
     """Validation BLEU of the last evaluation minus the one before (inf with fewer than two)."""
     ys = job["curves"]["val_bleu"][1]
@@ -392,7 +401,8 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
               + " (claim: Transformer >= 35 and first, LSTM + Bahdanau above plain LSTM"
               + ("" if first and attention else "; a difference inside the seeds' spread does "
                  "not count") + ").")  # fmt: skip
-    figures = curves_figures(per, out_dir)
+    n_val = min(VAL_SENTENCES, len(splits["val"]))
+    figures = curves_figures(per, n_val, out_dir)
     first_dir = root / f"seed{seeds[0]}"  # its finished runs are reloaded, not retrained
     trained = {
         n: train_one(
@@ -442,7 +452,7 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             + ".",  # fmt: skip
             f"Matched budget: every arm trains {step} steps (~{step * batch / n_train:.1f} "
             f"epochs). Every {every} steps each run decodes the first "
-            f"{min(2 * batch, len(splits['val']))} validation sentences greedily (the same ones "
+            f"{n_val} validation sentences greedily (the same ones "
             "every time) and records their BLEU; an arm has reached its plateau when, on every "
             f"seed, its last evaluation is at most {PLATEAU_BLEU} BLEU above the one before "
             "(a competence criterion: an arm still rising makes the comparison inconclusive). "
@@ -473,6 +483,11 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
         ],
         tables=[
             Table("test scores per model (mean (min-max) over seeds)", rows),
+            Table(
+                f"validation BLEU (greedy, {n_val} sentences) per evaluation, mean (min-max) "
+                "over seeds",
+                curve_rows(per),
+            ),  # fmt: skip
             Table(f"sample test translations (beam search, seed {seeds[0]})", samples),
         ],
         figures=figures,
