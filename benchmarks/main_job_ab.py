@@ -5,7 +5,10 @@
 
 Each round runs ``attnlab train --preset dates`` once per contender, in a fresh process, in an
 order rotated every round (so load drifts hit all alike), and reads the run's own
-``time: X s of training`` line and final exact match. Contenders:
+``time: X s of training`` line and final exact match, and the CPU seconds the process used
+(user + system, from ``getrusage``): on a machine shared with other jobs, wall time swings with
+their load while CPU time mostly does not, so both are reported. ``--threads 1`` keeps idle
+threads from spinning into the CPU figure. Contenders:
 
   plain    the default model (the notes' plain forms), this tree
   fast     the same run with ``--fast`` (attnlab.fast's engine), this tree
@@ -22,6 +25,7 @@ import argparse
 import datetime
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -35,58 +39,74 @@ TIME = re.compile(r"time: ([0-9.]+) s of training")
 EXACT = re.compile(r"final exact match: ([0-9.]+)%")
 
 
-def run_once(src: Path, extra: list[str]) -> tuple[float, float]:
-    """(seconds of training, final exact match in %) of one main-job run from ``src``."""
+def cpu_seconds_of_children() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_once(src: Path, extra: list[str]) -> tuple[float, float, float]:
+    """(seconds of training, CPU seconds, final exact match in %) of one run from ``src``."""
+    cpu0 = cpu_seconds_of_children()
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-m", "attnlab", "train", "--preset", "dates", "--out", out]
         env = {**os.environ, "PYTHONPATH": str(src)}
         text = subprocess.run(
             cmd + extra, env=env, capture_output=True, text=True, check=True
         ).stdout
+    cpu = cpu_seconds_of_children() - cpu0
     seconds, exact = TIME.search(text), EXACT.search(text)
     if seconds is None or exact is None:
         raise RuntimeError(f"could not read the timing/exact match from the run's output:\n{text}")
-    return float(seconds.group(1)), float(exact.group(1))
+    return float(seconds.group(1)), cpu, float(exact.group(1))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (default 3)")
     parser.add_argument("--before", type=Path, help="src/ of another checkout to compare")
+    parser.add_argument("--threads", type=int, default=0, help="--threads of the runs (0: theirs)")
     parser.add_argument("--out", help="also write the table (markdown) to this file")
     args = parser.parse_args(argv)
 
-    contenders = {"plain": (SRC, []), "fast": (SRC, ["--fast"])}
+    common = ["--threads", str(args.threads)] if args.threads else []
+    contenders = {"plain": (SRC, common), "fast": (SRC, common + ["--fast"])}
     if args.before is not None:
-        contenders["before"] = (args.before.resolve(), [])
+        contenders["before"] = (args.before.resolve(), common)
     names = list(contenders)
     seconds: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
     exact: dict[str, list[float]] = {n: [] for n in names}
-    load0 = os.getloadavg()
+    loads = [os.getloadavg()[0]]
     for r in range(args.rounds):
         for name in names[r % len(names) :] + names[: r % len(names)]:
-            s, e = run_once(*contenders[name])
+            s, c, e = run_once(*contenders[name])
             seconds[name].append(s)
+            cpu[name].append(c)
             exact[name].append(e)
-            print(f"round {r + 1}: {name:6s} {s:7.1f} s of training, exact match {e:.2f}%")
-    load1 = os.getloadavg()
+            loads.append(os.getloadavg()[0])
+            print(f"round {r + 1}: {name:6s} {s:7.1f} s of training, {c:7.1f} CPU s, "
+                  f"exact match {e:.2f}%", flush=True)  # fmt: skip
 
-    plain = statistics.median(seconds["plain"])
+    def cell(values: list[float], base: list[float]) -> str:
+        med = statistics.median(values)
+        return (f"{med:.1f} ({min(values):.1f}-{max(values):.1f}) | "
+                f"{med / statistics.median(base):.3f}")  # fmt: skip
+
     rows = [
-        "| contender | median s of training | rounds (min-max) | vs plain (time) | exact match % |",
-        "|---|---|---|---|---|",
+        "| contender | s of training, median (min-max) | vs plain | CPU s of the process, median "
+        "(min-max) | vs plain | exact match % |",
+        "|---|---|---|---|---|---|",
     ]
     for n in names:
-        med = statistics.median(seconds[n])
         rows.append(
-            f"| {n} | {med:.1f} | {min(seconds[n]):.1f}-{max(seconds[n]):.1f} "
-            f"| {med / plain:.3f} | {', '.join(f'{e:.2f}' for e in exact[n])} |"
+            f"| {n} | {cell(seconds[n], seconds['plain'])} | {cell(cpu[n], cpu['plain'])} "
+            f"| {', '.join(f'{e:.2f}' for e in exact[n])} |"
         )
     when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
     head = (
         f"Measured {when}, torch {torch.__version__}, {args.rounds} interleaved rounds, "
-        f"{os.cpu_count()} logical cores, load average {load0[0]:.1f} at start and "
-        f"{load1[0]:.1f} at end; command: `python benchmarks/main_job_ab.py "
+        f"{os.cpu_count()} logical cores, 1-minute load average {min(loads):.1f} to "
+        f"{max(loads):.1f} (sampled after each run); command: `python benchmarks/main_job_ab.py "
         f"{' '.join(argv if argv is not None else sys.argv[1:])}`"
     )
     table = head + "\n\n" + "\n".join(rows) + "\n"
