@@ -460,8 +460,9 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
                 "batches sorted by length, so little padding)"
             )
             + ", AdamW betas (0.9, 0.98), weight decay 0.01, warm-up then cosine to lr/10, "
-            "label smoothing 0.1, gradient clip 1.0; one torch thread per run, two runs at a "
-            "time. Learning rates: "
+            "label smoothing 0.1, gradient clip 1.0; one torch thread per run"
+            + ("" if quick else ", two runs at a time")
+            + ". Learning rates: "
             + ", ".join(f"{n} {r.train['lr']:g}" for n, r in arms.items())
             + ".",  # fmt: skip
             f"Matched budget: every arm trains {step} steps (~{step * batch / n_train:.1f} "
