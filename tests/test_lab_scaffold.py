@@ -76,12 +76,13 @@ def test_run_jobs_runs_each_job_on_one_thread(monkeypatch):
 
 
 def test_run_jobs_starts_no_queued_job_after_a_failure(tmp_path, monkeypatch):
-    """A failed (or interrupted) job stops the run: jobs still queued are cancelled, so an
-    interrupted experiment saves its running arms and exits instead of training the rest."""
+    """A failed (or interrupted) job stops the run: no job waiting for a worker starts after
+    it, so an interrupted experiment saves its running arms and exits instead of training the
+    rest."""
     monkeypatch.delenv("ATTNLAB_LAB_WORKERS", raising=False)
     with pytest.raises(ValueError, match="job 0 failed"):
         run_jobs(_fail_first, [(n, str(tmp_path)) for n in range(10)], workers=2)
-    assert len(list(tmp_path.iterdir())) < 9  # without the cancel, all nine others run
+    assert len(list(tmp_path.iterdir())) < 9  # a pre-filled pool queue would run all nine
 
 
 def test_seeds_chart_draws_the_mean_and_a_band_only_over_several_seeds():
