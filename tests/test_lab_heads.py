@@ -63,7 +63,8 @@ def test_quick_heads_run(tmp_path):
     # backward costs twice the forward: counted fwd+bwd = 3 x the closed-form forward count
     assert all(r["counted FLOPs (fwd+bwd)"] == 3 * r["formula FLOPs (fwd)"] for r in rows)
     rows = report.table("(b) the token 1 back and 2 back at once (mean (min-max) over seeds)").rows
-    assert [(r["model"], r["heads"]) for r in rows] == ARMS
+    assert [(r["model"], r["heads"]) for r in rows if r["steps"] == 30] == ARMS
+    assert [r["steps"] for r in rows if r["heads"] == 1][:2] == [30, 60]  # the plateau check
     for setting in SETTINGS:  # same width: the head count does not change the parameter count
         assert len({r["parameters"] for r in rows if r["model"] == setting}) == 1
     # the 1-head attention-only arm is judged by convergence (its failure is the finding),
@@ -73,4 +74,5 @@ def test_quick_heads_run(tmp_path):
     assert "right" in four.criterion and four.in_verdict
     assert [c.in_verdict for c in report.competence[2:]] == [False, False]
     assert len(report.per_seed["one_head_loss_drop"]) == 1 and report.seeds == [0]
+    assert report.per_seed["one_head_steps"] in (60, 120, 240)  # doubled until it plateaus
     assert (tmp_path / "heads" / "learning.png").is_file()

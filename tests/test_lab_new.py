@@ -107,6 +107,7 @@ def test_residual_quick_report(tmp_path):
 def test_induction_data_scores_and_ablation(tmp_path):
     import numpy as np
 
+    from attnlab import inspect
     from attnlab.lab.induction import ablation, head_scores, make_model, repeated_segments
 
     ids, second = repeated_segments(6, 5, 10, np.random.default_rng(0), max_gap=3)
@@ -118,9 +119,10 @@ def test_induction_data_scores_and_ablation(tmp_path):
     ind, prev = head_scores(model, ids, second, 5)
     assert ind.shape == prev.shape == (2, 4) and (ind >= 0).all() and (ind <= 1).all()
     rng = np.random.default_rng(0)
-    none = ablation(model, 1, [0.1, 0.2, 0.0, 0.05], (ids, second), 5, rng)  # no head > 0.3
-    assert none == {"heads": [], "others": [], "loss": None, "other loss": None}
-    some = ablation(model, 1, [0.9, 0.2, 0.0, 0.5], (ids, second), 5, rng)
+    means = inspect.run_with_cache(model, ids, names="*.heads")[1]
+    none = ablation(model, 1, [0.1, 0.2, 0.0, 0.05], (ids, second), 5, rng, means)  # none > 0.3
+    assert none == {"heads": [], "others": [], "loss": None, "first": None, "other loss": None}
+    some = ablation(model, 1, [0.9, 0.2, 0.0, 0.5], (ids, second), 5, rng, means)
     assert some["heads"] == [0, 3] and len(some["others"]) == 2
     assert not set(some["others"]) & {0, 3} and some["loss"] > 0 and some["other loss"] > 0
     report, _ = run_experiment("induction", quick=True, out_dir=tmp_path)

@@ -167,18 +167,21 @@ def attention_flops(n_heads: int, batch: int, t: int, d: int) -> tuple[int, int]
     return counter.get_total_flops(), formula
 
 
-def attention_ms(n_heads: int, batch: int, t: int, d: int, repeats: int) -> float:
-    """Median wall time (ms) of one forward + backward on the default (fused) path."""
+def attention_ms(heads: list[int], batch: int, t: int, d: int, repeats: int) -> dict[int, float]:
+    """Median wall time (ms) of one forward + backward on the default (fused) path, per head
+    count; the head counts take turns in every round, so a change in the machine's load hits
+    all of them alike."""
     torch.manual_seed(0)
-    attn = SelfAttention(d, n_heads)
+    layers = {h: SelfAttention(d, h) for h in heads}
     x = torch.randn(batch, t, d, requires_grad=True)
-    times = []
+    times: dict[int, list[float]] = {h: [] for h in heads}
     for i in range(repeats + 2):
-        start = time.perf_counter()
-        attn(x).out.sum().backward()
-        if i >= 2:  # two warm-up runs
-            times.append(1000 * (time.perf_counter() - start))
-    return statistics.median(times)
+        for h in heads:
+            start = time.perf_counter()
+            layers[h](x).out.sum().backward()
+            if i >= 2:  # two warm-up rounds
+                times[h].append(1000 * (time.perf_counter() - start))
+    return {h: statistics.median(v) for h, v in times.items()}
 
 
 def train_arm(job: tuple) -> dict:
@@ -218,11 +221,15 @@ def _label(arm: tuple[str, int]) -> str:
     return f"{arm[0]}, {arm[1]} head{'s' if arm[1] > 1 else ''}"
 
 
+DOUBLINGS = 3  # the 1-head attention-only arm: steps, 2x, 4x, 8x until its loss plateaus
+
+
 def train_arms(seeds: list[int], quick: bool, steps: int) -> tuple[dict, dict, float, list[dict]]:
-    """Every arm on every seed at ``steps``, the 1-head attention-only arm also at 2 x
-    ``steps`` (its plateau check), its lr the best of LRS on the first seed's validation set.
-    Returns ({(arm, seed): run}, {seed: that arm's run at 2 x steps}, the chosen lr, the
-    sweep's table rows)."""
+    """Every arm on every seed at ``steps``; the 1-head attention-only arm (its lr the best of
+    LRS on the first seed's validation set) also at 2x, 4x ... ``steps`` until doubling lowers
+    its training loss by at most PLATEAU nats on every seed (at most DOUBLINGS doublings).
+    Returns ({(arm, seed): run}, {budget: {seed: that arm's run}}, the chosen lr, the sweep's
+    table rows)."""
     workers = 1 if quick else 2
     sweep = run_jobs(train_arm, [(seeds[0], *ARMS[0], lr, steps, quick) for lr in LRS], workers)
     best = max(LRS, key=lambda lr: sweep[(seeds[0], *ARMS[0], lr, steps, quick)]["valid"])
@@ -232,11 +239,23 @@ def train_arms(seeds: list[int], quick: bool, steps: int) -> tuple[dict, dict, f
     longer = [(s, *ARMS[0], best, 2 * steps, quick) for s in seeds]
     done = {**sweep, **run_jobs(train_arm, jobs + longer, workers)}
     runs = {(arm, s): done[(s, *arm, lr_of[arm], steps, quick)] for s in seeds for arm in ARMS}
-    double = {s: done[(s, *ARMS[0], best, 2 * steps, quick)] for s in seeds}
+    ladder = {
+        b: {s: done[(s, *ARMS[0], best, b, quick)] for s in seeds} for b in (steps, 2 * steps)
+    }
+    budget = steps
+    while max(plateau_drops(ladder, budget)) > PLATEAU and budget < steps * 2 ** (DOUBLINGS - 1):
+        budget *= 2
+        more = run_jobs(train_arm, [(s, *ARMS[0], best, 2 * budget, quick) for s in seeds], workers)
+        ladder[2 * budget] = {s: more[(s, *ARMS[0], best, 2 * budget, quick)] for s in seeds}
     sweep_rows = [{"lr": lr, "both right (validation)": r["valid"], "both right (test)":
                    r["acc"]["both"], "final training loss": r["loss"]}
                   for (_, _, _, lr, _, _), r in sweep.items()]  # fmt: skip
-    return runs, double, best, sweep_rows
+    return runs, ladder, best, sweep_rows
+
+
+def plateau_drops(ladder: dict, budget: int) -> list[float]:
+    """Per seed, how much the final training loss falls when ``budget`` steps double (nats)."""
+    return [ladder[budget][s]["loss"] - ladder[2 * budget][s]["loss"] for s in ladder[budget]]
 
 
 @experiment(
@@ -251,15 +270,18 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     batch, t, d = (4, 32, 64) if quick else (8, 128, 128)
     repeats = 3 if quick else 30
     cost_rows, flops = [], {}
+    times = attention_ms([1, 2, 4, 8], batch, t, d, repeats)
     for h in (1, 2, 4, 8):
         counted, formula = attention_flops(h, batch, t, d)
         flops[h] = counted
-        ms = attention_ms(h, batch, t, d, repeats)
         cost_rows.append({"heads": h, "d_head": d // h, "counted FLOPs (fwd+bwd)": counted,
-                          "formula FLOPs (fwd)": formula, "fwd+bwd ms (median)": ms})  # fmt: skip
+                          "formula FLOPs (fwd)": formula,
+                          "fwd+bwd ms (median)": times[h]})  # fmt: skip
     seeds = seed_list(seed, quick)
     steps = 30 if quick else 2000
-    runs, double, best_lr, sweep_rows = train_arms(seeds, quick, steps)
+    runs, ladder, best_lr, sweep_rows = train_arms(seeds, quick, steps)
+    longest = max(ladder)  # the 1-head arm's plateau check compares longest / 2 and longest
+    double = ladder[longest]
     both = {arm: [runs[(arm, s)]["acc"]["both"] for s in seeds] for arm in ARMS}
     reach = {arm: [runs[(arm, s)]["reach"] for s in seeds] for arm in ARMS}
     one, four = ARMS[0], ARMS[1]
@@ -268,18 +290,28 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         per = [runs[(arm, s)] for s in seeds]
         rows.append({"model": arm[0], "heads": arm[1], "d_head": D_MODEL // arm[1],
                      "parameters": per[0]["parameters"],
-                     "lr": best_lr if arm == one else LR,
+                     "lr": best_lr if arm == one else LR, "steps": steps,
                      **{f"{k} back": spread_text([p["acc"][f"{k} back"] for p in per])
                         for k in OFFSETS},
                      "both right": spread_text(both[arm]),
                      f"steps to {REACH}": spread_text(reach[arm]),
                      "final training loss": spread_text([p["loss"] for p in per])})  # fmt: skip
-    drop = [runs[(one, s)]["loss"] - double[s]["loss"] for s in seeds]
+    drop = plateau_drops(ladder, longest // 2)
     both_double = [double[s]["acc"]["both"] for s in seeds]
+    for i, budget in enumerate(sorted(ladder)[1:]):
+        per = [ladder[budget][s] for s in seeds]
+        rows.insert(1 + i, {"model": one[0], "heads": 1, "d_head": D_MODEL,
+                        "parameters": per[0]["parameters"], "lr": best_lr,
+                        "steps": budget,
+                        **{f"{k} back": spread_text([p["acc"][f"{k} back"] for p in per])
+                           for k in OFFSETS},
+                        "both right": spread_text([p["acc"]["both"] for p in per]),
+                        f"steps to {REACH}": spread_text([p["reach"] for p in per]),
+                        "final training loss": spread_text([p["loss"] for p in per])})  # fmt: skip
     competence = [
         Competence(_label(one), f"training plateau: training-loss drop (nats) when the steps "
-                   f"double, {steps} -> {2 * steps} (2 log V = {2 * math.log(sizes(quick)[0]):.2f} "
-                   "at chance)", PLATEAU, drop,
+                   f"double, {longest // 2} -> {longest} (2 log V = "
+                   f"{2 * math.log(sizes(quick)[0]):.2f} at chance)", PLATEAU, drop,
                    higher_is_better=False),
         Competence(_label(four), "both relations right (test, training distribution)",
                    ACCURACY, both[four]),
@@ -288,16 +320,18 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         Competence(_label(ARMS[3]), "both relations right (test, training distribution)",
                    ACCURACY, both[ARMS[3]], in_verdict=False),
     ]  # fmt: skip
-    looks_rows = [{"arm": _label(arm), "head": h + 1,
-                   **{f"weight on t-{k}": spread_text([runs[(arm, s)]["looks"][h][i]
-                                                      for s in seeds])
+    looks_rows = [{"arm": _label(arm), "seed": s, "head": h + 1,
+                   **{f"weight on t-{k}": runs[(arm, s)]["looks"][h][i]
                       for i, k in enumerate(OFFSETS)}}
-                  for arm in ARMS for h in range(arm[1])]  # fmt: skip
+                  for arm in ARMS for s in seeds for h in range(arm[1])]  # fmt: skip
     steps_at = runs[(one, seeds[0])]["steps"]
     series, band = {}, {}
     for arm in ARMS:
         mean, lo, hi = bands([runs[(arm, s)]["curve"] for s in seeds])
         series[_label(arm)], band[_label(arm)] = (steps_at, mean), (lo, hi)
+    mean, lo, hi = bands([double[s]["curve"] for s in seeds])
+    label = f"{_label(one)}, {longest} steps"
+    series[label], band[label] = (double[seeds[0]]["steps"], mean), (lo, hi)
     fig = line_chart(series, xlabel="training step", ylabel="both relations right (test)",
                      title=f"token 1 back and 2 back at once ({len(seeds)} seed(s), min-max "
                      "band)", bands=band)  # fmt: skip
@@ -307,34 +341,36 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     figures = [
         save_chart(fig, out_dir, "learning.png", "Test accuracy (both relations right) during "
                    "training, 1 vs 4 heads, attention only and full Transformer block (mean over "
-                   f"seeds, min-max band), evaluated every {steps_at[0]} steps."),
+                   f"seeds, min-max band), evaluated every {steps_at[0]} steps; the 1-head "
+                   f"attention-only arm also trained for {longest} steps (its longest run)."),
         save_chart(curves_chart({_label(arm): [runs[(arm, s)]["losses"] for s in seeds]
-                                 for arm in ARMS} | {f"{_label(one)}, {2 * steps} steps":
-                                                     [double[s]["losses"] for s in seeds]},
+                                 for arm in ARMS} | {f"{_label(one)}, {b} steps":
+                                                     [ladder[b][s]["losses"] for s in seeds]
+                                                     for b in sorted(ladder)[1:]},
                                 title="training loss (sum over the two relations)", logy=True),
                    out_dir, "training.png", "Training loss (sum of the two read-outs' "
                    "cross-entropy), mean over seeds with the min-max band, and the 1-head "
-                   "attention-only arm trained twice as long (its plateau check)."),
+                   "attention-only arm trained longer (its plateau check)."),
     ]  # fmt: skip
     same_flops = len(set(flops.values())) == 1
     ms = [r["fwd+bwd ms (median)"] for r in cost_rows]
     time_ratio = max(ms) / min(ms)
     cheap = same_flops and time_ratio < 1.5
-    wins = min(both[four]) > max(both[one]) + 0.01 and not overlap(both[four], both[one])
+    wins = min(both[four]) > max(both_double) + 0.01 and not overlap(both[four], both_double)
     verdict = "held" if cheap and wins else ("mixed" if cheap or wins else "did not hold")
-    looks_one = runs[(one, seeds[0])]["looks"][0]
+    looks_one = [double[s]["looks"][0] for s in seeds]
     reason = (
         f"FLOPs of forward + backward are {'identical' if same_flops else 'different'} for 1-8 "
         f"heads ({flops[1]:,}) and the wall time varies by a factor {time_ratio:.2f} "
         f"({min(ms):.2f}-{max(ms):.2f} ms); naming the tokens 1 back and 2 back at once (both "
         f"right, test, mean (min-max) over {len(seeds)} seeds): attention only, 4 heads "
-        f"{spread_text(both[four])} vs 1 head {spread_text(both[one])} (1 back "
-        f"{spread_text([runs[(one, s)]['acc']['1 back'] for s in seeds])}, 2 back "
-        f"{spread_text([runs[(one, s)]['acc']['2 back'] for s in seeds])}; chance "
-        f"{1 / sizes(quick)[0] ** 2:.2g}), "
+        f"{spread_text(both[four])} after {steps} steps vs 1 head {spread_text(both_double)} after "
+        f"{longest} steps (1 back {spread_text([double[s]['acc']['1 back'] for s in seeds])}, "
+        f"2 back {spread_text([double[s]['acc']['2 back'] for s in seeds])}; chance "
+        f"{1 / sizes(quick)[0] ** 2:.2g}; {spread_text(both[one])} after {steps}), "
         + ("outside the spread" if wins else "not separated")
-        + f"; trained twice as long the 1 head reaches {spread_text(both_double)} and its "
-        f"training loss falls by {spread_text(drop)} nats. With the FFN (full block): 4 heads "
+        + f"; from {longest // 2} to {longest} steps the 1 head's training loss falls by "
+        f"{spread_text(drop)} nats. With the FFN (full block): 4 heads "
         f"{spread_text(both[ARMS[3]])}, 1 head {spread_text(both[ARMS[2]])}."
     )  # fmt: skip
     findings = [
@@ -344,9 +380,11 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         "linear read-out names the token with the smaller weight for all pairs (summing the "
         "argmax conditions over any three tokens in both orders gives off-diagonal(G) > "
         "2 diagonal(G) and the reverse; with a = b the order is lost). Only weights that depend "
-        "on the tokens' content can let some pairs through. Measured on the first seed, the "
-        f"single head puts {looks_one[0]:.2f} of its weight on t-1 and {looks_one[1]:.2f} on "
-        "t-2 (per head and seed: the table 'where the heads look').",
+        "on the tokens' content can let some pairs through. Measured after its longest run, the "
+        "single head puts (t-1, t-2) = "
+        + ", ".join(f"({w[0]:.2f}, {w[1]:.2f})" for w in looks_one)
+        + " of its weight on the two tokens (seeds in order): it mostly serves one relation "
+        "and guesses at the other (per head and seed: the table 'where the heads look').",
         "With 4 heads of d_head 8 (same parameters, same FLOPs) each relation gets its own head "
         "and its own 8-dimensional value subspace. The full block's FFN is nonlinear and can "
         "separate part of the single head's mixture, which is why the full-block 1-head arm "
@@ -367,7 +405,8 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             f"(a) SelfAttention (fused QKV, W^O), B = {batch}, T = {t}, d_model = {d}; FLOPs "
             "counted by torch.utils.flop_counter on the explicit path (softmax and other "
             "elementwise ops are not counted: H T^2 exponentials per row block); time = median "
-            f"of {repeats} forward + backward runs on the fused path, one thread.",
+            f"of {repeats} forward + backward runs on the fused path, one thread, the head "
+            "counts taking turns in every round.",
             f"(b) Two relations at once: {train_n} random sequences of T = {length} tokens over "
             f"V = {vocab} per seed (validation {200 if quick else 1000}, test "
             f"{500 if quick else 2000}); at every position t > 2 one "
@@ -378,7 +417,9 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             f"{D_MODEL // 4}): the same parameters. AdamW, {steps} steps of 64, warm-up + cosine, "
             f"lr {LR:g}; the 1-head attention-only arm's lr is the best of "
             f"{', '.join(f'{lr:g}' for lr in LRS)} on the first seed's validation set "
-            f"({best_lr:g}), and it is trained again for {2 * steps} steps on every seed.",
+            f"({best_lr:g}); it is trained again with the steps doubled (up to {DOUBLINGS} "
+            "times) until doubling lowers its training loss by at most "
+            f"{PLATEAU} nats on every seed (here up to {longest} steps).",
             "Competence: the arm the claim expects to fail (1 head, attention only) must have "
             f"converged (doubling the steps lowers its training loss by <= {PLATEAU} nats); the "
             f"arm expected to succeed (4 heads) must name both tokens >= {ACCURACY} of the time. "
@@ -388,14 +429,19 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table("(a) cost at equal d_model", cost_rows),
             Table("(b) the token 1 back and 2 back at once (mean (min-max) over seeds)", rows),
             Table(f"learning rate of the 1-head attention-only arm (seed {seeds[0]})", sweep_rows),
-            Table("where the heads look: mean attention weight from t to t-1 and t-2", looks_rows),
+            Table(
+                "where the heads look: mean attention weight from t to t-1 and t-2 (test, "
+                f"after {steps} steps)",
+                looks_rows,
+            ),
         ],  # fmt: skip
         figures=figures,
         **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={
             "both_right": {_label(arm): v for arm, v in both.items()},
             "steps_to": {_label(arm): v for arm, v in reach.items()},
-            "one_head_double_steps": both_double,
+            "one_head_longest": both_double,
+            "one_head_steps": longest,
             "one_head_loss_drop": drop,
         },
         findings=findings,

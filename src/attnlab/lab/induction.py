@@ -17,8 +17,8 @@ Measured per seed on a 2-layer, 4-head attention-only decoder LM (the FFNs remov
 - per head: the *induction score* (mean attention from the repeat's x_i to the first copy's
   x_{i+1}, the token after the previous occurrence) and the *previous-token score* (mean
   attention from t to t - 1);
-- ablation with ``attnlab.inspect.ablate_heads``: the repeat loss with the layer-2 heads of
-  induction score > SCORE zeroed, against zeroing as many randomly drawn other layer-2 heads (and
+- mean-ablation with ``attnlab.inspect.ablate_heads``: the repeat loss with the layer-2 heads of
+  induction score > SCORE mean-ablated, against as many randomly drawn other layer-2 heads (and
   the same for the layer-1 previous-token heads), as the fraction of the in-context gain
   (first-copy loss - repeat loss) that the ablation removes.
 
@@ -56,6 +56,7 @@ BOS = 0
 SCORE = 0.3  # an induction (previous-token) head puts at least this much weight on its target
 REPEAT_LOSS = 0.5  # competence: loss on the repeat (nats), the only learnable part of the data
 REMOVED = 0.5  # ablation "removes the effect": at least half the in-context gain is lost
+FIRST_SHIFT = 0.2  # ... and, where no other layer-2 head exists, moves the first copy's loss less
 
 
 class NoFeedForward(nn.Module):
@@ -127,20 +128,45 @@ def head_scores(model: nn.Module, ids: Tensor, second: Tensor,
     return torch.stack(ind), torch.stack(prev)
 
 
+def _ablated(model: nn.Module, heads: list[tuple[int, int]], data: tuple, length: int,
+             means) -> tuple[float, float]:  # fmt: skip
+    """(first-copy loss, repeat loss) with ``heads`` mean-ablated: each head's output A_h V_h
+    replaced by its mean over the reference sequences ``means`` (the heads' average
+    contribution stays, what they read from this sequence is gone)."""
+    with inspect.ablate_heads(model, heads, mode="mean", means=means):
+        return half_losses(model, *data, length)
+
+
 def ablation(model: nn.Module, layer: int, scores: list[float], data: tuple, length: int,
-             rng: np.random.Generator) -> dict:  # fmt: skip
-    """Zero the heads of ``layer`` whose score exceeds SCORE, then as many heads drawn at random
-    from the layer's other heads: {"heads", "others", "loss", "other loss"} (losses on the
-    repeat; None where there is no head to zero)."""
+             rng: np.random.Generator, means) -> dict:  # fmt: skip
+    """Mean-ablate the heads of ``layer`` whose score exceeds SCORE, then as many heads drawn at
+    random from the layer's other heads: {"heads", "others", "loss", "first", "other loss"}
+    (losses on the repeat, and on the first copy with the chosen heads ablated; None where
+    there is no head to ablate)."""
     chosen = [h for h, s in enumerate(scores) if s > SCORE]
     rest = [h for h in range(len(scores)) if h not in chosen]
     others = sorted(rng.permutation(rest)[: len(chosen)].tolist()) if chosen else []
-    out = {"heads": chosen, "others": others, "loss": None, "other loss": None}
-    for key, heads in (("loss", chosen), ("other loss", others)):
-        if heads:
-            with inspect.ablate_heads(model, [(layer, h) for h in heads]):
-                out[key] = half_losses(model, *data, length)[1]
+    out = {"heads": chosen, "others": others, "loss": None, "first": None, "other loss": None}
+    if chosen:
+        out["first"], out["loss"] = _ablated(model, [(layer, h) for h in chosen], data, length,
+                                             means)  # fmt: skip
+    if others:
+        out["other loss"] = _ablated(model, [(layer, h) for h in others], data, length, means)[1]
     return out
+
+
+@torch.no_grad()
+def single_and_cumulative(model: nn.Module, induction: list[float], data: tuple, length: int,
+                          means) -> tuple[list[list[float]], list[float]]:  # fmt: skip
+    """(repeat loss with each head mean-ablated alone, [layer][head]; repeat loss with the k
+    best layer-2 induction heads mean-ablated together, k = 1..H)."""
+    layers, n_heads = len(model.blocks), len(induction)
+    single = [[_ablated(model, [(layer, h)], data, length, means)[1] for h in range(n_heads)]
+              for layer in range(layers)]  # fmt: skip
+    order = sorted(range(n_heads), key=lambda h: -induction[h])
+    cumulative = [_ablated(model, [(layers - 1, h) for h in order[:k]], data, length, means)[1]
+                  for k in range(1, n_heads + 1)]  # fmt: skip
+    return single, cumulative
 
 
 def sizes(quick: bool) -> tuple[int, int, int]:
@@ -178,9 +204,12 @@ def train_job(job: tuple) -> dict:
     ind, prev = head_scores(model, *probe, length)
     pick = np.random.default_rng(seed + 1000)  # the control heads, drawn once per seed
     data = (test, second)
+    _, means = inspect.run_with_cache(model, train[:500], names="*.heads")  # reference run
     return {"first": first, "repeat": repeat, "induction": ind.tolist(), "previous": prev.tolist(),
-            "ablate induction": ablation(model, 1, ind[1].tolist(), data, length, pick),
-            "ablate previous": ablation(model, 0, prev[0].tolist(), data, length, pick),
+            "ablate induction": ablation(model, 1, ind[1].tolist(), data, length, pick, means),
+            "ablate previous": ablation(model, 0, prev[0].tolist(), data, length, pick, means),
+            "single and cumulative": single_and_cumulative(model, ind[1].tolist(), data, length,
+                                                           means),
             "steps": [s for s, _ in result.evals], "curve": [v for _, v in result.evals],
             "track": track, "losses": result.losses, "log V": math.log(vocab - 1)}  # fmt: skip
 
@@ -196,11 +225,11 @@ def _text(values: list[float | None]) -> str:
     if not have:
         return "not measured (no qualifying head on any seed)"
     missing = len(values) - len(have)
-    return spread_text(have) + (f" ({missing} seed(s) without a head to zero)" if missing else "")
+    return spread_text(have) + (f" ({missing} seed(s) without a head to ablate)" if missing else "")
 
 
 def _cell(value: float | None) -> float | str:
-    return "none to zero" if value is None else value
+    return "none to ablate" if value is None else value
 
 
 @experiment(
@@ -218,7 +247,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     first, repeat = [r["first"] for r in runs], [r["repeat"] for r in runs]
     top_ind = [max(r["induction"][1]) for r in runs]
     top_prev = [max(r["previous"][0]) for r in runs]
-    gone = {}  # fraction of the in-context gain removed, per seed (None: nothing to zero)
+    gone = {}  # fraction of the in-context gain removed, per seed (None: nothing to ablate)
     for kind in ("induction", "previous"):
         for key, label in (("loss", kind), ("other loss", f"other ({kind})")):
             gone[label] = [removed_fraction(r[f"ablate {kind}"][key], r["repeat"], r["first"])
@@ -229,9 +258,17 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     found = all(r["ablate induction"]["heads"] for r in runs)
     drops = max(repeat) < min(first) - 1.0
     ind_gone, other_gone = gone["induction"], gone["other (induction)"]
-    removed = found and all(v >= REMOVED for v in ind_gone) and all(
-        o is None or v > o for v, o in zip(ind_gone, other_gone))  # fmt: skip
-    checks = [found, drops, removed]
+    cum_gone = [[removed_fraction(r["single and cumulative"][1][k], r["repeat"], r["first"])
+                 for r in runs] for k in range(len(runs[0]["induction"][1]))]  # fmt: skip
+    controlled = all(o is not None for o in other_gone)  # a control head on every seed
+    removed = found and all(v >= REMOVED for v in ind_gone)
+    first_shift = [None if r["ablate induction"]["first"] is None else
+                   abs(r["ablate induction"]["first"] - r["first"]) for r in runs]  # fmt: skip
+    if controlled:  # as many other layer-2 heads remove less, on every seed
+        specific = removed and all(v > o for v, o in zip(ind_gone, other_gone))
+    else:  # no other layer-2 head: the ablation must leave the first copy's loss alone
+        specific = removed and all(f is not None and f <= FIRST_SHIFT for f in first_shift)
+    checks = [found, drops, removed, specific]
     verdict = verdict_of(checks)
     heads_text = "; ".join(
         f"seed {s}: {[h + 1 for h in r['ablate induction']['heads']] or 'none'}"
@@ -243,10 +280,16 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"{spread_text(top_ind)}, best layer-1 previous-token score {spread_text(top_prev)}; "
         f"layer-2 heads with induction score > {SCORE}: {heads_text}. "
         + (
-            f"Zeroing them removes {_text(ind_gone)} of the in-context gain (first-copy loss - "
-            f"repeat loss), zeroing as many other layer-2 heads {_text(other_gone)}; zeroing "
-            f"the layer-1 previous-token heads removes {_text(gone['previous'])} (others "
-            f"{_text(gone['other (previous)'])})."
+            f"Mean-ablating them removes {_text(ind_gone)} of the in-context gain (first-copy "
+            "loss - repeat loss); ablating as many other layer-2 heads "
+            + (_text(other_gone) if any(o is not None for o in other_gone) else
+               "cannot be measured (no other layer-2 head exists), so the control is the "
+               "first copy, where the context cannot help: its loss moves by "
+               f"{_text(first_shift)} nats (<= {FIRST_SHIFT} required)")
+            + f"; ablating the k best induction heads removes, for k = 1.."
+            f"{len(cum_gone)}: " + ", ".join(spread_text(v) for v in cum_gone)
+            + f"; ablating the layer-1 previous-token heads removes {_text(gone['previous'])} "
+            f"(as many other layer-1 heads: {_text(gone['other (previous)'])})."
             if found
             else f"No layer-2 head passes {SCORE} on every seed, so the ablation that would "
             "test the claim is not defined there."
@@ -257,16 +300,18 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         ai, ap = r["ablate induction"], r["ablate previous"]
         rows.append({"seed": s, "loss, first copy": r["first"], "loss, repeat": r["repeat"],
                      "L2 induction heads": str([h + 1 for h in ai["heads"]]),
-                     "repeat, those zeroed": _cell(ai["loss"]),
+                     "repeat, those ablated": _cell(ai["loss"]),
                      "random other L2 heads": str([h + 1 for h in ai["others"]]),
-                     "repeat, others zeroed": _cell(ai["other loss"]),
+                     "repeat, others ablated": _cell(ai["other loss"]),
                      "L1 previous-token heads": str([h + 1 for h in ap["heads"]]),
-                     "repeat, L1 heads zeroed": _cell(ap["loss"]),
+                     "repeat, L1 heads ablated": _cell(ap["loss"]),
                      "random other L1 heads": str([h + 1 for h in ap["others"]]),
-                     "repeat, other L1 zeroed": _cell(ap["other loss"])})  # fmt: skip
+                     "repeat, other L1 ablated": _cell(ap["other loss"])})  # fmt: skip
     score_rows = [{"seed": s, "layer": layer + 1, "head": h + 1,
                    "induction score": r["induction"][layer][h],
-                   "previous-token score": r["previous"][layer][h]}
+                   "previous-token score": r["previous"][layer][h],
+                   "repeat loss, this head ablated alone":
+                       r["single and cumulative"][0][layer][h]}
                   for s, r in zip(seeds, runs) for layer in range(2)
                   for h in range(len(r["induction"][0]))]  # fmt: skip
     length, vocab, gap = sizes(quick)
@@ -287,10 +332,10 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     labels = {f"L{layer + 1} H{h + 1}": spread([r["induction"][layer][h] for r in runs])["mean"]
               for layer in range(2) for h in range(len(runs[0]["induction"][0]))}  # fmt: skip
     abl = {"clean": repeat}
-    for label, kind, key in (("induction heads zeroed", "induction", "loss"),
-                             ("other L2 heads zeroed", "induction", "other loss"),
-                             ("prev-token heads zeroed", "previous", "loss"),
-                             ("other L1 heads zeroed", "previous", "other loss")):  # fmt: skip
+    for label, kind, key in (("induction heads ablated", "induction", "loss"),
+                             ("other L2 heads ablated", "induction", "other loss"),
+                             ("prev-token heads ablated", "previous", "loss"),
+                             ("other L1 heads ablated", "previous", "other loss")):  # fmt: skip
         have = [r[f"ablate {kind}"][key] for r in runs if r[f"ablate {kind}"][key] is not None]
         if have:
             abl[label] = have
@@ -315,14 +360,26 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                    out_dir, "induction_scores.png", "Induction score of every head (layer, "
                    "head), mean over seeds with min-max bars (head numbers differ between "
                    "seeds; the per-seed scores are in the table)."),
+        save_chart(line_chart({"fraction of the in-context gain removed":
+                               (list(range(1, len(cum_gone) + 1)),
+                                [spread(v)["mean"] for v in cum_gone])},
+                              xlabel="layer-2 induction heads mean-ablated (best first)",
+                              ylabel="fraction of the gain removed",
+                              title="ablating induction heads one more at a time (min-max band)",
+                              bands={"fraction of the in-context gain removed":
+                                     ([min(v) for v in cum_gone], [max(v) for v in cum_gone])}),
+                   out_dir, "cumulative.png", "Fraction of the in-context gain (first-copy loss "
+                   "- repeat loss) removed when the k layer-2 heads with the highest induction "
+                   "scores are mean-ablated together; 1 = back to no context (mean over seeds, "
+                   "min-max band)."),
         save_chart(bar_chart({k: spread(v)["mean"] for k, v in abl.items()},
                              ylabel="loss on the repeat (nats)", title="ablation",
                              errors={k: (min(v), max(v)) for k, v in abl.items()},
                              reference=log_v, reference_label=f"log V = {log_v:.2f} (no context)"),
                    out_dir, "ablation.png", "Loss on the repeated half with the induction heads "
-                   "zeroed (attnlab.inspect.ablate_heads) vs as many random other layer-2 heads, "
-                   "and the same for the layer-1 previous-token heads; mean over the seeds that "
-                   "have such heads, min-max bars."),
+                   "mean-ablated (attnlab.inspect.ablate_heads) vs as many random other layer-2 "
+                   "heads, and the same for the layer-1 previous-token heads; mean over the "
+                   "seeds that have such heads, min-max bars."),
     ]  # fmt: skip
     findings = [
         "Positions: with learned absolute positions (the earlier run of this experiment, same "
@@ -353,16 +410,29 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "single-threaded process.",
             "Scores on 200 test sequences: induction = mean weight from the repeat's x_i to the "
             "first copy's x_{i+1}; previous-token = mean weight from t to t - 1.",
-            "Ablation: attnlab.inspect.ablate_heads zeroes head outputs A_h V_h before W^O; "
+            "Ablation: attnlab.inspect.ablate_heads(mode='mean') replaces a head's output "
+            "A_h V_h (before W^O) by its mean over 500 training sequences, so its average "
+            "contribution stays and what it reads from the sequence is gone; "
             f"'induction heads' = layer-2 heads with induction score > {SCORE}, compared with "
             "as many other layer-2 heads drawn at random; the same for layer-1 heads with "
             f"previous-token score > {SCORE}. 'Removes the effect' = at least {REMOVED:g} of "
-            "the in-context gain (first-copy loss - repeat loss) is lost on every seed, more "
-            "than with the random heads.",
+            "the in-context gain (first-copy loss - repeat loss) is lost on every seed, and "
+            "specifically: more than with the random heads or, where layer 2 has no other "
+            f"head, with the first copy's loss moved by <= {FIRST_SHIFT} nats.",
         ],
         tables=[
             Table("in-context loss and ablation per seed (loss on the repeat, nats)", rows),
             Table("head scores per seed", score_rows),
+            Table(
+                "the k best layer-2 induction heads mean-ablated together: loss on the repeat",
+                [
+                    {
+                        "seed": s,
+                        **{f"k = {k + 1}": v for k, v in enumerate(r["single and cumulative"][1])},
+                    }
+                    for s, r in zip(seeds, runs)
+                ],
+            ),
         ],  # fmt: skip
         figures=figures,
         findings=findings,
@@ -373,6 +443,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "top_induction": top_ind,
             "top_previous": top_prev,
             "removed": gone,
+            "removed_cumulative": cum_gone,
         },  # fmt: skip
         metrics={
             "log_v": log_v,
