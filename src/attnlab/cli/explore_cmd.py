@@ -46,6 +46,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="language models: reduced-precision linear weights for faster continuations "
         "(see docs/generation.md; default: %(default)s)",
     )
+    p.add_argument(
+        "--kv-cache",
+        choices=("fp32", "bf16"),
+        default=None,
+        help="Transformer models: the KV cache's dtype for continuations (default: the model's "
+        "compute dtype; see docs/generation.md)",
+    )
     p.set_defaults(func=run)
 
 
@@ -53,8 +60,10 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.explore import LoadOptions, Session, load
     from attnlab.explore.server import serve
 
-    loaded = load(args.path, LoadOptions(device=args.device, weights=args.weights))
-    session = Session(loaded.model, loaded.tokenizer, name=loaded.name, labels=loaded.labels)
+    options = LoadOptions(device=args.device, weights=args.weights, kv_cache=args.kv_cache)
+    loaded = load(args.path, options)
+    session = Session(loaded.model, loaded.tokenizer, name=loaded.name, labels=loaded.labels,
+                      cache_dtype=args.kv_cache)  # fmt: skip
 
     def ready(url: str) -> None:
         print(f"attnlab explore: {loaded.name} at {url}  (Ctrl-C to stop)", flush=True)

@@ -157,6 +157,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "decoding (int8: per-channel scales; int4: per-group; bf16 where the CPU multiplies it "
         "natively); see docs/generation.md (default: %(default)s)",
     )
+    p.add_argument(
+        "--kv-cache",
+        choices=("fp32", "bf16"),
+        default=None,
+        help="Transformer models: store the KV cache in this dtype; bf16 halves the bytes each "
+        "token reads from the cache (default: the model's compute dtype; docs/generation.md)",
+    )
     p.set_defaults(func=run)
 
 
@@ -177,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
             top_p=args.top_p, repetition_penalty=args.repetition_penalty, num_beams=args.beams,
             length_penalty=args.length_penalty, early_stopping=args.early_stopping,
             stop_strings=tuple(args.stop), seed=args.seed, use_cache=not args.no_cache,
-            compile=args.compile,
+            compile=args.compile, cache_dtype=args.kv_cache,
         )  # fmt: skip
     except ValueError as err:
         raise ConfigError(str(err)) from None
@@ -200,6 +207,7 @@ def run(args: argparse.Namespace) -> int:
                     "not --source/--source-file"
                 )
             _reduce_weights(model, args.weights)
+            _check_cache_dtype(model, args.kv_cache)
             _run_lm(model, tok, args, config)
         elif isinstance(model, Seq2SeqModel):
             if args.source is None and args.source_file is None:
@@ -212,6 +220,7 @@ def run(args: argparse.Namespace) -> int:
                     f"--weights {args.weights} applies to language models; "
                     f"{ckpt.config.kind!r} is a sequence-to-sequence model: drop --weights"
                 )
+            _check_cache_dtype(model, args.kv_cache)
             _run_seq2seq(model, tok, args, config)
         elif ckpt.config.kind == "masked_lm":
             _run_fill_mask(model, tok, args)
@@ -231,6 +240,15 @@ def _reduce_weights(model, mode: str) -> None:
         quantize_weights(model, mode)
     except (ValueError, TypeError) as err:
         raise ConfigError(f"--weights {mode}: {err}") from None
+
+
+def _check_cache_dtype(model, cache_dtype: str | None) -> None:
+    from attnlab.generate.weights import check_cache_dtype
+
+    try:
+        check_cache_dtype(model, cache_dtype)
+    except ValueError as err:
+        raise ConfigError(f"--kv-cache {cache_dtype}: {err}") from None
 
 
 def _run_lm(model, tok, args: argparse.Namespace, config) -> None:

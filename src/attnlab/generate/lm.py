@@ -74,6 +74,7 @@ def lm_stepper(
         use_cache=config.use_cache,
         compile=config.compile,
         pad_id=specials.pad,
+        cache_dtype=config.cache_dtype,
     )
     return stepper, batch, specials
 

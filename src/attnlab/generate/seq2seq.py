@@ -84,6 +84,7 @@ def seq2seq_stepper(
         use_cache=config.use_cache,
         compile=config.compile,
         pad_id=specials.pad,
+        cache_dtype=config.cache_dtype,
     )
     return stepper, batch, specials, config
 
