@@ -19,6 +19,10 @@ Contenders: ``plain`` (the default model), ``fast`` (``build_model(cfg, fast=Tru
 on), and ``fast - <path>`` for each path that can act on the workload (the others are no-ops
 there). The gain of a path is rate(fast) / rate(fast - path) - 1; a path giving < 10% on every
 workload is deleted (issue 23).
+
+The plain compiled decode step has one setting of its own, dynamo's recursive dict-tag guards
+(``attnlab.generate.steppers``); ``plain - dict_tags`` is the plain model with it off, and its
+gain is rate(plain) / rate(plain - dict_tags) - 1.
 """
 
 from __future__ import annotations
@@ -142,11 +146,16 @@ def generation_contenders(new_tokens: int) -> dict[str, Work]:
     _, plain = build_pair(SHAPES["small"], 64 + new_tokens + 1)
     fast = accelerate(copy.deepcopy(plain))
     prompt = torch.randint(0, SHAPES["small"].vocab, (64,), generator=torch.Generator()).tolist()
-    cfg = GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, stop_token_ids=(),
-                           compile=True)  # fmt: skip
+    cfg = GenerationConfig(
+        max_new_tokens=new_tokens, temperature=0.0, stop_token_ids=(), compile=True
+    )
     outputs: dict[str, list] = {}
 
     def work_for(name: str, model) -> Work:
+        if name == "plain - dict_tags":  # its own class, so its own compiled step (see below)
+            model = copy.deepcopy(model)
+            model.__class__ = type(f"{type(model).__name__}NoTags", (type(model),), {})
+
         def work(r: int) -> float:
             tokens = generate(model, [prompt], cfg).tokens[0]
             outputs.setdefault(name, tokens)
@@ -159,7 +168,27 @@ def generation_contenders(new_tokens: int) -> dict[str, Work]:
     works = {"plain": work_for("plain", plain), "fast": with_paths(work_for("fast", fast), ())}
     for path in ("replay",):
         works[f"fast - {path}"] = with_paths(work_for(f"fast - {path}", fast), (path,))
+    works["plain - dict_tags"] = without_dict_tags(work_for("plain - dict_tags", plain))
     return works
+
+
+def without_dict_tags(work: Work) -> Work:
+    """``work`` with the plain compiled step's recursive dict-tag guards off.
+
+    The setting is read when dynamo builds a graph's guards, and compiled steps are cached per model
+    class, so the contender runs a copy of the model whose class is a fresh subclass: its step is
+    compiled (and guarded) with the setting off, while the other contenders keep theirs.
+    """
+    from attnlab.generate import steppers
+
+    def run(r: int) -> float:
+        steppers.DICT_TAG_GUARDS = False
+        try:
+            return work(r)
+        finally:
+            steppers.DICT_TAG_GUARDS = True
+
+    return run
 
 
 def table(results: dict[str, dict[str, list[float]]], units: dict[str, str]) -> str:
@@ -173,8 +202,9 @@ def table(results: dict[str, dict[str, list[float]]], units: dict[str, str]) -> 
         for name, r in rates.items():
             vs_plain = median[name] / median["plain"]
             gain = ""
-            if name.startswith("fast - "):
-                gain = f"{median['fast'] / median[name] - 1:+.1%}"
+            for base in ("fast", "plain"):
+                if name.startswith(f"{base} - "):
+                    gain = f"{median[base] / median[name] - 1:+.1%}"
             lines.append(
                 f"| {workload} | {name} | {median[name]:.1f} {units[workload]} | "
                 f"{min(r):.1f}-{max(r):.1f} | {vs_plain:.3f} | {gain} |"
@@ -200,8 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         "char LM": lambda: training_contenders(char_lm_workload, n_batches),
         "generation": lambda: generation_contenders(100 if args.quick else 200),
     }
-    units = {"dates": "tgt tok/s", "translation": "tgt tok/s", "char LM": "tok/s",
-             "generation": "tok/s"}  # fmt: skip
+    units = {
+        "dates": "tgt tok/s",
+        "translation": "tgt tok/s",
+        "char LM": "tok/s",
+        "generation": "tok/s",
+    }
     results = {}
     for name, make in suites.items():
         if args.only and name not in args.only:

@@ -17,8 +17,9 @@ from attnlab.train import RunConfig, TrainConfig, train
 from attnlab.train.checkpoint import load_checkpoint, save_checkpoint
 from attnlab.train.eval_checkpoint import evaluate_checkpoint
 
-TINY_S2S = ModelConfig(kind="encoder_decoder", d_model=16, n_heads=2, n_layers=1, d_ff=32,
-                       max_len=24)  # fmt: skip
+TINY_S2S = ModelConfig(
+    kind="encoder_decoder", d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=24
+)
 
 
 def _cfg(steps: int) -> RunConfig:

@@ -27,8 +27,9 @@ def test_a_directory_without_text_files_names_the_suffixes(tmp_path, capsys):
 
 def test_too_little_text_names_the_flags(tmp_path, capsys):
     (tmp_path / "tiny.txt").write_text("just a few words of text here " * 3)
-    err = _error(capsys, "train", "--text", str(tmp_path / "tiny.txt"), "--out",
-                 str(tmp_path / "run"))  # fmt: skip
+    err = _error(
+        capsys, "train", "--text", str(tmp_path / "tiny.txt"), "--out", str(tmp_path / "run")
+    )
     assert "--context-len" in err
 
 

@@ -36,8 +36,16 @@ KINDS = {
 
 def tiny(max_len: int = 64, **kw):
     torch.manual_seed(5)
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=40, d_model=64, n_heads=4, n_layers=2,
-                      d_ff=128, max_len=max_len, **kw)  # fmt: skip
+    cfg = ModelConfig(
+        kind="decoder_lm",
+        vocab_size=40,
+        d_model=64,
+        n_heads=4,
+        n_layers=2,
+        d_ff=128,
+        max_len=max_len,
+        **kw,
+    )
     return build_model(cfg).eval()
 
 
@@ -88,14 +96,16 @@ def test_an_imported_gpt2_and_reduced_weights_take_a_bf16_cache():
     from attnlab.interop import from_transformers
 
     torch.manual_seed(0)
-    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        vocab_size=64, n_positions=64, n_embd=64, n_layer=2, n_head=4)).eval()  # fmt: skip
+    hf = transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(vocab_size=64, n_positions=64, n_embd=64, n_layer=2, n_head=4)
+    ).eval()
     ours = from_transformers(hf).eval()
     int8 = quantize_weights(copy.deepcopy(ours), "int8")
     for model in (ours, int8):
         want = generate(model, [[1, 2, 3], [4]], GREEDY, return_logits=True)
-        got = generate(model, [[1, 2, 3], [4]], GREEDY.replace(cache_dtype="bf16"),
-                       return_logits=True)  # fmt: skip
+        got = generate(
+            model, [[1, 2, 3], [4]], GREEDY.replace(cache_dtype="bf16"), return_logits=True
+        )
         assert got.tokens == want.tokens
         close_logits(got.logits, want.logits)
 
@@ -150,13 +160,31 @@ def test_cli_kv_cache_option(tmp_path, capsys):
 
     tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
     for kind in ("decoder_lm", "rnn_lm"):
-        cfg = ModelConfig(kind=kind, vocab_size=tok.vocab_size, d_model=32, n_heads=4,
-                          n_layers=1, d_ff=64, max_len=32)  # fmt: skip
+        cfg = ModelConfig(
+            kind=kind,
+            vocab_size=tok.vocab_size,
+            d_model=32,
+            n_heads=4,
+            n_layers=1,
+            d_ff=64,
+            max_len=32,
+        )
         torch.manual_seed(0)
-        save_checkpoint(tmp_path / kind, model=build_model(cfg).eval(), config=cfg,
-                        tokenizer=tok, step=1)  # fmt: skip
-    argv = ["generate", "--checkpoint", str(tmp_path / "decoder_lm"), "--prompt", "the ",
-            "--temperature", "0", "--max-new-tokens", "8", "--no-stream"]  # fmt: skip
+        save_checkpoint(
+            tmp_path / kind, model=build_model(cfg).eval(), config=cfg, tokenizer=tok, step=1
+        )
+    argv = [
+        "generate",
+        "--checkpoint",
+        str(tmp_path / "decoder_lm"),
+        "--prompt",
+        "the ",
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "8",
+        "--no-stream",
+    ]
     assert main([*argv, "--kv-cache", "bf16", "--weights", "int8"]) == 0
     assert capsys.readouterr().out.startswith("the ")
     with pytest.raises(SystemExit):

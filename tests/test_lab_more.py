@@ -17,6 +17,7 @@ from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer, ReverseTask
 from attnlab.errors import DataError, UserError
 from attnlab.lab import char_lm, extrapolation, long_range, run_experiment, sampling, translation
+from attnlab.lab.corpus import generated_text, text_windows, unigram_bigram, windows
 from attnlab.lab.report import VERDICTS
 from attnlab.models import build_model
 from attnlab.train import greedy_decode
@@ -39,9 +40,17 @@ def out(tmp_path_factory):
 # long_range ----------------------------------------------------------------------------------
 def test_long_range_quick_report(out):
     report, path = run_experiment("long_range", quick=True, out_dir=out / "long_range")
-    _check_written(path, ["accuracy_vs_length.png", "exact_vs_length.png",
-                          "accuracy_per_position.png", "alignment_bahdanau.png",
-                          "cross_attention_transformer.png", "dates.png"])  # fmt: skip
+    _check_written(
+        path,
+        [
+            "accuracy_vs_length.png",
+            "exact_vs_length.png",
+            "accuracy_per_position.png",
+            "alignment_bahdanau.png",
+            "cross_attention_transformer.png",
+            "dates.png",
+        ],
+    )
     rows = report.table("reversal: exact match by length").rows
     assert [r["length"] for r in rows] == report.metrics["lengths"]
     token, exact = report.metrics["token_accuracy"], report.metrics["exact_match"]
@@ -65,8 +74,9 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(name):
         long_range.FitConfig(steps=30, batch_size=40, lr=1e-2, warmup_steps=1),
     )
     _, hits = long_range.score(model, batch)
-    outputs = greedy_decode(model, batch.src, batch.src_mask, bos_id=tok.bos_id,
-                            eos_id=tok.eos_id, max_new_tokens=12)  # fmt: skip
+    outputs = greedy_decode(
+        model, batch.src, batch.src_mask, bos_id=tok.bos_id, eos_id=tok.eos_id, max_new_tokens=12
+    )
     greedy = torch.tensor([out == tok.encode(t) for out, (_, t) in zip(outputs, pairs)])
     assert torch.equal(hits, greedy)
 
@@ -74,8 +84,9 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(name):
 # extrapolation -------------------------------------------------------------------------------
 def test_extrapolation_quick_report_and_untrained_rows(out):
     report, path = run_experiment("extrapolation", quick=True, out_dir=out / "extrapolation")
-    _check_written(path, ["accuracy_vs_length.png", "attention_rotary.png",
-                          "attention_learned.png"])  # fmt: skip
+    _check_written(
+        path, ["accuracy_vs_length.png", "attention_rotary.png", "attention_learned.png"]
+    )
     # Learned rows past the longest training sequence never get a gradient: exactly unchanged.
     assert report.metrics["learned_rows_moved"] == {"learned": 0.0}
     arms = set(extrapolation.ARMS) | {"none"}
@@ -120,8 +131,17 @@ def test_count_baselines_and_generated_text():
     text = "ab" * 200
     base = char_lm.count_baselines(text[:300], text[300:])
     assert base["bigram"] < 0.05 < base["unigram"]  # 'a' always follows 'b' and vice versa
-    assert char_lm.generated_text(5, 1) == char_lm.generated_text(5, 1)
-    assert char_lm.generated_text(5, 1).count(":\n") == 5
+    assert generated_text(5, 1) == generated_text(5, 1)
+    assert generated_text(5, 1).count(":\n") == 5
+
+
+def test_corpus_windows_and_splits():
+    assert windows(torch.arange(10), 2).tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    train, val, chars, source = text_windows(True, 16)
+    assert train.size(1) == val.size(1) == 17 and source == "a generated play-like text"
+    assert int(train.max()) < len(chars) and len(train) > 8 * len(val) > 0
+    uni, bi = unigram_bigram(train, val, len(chars))
+    assert 0 < bi < uni  # the previous character helps
 
 
 def test_sampling_quick_report_greedy_is_deterministic(out):
@@ -148,8 +168,7 @@ def test_translation_quick_report_and_resume(out):
     rows = report.table("test scores per model").rows
     assert len(rows) == 3 and all(0 <= r["lc BLEU beam 5"] <= 100 for r in rows)
     recipe = translation.recipes(True)["lstm"]
-    cfg = translation.train_config(True, 0, out / "translation" / "work" / "data",
-                                   **recipe.train)  # fmt: skip
+    cfg = translation.train_config(True, 0, out / "translation" / "work" / "data", **recipe.train)
     assert cfg.steps == 60
     result = translation.train_one(recipe, cfg, out / "translation" / "work" / "lstm")
     assert result.start_step == result.step == 60  # finished: reloaded, nothing retrained

@@ -15,8 +15,9 @@ from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.train import RunConfig, TrainConfig, train
 
-TINY_S2S = ModelConfig(kind="encoder_decoder", d_model=16, n_heads=2, n_layers=1, d_ff=32,
-                       max_len=24, dropout=0.1)  # fmt: skip
+TINY_S2S = ModelConfig(
+    kind="encoder_decoder", d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=24, dropout=0.1
+)
 CLI_TINY = ["--task", "reverse", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
             "--d-ff", "32", "--max-len", "24", "--batch-size", "8", "--warmup-steps", "1",
             "--n-train", "200", "--n-val", "8", "--no-plots", "--threads", "1"]  # fmt: skip

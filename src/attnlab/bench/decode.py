@@ -195,13 +195,14 @@ def _attnlab_work(
     dtype); the time after the first new token (the prefill) is appended to ``decode_s`` for
     timed rounds."""
     from attnlab.generate import GenerationConfig
-    from attnlab.generate.lm import lm_loop
+    from attnlab.generate.lm import prepare_lm
 
-    cfg = GenerationConfig(max_new_tokens=n, temperature=0.0, stop_token_ids=(), compile=compile,
-                           cache_dtype=cache)  # fmt: skip
+    cfg = GenerationConfig(
+        max_new_tokens=n, temperature=0.0, stop_token_ids=(), compile=compile, cache_dtype=cache
+    )
 
     def work(r: int) -> float:
-        loop, _ = lm_loop(model, prompts, cfg, None)
+        loop = prepare_lm(model, prompts, cfg, None).loop()
         loop.step()  # the prefill and the first new token
         t0 = time.perf_counter()
         while loop.step() is not None:

@@ -40,8 +40,29 @@ GREEDY_TOKENS, TINY_GREEDY_TOKENS = 200, 20
 HELDOUT_CHARS, TINY_HELDOUT_CHARS = 16384, 512
 TARGET_CHANGE = 0.01
 CACHE_MODES = ("fp32", "int8", "int4")  # weight modes also scored with each extra cache dtype
-_WORDS = ("the", "cat", "dog", "sat", "on", "a", "mat", "and", "ran", "to", "see", "my",
-          "old", "red", "hat", "by", "sea", "when", "it", "was", "cold")  # fmt: skip
+_WORDS = (
+    "the",
+    "cat",
+    "dog",
+    "sat",
+    "on",
+    "a",
+    "mat",
+    "and",
+    "ran",
+    "to",
+    "see",
+    "my",
+    "old",
+    "red",
+    "hat",
+    "by",
+    "sea",
+    "when",
+    "it",
+    "was",
+    "cold",
+)
 
 
 def run(settings, ctx) -> dict[str, Any]:
@@ -54,8 +75,14 @@ def run(settings, ctx) -> dict[str, Any]:
     ctx.say(f"quality: training a char LM on {source}")
     char = char_lm_quality(text, modes, tiny=tiny, cached=cached)
     char["text"] = source
-    ctx.say("quality: " + ", ".join(f"{m} ppl {r['perplexity_change']:+.3%}"
-                                    for m, r in char["modes"].items() if m != "fp32"))  # fmt: skip
+    ctx.say(
+        "quality: "
+        + ", ".join(
+            f"{m} ppl {r['perplexity_change']:+.3%}"
+            for m, r in char["modes"].items()
+            if m != "fp32"
+        )
+    )
     shape = TINY_GPT2 if tiny else GPT2_SMALL
     n = TINY_GREEDY_TOKENS if tiny else GREEDY_TOKENS
     ctx.say(f"quality: greedy agreement of a random {shape.name} over {n} tokens")
@@ -107,8 +134,14 @@ def char_lm_quality(
     prompt = heldout[:32].tolist()
     base = _score(model, heldout)
     base_tokens = _greedy(model, prompt, n)
-    results = {"fp32": {"perplexity": base["perplexity"], "perplexity_change": 0.0,
-                        "greedy_prefix": 1.0, "top1_agreement": 1.0}}  # fmt: skip
+    results = {
+        "fp32": {
+            "perplexity": base["perplexity"],
+            "perplexity_change": 0.0,
+            "greedy_prefix": 1.0,
+            "top1_agreement": 1.0,
+        }
+    }
     for name, reduced, cache in _variants(model, modes, cached):
         scored = _score(reduced, heldout, cache)
         results[name] = {
@@ -156,8 +189,16 @@ def train_char_lm(ids: torch.Tensor, vocab_size: int, *, tiny: bool = False, see
 
     torch.manual_seed(seed)
     width, layers, context = (64, 2, 32) if tiny else (128, 4, 128)
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=vocab_size, d_model=width, n_heads=4,
-                      n_layers=layers, d_ff=4 * width, max_len=context, dropout=0.0)  # fmt: skip
+    cfg = ModelConfig(
+        kind="decoder_lm",
+        vocab_size=vocab_size,
+        d_model=width,
+        n_heads=4,
+        n_layers=layers,
+        d_ff=4 * width,
+        max_len=context,
+        dropout=0.0,
+    )
     model = build_model(cfg)
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     steps = TINY_STEPS if tiny else STEPS
@@ -211,6 +252,8 @@ def _text(settings) -> tuple[str, str]:
         with open(settings.text, encoding="utf-8") as fh:
             return fh.read(), settings.text
     rng = random.Random(0)
-    sentences = (" ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 9))) + ". "
-                 for _ in range(600 if settings.tiny else 12000))  # fmt: skip
+    sentences = (
+        " ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 9))) + ". "
+        for _ in range(600 if settings.tiny else 12000)
+    )
     return "".join(sentences), "a generated text of simple sentences (no --text given)"

@@ -219,10 +219,21 @@ def check_flag_use(args: argparse.Namespace, settings) -> None:
         ),
     ]
     if args.from_json is not None:
-        measuring = ["quick", "tiny", "suite", "threads", "rounds", "text", "compile",
-                     "max_attention_len", "memory_cap_gib", "kv_cache"]  # fmt: skip
-        given = [f"--{m.replace('_', '-')}" for m in measuring if getattr(args, m) not in
-                 (None, False)]  # fmt: skip
+        measuring = [
+            "quick",
+            "tiny",
+            "suite",
+            "threads",
+            "rounds",
+            "text",
+            "compile",
+            "max_attention_len",
+            "memory_cap_gib",
+            "kv_cache",
+        ]
+        given = [
+            f"--{m.replace('_', '-')}" for m in measuring if getattr(args, m) not in (None, False)
+        ]
         if given:
             raise UserError(
                 f"--from-json re-renders a saved result and measures nothing, so "

@@ -101,8 +101,9 @@ class Session(Predictions):
             for s in self.sites
         ]
         if self.recurrent_alignment:
-            sites.append({"name": "alignment", "label": SITE_LABELS["alignment"], "layers": 1,
-                          "heads": 1})  # fmt: skip
+            sites.append(
+                {"name": "alignment", "label": SITE_LABELS["alignment"], "layers": 1, "heads": 1}
+            )
         cfg = self.cfg
         return {
             "name": self.name,
@@ -211,8 +212,7 @@ class Session(Predictions):
                 where, part = ("cross", None) if site.name == "cross" else ("self", site.name)
                 if sum(s.name != "cross" for s in self.sites) == 1:
                     part = None  # one self-attention stack: nothing to choose
-                stack.enter_context(inspect.ablate_heads(self.model, chosen, site=where,
-                                                         part=part))  # fmt: skip
+                stack.enter_context(inspect.ablate_heads(self.model, chosen, site=where, part=part))
             yield
 
     def _forward(

@@ -311,6 +311,10 @@ def compiled_step(model: torch.nn.Module, method: str, backend: Any = None) -> C
 # would silently run eager, with no error.
 STEP_RECOMPILE_LIMIT = 64
 
+# Recursive dict-tag guards for the compiled step (below). A switch only so that
+# benchmarks/fast_ab.py can measure what they give (its generation workload, "plain - dict_tags").
+DICT_TAG_GUARDS = True
+
 
 def _with_step_config(step: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """Call ``step`` with the dynamo settings of the decode step, switched on only around it.
@@ -328,7 +332,7 @@ def _with_step_config(step: Callable[..., Any], *args: Any, **kwargs: Any) -> An
     config = torch._dynamo.config
     changes: dict[str, Any] = {}
     if hasattr(config, "use_recursive_dict_tags_for_guards"):  # older torch: plain guards
-        changes["use_recursive_dict_tags_for_guards"] = True
+        changes["use_recursive_dict_tags_for_guards"] = DICT_TAG_GUARDS
     limit = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
     changes[limit] = max(getattr(config, limit), STEP_RECOMPILE_LIMIT)
     before = {name: getattr(config, name) for name in changes}

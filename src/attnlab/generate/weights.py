@@ -13,13 +13,13 @@ run in the model's compute dtype. Works the same for trained checkpoints and imp
     int4   4 + (a, z)    CPU                      ``torch._weight_int4pack_mm_for_cpu``
            per channel / per group of 64 (or 32) inputs
 
-Why PyTorch's aten kernels and not another route (each measured on the 2-core AVX-512 host, see
-benchmarks/ANALYSIS.md, "Reduced-precision decode"): they ship with torch (no new dependency),
+Why PyTorch's aten kernels and not another route (measurements: benchmarks/ANALYSIS.md,
+"Reduced-precision decode" and "Greedy generation"): they ship with torch (no new dependency),
 inductor lowers them to themselves under ``torch.compile``, and they widen the codes inside the
 kernel, so only the small codes cross the memory bus. The alternatives dequantize the whole
 matrix per call in eager mode (``w.to(x.dtype) * scale`` then ``mm``, torchao's CPU fallback) or
-need bf16 to be native (inductor widening bf16 weights in its decomposed matrix-vector loop was
-12-14x slower than fp32 on the AVX2 host of 11-24).
+need bf16 to be native (inductor widening bf16 weights in its decomposed matrix-vector loop is
+far slower than fp32 on a CPU without native bf16).
 
 Tied embeddings: the input embedding stays fp32 (a lookup reads one row per token); the output
 head gets its own reduced-precision copy, which is what every token reads in full.
