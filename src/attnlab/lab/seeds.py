@@ -54,7 +54,11 @@ def run_jobs(
         max_workers=workers, mp_context=ctx, initializer=torch.set_num_threads, initargs=(1,)
     ) as pool:
         futures = {job: pool.submit(fn, job) for job in order}
-        return {job: futures[job].result() for job in jobs}
+        try:
+            return {job: futures[job].result() for job in jobs}
+        except BaseException:  # an interrupt or a failed job: start no queued job after it
+            pool.shutdown(cancel_futures=True)
+            raise
 
 
 def run_arms(
