@@ -50,8 +50,10 @@ def default_run(root: Path) -> Path:
 
 def start_server(path: Path) -> tuple[subprocess.Popen, str]:
     src = str(HERE.parent / "src")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get(
-        "PYTHONPATH")]))}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [src, os.environ.get("PYTHONPATH")])),
+    }
     cmd = [sys.executable, "-m", "attnlab", "explore", str(path), "--port", "0"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=env)
     line = proc.stdout.readline()
@@ -92,8 +94,11 @@ async def client(url: str, info: dict, deadline: float, seed: int, times: dict, 
 
         while time.perf_counter() < deadline:
             text = TEXT[: rng.randint(8, len(TEXT))]
-            head = {"site": site["name"], "layer": rng.randrange(site["layers"]),
-                    "head": rng.randrange(site["heads"])}  # fmt: skip
+            head = {
+                "site": site["name"],
+                "layer": rng.randrange(site["layers"]),
+                "head": rng.randrange(site["heads"]),
+            }
             ablate = [head] if rng.random() < 0.5 else []
             await timed("info", _get_ok, http, "api/info", errors)
             await timed("tokens", post, "tokens", {"text": text})
@@ -112,8 +117,11 @@ async def _get_ok(http, path, errors) -> bool:
 
 
 def percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else (
-        values[0])  # fmt: skip
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+        if len(values) > 1
+        else (values[0])
+    )
 
 
 async def load_test(url: str, clients: int, seconds: float) -> tuple[dict, list]:
@@ -142,18 +150,26 @@ def main(argv: list[str] | None = None) -> int:
             proc.terminate()
             proc.wait(timeout=30)
     rows = {
-        name: {"requests": len(v), "p50_ms": round(1000 * percentile(v, 50), 1),
-               "p95_ms": round(1000 * percentile(v, 95), 1)}
+        name: {
+            "requests": len(v),
+            "p50_ms": round(1000 * percentile(v, 50), 1),
+            "p95_ms": round(1000 * percentile(v, 95), 1),
+        }
         for name, v in sorted(times.items())
-    }  # fmt: skip
+    }
     result = {
         "command": "python benchmarks/explore_load.py " + " ".join(argv or sys.argv[1:]),
-        "clients": args.clients, "seconds": args.seconds, "errors": len(errors),
-        "error_samples": errors[:5], "endpoints": rows, "model": args.path or "built-in decoder "
-        "LM d_model 128, 4 layers x 4 heads, char vocabulary", "date": time.strftime(
-            "%Y-%m-%d %H:%M", time.gmtime(started)), "machine": f"{platform.machine()}, "
+        "clients": args.clients,
+        "seconds": args.seconds,
+        "errors": len(errors),
+        "error_samples": errors[:5],
+        "endpoints": rows,
+        "model": args.path
+        or "built-in decoder LM d_model 128, 4 layers x 4 heads, char vocabulary",
+        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime(started)),
+        "machine": f"{platform.machine()}, "
         f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at the end",
-    }  # fmt: skip
+    }
     Path(args.out + ".json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "# Explorer load test",

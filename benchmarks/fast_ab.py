@@ -146,8 +146,9 @@ def generation_contenders(new_tokens: int) -> dict[str, Work]:
     _, plain = build_pair(SHAPES["small"], 64 + new_tokens + 1)
     fast = accelerate(copy.deepcopy(plain))
     prompt = torch.randint(0, SHAPES["small"].vocab, (64,), generator=torch.Generator()).tolist()
-    cfg = GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, stop_token_ids=(),
-                           compile=True)  # fmt: skip
+    cfg = GenerationConfig(
+        max_new_tokens=new_tokens, temperature=0.0, stop_token_ids=(), compile=True
+    )
     outputs: dict[str, list] = {}
 
     def work_for(name: str, model) -> Work:
@@ -229,8 +230,12 @@ def main(argv: list[str] | None = None) -> int:
         "char LM": lambda: training_contenders(char_lm_workload, n_batches),
         "generation": lambda: generation_contenders(100 if args.quick else 200),
     }
-    units = {"dates": "tgt tok/s", "translation": "tgt tok/s", "char LM": "tok/s",
-             "generation": "tok/s"}  # fmt: skip
+    units = {
+        "dates": "tgt tok/s",
+        "translation": "tgt tok/s",
+        "char LM": "tok/s",
+        "generation": "tok/s",
+    }
     results = {}
     for name, make in suites.items():
         if args.only and name not in args.only:

@@ -1,5 +1,5 @@
 """Tiny Hugging Face model directories the tests build themselves (random weights, a BPE trained
-here): nothing is downloaded. Imported by the interop and CLI tests."""
+here): nothing is downloaded. Imported by the interop, CLI and generation tests."""
 
 from __future__ import annotations
 
@@ -60,12 +60,30 @@ def bigger_weights(model: torch.nn.Module, std: float = 0.3) -> None:
                 p.uniform_(0.5, 1.5)
 
 
+def spread(model: torch.nn.Module, std: float) -> torch.nn.Module:
+    """Larger random matrices than the init (norms untouched), so greedy outputs vary instead of
+    repeating a token; returns the model in eval mode. Used by the generation tests."""
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() >= 2:
+                p.normal_(0.0, std)
+    return model.eval()
+
+
 def gpt2_dir(root: Path, transformers) -> tuple[Path, object]:
     tok = byte_level_bpe()
     cfg = transformers.GPT2Config(
-        n_layer=2, n_head=4, n_embd=32, vocab_size=tok.get_vocab_size(), n_positions=64,
-        bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-    )  # fmt: skip
+        n_layer=2,
+        n_head=4,
+        n_embd=32,
+        vocab_size=tok.get_vocab_size(),
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     torch.manual_seed(0)
     hf = transformers.GPT2LMHeadModel(cfg).eval()
     bigger_weights(hf)

@@ -40,9 +40,9 @@ from attnlab.train.state import (
     unflatten_state,
     write_safetensors,
 )
+from tiny_configs import TINY
 
 TOK = CharTokenizer.train(["abcdefghij klmnop"])
-TINY = dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16)
 
 
 def tiny(kind: str = "decoder_lm", **changes) -> tuple[ModelConfig, torch.nn.Module]:
@@ -143,8 +143,16 @@ def test_resume_is_bit_identical(tmp_path, opt_kind):
     cfg, model = tiny(dropout=0.1)
     opts, scheds = make_optimizers(model, opt_kind)
     train_steps(model, opts, scheds, 3, cfg.vocab_size)
-    save(tmp_path, model, cfg, step=3, optimizer=opts, scheduler=scheds,
-         extra_state={"data_position": 123}, train_config={"lr": 1e-2})  # fmt: skip
+    save(
+        tmp_path,
+        model,
+        cfg,
+        step=3,
+        optimizer=opts,
+        scheduler=scheds,
+        extra_state={"data_position": 123},
+        train_config={"lr": 1e-2},
+    )
     straight = train_steps(model, opts, scheds, 3, cfg.vocab_size)
 
     torch.manual_seed(99), random.seed(99), np.random.seed(99)  # noqa: NPY002 (fresh process)
@@ -180,8 +188,13 @@ def test_optimizer_state_single_and_mismatch():
 
 def test_flatten_state_round_trips_structure():
     t = torch.arange(4.0)
-    obj = {"state": {0: {"buf": t, "step": 3}}, "g": [{"betas": (0.9, 0.99), "params": [0]}],
-           "__tensor__": "tricky", "n": None, "views": (t, t[:2])}  # fmt: skip
+    obj = {
+        "state": {0: {"buf": t, "step": 3}},
+        "g": [{"betas": (0.9, 0.99), "params": [0]}],
+        "__tensor__": "tricky",
+        "n": None,
+        "views": (t, t[:2]),
+    }
     tree, tensors = flatten_state(obj)
     back = unflatten_state(json.loads(json.dumps(tree)), tensors)
     assert back["g"][0]["betas"] == (0.9, 0.99) and back["__tensor__"] == "tricky"
@@ -312,8 +325,9 @@ def test_crash_at_rename_or_pointer_keeps_previous(two_saves, monkeypatch):
 def test_leftovers_of_a_killed_save_are_ignored_and_cleaned(two_saves):
     run, cfg, model, expected, x = two_saves
     root = run / "checkpoints"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True).stdout.strip()  # fmt: skip
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    ).stdout.strip()
     tmp = root / f".tmp-step_00000003-{dead}-abcdef"
     (tmp / "train_state").mkdir(parents=True)
     (tmp / "model.safetensors").write_bytes(b"\x00garbage")
@@ -428,8 +442,9 @@ def test_tokenizer_vocab_mismatch(saved, tmp_path):
         ck.load_checkpoint(path, verify=False)
     _, model = tiny()
     with pytest.raises(CheckpointError, match="checkpoint and tokenizer disagree"):
-        ck.save_checkpoint(tmp_path / "x", model=model, config=cfg, tokenizer=ByteTokenizer(),
-                           step=1)  # fmt: skip
+        ck.save_checkpoint(
+            tmp_path / "x", model=model, config=cfg, tokenizer=ByteTokenizer(), step=1
+        )
 
 
 def test_state_dict_mismatch_names_keys(saved):
@@ -452,8 +467,7 @@ def test_resuming_with_a_different_model_names_the_fields(saved):
 
 def test_restore_training_needs_train_state(tmp_path):
     cfg, model = tiny()
-    path = ck.save_inference_checkpoint(tmp_path / "export", model=model, config=cfg,
-                                        tokenizer=TOK)  # fmt: skip
+    path = ck.save_inference_checkpoint(tmp_path / "export", model=model, config=cfg, tokenizer=TOK)
     got = ck.load_checkpoint(path)
     assert got.train_state is None
     with pytest.raises(CheckpointError, match="no training state"):

@@ -52,11 +52,16 @@ def run_dir(finished_run, tmp_path):
 
 
 def test_train_then_evaluate_in_process(run_dir, capsys):
-    assert {p.name for p in run_dir.iterdir()} >= {"checkpoints", "metrics.jsonl", "loss.png",
-                                                    "config.toml"}  # fmt: skip
+    assert {p.name for p in run_dir.iterdir()} >= {
+        "checkpoints",
+        "metrics.jsonl",
+        "loss.png",
+        "config.toml",
+    }
     assert latest_checkpoint(run_dir).name == "step_00000004"
-    code, out, _ = _run(capsys, "evaluate", "--checkpoint", str(run_dir), "--split", "test",
-                        "--json")  # fmt: skip
+    code, out, _ = _run(
+        capsys, "evaluate", "--checkpoint", str(run_dir), "--split", "test", "--json"
+    )
     metrics = json.loads(out)
     assert code == 0 and metrics["step"] == 4
     assert {"test_loss", "test_ppl", "test_exact_match"} <= set(metrics)
@@ -66,14 +71,16 @@ def test_train_then_evaluate_in_process(run_dir, capsys):
 
 def test_config_round_trip_and_precedence(tmp_path, capsys):
     path = tmp_path / "run.toml"
-    code, _, _ = _run(capsys, "train", "--preset", "dates", "--lr", "0.002", "--dump-config",
-                      str(path))  # fmt: skip
+    code, _, _ = _run(
+        capsys, "train", "--preset", "dates", "--lr", "0.002", "--dump-config", str(path)
+    )
     assert code == 0
     cfg = load_toml(path)
     assert cfg.train.lr == 0.002 and cfg.train.data == "dates" and cfg.model.d_model == 64
     again = tmp_path / "again.toml"
-    code, _, _ = _run(capsys, "train", "--config", str(path), "--steps", "700", "--dump-config",
-                      str(again))  # fmt: skip
+    code, _, _ = _run(
+        capsys, "train", "--config", str(path), "--steps", "700", "--dump-config", str(again)
+    )
     assert code == 0
     back = load_toml(again)
     assert back.train.steps == 700 and back.model == cfg.model  # flags override the file
@@ -148,8 +155,16 @@ def test_unwritable_run_directory(tmp_path, capsys):
     blocker.write_text("not a directory", encoding="utf-8")
     _fails(capsys, "train", "--task", "reverse", *TINY, "--out", str(blocker / "run"),
            match="could not create the directory")  # fmt: skip
-    _fails(capsys, "train", "--task", "reverse", *TINY, "--out", str(blocker),
-           match="is a file, not a directory")  # fmt: skip
+    _fails(
+        capsys,
+        "train",
+        "--task",
+        "reverse",
+        *TINY,
+        "--out",
+        str(blocker),
+        match="is a file, not a directory",
+    )
 
 
 def test_full_disk_keeps_the_previous_checkpoint(run_dir, capsys, monkeypatch):
@@ -159,8 +174,16 @@ def test_full_disk_keeps_the_previous_checkpoint(run_dir, capsys, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))
 
     monkeypatch.setattr(checkpoint, "write_synced", full)
-    err = _fails(capsys, "train", "--out", str(run_dir), "--resume", "--steps", "6",
-                 match="no space left on the device")  # fmt: skip
+    err = _fails(
+        capsys,
+        "train",
+        "--out",
+        str(run_dir),
+        "--resume",
+        "--steps",
+        "6",
+        match="no space left on the device",
+    )
     assert "free some space" in err
     monkeypatch.undo()
     assert load_checkpoint(run_dir).step == 4  # the latest good checkpoint still loads
@@ -172,14 +195,35 @@ def test_language_model_on_a_text_file_then_a_test_file(tmp_path, capsys):
     text.write_text("a rose is a rose is a rose. " * 80, encoding="utf-8")
     other.write_text("is a rose a rose? " * 20, encoding="utf-8")
     out = tmp_path / "lm"
-    code, stdout, _ = _run(capsys, "train", "--text", str(text), "--out", str(out),
-                           "--steps", "2", "--context-len", "16", *TINY)  # fmt: skip
+    code, stdout, _ = _run(
+        capsys,
+        "train",
+        "--text",
+        str(text),
+        "--out",
+        str(out),
+        "--steps",
+        "2",
+        "--context-len",
+        "16",
+        *TINY,
+    )
     assert code == 0 and "decoder_lm on task 'lm'" in stdout and "val_ppl" in stdout
-    code, stdout, _ = _run(capsys, "evaluate", "--checkpoint", str(out), "--split", "test",
-                           "--text", str(other), "--json")  # fmt: skip
+    code, stdout, _ = _run(
+        capsys,
+        "evaluate",
+        "--checkpoint",
+        str(out),
+        "--split",
+        "test",
+        "--text",
+        str(other),
+        "--json",
+    )
     assert code == 0 and json.loads(stdout)["test_ppl"] > 1.0
-    _fails(capsys, "evaluate", "--checkpoint", str(out), "--split", "test",
-           match="needs its own text")  # fmt: skip
+    _fails(
+        capsys, "evaluate", "--checkpoint", str(out), "--split", "test", match="needs its own text"
+    )
 
 
 def test_tensorboard_without_the_package_is_a_clear_error(tmp_path, capsys):
@@ -190,6 +234,16 @@ def test_tensorboard_without_the_package_is_a_clear_error(tmp_path, capsys):
         _fails(capsys, "train", "--task", "reverse", *TINY, "--steps", "2", "--tensorboard",
                "--out", str(tmp_path / "r"), match="needs the tensorboard package")  # fmt: skip
     else:
-        code, _, _ = _run(capsys, "train", "--task", "reverse", *TINY, "--steps", "2",
-                          "--tensorboard", "--out", str(tmp_path / "r"))  # fmt: skip
+        code, _, _ = _run(
+            capsys,
+            "train",
+            "--task",
+            "reverse",
+            *TINY,
+            "--steps",
+            "2",
+            "--tensorboard",
+            "--out",
+            str(tmp_path / "r"),
+        )
         assert code == 0 and (tmp_path / "r" / "tensorboard").is_dir()

@@ -51,8 +51,18 @@ def test_char_vocabulary_is_sorted_after_specials():
     assert (tok.pad_id, tok.bos_id, tok.eos_id, tok.unk_id) == (0, 1, 2, None)
     assert tok.vocab_size == 3 + len(set("hello world"))
     assert [tok.token_to_str(i) for i in range(tok.vocab_size)] == [
-        "<pad>", "<bos>", "<eos>", "\u2423", "d", "e", "h", "l", "o", "r", "w",
-    ]  # fmt: skip
+        "<pad>",
+        "<bos>",
+        "<eos>",
+        "\u2423",
+        "d",
+        "e",
+        "h",
+        "l",
+        "o",
+        "r",
+        "w",
+    ]
     assert tok.encode("he", add_bos=True, add_eos=True) == [1, 6, 5, 2]
     assert tok.decode([1, 6, 5, 2, 0, 0]) == "he"
     assert tok.decode([1, 6, 5, 2], skip_special=False) == "<bos>he<eos>"

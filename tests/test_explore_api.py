@@ -72,8 +72,10 @@ def test_info_lists_sites_layers_and_heads(clients):
 
 def test_tokens_are_the_tokenizers(clients):
     got = post(clients["s2s"], "tokens", text="ab", source=SOURCE)
-    assert got["source"] == {"ids": TOK.encode(SOURCE), "tokens": [TOK.token_to_str(i) for i in
-                                                                   TOK.encode(SOURCE)]}  # fmt: skip
+    assert got["source"] == {
+        "ids": TOK.encode(SOURCE),
+        "tokens": [TOK.token_to_str(i) for i in TOK.encode(SOURCE)],
+    }
     assert got["target"]["ids"] == [TOK.bos_id] + TOK.encode("ab")
     assert got["target"]["tokens"][0] == "<bos>"
 
@@ -157,8 +159,11 @@ def test_values_equal_the_inspect_apis(models):
     with torch.no_grad(), inspect.capture(model) as cache:
         logits = model.decode(tgt, model.encode(src)).logits
     sites = session.attention("ab", SOURCE)["sites"]
-    for site, prefix in (("encoder", "encoder.stack.blocks"), ("decoder", "blocks"),
-                         ("cross", "blocks")):  # fmt: skip
+    for site, prefix in (
+        ("encoder", "encoder.stack.blocks"),
+        ("decoder", "blocks"),
+        ("cross", "blocks"),
+    ):
         kind = "cross_attn" if site == "cross" else "self_attn"
         for layer in range(2):
             close(sites[site]["layers"][layer], cache[f"{prefix}.{layer}.{kind}.A"][0])
@@ -192,8 +197,10 @@ def test_the_lstm_alignment_is_inspects_alpha(models):
 
 
 # -------------------------------------------------------------------------------- walkthrough
-@pytest.mark.parametrize(("name", "site"), [("lm", "decoder"), ("rotary", "decoder"),
-                                            ("s2s", "cross"), ("s2s", "encoder")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "site"),
+    [("lm", "decoder"), ("rotary", "decoder"), ("s2s", "cross"), ("s2s", "encoder")],
+)
 def test_walkthrough_steps_follow_the_equation(clients, models, name, site):
     source = SOURCE if name == "s2s" else None
     got = post(clients[name], "walkthrough", text="ab", source=source, site=site, layer=1, head=1)
@@ -245,7 +252,9 @@ def test_positions_show_each_models_signal(clients, models):
     close(learned["values"], models["lm"].embed.pos_enc.table.weight[:3].detach())
     sin = post(clients["sin"], "positions", text="ab", source=SOURCE)["views"]
     assert [(v["kind"], v["side"], len(v["values"])) for v in sin] == [
-        ("sinusoidal", "source", len(SOURCE)), ("sinusoidal", "target", 3)]  # fmt: skip
+        ("sinusoidal", "source", len(SOURCE)),
+        ("sinusoidal", "target", 3),
+    ]
     close(sin[0]["values"], reference.sinusoidal_encoding(len(SOURCE), 16))
     rot = post(clients["rotary"], "positions", text="abcd")["views"][0]
     theta = 10000.0 ** (-np.arange(0, 8, 2) / 8)
@@ -293,8 +302,9 @@ def test_ablation_changes_the_distribution_as_w_o_editing_predicts(clients, mode
     assert any(abs(a["p"] - b["p"]) > 1e-4 for a, b in zip(plain, got["candidates"]))
     # the ablation lasts only for its request
     assert post(clients["lm"], "next", text=TEXT)["candidates"] == plain
-    cross = post(clients["s2s"], "next", text="a", source=SOURCE,
-                 ablate=[["cross", 1, 0], ["encoder", 0, 1]])["candidates"]  # fmt: skip
+    cross = post(
+        clients["s2s"], "next", text="a", source=SOURCE, ablate=[["cross", 1, 0], ["encoder", 0, 1]]
+    )["candidates"]
     model = _without_head(models["s2s"], "blocks.1.cross_attn", 0)
     model = _without_head(model, "encoder.stack.blocks.0.self_attn", 1)
     with torch.no_grad():
@@ -318,8 +328,11 @@ def events(client, **params):
 def test_stream_yields_the_generators_tokens_one_event_each(clients, models, strategy):
     got = events(clients["lm"], text=TEXT, strategy=strategy, max_new_tokens=6, seed=5,
                  temperature=0.8, top_k=4, beams=3)  # fmt: skip
-    settings = {"greedy": dict(temperature=0), "sample": dict(temperature=0.8, top_k=4),
-                "beam": dict(temperature=0, num_beams=3)}  # fmt: skip
+    settings = {
+        "greedy": dict(temperature=0),
+        "sample": dict(temperature=0.8, top_k=4),
+        "beam": dict(temperature=0, num_beams=3),
+    }
     cfg = GenerationConfig(max_new_tokens=6, seed=5, **settings[strategy])
     want = generate(models["lm"], TOK.encode(TEXT), cfg, tokenizer=TOK).tokens[0]
     tokens = [e["id"] for e in events_of(got, "token")]
@@ -332,8 +345,9 @@ def events_of(evts, kind):
 
 
 def test_stream_seq2seq_and_ablated(clients, models):
-    got = events(clients["s2s"], source=SOURCE, strategy="greedy", max_new_tokens=5,
-                 ablate=[["cross", 0, 0]])  # fmt: skip
+    got = events(
+        clients["s2s"], source=SOURCE, strategy="greedy", max_new_tokens=5, ablate=[["cross", 0, 0]]
+    )
     model = _without_head(models["s2s"], "blocks.0.cross_attn", 0)
     cfg = GenerationConfig(max_new_tokens=5, temperature=0)
     want = generate_seq2seq(model, TOK.encode(SOURCE), cfg, tokenizer=TOK).tokens[0]
@@ -353,8 +367,7 @@ BAD = [
 
 
 @pytest.mark.parametrize(("endpoint", "payload", "message"), BAD)
-def test_bad_input_is_one_message_and_the_server_keeps_serving(clients, endpoint, payload,
-                                                               message):  # fmt: skip
+def test_bad_input_is_one_message_and_the_server_keeps_serving(clients, endpoint, payload, message):
     r = clients["lm"].post(f"/api/{endpoint}", json=payload)
     assert r.status_code == 400 and message in r.json()["error"]
     assert "Traceback" not in r.text and "\n" not in r.json()["error"]
@@ -381,7 +394,7 @@ def test_bad_requests(clients):
         "/app.py",
         "/static//etc/passwd",
         "/static/%2fetc%2fpasswd",
-    ],  # fmt: skip
+    ],
 )
 def test_serves_nothing_outside_its_assets(clients, path):
     r = clients["lm"].get(path)

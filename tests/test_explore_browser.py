@@ -133,8 +133,12 @@ def weights(model, layer, head):
 
 
 def test_page_loads_with_zero_console_errors(servers, page):
-    for name, query in (("lm", f"?text={TEXT}"), ("s2s", "?text=ab&source=hello"),
-                        ("lstm", "?text=ab&source=hello"), ("clf", "?text=abc")):  # fmt: skip
+    for name, query in (
+        ("lm", f"?text={TEXT}"),
+        ("s2s", "?text=ab&source=hello"),
+        ("lstm", "?text=ab&source=hello"),
+        ("clf", "?text=abc"),
+    ):
         open_page(page, servers[name][0], query)
         page.wait_for_selector("#ax-heatmap td")
         assert page.is_hidden("#ax-error")
@@ -157,8 +161,9 @@ def test_heatmap_cells_equal_the_models_weights(servers, page):
     settle(page)
     np.testing.assert_allclose(cells(page), weights(session.model, 1, 1), atol=1e-6)
     lines = page.eval_on_selector_all("#ax-lines line", "ls => ls.map(l => +l.dataset.value)")
-    np.testing.assert_allclose(sorted(lines), sorted(weights(session.model, 1, 1).ravel()),
-                               atol=1e-6)  # fmt: skip
+    np.testing.assert_allclose(
+        sorted(lines), sorted(weights(session.model, 1, 1).ravel()), atol=1e-6
+    )
     assert page.errors == []
 
 

@@ -69,8 +69,11 @@ def test_missing_or_damaged_checkpoints_are_one_message(run_dir, tmp_path, capsy
     assert main(["explore", str(target), "--port", "0"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("attnlab: error:") and "Traceback" not in err
-    assert {"missing": "does not exist", "truncated": "truncated",
-            "not-a-checkpoint": "no checkpoint"}[damage] in err.replace("\n  ", " ")  # fmt: skip
+    assert {
+        "missing": "does not exist",
+        "truncated": "truncated",
+        "not-a-checkpoint": "no checkpoint",
+    }[damage] in err.replace("\n  ", " ")
 
 
 def test_a_local_gpt2_directory_matches_transformers(tmp_path):
@@ -83,8 +86,11 @@ def test_a_local_gpt2_directory_matches_transformers(tmp_path):
     hf.save_pretrained(tmp_path, safe_serialization=True)
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    trainer = trainers.BpeTrainer(vocab_size=300, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=300,
+        special_tokens=["<|endoftext|>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     tok.train_from_iterator(["the cat sat on the mat", "attention is all you need"], trainer)
     tok.save(str(tmp_path / "tokenizer.json"))
     loaded = load(tmp_path)
@@ -104,12 +110,17 @@ def test_a_local_gpt2_directory_matches_transformers(tmp_path):
 
 
 def test_the_command_serves_until_interrupted(run_dir):
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get(
-        "PYTHONPATH")]))}  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [SRC, os.environ.get("PYTHONPATH")])),
+    }
     proc = subprocess.Popen(
         [sys.executable, "-m", "attnlab", "explore", str(run_dir), "--port", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         line = proc.stdout.readline()
         assert "attnlab explore:" in line and "http://127.0.0.1:" in line, proc.stderr.read()

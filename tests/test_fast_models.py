@@ -96,8 +96,9 @@ def test_encoder_decoder_equals_the_plain_form_in_value_and_gradient(opts):
 
 
 def test_models_with_value_heads_of_another_width_run_the_plain_form():
-    plain, fast = _pair(kind="encoder_decoder", vocab_size=40, d_model=16, n_heads=2,
-                        n_layers=1, d_v=3, max_len=24)  # fmt: skip
+    plain, fast = _pair(
+        kind="encoder_decoder", vocab_size=40, d_model=16, n_heads=2, n_layers=1, d_v=3, max_len=24
+    )
     src, src_mask = _batch(2 * GROUP_ROWS, 40, 20, seed=6)
     tgt, tgt_mask = _batch(2 * GROUP_ROWS, 40, 15, seed=7)
     args = dict(src_mask=src_mask, tgt_mask=tgt_mask, real_only=True)

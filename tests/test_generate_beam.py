@@ -12,19 +12,12 @@ import torch
 from attnlab.config import ModelConfig
 from attnlab.generate import GenerationConfig, generate, generate_seq2seq
 from attnlab.generate.beam import beam_search
-from attnlab.generate.lm import lm_stepper
-from attnlab.generate.seq2seq import seq2seq_stepper
+from attnlab.generate.lm import prepare_lm
+from attnlab.generate.seq2seq import prepare_seq2seq
 from attnlab.models import build_model
+from hf_dirs import spread
 
 BOS, EOS = 1, 2
-
-
-def spread(model: torch.nn.Module, std: float = 0.5) -> torch.nn.Module:
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, std)
-    return model.eval()
 
 
 def tiny(kind: str = "decoder_lm", vocab: int = 12, **kw) -> torch.nn.Module:
@@ -89,14 +82,14 @@ def test_beam_width_one_is_greedy():
     greedy = GenerationConfig(temperature=0, max_new_tokens=15, stop_token_ids=())
     want = generate(model, [[3, 4], [5]], greedy).tokens
     cfg = beams(1, 15, stop=())
-    stepper, batch, specials = lm_stepper(model, [[3, 4], [5]], cfg, None)
-    got = beam_search(stepper, cfg, vocab_size=12, specials=specials, prompts=batch.prompts)
+    p = prepare_lm(model, [[3, 4], [5]], cfg, None)
+    got = beam_search(p.stepper, cfg, vocab_size=12, specials=p.specials, prompts=p.batch.prompts)
     assert got.tokens == want
     # With a stop token, width 1 is greedy when scores are not length-normalised (alpha = 0).
     free = generate(model, [3, 4], greedy.replace(stop_token_ids=(EOS,))).tokens
     cfg = beams(1, 15, alpha=0.0)
-    stepper, batch, specials = lm_stepper(model, [3, 4], cfg, None)
-    got = beam_search(stepper, cfg, vocab_size=12, specials=specials, prompts=batch.prompts)
+    p = prepare_lm(model, [3, 4], cfg, None)
+    got = beam_search(p.stepper, cfg, vocab_size=12, specials=p.specials, prompts=p.batch.prompts)
     assert got.tokens == free
 
 
@@ -107,8 +100,10 @@ def test_seq2seq_beam_width_one_is_greedy():
     greedy = GenerationConfig(temperature=0, max_new_tokens=12, bos_token_id=BOS)
     want = generate_seq2seq(model, sources, greedy.replace(stop_token_ids=()))
     cfg = beams(1, 12, stop=())
-    stepper, batch, specials, cfg = seq2seq_stepper(model, sources, cfg, None)
-    got = beam_search(stepper, cfg, vocab_size=12, specials=specials, prompts=batch.prompts)
+    p = prepare_seq2seq(model, sources, cfg, None)
+    got = beam_search(
+        p.stepper, p.config, vocab_size=12, specials=p.specials, prompts=p.batch.prompts
+    )
     assert got.tokens == want.tokens
 
 

@@ -15,17 +15,9 @@ from attnlab.data import ByteTokenizer, CharTokenizer
 from attnlab.fast import accelerate
 from attnlab.generate import GenerationConfig, IncrementalDecoder, generate, stream
 from attnlab.models import LanguageModel, ModelOutput, build_model
+from hf_dirs import spread
 
 GREEDY = GenerationConfig(temperature=0, max_new_tokens=20)
-
-
-def spread(model: torch.nn.Module, std: float = 0.3) -> torch.nn.Module:
-    """Larger random weights than the init, so greedy outputs vary instead of repeating a token."""
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, std)
-    return model.eval()
 
 
 def tiny_lm(positional: str = "learned", max_len: int = 256, kind: str = "decoder_lm", **kw):
@@ -161,10 +153,10 @@ def test_stop_tokens_end_rows_independently(lm):
 
 
 def test_rows_keep_every_token_until_one_finishes(lm):
-    from attnlab.generate.lm import lm_loop
+    from attnlab.generate.lm import prepare_lm
 
     prompts = [[5, 6, 7], [9, 8]]
-    free, _ = lm_loop(lm, prompts, GREEDY.replace(stop_token_ids=()), None)
+    free = prepare_lm(lm, prompts, GREEDY.replace(stop_token_ids=()), None).loop()
     steps = []
     while (step := free.step()) is not None:
         steps.append(step)
@@ -173,7 +165,7 @@ def test_rows_keep_every_token_until_one_finishes(lm):
     tokens = free.tokens()
     assert [len(t) for t in tokens] == [GREEDY.max_new_tokens] * 2
     unused = next(i for i in range(3, 40) if all(i not in t for t in tokens))
-    masked, _ = lm_loop(lm, prompts, GREEDY.replace(stop_token_ids=(unused,)), None)
+    masked = prepare_lm(lm, prompts, GREEDY.replace(stop_token_ids=(unused,)), None).loop()
     masked.run()
     assert masked.tokens() == tokens and masked.reasons == ["length", "length"]
     assert not torch.is_inference_mode_enabled()
@@ -347,8 +339,9 @@ def assert_compiled_matches_eager(model, prompts, config, tol: float | None = 1e
     eager = generate(model, prompts, config, return_logits=True)
     compiled = generate(model, prompts, config.replace(compile=True), return_logits=True)
     assert compiled.tokens == eager.tokens
-    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
-                               atol=tol, rtol=tol)  # fmt: skip
+    torch.testing.assert_close(
+        torch.stack(compiled.logits), torch.stack(eager.logits), atol=tol, rtol=tol
+    )
 
 
 def test_compiled_decode_step_gives_the_eager_tokens_and_logits(lm):
@@ -426,7 +419,7 @@ def test_compiled_models_of_other_widths_in_one_process_each_keep_their_eager_to
     torch.manual_seed(4)
     narrow = accelerate(tiny_lm("learned"))
     cfg = ModelConfig(kind="decoder_lm", vocab_size=40, d_model=48, n_heads=2, n_layers=3)
-    wide = spread(build_model(cfg, fast=True))
+    wide = spread(build_model(cfg, fast=True), 0.3)
     prompt, cfg = [3, 4, 5, 6, 7], GREEDY.replace(max_new_tokens=20)
     for model in (narrow, wide, narrow, wide):
         replays[0] = 0

@@ -12,17 +12,10 @@ from attnlab.data import CharTokenizer
 from attnlab.fast import accelerate
 from attnlab.generate import GenerationConfig, generate_seq2seq, stream
 from attnlab.models import build_model
+from hf_dirs import spread
 
 BOS, EOS = 1, 2
 GREEDY = GenerationConfig(temperature=0, max_new_tokens=20, bos_token_id=BOS, stop_token_ids=())
-
-
-def spread(model: torch.nn.Module, std: float) -> torch.nn.Module:
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.dim() >= 2:
-                p.normal_(0.0, std)
-    return model.eval()
 
 
 def tiny_s2s(kind: str = "encoder_decoder", positional: str = "learned", **kw):
@@ -147,11 +140,14 @@ def test_compiled_decode_step_gives_the_eager_tokens(replays):
     eager = generate_seq2seq(model, sources, greedy, return_logits=True)
     compiled = generate_seq2seq(model, sources, greedy.replace(compile=True), return_logits=True)
     assert compiled.tokens == eager.tokens
-    torch.testing.assert_close(torch.stack(compiled.logits), torch.stack(eager.logits),
-                               atol=1e-5, rtol=1e-5)  # fmt: skip
+    torch.testing.assert_close(
+        torch.stack(compiled.logits), torch.stack(eager.logits), atol=1e-5, rtol=1e-5
+    )
     assert replays[0] >= 25 - 5  # rows stop at different steps; the batch runs until all stop
     replays[0] = 0
     beams = greedy.replace(num_beams=3)
-    assert (generate_seq2seq(model, sources, beams.replace(compile=True)).tokens
-            == generate_seq2seq(model, sources, beams).tokens)  # fmt: skip
+    assert (
+        generate_seq2seq(model, sources, beams.replace(compile=True)).tokens
+        == generate_seq2seq(model, sources, beams).tokens
+    )
     assert replays[0] == 0

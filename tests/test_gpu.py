@@ -32,8 +32,9 @@ pytestmark = [
 ]
 
 TINY_LM = ModelConfig(kind="decoder_lm", d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=32)
-TINY_S2S = ModelConfig(kind="encoder_decoder", d_model=32, n_heads=4, n_layers=1, d_ff=64,
-                       max_len=24)  # fmt: skip
+TINY_S2S = ModelConfig(
+    kind="encoder_decoder", d_model=32, n_heads=4, n_layers=1, d_ff=64, max_len=24
+)
 
 
 @pytest.fixture(scope="module")
@@ -164,8 +165,9 @@ def test_ddp_init_on_cuda_wraps_and_averages_like_one_process():
 
     device = resolve_device("cuda")
     torch.cuda.set_device(device)
-    dist.init_process_group("nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0,
-                            world_size=1)  # fmt: skip
+    dist.init_process_group(
+        "nccl", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1
+    )
     try:
         torch.manual_seed(0)
         plain = build_model(TINY_LM.replace(vocab_size=40)).to(device)

@@ -37,8 +37,9 @@ def _cache(model, names):
 
 
 def _lm(positional="learned", **kw):
-    cfg = ModelConfig(vocab_size=30, d_model=16, n_heads=2, n_layers=2, max_len=16,
-                      positional=positional, **kw)  # fmt: skip
+    cfg = ModelConfig(
+        vocab_size=30, d_model=16, n_heads=2, n_layers=2, max_len=16, positional=positional, **kw
+    )
     torch.manual_seed(0)
     return build_model(cfg).double().eval()
 
@@ -49,8 +50,9 @@ def test_every_contract_name_exists_in_the_three_transformer_families():
     want |= {f"blocks.{i}.self_attn.{a}" for i in range(2) for a in ATTN + ["Q_rot", "K_rot"]}
     want |= {f"blocks.{i}.ffn.hidden" for i in range(2)} | {f"embed.{e}" for e in EMBED}
     assert want | {"final"} <= _names(lm)
-    cfg = ModelConfig(kind="encoder_decoder", vocab_size=30, d_model=16, n_heads=2, n_layers=1,
-                      max_len=16)  # fmt: skip
+    cfg = ModelConfig(
+        kind="encoder_decoder", vocab_size=30, d_model=16, n_heads=2, n_layers=1, max_len=16
+    )
     s2s = _names(build_model(cfg))
     assert {f"blocks.0.cross_attn.{a}" for a in ATTN} | {"final", "encoder.stack.final"} <= s2s
     assert {"blocks.0.cross_norm", "blocks.0.resid_cross", "tgt_embed.P"} <= s2s
@@ -74,8 +76,9 @@ def test_hooked_values_are_the_ones_the_model_computes():
     torch.testing.assert_close(scaled, scores / attn.d_head**0.5)
     mask = values["blocks.0.self_attn.mask"]
     assert mask.shape == (2, 1, 7, 7) and torch.equal(mask[0, 0], torch.ones(7, 7).tril().bool())
-    torch.testing.assert_close(values["blocks.0.self_attn.heads"],
-                               a @ values["blocks.0.self_attn.V"])  # fmt: skip
+    torch.testing.assert_close(
+        values["blocks.0.self_attn.heads"], a @ values["blocks.0.self_attn.V"]
+    )
     torch.testing.assert_close(values["blocks.0.resid_post"], values["blocks.1.x"])
     torch.testing.assert_close(values["embed.embed"], values["blocks.0.x"])
     torch.testing.assert_close(values["embed.embed"], values["embed.X"] + values["embed.P"])
@@ -102,8 +105,9 @@ def test_outer_points_keep_the_fused_form(point, monkeypatch):
     attn = SelfAttention(8, 2).eval()
     calls = []
     real = multihead.scaled_dot_product_attention
-    monkeypatch.setattr(multihead, "scaled_dot_product_attention",
-                        lambda *a, **k: calls.append(1) or real(*a, **k))  # fmt: skip
+    monkeypatch.setattr(
+        multihead, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k)
+    )
     seen = []
     getattr(attn, point).register_forward_hook(lambda m, a, o: seen.append(o.shape))
     attn(torch.randn(2, 5, 8), causal=True)

@@ -78,9 +78,11 @@ def _split(weight, bias, n_heads, widths):
     out, start = [], 0
     for w in widths:
         out.append(
-            (ref.split_heads_weights(W[:, start : start + w], n_heads),
-             ref.split_heads_weights(b[start : start + w], n_heads))
-        )  # fmt: skip
+            (
+                ref.split_heads_weights(W[:, start : start + w], n_heads),
+                ref.split_heads_weights(b[start : start + w], n_heads),
+            )
+        )
         start += w
     return out
 
@@ -115,7 +117,7 @@ def test_cached_attention_quantities_match_the_reference(kind, changes):
         cross = isinstance(attn, CrossAttention)
         dk, dv = attn.d_head, attn.d_v
         if cross:
-            (Wq, bq), = _split(attn.q_proj.weight, attn.q_proj.bias, H, [H * dk])  # fmt: skip
+            ((Wq, bq),) = _split(attn.q_proj.weight, attn.q_proj.bias, H, [H * dk])
             (Wk, bk), (Wv, bv) = _split(attn.kv_proj.weight, attn.kv_proj.bias, H, [H * dk, H * dv])
             memory = _np(call_args[1] if len(call_args) > 1 else call_kwargs["memory"])
         else:
@@ -160,9 +162,18 @@ def test_cached_attention_quantities_match_the_reference(kind, changes):
             if getattr(attn, "rotary", None) is None:  # the reference MHA has no rotary
                 Wo, bo = _np(attn.out_proj.weight).T, _np(attn.out_proj.bias)
                 want = ref.multi_head_attention(
-                    x[b], None if not cross else memory[b], Wq, Wk, Wv, Wo, bq, bk, bv, bo,
+                    x[b],
+                    None if not cross else memory[b],
+                    Wq,
+                    Wk,
+                    Wv,
+                    Wo,
+                    bq,
+                    bk,
+                    bv,
+                    bo,
                     mask=allowed,
-                )  # fmt: skip
+                )
                 np.testing.assert_allclose(_np(cache[f"{p}.out"][b]), want.out, atol=1e-12)
 
 
@@ -331,8 +342,9 @@ def test_head_ablation_effects_and_direct_logit_attribution():
     assert effects.shape == (2, H)
     targets = ids[:, 1:]
     zeroed = _zero_wo_columns(model, "blocks.1.self_attn", [1])
-    loss = torch.nn.functional.cross_entropy(zeroed(ids).logits[:, :-1].flatten(0, 1),
-                                             targets.flatten())  # fmt: skip
+    loss = torch.nn.functional.cross_entropy(
+        zeroed(ids).logits[:, :-1].flatten(0, 1), targets.flatten()
+    )
     torch.testing.assert_close(effects[1, 1], (loss - clean).float(), rtol=0, atol=1e-6)
     _, lp = inspect.head_ablation_effects(model, ids, metric="logprob", token=3, position=-1)
     assert lp.shape == (2, H) and lp.abs().sum() > 0
@@ -352,9 +364,17 @@ def test_gpt2_imports_and_saved_checkpoints_can_be_inspected(tmp_path):
     transformers = pytest.importorskip("transformers")
     from attnlab.interop import from_transformers
 
-    cfg = transformers.GPT2Config(vocab_size=V, n_positions=16, n_embd=D, n_layer=2, n_head=H,
-                                  resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                                  attn_implementation="eager")  # fmt: skip
+    cfg = transformers.GPT2Config(
+        vocab_size=V,
+        n_positions=16,
+        n_embd=D,
+        n_layer=2,
+        n_head=H,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        attn_implementation="eager",
+    )
     hf = transformers.GPT2LMHeadModel(cfg).eval()
     model = from_transformers(hf)
     ids = torch.randint(0, V, (2, 6))

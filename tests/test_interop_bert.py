@@ -21,8 +21,11 @@ TOL = {"rtol": 1e-5, "atol": 1e-5}
 CONFIG = dict(vocab_size=120, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=64, max_position_embeddings=64, type_vocab_size=2,
               hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)  # fmt: skip
-CLASSES = {"encoder": "BertModel", "classifier": "BertForSequenceClassification",
-           "masked_lm": "BertForMaskedLM"}  # fmt: skip
+CLASSES = {
+    "encoder": "BertModel",
+    "classifier": "BertForSequenceClassification",
+    "masked_lm": "BertForMaskedLM",
+}
 
 
 def hf_bert(kind: str, seed: int = 0, **extra):

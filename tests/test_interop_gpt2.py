@@ -279,8 +279,12 @@ def test_export_cli_from_a_training_checkpoint(tmp_path, capsys):
     torch.testing.assert_close(logits(hf, ids), logits(model, ids), atol=1e-5, rtol=1e-5)
     assert json.loads((out / "attnlab_tokenizer.json").read_text())["type"] == "char"
     assert main([*args, str(tmp_path / "m.safetensors"), "--format", "safetensors"]) == 0
-    torch.testing.assert_close(logits(load_safetensors(tmp_path / "m.safetensors"), ids),
-                               logits(model, ids), atol=0, rtol=0)  # fmt: skip
+    torch.testing.assert_close(
+        logits(load_safetensors(tmp_path / "m.safetensors"), ids),
+        logits(model, ids),
+        atol=0,
+        rtol=0,
+    )
     sinus = ours_gpt2(vocab_size=tok.vocab_size, positional="sinusoidal")
     save_checkpoint(tmp_path / "sin", model=sinus, config=sinus.cfg, tokenizer=tok, step=1)
     assert main(["export", "--checkpoint", str(tmp_path / "sin"), "--out", str(out)]) == 2

@@ -36,8 +36,9 @@ CASES = {
 def hf_llama(case: str, cls=None, seed: int = 0, **extra):
     torch.manual_seed(seed)
     config_cls = transformers.MistralConfig if cls == "mistral" else transformers.LlamaConfig
-    model_cls = (transformers.MistralForCausalLM if cls == "mistral"
-                 else transformers.LlamaForCausalLM)  # fmt: skip
+    model_cls = (
+        transformers.MistralForCausalLM if cls == "mistral" else transformers.LlamaForCausalLM
+    )
     cfg = config_cls(**{**BASE, **CASES.get(case, {}), **extra})
     hf = model_cls(cfg).eval()
     bigger_weights(hf, 0.2)  # away from near-ties in argmax
@@ -79,8 +80,9 @@ def test_mistral_sliding_window_equals_transformers_beyond_the_window():
     with torch.no_grad():
         torch.testing.assert_close(ours(ids).logits, hf(ids).logits, **TOL)
     cfg = GenerationConfig(temperature=0, max_new_tokens=16, stop_token_ids=())
-    want = hf.generate(ids[:1, :12], do_sample=False, max_new_tokens=16, min_new_tokens=16,
-                       pad_token_id=0)[0, 12:].tolist()  # fmt: skip
+    want = hf.generate(
+        ids[:1, :12], do_sample=False, max_new_tokens=16, min_new_tokens=16, pad_token_id=0
+    )[0, 12:].tolist()
     assert generate(ours, [ids[0, :12].tolist()], cfg).tokens[0] == want
 
 
@@ -97,8 +99,9 @@ def test_left_padded_greedy_and_beam_continuations_equal_generate(case, beams):
                       max_new_tokens=12, min_new_tokens=12, pad_token_id=0, eos_token_id=None,
                       length_penalty=1.0, early_stopping=False)  # fmt: skip
     want = out[:, ids.size(1) :].tolist()
-    cfg = GenerationConfig(temperature=0, num_beams=beams, max_new_tokens=12, stop_token_ids=(),
-                           length_penalty=1.0)  # fmt: skip
+    cfg = GenerationConfig(
+        temperature=0, num_beams=beams, max_new_tokens=12, stop_token_ids=(), length_penalty=1.0
+    )
     got = generate(ours, PROMPTS, cfg).tokens
     assert got == want
     assert len({tuple(r) for r in want}) == 3
@@ -128,15 +131,26 @@ def test_a_saved_directory_with_its_tokenizer_generates_from_text(tmp_path):
     prompt = "the quick brown fox"
     ids = found.tokenizer.encode(prompt)
     assert ids[0] == found.tokenizer.bos_id == 1
-    want = hf.generate(torch.tensor([ids]), do_sample=False, max_new_tokens=8, min_new_tokens=8,
-                       pad_token_id=0, eos_token_id=None)[0, len(ids) :].tolist()  # fmt: skip
+    want = hf.generate(
+        torch.tensor([ids]),
+        do_sample=False,
+        max_new_tokens=8,
+        min_new_tokens=8,
+        pad_token_id=0,
+        eos_token_id=None,
+    )[0, len(ids) :].tolist()
     cfg = GenerationConfig(temperature=0, max_new_tokens=8, stop_token_ids=())
     assert generate(found.model, prompt, cfg, tokenizer=found.tokenizer).tokens[0] == want
 
 
 def test_unsupported_llama_settings_are_listed_together():
-    bad = {**BASE, "model_type": "llama", "hidden_act": "gelu", "pretraining_tp": 2,
-           "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}  # fmt: skip
+    bad = {
+        **BASE,
+        "model_type": "llama",
+        "hidden_act": "gelu",
+        "pretraining_tp": 2,
+        "rope_scaling": {"rope_type": "yarn", "factor": 4.0},
+    }
     with pytest.raises(ConfigError) as err:
         llama_config_to_model_config(bad)
     message = str(err.value)

@@ -36,10 +36,27 @@ def test_generate_on_a_gpt2_directory_equals_transformers_greedy(gpt2, capsys):
     tok = load_pretrained_tokenizer(root)
     prompt = "the quick brown"
     ids = torch.tensor([tok.encode(prompt)])
-    want = hf.generate(ids, do_sample=False, max_new_tokens=12, min_new_tokens=12,
-                       pad_token_id=0, eos_token_id=None)[0, ids.size(1):]  # fmt: skip
-    code, out, _ = run(capsys, "generate", "--checkpoint", str(root), "--prompt", prompt,
-                       "--temperature", "0", "--max-new-tokens", "12", "--no-stream")  # fmt: skip
+    want = hf.generate(
+        ids,
+        do_sample=False,
+        max_new_tokens=12,
+        min_new_tokens=12,
+        pad_token_id=0,
+        eos_token_id=None,
+    )[0, ids.size(1) :]
+    code, out, _ = run(
+        capsys,
+        "generate",
+        "--checkpoint",
+        str(root),
+        "--prompt",
+        prompt,
+        "--temperature",
+        "0",
+        "--max-new-tokens",
+        "12",
+        "--no-stream",
+    )
     assert code == 0
     new = want.tolist()
     if tok.eos_id in new:  # attnlab stops at the tokenizer's EOS; HF was told not to
@@ -52,8 +69,15 @@ def test_evaluate_text_file_perplexity_equals_transformers(gpt2, tmp_path, capsy
     root, hf = gpt2
     text = "the quick brown fox jumps over the lazy dog. a cat sat on the mat. " * 12
     (tmp_path / "eval.txt").write_text(text)
-    code, out, _ = run(capsys, "evaluate", "--checkpoint", str(root), "--text",
-                       str(tmp_path / "eval.txt"), "--json")  # fmt: skip
+    code, out, _ = run(
+        capsys,
+        "evaluate",
+        "--checkpoint",
+        str(root),
+        "--text",
+        str(tmp_path / "eval.txt"),
+        "--json",
+    )
     assert code == 0
     got = json.loads(out)
     ids = load_pretrained_tokenizer(root).encode(text)
@@ -73,8 +97,17 @@ def test_evaluate_text_file_perplexity_equals_transformers(gpt2, tmp_path, capsy
 
 def test_plot_attention_on_a_gpt2_directory(gpt2, tmp_path, capsys):
     root, _ = gpt2
-    code, out, _ = run(capsys, "plot", "attention", "--checkpoint", str(root), "--input",
-                       "the lazy dog", "--out", str(tmp_path / "plots"))  # fmt: skip
+    code, out, _ = run(
+        capsys,
+        "plot",
+        "attention",
+        "--checkpoint",
+        str(root),
+        "--input",
+        "the lazy dog",
+        "--out",
+        str(tmp_path / "plots"),
+    )
     assert code == 0 and "wrote" in out
     assert any((tmp_path / "plots").glob("*.png"))
 
@@ -95,8 +128,10 @@ def test_missing_and_extra_weights_are_named(gpt2, tmp_path):
     save_file(partial, str(tmp_path / "model.safetensors"))
     with pytest.raises(CheckpointError, match=r"missing .*h\.1\.mlp\.c_fc"):
         load_pretrained(tmp_path)
-    save_file({**tensors, "transformer.h.9.attn.extra": torch.zeros(1)},
-              str(tmp_path / "model.safetensors"))  # fmt: skip
+    save_file(
+        {**tensors, "transformer.h.9.attn.extra": torch.zeros(1)},
+        str(tmp_path / "model.safetensors"),
+    )
     with pytest.raises(CheckpointError, match=r"h\.9\.attn\.extra"):
         load_pretrained(tmp_path)
 

@@ -28,9 +28,10 @@ def byte_level_bpe() -> Tokenizer:
     tok.decoder = decoders.ByteLevel()
     tok.post_processor = processors.ByteLevel(trim_offsets=False)
     trainer = trainers.BpeTrainer(
-        vocab_size=300, special_tokens=["<|endoftext|>"],
+        vocab_size=300,
+        special_tokens=["<|endoftext|>"],
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-    )  # fmt: skip
+    )
     tok.train_from_iterator(TEXTS, trainer)
     return tok
 
@@ -97,8 +98,17 @@ def test_llama_style_tokenizer_adds_bos_like_transformers(tmp_path):
 
 def test_bert_wordpiece_vocab_txt_matches_bert_tokenizer_fast(tmp_path):
     words = sorted({w for t in TEXTS for w in t.lower().split()})
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *list("abcdefghijklmnopqrstuvwxyz,:"),
-             *words, "##s", "##ed"]  # fmt: skip
+    vocab = [
+        "[PAD]",
+        "[UNK]",
+        "[CLS]",
+        "[SEP]",
+        "[MASK]",
+        *list("abcdefghijklmnopqrstuvwxyz,:"),
+        *words,
+        "##s",
+        "##ed",
+    ]
     (tmp_path / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
     ours = load_pretrained_tokenizer(tmp_path)
     ref = transformers.BertTokenizerFast.from_pretrained(str(tmp_path))

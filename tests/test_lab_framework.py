@@ -19,10 +19,17 @@ from attnlab.models import build_model
 
 def _report(quick: bool = True, **kw) -> Report:
     return Report(
-        name="dummy", title="A dummy experiment", claim="Things hold.", source="000, 'Basics'",
-        setup=["nothing trained"], tables=[Table("numbers", [{"a": 1, "b": 0.123456}, {"a": 2}])],
-        verdict="held", verdict_reason="1 < 2.", quick=quick, **kw,
-    )  # fmt: skip
+        name="dummy",
+        title="A dummy experiment",
+        claim="Things hold.",
+        source="000, 'Basics'",
+        setup=["nothing trained"],
+        tables=[Table("numbers", [{"a": 1, "b": 0.123456}, {"a": 2}])],
+        verdict="held",
+        verdict_reason="1 < 2.",
+        quick=quick,
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -101,8 +108,14 @@ def test_fit_learns_a_tiny_classification_task():
     cfg = ModelConfig(kind="classifier", vocab_size=6, n_classes=2, d_model=16, n_heads=2,
                       n_layers=1, max_len=8, pooling="mean")  # fmt: skip
     model = build_model(cfg)
-    result = fit(model, (ids, labels), classification_loss, FitConfig(steps=40, lr=1e-2),
-                 evaluate=lambda m: accuracy(m, ids, labels), eval_at=(5, 40))  # fmt: skip
+    result = fit(
+        model,
+        (ids, labels),
+        classification_loss,
+        FitConfig(steps=40, lr=1e-2),
+        evaluate=lambda m: accuracy(m, ids, labels),
+        eval_at=(5, 40),
+    )
     assert len(result.losses) == 40 and not result.diverged
     assert [step for step, _ in result.evals] == [5, 40] and result.evals[-1][1] > 0.9
     assert result.final_loss(10) < result.losses[0] and accuracy(model, ids, labels) > 0.9

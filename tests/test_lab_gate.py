@@ -52,13 +52,22 @@ def test_committed_report_verdict_follows_competence(path):
                 f"arms {failed} missed their criterion"
                 if failed
                 else f"only {len(data['seeds'])} seed(s) back it"
-            )  # fmt: skip
+            )
         )
 
 
 def _report(verdict: str, competence: list[Competence]) -> Report:
-    return Report(name="d", title="t", claim="c", source="000", setup=[], tables=[Table("x", [])],
-                  verdict=verdict, verdict_reason="r", competence=competence)  # fmt: skip
+    return Report(
+        name="d",
+        title="t",
+        claim="c",
+        source="000",
+        setup=[],
+        tables=[Table("x", [])],
+        verdict=verdict,
+        verdict_reason="r",
+        competence=competence,
+    )
 
 
 def test_competence_passes_only_when_every_seed_does():

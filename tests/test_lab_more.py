@@ -17,6 +17,7 @@ from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer, ReverseTask
 from attnlab.errors import DataError, UserError
 from attnlab.lab import char_lm, extrapolation, long_range, run_experiment, sampling, translation
+from attnlab.lab.corpus import generated_text, text_windows, unigram_bigram, windows
 from attnlab.lab.report import VERDICTS
 from attnlab.models import build_model
 from attnlab.train import greedy_decode
@@ -39,9 +40,17 @@ def out(tmp_path_factory):
 # long_range ----------------------------------------------------------------------------------
 def test_long_range_quick_report(out):
     report, path = run_experiment("long_range", quick=True, out_dir=out / "long_range")
-    _check_written(path, ["accuracy_vs_length.png", "exact_vs_length.png",
-                          "accuracy_per_position.png", "alignment_bahdanau.png",
-                          "cross_attention_transformer.png", "dates.png"])  # fmt: skip
+    _check_written(
+        path,
+        [
+            "accuracy_vs_length.png",
+            "exact_vs_length.png",
+            "accuracy_per_position.png",
+            "alignment_bahdanau.png",
+            "cross_attention_transformer.png",
+            "dates.png",
+        ],
+    )
     rows = report.table("reversal: exact match by length").rows
     assert [r["length"] for r in rows] == report.metrics["lengths"]
     token, exact = report.metrics["token_accuracy"], report.metrics["exact_match"]
@@ -65,8 +74,9 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(name):
         long_range.FitConfig(steps=30, batch_size=40, lr=1e-2, warmup_steps=1),
     )
     _, hits = long_range.score(model, batch)
-    outputs = greedy_decode(model, batch.src, batch.src_mask, bos_id=tok.bos_id,
-                            eos_id=tok.eos_id, max_new_tokens=12)  # fmt: skip
+    outputs = greedy_decode(
+        model, batch.src, batch.src_mask, bos_id=tok.bos_id, eos_id=tok.eos_id, max_new_tokens=12
+    )
     greedy = torch.tensor([out == tok.encode(t) for out, (_, t) in zip(outputs, pairs)])
     assert torch.equal(hits, greedy)
 
@@ -74,8 +84,9 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(name):
 # extrapolation -------------------------------------------------------------------------------
 def test_extrapolation_quick_report_and_untrained_rows(out):
     report, path = run_experiment("extrapolation", quick=True, out_dir=out / "extrapolation")
-    _check_written(path, ["accuracy_vs_length.png", "attention_rotary.png",
-                          "attention_learned.png"])  # fmt: skip
+    _check_written(
+        path, ["accuracy_vs_length.png", "attention_rotary.png", "attention_learned.png"]
+    )
     # Learned rows past the longest training sequence never get a gradient: exactly unchanged.
     assert report.metrics["learned_rows_moved"] == {"learned": 0.0}
     arms = set(extrapolation.ARMS) | {"none"}
@@ -120,8 +131,17 @@ def test_count_baselines_and_generated_text():
     text = "ab" * 200
     base = char_lm.count_baselines(text[:300], text[300:])
     assert base["bigram"] < 0.05 < base["unigram"]  # 'a' always follows 'b' and vice versa
-    assert char_lm.generated_text(5, 1) == char_lm.generated_text(5, 1)
-    assert char_lm.generated_text(5, 1).count(":\n") == 5
+    assert generated_text(5, 1) == generated_text(5, 1)
+    assert generated_text(5, 1).count(":\n") == 5
+
+
+def test_corpus_windows_and_splits():
+    assert windows(torch.arange(10), 2).tolist() == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    train, val, chars, source = text_windows(True, 16)
+    assert train.size(1) == val.size(1) == 17 and source == "a generated play-like text"
+    assert int(train.max()) < len(chars) and len(train) > 8 * len(val) > 0
+    uni, bi = unigram_bigram(train, val, len(chars))
+    assert 0 < bi < uni  # the previous character helps
 
 
 def test_sampling_quick_report_greedy_is_deterministic(out):
@@ -144,15 +164,39 @@ def test_diversity_metrics_on_known_texts():
 # translation ---------------------------------------------------------------------------------
 def test_translation_quick_report_and_resume(out):
     report, path = run_experiment("translation", quick=True, out_dir=out / "translation")
-    _check_written(path, ["loss.png", "cross_attention.png", "alignment.png"])
-    rows = report.table("test scores per model").rows
-    assert len(rows) == 3 and all(0 <= r["lc BLEU beam 5"] <= 100 for r in rows)
+    data = _check_written(path, ["loss.png", "val_bleu.png", "cross_attention.png",
+                                 "alignment.png"])  # fmt: skip
+    rows = report.table("test scores per model (mean (min-max) over seeds)").rows
+    assert [r["steps"] for r in rows] == [60, 60, 60]  # matched budgets
+    assert data["seeds"] == [0] and set(report.per_seed) == {"transformer", "bahdanau", "lstm"}
+    for name, num in report.per_seed.items():
+        assert len(num["lc BLEU beam 5"]) == 1 and 0 <= num["lc BLEU beam 5"][0] <= 100
+        steps, bleu = report.metrics["val_bleu"][name][0]
+        assert steps == [20, 40, 60] and len(bleu) == 3  # the learning curve, every 20 steps
+        assert num["val BLEU last gain"] == [pytest.approx(bleu[-1] - bleu[-2])]
+    plateau = [c for c in report.competence if c.criterion.startswith("plateau")]
+    assert len(plateau) == 3 and all(not c.higher_is_better for c in plateau)
+    assert len(report.competence) == 6
+    table = report.table("validation BLEU (greedy, 40 sentences) per evaluation, mean (min-max) "
+                         "over seeds").rows  # fmt: skip
+    assert [r["step"] for r in table] == [20, 40, 60]
+    if any(not c.passed for c in report.competence):
+        assert report.verdict == "inconclusive"
     recipe = translation.recipes(True)["lstm"]
-    cfg = translation.train_config(True, 0, out / "translation" / "work" / "data",
-                                   **recipe.train)  # fmt: skip
-    assert cfg.steps == 60
-    result = translation.train_one(recipe, cfg, out / "translation" / "work" / "lstm")
+    work = out / "translation" / "work" / "seed0"
+    cfg = translation.train_config(True, 0, work / "data", **recipe.train)
+    assert cfg.steps == 60 and cfg.dtype == "fp32"
+    result = translation.train_one(recipe, cfg, work / "lstm")
     assert result.start_step == result.step == 60  # finished: reloaded, nothing retrained
+
+
+def test_translation_full_recipes_are_matched_and_recurrent_arms_fp32():
+    full = translation.recipes(False)
+    assert {r.train["steps"] for r in full.values()} == {2500}
+    assert full["bahdanau"].train["dtype"] == full["lstm"].train["dtype"] == "fp32"
+    cfg = translation.train_config(False, 1, translation.WORK_DIR, **full["lstm"].train)
+    assert cfg.eval_every == 250 and cfg.eval_batches * cfg.batch_size == 256
+    assert cfg.save_every == cfg.eval_every and cfg.seed == 1
 
 
 def test_bleu_scores_of_identical_and_recased_text():

@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from attnlab.lab import run_experiment
-from attnlab.lab.future_mask import make_model, prefix_loss, teacher_forced_loss
+from attnlab.lab.fit import eval_loss, lm_loss
+from attnlab.lab.future_mask import make_model, prefix_loss
 
 
 def test_masked_model_prefix_loss_equals_teacher_forced_loss():
@@ -16,9 +17,9 @@ def test_masked_model_prefix_loss_equals_teacher_forced_loss():
     torch.manual_seed(0)
     model = make_model("masked", 11, 12, quick=True)
     windows = torch.randint(0, 11, (4, 9))
-    assert abs(prefix_loss(model, windows) - teacher_forced_loss(model, windows)) < 1e-5
+    assert abs(prefix_loss(model, windows) - eval_loss(model, (windows,), lm_loss)) < 1e-5
     model = make_model("unmasked", 11, 12, quick=True)  # sees the future: the two differ
-    assert abs(prefix_loss(model, windows) - teacher_forced_loss(model, windows)) > 1e-4
+    assert abs(prefix_loss(model, windows) - eval_loss(model, (windows,), lm_loss)) > 1e-4
 
 
 def test_future_mask_quick_report(tmp_path):
@@ -46,8 +47,9 @@ def test_permuted_examples_follow_the_permutation():
 def test_concat_positions_quick_report(tmp_path):
     report, _ = run_experiment("concat_positions", quick=True, out_dir=tmp_path)
     arms = {c.arm for c in report.competence}
-    assert arms == {f"{a}, {t}" for a in ("added", "concatenated", "added, unit")
-                    for t in ("copy", "permute")}  # fmt: skip
+    assert arms == {
+        f"{a}, {t}" for a in ("added", "concatenated", "added, unit") for t in ("copy", "permute")
+    }
     assert (tmp_path / "learning_copy.png").is_file() and (
         tmp_path / "learning_permute.png"
     ).is_file()

@@ -16,8 +16,9 @@ def test_quick_norm_run(tmp_path):
 def _check_pre_norm_gradients_are_more_uniform_across_layers(report):
     spread = report.metrics["spread_library"]  # the library init: post-norm's layer-1 spike
     assert spread["pre"] < 2.0 < 5.0 < spread["post"]  # deterministic for the seeded init
-    rows = report.table("(a) gradient spread over layers at initialisation (mean (min-max) over "
-                        "seeds)").rows  # fmt: skip
+    rows = report.table(
+        "(a) gradient spread over layers at initialisation (mean (min-max) over seeds)"
+    ).rows
     assert {(r["init"], r["norm"]) for r in rows} == {
         (i, p)
         for i in ("xavier", "library", "library, N(0, 1) embeddings")
@@ -30,6 +31,9 @@ def _check_pre_norm_gradients_are_more_uniform_across_layers(report):
 def _check_training_sweep_covers_both_placements_with_and_without_warmup(report):
     rows = report.table("(b) training with and without warm-up").rows
     assert {(r["norm"], r["warm-up"] > 0) for r in rows} == {
-        ("pre", False), ("pre", True), ("post", False), ("post", True)
-    }  # fmt: skip
+        ("pre", False),
+        ("pre", True),
+        ("post", False),
+        ("post", True),
+    }
     assert all(r["diverged (seeds)"] == 0 for r in rows)

@@ -39,6 +39,7 @@ def test_fused_rnn_lm_matches_the_elman_recurrence():
     h = torch.zeros(2, 6)
     rnn = model.rnn
     for t in range(5):  # h_t = tanh(W h_{t-1} + U x_t + b)
-        h = torch.tanh(x[:, t] @ rnn.weight_ih_l0.T + rnn.bias_ih_l0 + h @ rnn.weight_hh_l0.T
-                       + rnn.bias_hh_l0)  # fmt: skip
+        h = torch.tanh(
+            x[:, t] @ rnn.weight_ih_l0.T + rnn.bias_ih_l0 + h @ rnn.weight_hh_l0.T + rnn.bias_hh_l0
+        )
     assert torch.allclose(model(ids).logits[:, -1], model.head(h), atol=1e-6)

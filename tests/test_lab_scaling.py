@@ -46,5 +46,8 @@ def _check_report_tables(report):
     assert [r["d_k"] for r in report.table("logit variance").rows] == list(DIMS)
     rows = report.table("training with and without scaling (d_head = 256)").rows
     assert {(r["W_q, W_k init"], r["scale_logits"]) for r in rows} == {
-        ("N(0, 0.02)", True), ("N(0, 0.02)", False), ("N(0, 1/D)", True), ("N(0, 1/D)", False)
-    }  # fmt: skip
+        ("N(0, 0.02)", True),
+        ("N(0, 0.02)", False),
+        ("N(0, 1/D)", True),
+        ("N(0, 1/D)", False),
+    }

@@ -34,7 +34,7 @@ VARIANTS = {
         activation="silu",
         bias=False,
         tie_embeddings=False,
-    ),  # fmt: skip
+    ),
     "alibi_gqa_window": dict(positional="alibi", n_kv_heads=1, attn_window=4),
 }
 
@@ -45,8 +45,9 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 def _attention(n_kv_heads=None, alibi=False, window=None, seed=0) -> SelfAttention:
     torch.manual_seed(seed)
-    return SelfAttention(8, 4, n_kv_heads=n_kv_heads, alibi=alibi, window=window,
-                         bias=False).double()  # fmt: skip
+    return SelfAttention(
+        8, 4, n_kv_heads=n_kv_heads, alibi=alibi, window=window, bias=False
+    ).double()
 
 
 def _oracle(attn: SelfAttention, x: torch.Tensor, mask: np.ndarray):
@@ -59,9 +60,14 @@ def _oracle(attn: SelfAttention, x: torch.Tensor, mask: np.ndarray):
     if attn.alibi_slopes is not None:
         biases = [ref.alibi_bias(m, np.arange(t), np.arange(t)) for m in ref.alibi_slopes(h)]
     return ref.grouped_query_attention(
-        _np(x), split(wq, h), split(wk, g), split(wv, g), _np(attn.out_proj.weight.T),
-        mask=mask, biases=biases,
-    )  # fmt: skip
+        _np(x),
+        split(wq, h),
+        split(wk, g),
+        split(wv, g),
+        _np(attn.out_proj.weight.T),
+        mask=mask,
+        biases=biases,
+    )
 
 
 @pytest.mark.parametrize("n_kv_heads", [4, 2, 1])
@@ -97,8 +103,9 @@ def test_alibi_slopes_follow_the_module_and_are_not_saved():
 
 def _lm(variant: str, seed: int = 0, **extra):
     torch.manual_seed(seed)
-    fields = dict(kind="decoder_lm", vocab_size=23, d_model=16, n_heads=4, n_layers=2, d_ff=32,
-                  max_len=48)  # fmt: skip
+    fields = dict(
+        kind="decoder_lm", vocab_size=23, d_model=16, n_heads=4, n_layers=2, d_ff=32, max_len=48
+    )
     cfg = ModelConfig(**{**fields, **VARIANTS[variant], **extra})
     model = build_model(cfg).double().eval()
     with torch.no_grad():  # large weights: differences would show

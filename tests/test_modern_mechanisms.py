@@ -39,9 +39,15 @@ def test_gated_feed_forward_matches_oracle(activation, bias):
     h = torch.randn(2, 3, 5, dtype=torch.float64)
     b = (lambda lin: None if lin.bias is None else _np(lin.bias)) if bias else (lambda lin: None)
     want = ref.gated_feed_forward(
-        _np(h), _np(ffn.gate.weight.T), _np(ffn.up.weight.T), _np(ffn.down.weight.T),
-        activation, b(ffn.gate), b(ffn.up), b(ffn.down),
-    )  # fmt: skip
+        _np(h),
+        _np(ffn.gate.weight.T),
+        _np(ffn.up.weight.T),
+        _np(ffn.down.weight.T),
+        activation,
+        b(ffn.gate),
+        b(ffn.up),
+        b(ffn.down),
+    )
     np.testing.assert_allclose(_np(ffn(h)), want, rtol=1e-12, atol=1e-12)
 
 
@@ -91,9 +97,12 @@ def test_alibi_attention_matches_oracle(n_heads, t, offset, seed):
     out = scores.softmax(-1) @ v
     for h in range(n_heads):
         want = ref.attention(
-            _np(q[0, h]), _np(k[0, h]), _np(v[0, h]), mask=ref.causal_mask(t),
+            _np(q[0, h]),
+            _np(k[0, h]),
+            _np(v[0, h]),
+            mask=ref.causal_mask(t),
             bias=ref.alibi_bias(float(slopes[h]), pos.numpy(), pos.numpy()),
-        )  # fmt: skip
+        )
         np.testing.assert_allclose(_np(out[0, h]), want.out, rtol=1e-10, atol=1e-12)
 
 
@@ -138,9 +147,12 @@ def test_repeat_kv_attention_matches_grouped_query_oracle(n_heads, kv_heads):
     v = repeat_kv(torch.stack([x @ w for w in Wv])[None], n_heads)
     out, w = scaled_dot_product_attention(q, k, v, causal=True, need_weights=True)
     want = ref.grouped_query_attention(
-        x.numpy(), [m.numpy() for m in Wq], [m.numpy() for m in Wk], [m.numpy() for m in Wv],
+        x.numpy(),
+        [m.numpy() for m in Wq],
+        [m.numpy() for m in Wk],
+        [m.numpy() for m in Wv],
         mask=ref.causal_mask(t),
-    )  # fmt: skip
+    )
     concat = out[0].transpose(0, 1).reshape(t, n_heads * dh)
     np.testing.assert_allclose(_np(concat), want.out, rtol=1e-10, atol=1e-12)
     np.testing.assert_allclose(_np(w[0]), want.weights, rtol=1e-10, atol=1e-12)
@@ -160,24 +172,36 @@ def test_repeat_kv_order_and_errors():
     "scaling",
     [
         {"rope_type": "linear", "factor": 4.0},
-        {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
-         "original_max_position_embeddings": 64},
+        {
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 64,
+        },
     ],
-)  # fmt: skip
+)
 def test_scaled_rotary_frequencies_match_transformers(scaling):
     transformers = pytest.importorskip("transformers")
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
     cfg = transformers.LlamaConfig(
-        hidden_size=64, num_attention_heads=2, rope_theta=500000.0, rope_scaling=dict(scaling),
+        hidden_size=64,
+        num_attention_heads=2,
+        rope_theta=500000.0,
+        rope_scaling=dict(scaling),
         max_position_embeddings=512,
-    )  # fmt: skip
+    )
     want, _ = ROPE_INIT_FUNCTIONS[scaling["rope_type"]](cfg, "cpu")
     got = rotary_frequencies(
-        32, 500000.0, scaling["rope_type"], scaling["factor"],
-        scaling.get("low_freq_factor", 1.0), scaling.get("high_freq_factor", 4.0),
+        32,
+        500000.0,
+        scaling["rope_type"],
+        scaling["factor"],
+        scaling.get("low_freq_factor", 1.0),
+        scaling.get("high_freq_factor", 4.0),
         scaling.get("original_max_position_embeddings"),
-    )  # fmt: skip
+    )
     torch.testing.assert_close(got.float(), want.float(), rtol=1e-6, atol=0)
     if scaling["rope_type"] == "linear":  # position p with theta/s is position p/s unscaled
         x = torch.randn(1, 1, 3, 32, dtype=torch.float64)

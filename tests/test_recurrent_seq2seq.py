@@ -288,8 +288,18 @@ def test_lstm_right_padded_equals_packed_sequences(bidirectional, layers):
     from attnlab.nn.recurrent import lstm_right_padded
 
     torch.manual_seed(0)
-    lstm = torch.nn.LSTM(5, 6, layers, batch_first=True, bidirectional=bidirectional,
-                         dropout=0.3 if layers > 1 else 0.0).double().eval()  # fmt: skip
+    lstm = (
+        torch.nn.LSTM(
+            5,
+            6,
+            layers,
+            batch_first=True,
+            bidirectional=bidirectional,
+            dropout=0.3 if layers > 1 else 0.0,
+        )
+        .double()
+        .eval()
+    )
     x = torch.randn(4, 7, 5, dtype=torch.float64, requires_grad=True)
     lengths = torch.tensor([7, 3, 5, 1])
     packed = pack_padded_sequence(x, lengths, batch_first=True, enforce_sorted=False)

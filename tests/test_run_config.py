@@ -38,10 +38,19 @@ def test_defaults_are_valid_and_tables_do_not_share_names():
 def test_toml_round_trip(tmp_path):
     rc = RunConfig(
         ModelConfig(kind="classifier", n_classes=4, d_model=48, n_heads=3, d_ff=96, dropout=0.1),
-        TrainConfig(task="classify", data='C:\\data\\"quoted" ünï\ttab.csv', val_data="v.csv",
-                    lr=3e-4, min_lr=1e-16, betas=(0.8, 0.99), max_src_len=40, compile=True,
-                    keep_last=0, best_metric="val_accuracy"),
-    )  # fmt: skip
+        TrainConfig(
+            task="classify",
+            data='C:\\data\\"quoted" ünï\ttab.csv',
+            val_data="v.csv",
+            lr=3e-4,
+            min_lr=1e-16,
+            betas=(0.8, 0.99),
+            max_src_len=40,
+            compile=True,
+            keep_last=0,
+            best_metric="val_accuracy",
+        ),
+    )
     text = dump_toml(rc)
     assert "[model]" in text and "[train]" in text and "tgt_vocab_size" not in text  # None omitted
     assert load_toml(write(tmp_path, text)) == rc
@@ -128,8 +137,15 @@ def test_bad_model_values_in_a_file(tmp_path):
 
 def test_merge_overrides():
     base = RunConfig(ModelConfig(d_model=64), TrainConfig(lr=1e-3, seed=1))
-    flags = {"lr": 3e-4, "d-model": 32, "--n-heads": 2, "model.dropout": "0.2",
-             "train.betas": "[0.8, 0.9]", "seed": None, "data": "reverse"}  # fmt: skip
+    flags = {
+        "lr": 3e-4,
+        "d-model": 32,
+        "--n-heads": 2,
+        "model.dropout": "0.2",
+        "train.betas": "[0.8, 0.9]",
+        "seed": None,
+        "data": "reverse",
+    }
     rc = merge_overrides(base, flags)
     assert (rc.train.lr, rc.train.seed, rc.train.betas, rc.train.data) == (
         3e-4,
@@ -162,8 +178,11 @@ def test_dict_round_trip_through_json_and_derived_values():
 def test_an_unknown_best_metric_is_rejected_up_front():
     from attnlab.train.run_config import ConfigValueError, TrainConfig
 
-    with pytest.raises(ConfigValueError, match=r"'bogus' is not a metric of task 'seq2seq'.*"
-                       r"'val_exact_match'.*--best-metric val_exact_match"):  # fmt: skip
+    with pytest.raises(
+        ConfigValueError,
+        match=r"'bogus' is not a metric of task 'seq2seq'.*"
+        r"'val_exact_match'.*--best-metric val_exact_match",
+    ):
         TrainConfig(best_metric="bogus")
     with pytest.raises(ConfigValueError, match=r"\['val_loss', 'val_ppl'\]"):
         TrainConfig(task="lm", data="x.txt", best_metric="val_exact_match")

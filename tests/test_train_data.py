@@ -58,8 +58,9 @@ def test_greedy_decode_agrees_with_teacher_forcing_on_its_own_output():
     model = build_model(cfg).eval()
     batch = data.val_batches(8, 1)[0]
     tok = data.tokenizer
-    outs = greedy_decode(model, batch.src, batch.src_mask, bos_id=tok.bos_id, eos_id=tok.eos_id,
-                         max_new_tokens=12)  # fmt: skip
+    outs = greedy_decode(
+        model, batch.src, batch.src_mask, bos_id=tok.bos_id, eos_id=tok.eos_id, max_new_tokens=12
+    )
     for row, ids in enumerate(outs):
         tgt_in = torch.tensor([[tok.bos_id, *ids]])
         src, mask = batch.src[row : row + 1], batch.src_mask[row : row + 1]
@@ -72,8 +73,13 @@ def test_greedy_decode_agrees_with_teacher_forcing_on_its_own_output():
 
 def test_teacher_forced_all_correct_equals_greedy_exact_match():
     task = CopyTask(min_len=1, max_len=3, alphabet="abcd")
-    data = PairData(CharTokenizer(task.characters()), task.make_pairs(300, seed=0),
-                    task.make_pairs(64, seed=1), seed=0, origin="copy")  # fmt: skip
+    data = PairData(
+        CharTokenizer(task.characters()),
+        task.make_pairs(300, seed=0),
+        task.make_pairs(64, seed=1),
+        seed=0,
+        origin="copy",
+    )
     cfg = _tiny_config(data, max_len=8)
     model = build_model(cfg)
     opt = torch.optim.AdamW(model.parameters(), 1e-2)
@@ -86,8 +92,9 @@ def test_teacher_forced_all_correct_equals_greedy_exact_match():
     batch = data.val_batches(64, 1)[0]
     with torch.no_grad():
         model.eval()
-        logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask,
-                       tgt_mask=batch.tgt_mask).logits  # fmt: skip
+        logits = model(
+            batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask
+        ).logits
     forced = correct_predictions(logits, batch, "seq2seq").tolist()
     assert forced == [p.correct for p in res.predictions]
     assert 0 < sum(forced) < len(forced)  # both outcomes occur, so the comparison has teeth
@@ -103,8 +110,13 @@ def test_loss_sums_and_counts_ignore_padding():
     assert loss.count == target_count(batch, "seq2seq") == int(batch.tgt_mask.sum())
     s, t = int(batch.src_mask[0].sum()), int(batch.tgt_mask[0].sum())
     padded = type(batch)(*(x[:1] for x in batch))  # row 0 with the batch's padding
-    alone = type(batch)(padded.src[:, :s], padded.src_mask[:, :s], padded.tgt_in[:, :t],
-                        padded.tgt_out[:, :t], padded.tgt_mask[:, :t])  # fmt: skip
+    alone = type(batch)(
+        padded.src[:, :s],
+        padded.src_mask[:, :s],
+        padded.tgt_in[:, :t],
+        padded.tgt_out[:, :t],
+        padded.tgt_mask[:, :t],
+    )
     assert s < batch.src.size(1) or t < batch.tgt_in.size(1)  # row 0 really is padded
     a, b = batch_loss(model, padded, "seq2seq"), batch_loss(model, alone, "seq2seq")
     assert a.count == b.count == t and torch.allclose(a.total, b.total, atol=1e-5)
@@ -113,8 +125,12 @@ def test_loss_sums_and_counts_ignore_padding():
 def test_classification_data_and_accuracy():
     cfg = TrainConfig(task="classify", data="parens", n_train=100, n_val=30)
     data = build_task_data(cfg)
-    mcfg = fit_model_config(ModelConfig(kind="classifier", n_classes=2, d_model=16, n_heads=2,
-                                        n_layers=1, d_ff=32, max_len=32), data)  # fmt: skip
+    mcfg = fit_model_config(
+        ModelConfig(
+            kind="classifier", n_classes=2, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=32
+        ),
+        data,
+    )
     assert mcfg.n_classes == 2 and mcfg.vocab_size == data.tokenizer.vocab_size
     batch = data.train_batch(0, 8)
     assert bool((batch.ids[:, 0] == data.tokenizer.bos_id).all())  # the CLS position
@@ -175,10 +191,12 @@ def test_seq2seq_loss_is_label_smoothed_cross_entropy_over_real_targets():
     batch = data.train_batch(1, 16)
     cfg = _tiny_config(data)
     model = build_model(cfg).eval()
-    logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask,
-                   tgt_mask=batch.tgt_mask).logits  # (B, T, V)  # fmt: skip
+    logits = model(
+        batch.src, batch.tgt_in, src_mask=batch.src_mask, tgt_mask=batch.tgt_mask
+    ).logits  # (B, T, V)
     targets = batch.tgt_out.masked_fill(~batch.tgt_mask, -100)
-    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(),
-                                                 reduction="sum", label_smoothing=0.1)  # fmt: skip
+    expected = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1), targets.flatten(), reduction="sum", label_smoothing=0.1
+    )
     loss = batch_loss(model, batch, "seq2seq", label_smoothing=0.1)
     assert torch.allclose(loss.total, expected, rtol=1e-5)

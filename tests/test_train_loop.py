@@ -14,10 +14,10 @@ from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.train import RunConfig, TrainConfig, train
 from attnlab.train.checkpoint import latest_checkpoint, load_checkpoint
+from tiny_configs import tiny_config
 
-TINY_S2S = ModelConfig(kind="encoder_decoder", d_model=16, n_heads=2, n_layers=1, d_ff=32,
-                       max_len=24, dropout=0.1)  # fmt: skip
-TINY_LM = ModelConfig(kind="decoder_lm", d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16)
+TINY_S2S = tiny_config("encoder_decoder", max_len=24, dropout=0.1)
+TINY_LM = tiny_config()
 
 
 def _s2s(**kw) -> RunConfig:
@@ -74,8 +74,9 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, corpus):
     base = dict(task="lm", data=corpus, context_len=16, steps=3, warmup_steps=1, eval_every=0,
                 save_every=0, log_every=1, progress=False)  # fmt: skip
     big = train(RunConfig(TINY_LM, TrainConfig(**base, batch_size=8)), run_dir=tmp_path / "a")
-    acc = train(RunConfig(TINY_LM, TrainConfig(**base, batch_size=4, grad_accum=2)),
-                run_dir=tmp_path / "b")  # fmt: skip
+    acc = train(
+        RunConfig(TINY_LM, TrainConfig(**base, batch_size=4, grad_accum=2)), run_dir=tmp_path / "b"
+    )
     for (_, x), (_, y) in zip(big.losses, acc.losses):
         assert x == pytest.approx(y, rel=1e-5)
     assert big.metrics["val_ppl"] == pytest.approx(acc.metrics["val_ppl"], rel=1e-4)
@@ -102,13 +103,23 @@ def test_resume_without_a_checkpoint_starts_fresh_and_extends_a_finished_run(tmp
 
 
 def test_outputs_of_a_run(tmp_path):
-    result = train(_s2s(steps=4, eval_every=2, save_every=2, keep_last=1,
-                        best_metric="val_exact_match"), run_dir=tmp_path)  # fmt: skip
+    result = train(
+        _s2s(steps=4, eval_every=2, save_every=2, keep_last=1, best_metric="val_exact_match"),
+        run_dir=tmp_path,
+    )
     assert (tmp_path / "loss.png").stat().st_size > 1000
     assert (tmp_path / "config.toml").is_file()
     records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
-    keys = {"step", "train_loss", "lr", "tokens_per_s", "elapsed_s", "val_loss", "val_ppl",
-            "val_exact_match"}  # fmt: skip
+    keys = {
+        "step",
+        "train_loss",
+        "lr",
+        "tokens_per_s",
+        "elapsed_s",
+        "val_loss",
+        "val_ppl",
+        "val_exact_match",
+    }
     assert keys <= set(records[-1]) and records[1]["step"] == 2 and "val_loss" in records[1]
     ckpt = load_checkpoint(tmp_path)
     assert ckpt.step == 4 and ckpt.tokenizer.to_dict() == result.tokenizer.to_dict()
@@ -125,8 +136,9 @@ def test_classifier_and_recurrent_kinds_train(tmp_path):
     result = train(clf, run_dir=tmp_path / "clf")
     assert set(result.metrics) == {"val_loss", "val_accuracy"}
     pytest.importorskip("attnlab.models.lstm_seq2seq")
-    rnn = RunConfig(ModelConfig(kind="lstm_seq2seq", d_model=16, rnn_attention="additive"),
-                    _s2s(steps=2).train)  # fmt: skip
+    rnn = RunConfig(
+        ModelConfig(kind="lstm_seq2seq", d_model=16, rnn_attention="additive"), _s2s(steps=2).train
+    )
     result = train(rnn, run_dir=tmp_path / "rnn")
     assert "val_exact_match" in result.metrics
 
@@ -138,8 +150,16 @@ def test_model_kind_must_fit_the_task(tmp_path):
 
 @pytest.mark.filterwarnings("ignore:dtype='bf16' on a CPU without native")  # AVX2 hosts
 def test_bf16_autocast_trains_on_cpu(tmp_path, corpus):
-    cfg = TrainConfig(task="lm", data=corpus, context_len=16, steps=3, warmup_steps=1,
-                      batch_size=4, dtype="bf16", progress=False)  # fmt: skip
+    cfg = TrainConfig(
+        task="lm",
+        data=corpus,
+        context_len=16,
+        steps=3,
+        warmup_steps=1,
+        batch_size=4,
+        dtype="bf16",
+        progress=False,
+    )
     result = train(RunConfig(TINY_LM, cfg), run_dir=tmp_path)
     assert all(math.isfinite(loss) for _, loss in result.losses)
     assert next(result.model.parameters()).dtype == torch.float32  # master weights stay fp32

@@ -59,8 +59,7 @@ def test_sigterm_finishes_the_step_saves_and_exits_143(tmp_path, capsys):
 def test_kill_9_never_corrupts_the_latest_checkpoint(tmp_path, capsys):
     out = tmp_path / "run"
     proc = _start(out, "--save-every", "1", "--keep-last", "2")  # saving all the time
-    _wait_for(lambda: (p := latest_checkpoint(out)) is not None and p.name >= "step_00000005",
-              proc)  # fmt: skip
+    _wait_for(lambda: (p := latest_checkpoint(out)) is not None and p.name >= "step_00000005", proc)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate(timeout=30)
     ckpt = load_checkpoint(out)  # verifies every file against the manifest's SHA-256

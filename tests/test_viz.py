@@ -198,10 +198,14 @@ def test_model_figures_for_an_lm_and_a_greedy_seq2seq(tmp_path):
 
     model = tiny("encoder_decoder", max_len=10)
     figs = model_attention_figures(model, TOK, "abc")  # no target: decode greedily
-    assert set(figs) == {"cross_attention.png", "decoder_self_attention.png",
-                         "encoder_self_attention.png"}  # fmt: skip
-    greedy = generate_seq2seq(model, ["abc"], GenerationConfig(max_new_tokens=9, temperature=0),
-                              tokenizer=TOK).tokens[0]  # fmt: skip
+    assert set(figs) == {
+        "cross_attention.png",
+        "decoder_self_attention.png",
+        "encoder_self_attention.png",
+    }
+    greedy = generate_seq2seq(
+        model, ["abc"], GenerationConfig(max_new_tokens=9, temperature=0), tokenizer=TOK
+    ).tokens[0]
     assert figs["cross_attention.png"].axes[0].images[0].get_array().shape == (len(greedy) + 1, 3)
     with pytest.raises(ValueError, match="max_len=32; shorten"):
         model_attention_figures(tiny(), TOK, "a" * 40)
@@ -224,8 +228,10 @@ def test_plot_cli_positions_loss_and_attention(tmp_path, capsys):
     assert_png(out)
     run = tmp_path / "run"
     run.mkdir()
-    write_metrics(run / "metrics.jsonl", [json.dumps({"step": s, "train_loss": 3.0 - s / 10})
-                                          for s in range(5)])  # fmt: skip
+    write_metrics(
+        run / "metrics.jsonl",
+        [json.dumps({"step": s, "train_loss": 3.0 - s / 10}) for s in range(5)],
+    )
     assert main(["plot", "loss", "--run", str(run), "--out", str(tmp_path / "loss.png")]) == 0
     assert_png(tmp_path / "loss.png")
     model = tiny()

@@ -169,8 +169,9 @@ class ModelConfig:
             )
         if self.positional == "alibi" and self.kind in RECURRENT_KINDS:
             raise ValueError("positional='alibi' applies to Transformer models only")
-        if self.pooler and (self.kind not in ("encoder", "classifier", "masked_lm")
-                            or self.pooling != "cls"):  # fmt: skip
+        if self.pooler and (
+            self.kind not in ("encoder", "classifier", "masked_lm") or self.pooling != "cls"
+        ):
             raise ValueError(
                 "pooler=True (BERT's tanh(W h_CLS + b)) needs an encoder, classifier or masked_lm "
                 f"with pooling='cls', got kind={self.kind!r}, pooling={self.pooling!r}"

@@ -40,8 +40,11 @@ from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.lm_train import SHAPES, TINY_SHAPES, hf_gpt2_config
 
 CONTENDERS = ("attnlab", "attnlab_compiled", "attnlab_fast_compiled", "hf_gpt2")
-OURS = (("attnlab", ""), ("attnlab_compiled", " (compile=True)"),
-        ("attnlab_fast_compiled", " (fast=True, compile=True)"))  # fmt: skip
+OURS = (
+    ("attnlab", ""),
+    ("attnlab_compiled", " (compile=True)"),
+    ("attnlab_fast_compiled", " (fast=True, compile=True)"),
+)
 MODEL_FIELDS = ("name", "n_layers", "n_heads", "d_model", "vocab")
 TARGET = 4.0  # attnlab tokens/s >= 4x transformers generate at both contexts (issue 6)
 
@@ -58,12 +61,14 @@ def build_pair(shape, n_positions: int, seed: int = 0):
     return hf, ours
 
 
-def make_attnlab_work(model, prompt: list[int], new_tokens: int, outputs: list,
-                      compile: bool = False):  # fmt: skip
+def make_attnlab_work(
+    model, prompt: list[int], new_tokens: int, outputs: list, compile: bool = False
+):
     from attnlab.generate import GenerationConfig, generate
 
-    cfg = GenerationConfig(max_new_tokens=new_tokens, temperature=0.0, stop_token_ids=(),
-                           compile=compile)  # fmt: skip
+    cfg = GenerationConfig(
+        max_new_tokens=new_tokens, temperature=0.0, stop_token_ids=(), compile=compile
+    )
 
     def work(r: int) -> float:
         tokens = generate(model, [prompt], cfg).tokens[0]
@@ -118,11 +123,16 @@ def run(settings, ctx) -> dict[str, Any]:
                 for name, how in OURS:
                     suffix = name.removeprefix("attnlab")
                     if f"{name}_vs_hf_gpt2" in rows[-1]["ratios"]:
-                        targets.append(target_entry(
-                            f"generate_{shape.name}_ctx{context}{suffix}_vs_hf",
-                            f"greedy tokens/s, {shape.name} model, batch 1, {n} new tokens "
-                            f"after a {context}-token prompt, attnlab{how} / transformers generate",
-                            rows[-1]["ratios"][f"{name}_vs_hf_gpt2"], TARGET))  # fmt: skip
+                        targets.append(
+                            target_entry(
+                                f"generate_{shape.name}_ctx{context}{suffix}_vs_hf",
+                                f"greedy tokens/s, {shape.name} model, batch 1, {n} new tokens "
+                                f"after a {context}-token prompt, attnlab{how} / "
+                                "transformers generate",
+                                rows[-1]["ratios"][f"{name}_vs_hf_gpt2"],
+                                TARGET,
+                            )
+                        )
     finally:
         transformers.logging.set_verbosity(verbosity)
     return {"status": "ok", "new_tokens": n, "runs": rows, "targets": targets}

@@ -110,18 +110,26 @@ def run_kv_heads(settings, ctx) -> list[dict[str, Any]]:
     ctx.say(
         f"modern kv_heads: decode {n} tokens after {context}, batch {batch}: {', '.join(works)}"
     )
-    timings = interleave(works, rounds=settings.rounds, warmup=settings.warmup,
-                         min_round_s=settings.min_round_s)  # fmt: skip
+    timings = interleave(
+        works, rounds=settings.rounds, warmup=settings.warmup, min_round_s=settings.min_round_s
+    )
     mha = timings["MHA"].median_rate
     for name, (cfg, model) in models.items():
         rate = timings[name].median_rate
-        rows.append({
-            "attention": name, "n_heads": cfg.n_heads, "n_kv_heads": cfg.kv_heads,
-            "kv_bytes_per_token": kv_bytes_per_token(model, 1, 16),
-            "params": sum(p.numel() for p in model.parameters()),
-            "batch": batch, "context": context, "new_tokens": n,
-            **timings[name].to_dict("tokens"), "speed_vs_mha": ratio(rate, mha),
-        })  # fmt: skip
+        rows.append(
+            {
+                "attention": name,
+                "n_heads": cfg.n_heads,
+                "n_kv_heads": cfg.kv_heads,
+                "kv_bytes_per_token": kv_bytes_per_token(model, 1, 16),
+                "params": sum(p.numel() for p in model.parameters()),
+                "batch": batch,
+                "context": context,
+                "new_tokens": n,
+                **timings[name].to_dict("tokens"),
+                "speed_vs_mha": ratio(rate, mha),
+            }
+        )
         ctx.say(f"  {name:6s} {rows[-1]['kv_bytes_per_token']:8.0f} B/token  {rate:8.1f} tok/s")
     return rows
 
@@ -171,8 +179,9 @@ def run_vs_transformers(settings, ctx) -> list[dict[str, Any]]:
             "transformers": _hf_work(hf, prompt.tolist(), n, outputs["transformers"]),
         }
         ctx.say(f"modern vs_transformers {name}: {n} new tokens after 64, batch 1")
-        timings = interleave(works, rounds=settings.rounds, warmup=settings.warmup,
-                             min_round_s=settings.min_round_s)  # fmt: skip
+        timings = interleave(
+            works, rounds=settings.rounds, warmup=settings.warmup, min_round_s=settings.min_round_s
+        )
         row = {
             "model": name,
             "params": sum(p.numel() for p in ours.parameters()),

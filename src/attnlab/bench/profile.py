@@ -70,8 +70,9 @@ def run(settings, ctx) -> dict[str, Any]:
         )
     s2s_shape = s2s.TINY_SHAPE if settings.tiny else s2s.SHAPE
     model, forward = s2s.build_seq2seq("attnlab", s2s_shape)
-    work = s2s.make_train_step(model, s2s.contender_loss("attnlab", model, forward),
-                               s2s.make_batches(s2s_shape, 1))  # fmt: skip
+    work = s2s.make_train_step(
+        model, s2s.contender_loss("attnlab", model, forward), s2s.make_batches(s2s_shape, 1)
+    )
     ctx.say("profile: attnlab seq2seq training step")
     out.append(_profile(lambda: work(0), f"attnlab seq2seq training, {steps} steps", steps))
     try:

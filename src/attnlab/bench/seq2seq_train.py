@@ -211,8 +211,9 @@ def real_only_loss(model: nn.Module):
 
     def loss(batch: Batch) -> Tensor:
         real = batch.tgt_in != PAD  # (B, T), the same positions as tgt_out != PAD
-        logits = model(batch.src, batch.tgt_in, src_mask=batch.src != PAD, tgt_mask=real,
-                       real_only=True).logits  # (N, V)  # fmt: skip
+        logits = model(
+            batch.src, batch.tgt_in, src_mask=batch.src != PAD, tgt_mask=real, real_only=True
+        ).logits  # (N, V)
         return F.cross_entropy(logits, batch.tgt_out[real])
 
     return loss

@@ -139,10 +139,26 @@ def _generate(s: dict) -> list[str]:
             ratio = fmt_num(row["ratios"].get(f"{c['name']}_vs_hf_gpt2"), ".2f")
             agree = fmt_num(row.get("tokens_agree"), ".0%") if ours else ""
             first = fmt_num(c.get("first_call_seconds"), ".1f")
-            rows.append([model, str(row["context"]), c["name"], speed,
-                         "" if c["name"] == "hf_gpt2" else ratio, agree, first])  # fmt: skip
-    header = ["model", "context", "contender", "tokens/s", "ratio", "same tokens",
-              "first call s (compile)"]  # fmt: skip
+            rows.append(
+                [
+                    model,
+                    str(row["context"]),
+                    c["name"],
+                    speed,
+                    "" if c["name"] == "hf_gpt2" else ratio,
+                    agree,
+                    first,
+                ]
+            )
+    header = [
+        "model",
+        "context",
+        "contender",
+        "tokens/s",
+        "ratio",
+        "same tokens",
+        "first call s (compile)",
+    ]
     return out + md_table(header, rows)
 
 
@@ -273,26 +289,66 @@ def _profile(s: dict) -> list[str]:
 
 
 def _modern(s: dict) -> list[str]:
-    out = ["Medium shape as a Llama-style decoder (6 layers, 6 query heads, width 384), "
-           "greedy decode.", ""]  # fmt: skip
+    out = [
+        "Medium shape as a Llama-style decoder (6 layers, 6 query heads, width 384), "
+        "greedy decode.",
+        "",
+    ]
     rows = []
     for r in s["kv_heads"]:
-        rows.append([r["attention"], str(r["n_kv_heads"]), f"{r['kv_bytes_per_token']:,.0f}",
-                     f"{r['tokens_per_s']:,.1f}", fmt_num(r["speed_vs_mha"], ".2f"),
-                     f"{r['batch']} x ({r['context']} + {r['new_tokens']})"])  # fmt: skip
-    out += md_table(["attention", "KV heads", "KV cache bytes/token", "tokens/s", "vs MHA",
-                     "batch x (prompt + new)"], rows)  # fmt: skip
-    out += ["", "Random-weight real shapes, batch 1, 64-token prompt, attnlab vs transformers "
-            "generate (same weights):", ""]  # fmt: skip
+        rows.append(
+            [
+                r["attention"],
+                str(r["n_kv_heads"]),
+                f"{r['kv_bytes_per_token']:,.0f}",
+                f"{r['tokens_per_s']:,.1f}",
+                fmt_num(r["speed_vs_mha"], ".2f"),
+                f"{r['batch']} x ({r['context']} + {r['new_tokens']})",
+            ]
+        )
+    out += md_table(
+        [
+            "attention",
+            "KV heads",
+            "KV cache bytes/token",
+            "tokens/s",
+            "vs MHA",
+            "batch x (prompt + new)",
+        ],
+        rows,
+    )
+    out += [
+        "",
+        "Random-weight real shapes, batch 1, 64-token prompt, attnlab vs transformers "
+        "generate (same weights):",
+        "",
+    ]
     rows = []
     for r in s["vs_transformers"]:
         speeds = {c["name"]: c["tokens_per_s"] for c in r["contenders"]}
-        rows.append([r["model"], f"{r['params'] / 1e6:.0f}M", str(r["new_tokens"]),
-                     f"{speeds['attnlab']:,.1f}", f"{speeds['transformers']:,.1f}",
-                     fmt_num(r["attnlab_vs_transformers"], ".2f"),
-                     fmt_num(r["tokens_agree"], ".0%")])  # fmt: skip
-    return out + md_table(["model", "params", "new tokens", "attnlab tok/s",
-                           "transformers tok/s", "ratio", "same tokens"], rows)  # fmt: skip
+        rows.append(
+            [
+                r["model"],
+                f"{r['params'] / 1e6:.0f}M",
+                str(r["new_tokens"]),
+                f"{speeds['attnlab']:,.1f}",
+                f"{speeds['transformers']:,.1f}",
+                fmt_num(r["attnlab_vs_transformers"], ".2f"),
+                fmt_num(r["tokens_agree"], ".0%"),
+            ]
+        )
+    return out + md_table(
+        [
+            "model",
+            "params",
+            "new tokens",
+            "attnlab tok/s",
+            "transformers tok/s",
+            "ratio",
+            "same tokens",
+        ],
+        rows,
+    )
 
 
 def _inspect(s: dict) -> list[str]:
@@ -310,9 +366,11 @@ def _inspect(s: dict) -> list[str]:
             + [fmt_num(rate[n], ",.0f") for n in ("no_hook_points", "plain", "explicit_path")]
             + [fmt_num(rate["cache_all"], ",.0f")]
             + [fmt_num(r[k], ".3f") for k in ("plain_vs_no_hook_points", "cache_all_vs_plain")]
-            + [f"{shape['points_per_forward']} x {shape['idle_point_call_us']:.2f} us = "
-               f"{shape['idle_points_fraction']:.2e}"]
-        )  # fmt: skip
+            + [
+                f"{shape['points_per_forward']} x {shape['idle_point_call_us']:.2f} us = "
+                f"{shape['idle_points_fraction']:.2e}"
+            ]
+        )
     header = ["shape", "no hook points", "plain", "explicit path", "full cache"]
     header += ["plain / no hooks", "full cache / plain", "idle points, share of plain"]
     return out + md_table(header, rows)

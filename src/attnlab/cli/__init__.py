@@ -70,9 +70,11 @@ def main(argv: list[str] | None = None) -> int:
         if rank == "0":  # under torchrun every process meets the error: say it once
             print(format_error(err), file=sys.stderr)
             if world > 1:
-                print("  (torchrun's ChildFailedError report below is about this error; check "
-                      "flags without torchrun first: attnlab train ... --dump-config run.toml)",
-                      file=sys.stderr)  # fmt: skip
+                print(
+                    "  (torchrun's ChildFailedError report below is about this error; check "
+                    "flags without torchrun first: attnlab train ... --dump-config run.toml)",
+                    file=sys.stderr,
+                )
         return getattr(err, "exit_code", 2)
 
 

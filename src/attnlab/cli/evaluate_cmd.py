@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 
+from attnlab.cli.options import add_checkpoint, add_device
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -13,18 +15,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Evaluate a checkpoint. Example: attnlab evaluate --checkpoint runs/dates "
         "--split test",
     )
-    p.add_argument("--checkpoint", required=True, metavar="RUN",
-                   help="a run directory (its latest checkpoint) or a step_* dir")  # fmt: skip
-    p.add_argument("--split", choices=("val", "test"), default="val",
-                   help="val: the run's validation set; test: a fresh generated set (built-in "
-                   "tasks) or the file given below")  # fmt: skip
+    add_checkpoint(p, metavar="RUN")
+    p.add_argument(
+        "--split",
+        choices=("val", "test"),
+        default="val",
+        help="val: the run's validation set; test: a fresh generated set (built-in "
+        "tasks) or the file given below",
+    )
     d = p.add_argument_group("evaluation data (default: the run's own)")
     d.add_argument("--text", metavar="FILE_OR_DIR", help="text for a language model")
     d.add_argument("--pairs", metavar="FILE", help="(source, target) pairs for a seq2seq model")
     d.add_argument("--labels", metavar="FILE", help="(text, label) examples for a classifier")
     p.add_argument("--batch-size", type=int, help="examples per batch (default: the run's)")
     p.add_argument("--max-batches", type=int, help="evaluate at most this many batches")
-    p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:N or mps")
+    add_device(p)
     p.add_argument("--examples", type=int, default=5, help="predictions to print")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.set_defaults(func=run)
@@ -43,9 +48,13 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
     found = evaluate_checkpoint(
-        args.checkpoint, split=args.split, data=files[0] if files else None,
-        batch_size=args.batch_size, max_batches=args.max_batches, device=args.device,
-    )  # fmt: skip
+        args.checkpoint,
+        split=args.split,
+        data=files[0] if files else None,
+        batch_size=args.batch_size,
+        max_batches=args.max_batches,
+        device=args.device,
+    )
     metrics = found.result.metrics
     if args.json:
         print(json.dumps({"checkpoint": str(found.checkpoint), "step": found.step, **metrics}))

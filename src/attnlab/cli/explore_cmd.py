@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from attnlab.cli.options import add_device, add_kv_cache, add_weights
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -36,16 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--port", type=int, default=8000, help="port to listen on (default: %(default)s)"
     )
-    p.add_argument(
-        "--device", default="cpu", help="device to run the model on (default: %(default)s)"
-    )
-    p.add_argument(
-        "--weights",
-        choices=("fp32", "bf16", "int8", "int4"),
-        default="fp32",
-        help="language models: reduced-precision linear weights for faster continuations "
-        "(see docs/generation.md; default: %(default)s)",
-    )
+    add_device(p, default="cpu")
+    add_weights(p, purpose="faster continuations")
+    add_kv_cache(p, purpose="continuations")
     p.set_defaults(func=run)
 
 
@@ -53,8 +48,15 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.explore import LoadOptions, Session, load
     from attnlab.explore.server import serve
 
-    loaded = load(args.path, LoadOptions(device=args.device, weights=args.weights))
-    session = Session(loaded.model, loaded.tokenizer, name=loaded.name, labels=loaded.labels)
+    options = LoadOptions(device=args.device, weights=args.weights, kv_cache=args.kv_cache)
+    loaded = load(args.path, options)
+    session = Session(
+        loaded.model,
+        loaded.tokenizer,
+        name=loaded.name,
+        labels=loaded.labels,
+        cache_dtype=args.kv_cache,
+    )
 
     def ready(url: str) -> None:
         print(f"attnlab explore: {loaded.name} at {url}  (Ctrl-C to stop)", flush=True)

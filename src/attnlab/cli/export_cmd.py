@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from attnlab.cli import load_checkpoint_lazily
+from attnlab.cli.options import add_checkpoint
 from attnlab.interop.export import FORMATS, export_as
 
 
@@ -22,12 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "from_pretrained loads; safetensors writes one file with attnlab names, config and "
         "tokenizer.",
     )
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        metavar="RUN_DIR",
-        help="run directory or checkpoint written by `attnlab train`",
-    )
+    add_checkpoint(p)
     p.add_argument(
         "--format",
         choices=FORMATS,
@@ -53,8 +49,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     ckpt = load_checkpoint_lazily(args.checkpoint)
     path = export_as(
-        ckpt.model, args.format, args.out, config=ckpt.config, tokenizer=ckpt.tokenizer,
-        labels=getattr(ckpt, "labels", None), force=args.force,
-    )  # fmt: skip
+        ckpt.model,
+        args.format,
+        args.out,
+        config=ckpt.config,
+        tokenizer=ckpt.tokenizer,
+        labels=getattr(ckpt, "labels", None),
+        force=args.force,
+    )
     print(f"exported {args.checkpoint} as {args.format} to {path}")
     return 0

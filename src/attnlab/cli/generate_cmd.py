@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from attnlab.cli import load_checkpoint_lazily, plain_warnings
+from attnlab.cli.options import add_checkpoint, add_fast, add_kv_cache, add_weights
 from attnlab.errors import CheckpointError, ConfigError, DataError, UserError
 
 SEQ2SEQ_BATCH = 32  # sources decoded together from --source-file
@@ -32,12 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(--temperature, --top-k, --top-p, --repetition-penalty), beam search (--beams, "
         "--length-penalty). LM text streams to stdout as it is produced.",
     )
-    p.add_argument(
-        "--checkpoint",
-        required=True,
-        metavar="RUN_DIR",
-        help="run directory or checkpoint written by `attnlab train`, or a local Hugging Face "
-        "model directory (GPT-2, Llama family, BERT: fills [MASK] tokens)",
+    add_checkpoint(
+        p,
+        also=", or a local Hugging Face model directory (GPT-2, Llama family, BERT: fills "
+        "[MASK] tokens)",
     )
     src = p.add_mutually_exclusive_group()
     src.add_argument(
@@ -143,20 +142,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "benchmark models (less per-op overhead; at batch 1 the weight reads use every core) "
         "after a one-off compile of seconds to tens of seconds; pays off for long outputs",
     )
-    p.add_argument(
-        "--fast",
-        action="store_true",
-        help="run the model on attnlab.fast's engine (with --compile: the compiled step is "
-        "replayed without dynamo's guards; docs/fast.md)",
-    )
-    p.add_argument(
-        "--weights",
-        choices=("fp32", "bf16", "int8", "int4"),
-        default="fp32",
-        help="language models: store the linear layers' weights in fewer bits for faster "
-        "decoding (int8: per-channel scales; int4: per-group; bf16 where the CPU multiplies it "
-        "natively); see docs/generation.md (default: %(default)s)",
-    )
+    add_fast(p, also="; with --compile the compiled step is replayed without dynamo's guards")
+    add_weights(p, purpose="faster decoding")
+    add_kv_cache(p, purpose="decoding")
     p.set_defaults(func=run)
 
 
@@ -173,12 +161,20 @@ def run(args: argparse.Namespace) -> int:
         )
     try:
         config = GenerationConfig(
-            max_new_tokens=args.max_new_tokens, temperature=args.temperature, top_k=args.top_k,
-            top_p=args.top_p, repetition_penalty=args.repetition_penalty, num_beams=args.beams,
-            length_penalty=args.length_penalty, early_stopping=args.early_stopping,
-            stop_strings=tuple(args.stop), seed=args.seed, use_cache=not args.no_cache,
+            max_new_tokens=args.max_new_tokens,
+            temperature=args.temperature,
+            top_k=args.top_k,
+            top_p=args.top_p,
+            repetition_penalty=args.repetition_penalty,
+            num_beams=args.beams,
+            length_penalty=args.length_penalty,
+            early_stopping=args.early_stopping,
+            stop_strings=tuple(args.stop),
+            seed=args.seed,
+            use_cache=not args.no_cache,
             compile=args.compile,
-        )  # fmt: skip
+            cache_dtype=args.kv_cache,
+        )
     except ValueError as err:
         raise ConfigError(str(err)) from None
     ckpt = load_checkpoint_lazily(args.checkpoint)
@@ -200,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
                     "not --source/--source-file"
                 )
             _reduce_weights(model, args.weights)
+            _check_cache_dtype(model, args.kv_cache)
             _run_lm(model, tok, args, config)
         elif isinstance(model, Seq2SeqModel):
             if args.source is None and args.source_file is None:
@@ -212,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
                     f"--weights {args.weights} applies to language models; "
                     f"{ckpt.config.kind!r} is a sequence-to-sequence model: drop --weights"
                 )
+            _check_cache_dtype(model, args.kv_cache)
             _run_seq2seq(model, tok, args, config)
         elif ckpt.config.kind == "masked_lm":
             _run_fill_mask(model, tok, args)
@@ -231,6 +229,15 @@ def _reduce_weights(model, mode: str) -> None:
         quantize_weights(model, mode)
     except (ValueError, TypeError) as err:
         raise ConfigError(f"--weights {mode}: {err}") from None
+
+
+def _check_cache_dtype(model, cache_dtype: str | None) -> None:
+    from attnlab.generate.weights import check_cache_dtype
+
+    try:
+        check_cache_dtype(model, cache_dtype)
+    except ValueError as err:
+        raise ConfigError(f"--kv-cache {cache_dtype}: {err}") from None
 
 
 def _run_lm(model, tok, args: argparse.Namespace, config) -> None:

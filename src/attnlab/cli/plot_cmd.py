@@ -13,6 +13,7 @@ import argparse
 import torch
 
 from attnlab.cli import load_checkpoint_lazily
+from attnlab.cli.options import add_checkpoint
 from attnlab.errors import CheckpointError
 
 
@@ -25,12 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     kinds = p.add_subparsers(dest="plot", metavar="WHAT", required=True)
 
     a = kinds.add_parser("attention", help="every layer and head of a trained model on one input")
-    a.add_argument(
-        "--checkpoint",
-        required=True,
-        metavar="RUN",
-        help="run directory or checkpoint written by `attnlab train`",
-    )
+    add_checkpoint(a, metavar="RUN")
     a.add_argument(
         "--input",
         required=True,
@@ -75,8 +71,10 @@ def run_attention(args: argparse.Namespace) -> int:
 
     ckpt = load_checkpoint_lazily(args.checkpoint)
     if ckpt.tokenizer is None:
-        raise CheckpointError(f"checkpoint {str(ckpt.path)!r} has no tokenizer.json, so the "
-                              "input text cannot be encoded; train with a tokenizer")  # fmt: skip
+        raise CheckpointError(
+            f"checkpoint {str(ckpt.path)!r} has no tokenizer.json, so the "
+            "input text cannot be encoded; train with a tokenizer"
+        )
     figures = model_attention_figures(ckpt.model, ckpt.tokenizer, args.input, args.target)
     for path in save_figures(figures, args.out):
         print(f"wrote {path}")

@@ -19,6 +19,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from attnlab.cli.options import add_fast
 from attnlab.data import CLASSIFICATION_TASKS, TASKS, read_parallel
 from attnlab.errors import ConfigError
 
@@ -113,12 +114,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--no-plots", action="store_true", help="skip the attention heatmap")
     g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
-    g.add_argument(
-        "--fast",
-        action="store_true",
-        default=None,
-        help="run on attnlab.fast's engine (the same model, CPU fast paths; docs/fast.md)",
-    )
+    add_fast(g, default=None)
     g.add_argument(
         "--tensorboard",
         action="store_true",
@@ -150,8 +146,9 @@ def _data_flags(args: argparse.Namespace, out: Path) -> dict[str, Any]:
         names = " and ".join("--" + g.replace("_", "-") for g in given)
         raise ConfigError(f"give one kind of data, got {names}")
     if bool(args.src_file) != bool(args.tgt_file):
-        raise ConfigError("--src-file and --tgt-file go together: line i of one translates "
-                          "line i of the other")  # fmt: skip
+        raise ConfigError(
+            "--src-file and --tgt-file go together: line i of one translates line i of the other"
+        )
     if args.text:
         return {"task": "lm", "data": args.text}
     if args.pairs:
@@ -163,8 +160,10 @@ def _data_flags(args: argparse.Namespace, out: Path) -> dict[str, Any]:
             return {"task": "seq2seq", "data": args.task}
         if args.task in CLASSIFICATION_TASKS:
             return {"task": "classify", "data": args.task}
-        raise ConfigError(f"unknown --task {args.task!r}; built-in tasks are "
-                          f"{sorted(TASKS) + sorted(CLASSIFICATION_TASKS)}")  # fmt: skip
+        raise ConfigError(
+            f"unknown --task {args.task!r}; built-in tasks are "
+            f"{sorted(TASKS) + sorted(CLASSIFICATION_TASKS)}"
+        )
     if args.src_file:
         return {"task": "seq2seq", "data": str(_join_parallel(args.src_file, args.tgt_file, out))}
     return {}
@@ -241,10 +240,19 @@ def run(args: argparse.Namespace) -> int:
         return 0
     main = os.environ.get("RANK", "0") == "0"
     if main:
-        print(f"attnlab train: {run_config.model.kind} on task {run_config.train.task!r} "
-              f"(data {run_config.train.data!r}) -> {out}", flush=True)  # fmt: skip
-    result = train(run_config, run_dir=out, resume=args.resume, progress=not args.no_progress,
-                   allow_changes=args.allow_changes, on_event=_print_event)  # fmt: skip
+        print(
+            f"attnlab train: {run_config.model.kind} on task {run_config.train.task!r} "
+            f"(data {run_config.train.data!r}) -> {out}",
+            flush=True,
+        )
+    result = train(
+        run_config,
+        run_dir=out,
+        resume=args.resume,
+        progress=not args.no_progress,
+        allow_changes=args.allow_changes,
+        on_event=_print_event,
+    )
     if main:
         _report(result, args)
     return result.exit_code
@@ -273,9 +281,12 @@ def _report(result: Any, args: argparse.Namespace) -> None:
 
     print(result.summary)
     if result.stopped_by:
-        print(f"stopped by {result.stopped_by} after step {result.step}; saved "
-              f"{result.checkpoint}. Continue with: attnlab train --out {result.run_dir} "
-              f"--resume", file=sys.stderr)  # fmt: skip
+        print(
+            f"stopped by {result.stopped_by} after step {result.step}; saved "
+            f"{result.checkpoint}. Continue with: attnlab train --out {result.run_dir} "
+            f"--resume",
+            file=sys.stderr,
+        )
         return
     shown = result.predictions[: max(args.examples, 0)]
     if shown:

@@ -20,8 +20,18 @@ ENDPOINTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "next": ("next_token", ("text", "source", "temperature", "top_k", "top_p", "ablate")),
 }
 # the streamed continuation (Session.continuation) reads these
-STREAM_FIELDS = ("text", "source", "strategy", "max_new_tokens", "temperature", "top_k", "top_p",
-                 "beams", "seed", "ablate")  # fmt: skip
+STREAM_FIELDS = (
+    "text",
+    "source",
+    "strategy",
+    "max_new_tokens",
+    "temperature",
+    "top_k",
+    "top_p",
+    "beams",
+    "seed",
+    "ablate",
+)
 
 
 def dispatch(session: Session, endpoint: str, payload: Any) -> dict[str, Any]:

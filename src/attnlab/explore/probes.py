@@ -115,8 +115,7 @@ def cached_steps(module: nn.Module, path: str, rec: Recorded, cache) -> dict[str
     t, s = get["A"].shape[-2:]
     mask = torch.broadcast_to(get["mask"], (get["mask"].size(0), t, s))[0]  # (T, S)
     factor = scale_factor(module.scale, get["Q"].size(-1))
-    return {**get, "X": rec.x[0], "M": rec.memory[0], "mask": mask,
-            "factor": torch.tensor(factor)}  # fmt: skip
+    return {**get, "X": rec.x[0], "M": rec.memory[0], "mask": mask, "factor": torch.tensor(factor)}
 
 
 def matrix(t: Tensor) -> list:

@@ -57,9 +57,16 @@ class Session(Predictions):
     """One model + tokenizer, explored through JSON-ready answers."""
 
     def __init__(
-        self, model: nn.Module, tokenizer: Any, *, name: str = "model", labels: Any = None
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        name: str = "model",
+        labels: Any = None,
+        cache_dtype: str | None = None,
     ):
         self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
+        self.cache_dtype = cache_dtype  # the KV cache's dtype in continuations (None: compute)
         self.labels = labels  # a classifier's class names (attnlab.data.LabelSet), if known
         self.cfg = getattr(model, "cfg", None)
         self.sites = probes.attention_sites(model)
@@ -94,8 +101,9 @@ class Session(Predictions):
             for s in self.sites
         ]
         if self.recurrent_alignment:
-            sites.append({"name": "alignment", "label": SITE_LABELS["alignment"], "layers": 1,
-                          "heads": 1})  # fmt: skip
+            sites.append(
+                {"name": "alignment", "label": SITE_LABELS["alignment"], "layers": 1, "heads": 1}
+            )
         cfg = self.cfg
         return {
             "name": self.name,
@@ -204,8 +212,7 @@ class Session(Predictions):
                 where, part = ("cross", None) if site.name == "cross" else ("self", site.name)
                 if sum(s.name != "cross" for s in self.sites) == 1:
                     part = None  # one self-attention stack: nothing to choose
-                stack.enter_context(inspect.ablate_heads(self.model, chosen, site=where,
-                                                         part=part))  # fmt: skip
+                stack.enter_context(inspect.ablate_heads(self.model, chosen, site=where, part=part))
             yield
 
     def _forward(

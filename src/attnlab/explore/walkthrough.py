@@ -21,9 +21,17 @@ from attnlab.nn.multihead import CrossAttention
 
 def _step(key, title, equation, note, values, rows, cols, **extra) -> dict[str, Any]:
     values = values.to(torch.float64) if values.dtype == torch.bool else values
-    return {"key": key, "title": title, "equation": equation, "note": note,
-            "shape": list(values.shape), "rows": rows, "cols": cols, "values": matrix(values),
-            **extra}  # fmt: skip
+    return {
+        "key": key,
+        "title": title,
+        "equation": equation,
+        "note": note,
+        "shape": list(values.shape),
+        "rows": rows,
+        "cols": cols,
+        "values": matrix(values),
+        **extra,
+    }
 
 
 def _dims(prefix: str, n: int) -> list[str]:
@@ -45,48 +53,126 @@ def walkthrough_steps(
     src = "M" if cross else "X"
     x_note = (
         "000 'Notation': x_i = E w_i, plus the position signal (000 'Position representations'); "
-        + ("pre-norm blocks feed LN(h) to attention (000 'Add & Norm')." if pre else
-           "post-norm blocks feed the residual stream h itself.")
-    )  # fmt: skip
+        + (
+            "pre-norm blocks feed LN(h) to attention (000 'Add & Norm')."
+            if pre
+            else "post-norm blocks feed the residual stream h itself."
+        )
+    )
     steps = [
-        _step("X", "Input X (one row per query token)", "X ∈ R^{T×d}", x_note, q["X"], rows,
-              _dims("d", q["X"].size(-1))),
-    ]  # fmt: skip
+        _step(
+            "X",
+            "Input X (one row per query token)",
+            "X ∈ R^{T×d}",
+            x_note,
+            q["X"],
+            rows,
+            _dims("d", q["X"].size(-1)),
+        ),
+    ]
     if cross:
-        steps.append(_step("M", "Memory M (the encoder's output)", "M = h^(x) ∈ R^{S×d}",
-                           "000 'Cross-Attention': keys and values come from the encoder.",
-                           q["M"], cols, _dims("d", q["M"].size(-1))))  # fmt: skip
+        steps.append(
+            _step(
+                "M",
+                "Memory M (the encoder's output)",
+                "M = h^(x) ∈ R^{S×d}",
+                "000 'Cross-Attention': keys and values come from the encoder.",
+                q["M"],
+                cols,
+                _dims("d", q["M"].size(-1)),
+            )
+        )
     rot = " (then rotated by RoPE: q_m, k_n turned by m·θ_i, n·θ_i)" if rotary else ""
     steps += [
-        _step("Q", f"Queries Q = X W_Q (head {h})", f"Q = X W_Q^{h} ∈ R^{{T×{dk}}}" + rot,
-              "002: Q = X W_Q with W_Q ∈ R^{d_model×d_k}; 004 eq. 13 head_i uses Q W_i^Q.",
-              q["Q"][h], rows, _dims("k", dk)),
-        _step("K", f"Keys K = {src} W_K (head {h})", f"K = {src} W_K^{h} ∈ R^{{S×{dk}}}" + rot,
-              "002: K = X W_K; 000 'Cross-Attention': k_j = K h^(x)_j." if cross else
-              "002: K = X W_K; 001: the key k_i = W_k x_i.", q["K"][h], cols, _dims("k", dk)),
-        _step("V", f"Values V = {src} W_V (head {h})", f"V = {src} W_V^{h} ∈ R^{{S×{dv}}}",
-              "002: V = X W_V; 001: the value v_i = W_v x_i.", q["V"][h], cols, _dims("v", dv)),
-        _step("scores", "Dot products Q Kᵀ", "scores_ij = q_i · k_j",
-              "000: alpha_ij = softmax(q_i^T k_j); 001: w'_ij = q_i^T k_j.", q["scores"][h],
-              rows, cols),
-        _step("scaled", "Scaled by 1/√d_k", f"scaled = Q Kᵀ · {float(q['factor']):.6g}"
-              f" (1/√{dk})", "004 eq. 9: a(Q K^T / sqrt(d_q)); 001 'scaling the dot product' "
-              "keeps the softmax out of its flat regions.", q["scaled"][h], rows, cols),
-        _step("mask", "Mask (1 = may attend)", "M_ij = 0 ⇒ A_ij = 0",
-              "000 'future mask': alpha_ij = 0 for j > i; 004: M ∈ {0,1}^{N×M}." if not cross
-              else "004: M ∈ {0,1}^{N×M}; cross-attention sees every real source token.",
-              q["mask"], rows, cols),
-        _step("A", "Softmax over each row: the attention weights A", "A = softmax(scaled + log M)",
-              "004 eq. 9 with a = softmax, row by row (000 'Notation': softmax over the last "
-              "axis); each row sums to 1.", q["A"][h], rows, cols),
-        _step("heads", f"Head output A V (head {h})", f"head_{h} = A V ∈ R^{{T×{dv}}}",
-              "000: h_i = sum_j alpha_ij v_j; 004 eq. 9.", q["heads"][h], rows, _dims("v", dv)),
-        _step("concat", "Concatenate the heads", f"[head_0; …; head_{n_heads - 1}] ∈ "
-              f"R^{{T×{n_heads * dv}}}", "004 eq. 13 concat(head_1, ..., head_h); 002: "
-              "Z = Concat(Z^(1), ..., Z^(H)).", q["concat"], rows,
-              [f"h{i}.{j}" for i in range(n_heads) for j in range(dv)],
-              highlight=[h * dv, (h + 1) * dv]),
-    ]  # fmt: skip
+        _step(
+            "Q",
+            f"Queries Q = X W_Q (head {h})",
+            f"Q = X W_Q^{h} ∈ R^{{T×{dk}}}" + rot,
+            "002: Q = X W_Q with W_Q ∈ R^{d_model×d_k}; 004 eq. 13 head_i uses Q W_i^Q.",
+            q["Q"][h],
+            rows,
+            _dims("k", dk),
+        ),
+        _step(
+            "K",
+            f"Keys K = {src} W_K (head {h})",
+            f"K = {src} W_K^{h} ∈ R^{{S×{dk}}}" + rot,
+            "002: K = X W_K; 000 'Cross-Attention': k_j = K h^(x)_j."
+            if cross
+            else "002: K = X W_K; 001: the key k_i = W_k x_i.",
+            q["K"][h],
+            cols,
+            _dims("k", dk),
+        ),
+        _step(
+            "V",
+            f"Values V = {src} W_V (head {h})",
+            f"V = {src} W_V^{h} ∈ R^{{S×{dv}}}",
+            "002: V = X W_V; 001: the value v_i = W_v x_i.",
+            q["V"][h],
+            cols,
+            _dims("v", dv),
+        ),
+        _step(
+            "scores",
+            "Dot products Q Kᵀ",
+            "scores_ij = q_i · k_j",
+            "000: alpha_ij = softmax(q_i^T k_j); 001: w'_ij = q_i^T k_j.",
+            q["scores"][h],
+            rows,
+            cols,
+        ),
+        _step(
+            "scaled",
+            "Scaled by 1/√d_k",
+            f"scaled = Q Kᵀ · {float(q['factor']):.6g} (1/√{dk})",
+            "004 eq. 9: a(Q K^T / sqrt(d_q)); 001 'scaling the dot product' "
+            "keeps the softmax out of its flat regions.",
+            q["scaled"][h],
+            rows,
+            cols,
+        ),
+        _step(
+            "mask",
+            "Mask (1 = may attend)",
+            "M_ij = 0 ⇒ A_ij = 0",
+            "000 'future mask': alpha_ij = 0 for j > i; 004: M ∈ {0,1}^{N×M}."
+            if not cross
+            else "004: M ∈ {0,1}^{N×M}; cross-attention sees every real source token.",
+            q["mask"],
+            rows,
+            cols,
+        ),
+        _step(
+            "A",
+            "Softmax over each row: the attention weights A",
+            "A = softmax(scaled + log M)",
+            "004 eq. 9 with a = softmax, row by row (000 'Notation': softmax over the last "
+            "axis); each row sums to 1.",
+            q["A"][h],
+            rows,
+            cols,
+        ),
+        _step(
+            "heads",
+            f"Head output A V (head {h})",
+            f"head_{h} = A V ∈ R^{{T×{dv}}}",
+            "000: h_i = sum_j alpha_ij v_j; 004 eq. 9.",
+            q["heads"][h],
+            rows,
+            _dims("v", dv),
+        ),
+        _step(
+            "concat",
+            "Concatenate the heads",
+            f"[head_0; …; head_{n_heads - 1}] ∈ R^{{T×{n_heads * dv}}}",
+            "004 eq. 13 concat(head_1, ..., head_h); 002: Z = Concat(Z^(1), ..., Z^(H)).",
+            q["concat"],
+            rows,
+            [f"h{i}.{j}" for i in range(n_heads) for j in range(dv)],
+            highlight=[h * dv, (h + 1) * dv],
+        ),
+    ]
     if module.out_proj is not None:
         steps.append(
             _step(
@@ -100,9 +186,18 @@ def walkthrough_steps(
             )
         )
     else:
-        steps.append({"key": "out", "title": "No output projection", "equation": "Z = concat",
-                      "note": "002 keeps the concatenation without W^O.", "shape": [],
-                      "rows": [], "cols": [], "values": []})  # fmt: skip
+        steps.append(
+            {
+                "key": "out",
+                "title": "No output projection",
+                "equation": "Z = concat",
+                "note": "002 keeps the concatenation without W^O.",
+                "shape": [],
+                "rows": [],
+                "cols": [],
+                "values": [],
+            }
+        )
     return steps
 
 
@@ -124,12 +219,18 @@ def positions_view(
             view.update(_signal(enc, pos))
         views.append(view)
     if not embeds:
-        views.append({
-            "module": "", "side": "target", "tokens": labels(inputs["target"]), "kind": "none",
-            "equation": "h_t = σ(W h_{t-1} + U x_t)", "values": [],
-            "note": "A recurrent model has no position signal: order comes from reading the "
-                    "tokens one after another (000 'Problems with RNN'; 004 eq. 2).",
-        })  # fmt: skip
+        views.append(
+            {
+                "module": "",
+                "side": "target",
+                "tokens": labels(inputs["target"]),
+                "kind": "none",
+                "equation": "h_t = σ(W h_{t-1} + U x_t)",
+                "values": [],
+                "note": "A recurrent model has no position signal: order comes from reading the "
+                "tokens one after another (000 'Problems with RNN'; 004 eq. 2).",
+            }
+        )
     return {"views": views}
 
 
@@ -150,9 +251,12 @@ def _signal(enc: nn.Module, pos: Tensor) -> dict[str, Any]:
         }
     if isinstance(enc, positional.ConcatPositions):
         pe = positional.sinusoidal_table(pos, enc.d_pos, enc.base)  # (T, d_pos)
-        return {"kind": "concat", "equation": "x~_n = W [x_n; PE(n)] + b",
-                "note": "004 eq. 15: concatenate the sinusoids PE(n), then a learned linear map.",
-                "values": matrix(pe)}  # fmt: skip
+        return {
+            "kind": "concat",
+            "equation": "x~_n = W [x_n; PE(n)] + b",
+            "note": "004 eq. 15: concatenate the sinusoids PE(n), then a learned linear map.",
+            "values": matrix(pe),
+        }
     if isinstance(enc, positional.RotaryPositions):
         i2 = torch.arange(0, enc.d_head, 2, dtype=torch.float64)
         angles = pos.double()[:, None] * enc.base ** (-i2 / enc.d_head)  # (T, Dh/2)
@@ -164,9 +268,13 @@ def _signal(enc: nn.Module, pos: Tensor) -> dict[str, Any]:
             "values": matrix(angles),
         }
     if isinstance(enc, positional.NoPositions):
-        return {"kind": "none", "equation": "x~_i = x_i", "values": [],
-                "note": "No positions: attention is permutation equivariant (004 eq. 14; 001 "
-                        "'a set, not a sequence')."}  # fmt: skip
+        return {
+            "kind": "none",
+            "equation": "x~_i = x_i",
+            "values": [],
+            "note": "No positions: attention is permutation equivariant (004 eq. 14; 001 "
+            "'a set, not a sequence').",
+        }
     return {"kind": type(enc).__name__, "equation": "", "note": "", "values": []}
 
 

@@ -99,8 +99,9 @@ class ExplorerWidget(anywidget.AnyWidget):
                 self.send({"id": request_id, "event": event})
             return
         try:
-            self.send({"id": request_id, "result": self.call(content["endpoint"],
-                                                             content.get("payload"))})  # fmt: skip
+            self.send(
+                {"id": request_id, "result": self.call(content["endpoint"], content.get("payload"))}
+            )
         except UserError as err:
             self.send({"id": request_id, "error": str(err)})
 

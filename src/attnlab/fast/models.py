@@ -66,8 +66,12 @@ class FastTransformerEncoder(TransformerEncoder):
     ) -> EncoderOutput:
         packings = None if need_weights else row_groups(self, key_padding_mask)
         if packings is None:
-            return super().forward(ids, key_padding_mask=key_padding_mask,
-                                   need_weights=need_weights, token_types=token_types)  # fmt: skip
+            return super().forward(
+                ids,
+                key_padding_mask=key_padding_mask,
+                need_weights=need_weights,
+                token_types=token_types,
+            )
         (packing,) = packings
         self.check_input(ids, key_padding_mask)
         x = pack(self.embed(ids, token_types=token_types), packing)  # (N, D)

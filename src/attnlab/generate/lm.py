@@ -20,8 +20,8 @@ from __future__ import annotations
 from typing import Any
 
 from attnlab.generate.config import GenerationConfig, GenerationResult, special_ids
-from attnlab.generate.loop import DecodeLoop, decode
-from attnlab.generate.prompts import PromptBatch, as_id_lists, left_pad, prepare_lm_prompts
+from attnlab.generate.loop import Prepared
+from attnlab.generate.prompts import as_id_lists, left_pad, prepare_lm_prompts
 from attnlab.generate.steppers import LMStepper, check_model, eval_mode
 from attnlab.models.base import LanguageModel
 
@@ -41,22 +41,15 @@ def generate(
     config = config if config is not None else GenerationConfig()
     check_model(model, LanguageModel, "generate")
     with eval_mode(model):
-        stepper, batch, specials = lm_stepper(model, prompts, config, tokenizer)
-        return decode(
-            stepper,
-            batch.prompts,
-            config,
-            specials,
-            vocab_size=model.vocab_size,
-            tokenizer=tokenizer,
-            keep_logits=return_logits,
+        return prepare_lm(model, prompts, config, tokenizer).decode(
+            tokenizer, keep_logits=return_logits
         )
 
 
-def lm_stepper(
+def prepare_lm(
     model: LanguageModel, prompts: PromptInput, config: GenerationConfig, tokenizer: Any | None
-):
-    """Checked, padded prompts and a stepper over them: (LMStepper, PromptBatch, SpecialIds)."""
+) -> Prepared:
+    """Checked, left-padded prompts and an :class:`LMStepper` over them, ready to decode."""
     specials = special_ids(config, tokenizer)
     ids = as_id_lists(prompts, tokenizer, "prompt")
     ids = prepare_lm_prompts(
@@ -74,28 +67,6 @@ def lm_stepper(
         use_cache=config.use_cache,
         compile=config.compile,
         pad_id=specials.pad,
+        cache_dtype=config.cache_dtype,
     )
-    return stepper, batch, specials
-
-
-def lm_loop(
-    model: LanguageModel,
-    prompts: PromptInput,
-    config: GenerationConfig,
-    tokenizer: Any | None,
-    *,
-    keep_logits: bool = False,
-    text_rows: bool = False,
-) -> tuple[DecodeLoop, PromptBatch]:
-    """A ready :class:`DecodeLoop` over the prompts (nothing run yet), and the prompt batch."""
-    stepper, batch, specials = lm_stepper(model, prompts, config, tokenizer)
-    loop = DecodeLoop(
-        stepper,
-        config,
-        specials,
-        vocab_size=model.vocab_size,
-        tokenizer=tokenizer,
-        keep_logits=keep_logits,
-        text_rows=text_rows,
-    )
-    return loop, batch
+    return Prepared(stepper, batch, specials, config, model.vocab_size)

@@ -17,6 +17,7 @@ Shapes: R rows, N max new tokens, V vocabulary.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,41 +25,52 @@ from torch import Tensor
 
 from attnlab.generate.beam import beam_search
 from attnlab.generate.config import GenerationConfig, GenerationResult, SpecialIds
+from attnlab.generate.prompts import PromptBatch
 from attnlab.generate.sampling import choose_next, fresh_seed, make_generator, seen_tokens
 from attnlab.generate.text import TextRow
 
 
-def decode(
-    stepper: Any,
-    prompts: Any,
-    config: GenerationConfig,
-    specials: SpecialIds,
-    *,
-    vocab_size: int,
-    tokenizer: Any | None,
-    keep_logits: bool,
-) -> GenerationResult:
-    """Run a stepper to the end: beam search when ``config.num_beams > 1``, else greedy/sampling.
-    ``prompts`` are the batch's prompt id lists (``PromptBatch.prompts``)."""
-    if config.num_beams > 1:
-        return beam_search(
-            stepper,
-            config,
-            vocab_size=vocab_size,
-            specials=specials,
-            prompts=prompts,
+@dataclass(frozen=True)
+class Prepared:
+    """A stepper over a checked, padded batch of prompts (or sources), ready to decode: what
+    ``generate``, ``generate_seq2seq`` and ``stream`` share once the model kind is handled."""
+
+    stepper: Any
+    batch: PromptBatch
+    specials: SpecialIds
+    config: GenerationConfig  # seq2seq may cap max_new_tokens at the decoder's window
+    vocab_size: int  # of the model's outputs (the target vocabulary of a seq2seq model)
+
+    def loop(
+        self, tokenizer: Any | None = None, *, keep_logits: bool = False, text_rows: bool = False
+    ) -> DecodeLoop:
+        """A ready :class:`DecodeLoop` over the batch (nothing run yet)."""
+        return DecodeLoop(
+            self.stepper,
+            self.config,
+            self.specials,
+            vocab_size=self.vocab_size,
             tokenizer=tokenizer,
+            keep_logits=keep_logits,
+            text_rows=text_rows,
         )
-    loop = DecodeLoop(
-        stepper,
-        config,
-        specials,
-        vocab_size=vocab_size,
-        tokenizer=tokenizer,
-        keep_logits=keep_logits,
-    )
-    loop.run()
-    return loop.result(prompts, tokenizer)
+
+    def decode(
+        self, tokenizer: Any | None = None, *, keep_logits: bool = False
+    ) -> GenerationResult:
+        """Run to the end: beam search when ``config.num_beams > 1``, else greedy/sampling."""
+        if self.config.num_beams > 1:
+            return beam_search(
+                self.stepper,
+                self.config,
+                vocab_size=self.vocab_size,
+                specials=self.specials,
+                prompts=self.batch.prompts,
+                tokenizer=tokenizer,
+            )
+        loop = self.loop(tokenizer, keep_logits=keep_logits)
+        loop.run()
+        return loop.result(self.batch.prompts, tokenizer)
 
 
 class DecodeLoop:

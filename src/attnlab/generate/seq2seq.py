@@ -19,8 +19,8 @@ import warnings
 from typing import Any
 
 from attnlab.generate.config import GenerationConfig, GenerationResult, special_ids
-from attnlab.generate.loop import DecodeLoop, decode
-from attnlab.generate.prompts import PromptBatch, as_id_lists, prepare_sources
+from attnlab.generate.loop import Prepared
+from attnlab.generate.prompts import as_id_lists, prepare_sources
 from attnlab.generate.steppers import Seq2SeqStepper, check_model, eval_mode
 from attnlab.models.base import Seq2SeqModel
 
@@ -43,22 +43,16 @@ def generate_seq2seq(
     config = config if config is not None else GenerationConfig()
     check_model(model, Seq2SeqModel, "generate_seq2seq")
     with eval_mode(model):
-        stepper, batch, specials, config = seq2seq_stepper(model, sources, config, tokenizer)
-        return decode(
-            stepper,
-            batch.prompts,
-            config,
-            specials,
-            vocab_size=model.tgt_vocab_size,
-            tokenizer=tokenizer,
-            keep_logits=return_logits,
+        return prepare_seq2seq(model, sources, config, tokenizer).decode(
+            tokenizer, keep_logits=return_logits
         )
 
 
-def seq2seq_stepper(
+def prepare_seq2seq(
     model: Seq2SeqModel, sources: SourceInput, config: GenerationConfig, tokenizer: Any | None
-):
-    """(Seq2SeqStepper, source PromptBatch, SpecialIds, config with a capped max_new_tokens)."""
+) -> Prepared:
+    """Checked, right-padded sources and a :class:`Seq2SeqStepper` over them, ready to decode;
+    ``max_new_tokens`` capped at the decoder's window."""
     specials = special_ids(config, tokenizer)
     if specials.bos is None:
         raise ValueError(
@@ -84,28 +78,6 @@ def seq2seq_stepper(
         use_cache=config.use_cache,
         compile=config.compile,
         pad_id=specials.pad,
+        cache_dtype=config.cache_dtype,
     )
-    return stepper, batch, specials, config
-
-
-def seq2seq_loop(
-    model: Seq2SeqModel,
-    sources: SourceInput,
-    config: GenerationConfig,
-    tokenizer: Any | None,
-    *,
-    keep_logits: bool = False,
-    text_rows: bool = False,
-) -> tuple[DecodeLoop, PromptBatch]:
-    """A ready :class:`DecodeLoop` over the sources (nothing decoded yet), and the source batch."""
-    stepper, batch, specials, config = seq2seq_stepper(model, sources, config, tokenizer)
-    loop = DecodeLoop(
-        stepper,
-        config,
-        specials,
-        vocab_size=model.tgt_vocab_size,
-        tokenizer=tokenizer,
-        keep_logits=keep_logits,
-        text_rows=text_rows,
-    )
-    return loop, batch
+    return Prepared(stepper, batch, specials, config, model.tgt_vocab_size)

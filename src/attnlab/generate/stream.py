@@ -17,9 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from attnlab.generate.config import GenerationConfig
-from attnlab.generate.lm import lm_loop
+from attnlab.generate.lm import prepare_lm
 from attnlab.generate.prompts import as_id_lists
-from attnlab.generate.seq2seq import seq2seq_loop
+from attnlab.generate.seq2seq import prepare_seq2seq
 from attnlab.generate.steppers import eval_mode
 from attnlab.models.base import LanguageModel, Seq2SeqModel
 
@@ -44,15 +44,15 @@ def stream(
     if len(as_id_lists(prompt, tokenizer)) != 1:
         raise ValueError("stream() takes one prompt or source; use generate() for a batch")
     if isinstance(model, LanguageModel):
-        make = lm_loop
+        prepare = prepare_lm
     elif isinstance(model, Seq2SeqModel):
-        make = seq2seq_loop
+        prepare = prepare_seq2seq
     else:
         raise TypeError(
             f"stream() needs a language model or a seq2seq model, got {type(model).__name__}, "
             "which is not generative"
         )
-    loop, _ = make(model, prompt, config, tokenizer, text_rows=text)
+    loop = prepare(model, prompt, config, tokenizer).loop(tokenizer, text_rows=text)
     return _pieces(model, loop, text)
 
 

@@ -13,13 +13,13 @@ run in the model's compute dtype. Works the same for trained checkpoints and imp
     int4   4 + (a, z)    CPU                      ``torch._weight_int4pack_mm_for_cpu``
            per channel / per group of 64 (or 32) inputs
 
-Why PyTorch's aten kernels and not another route (each measured on the 2-core AVX-512 host, see
-benchmarks/ANALYSIS.md, "Reduced-precision decode"): they ship with torch (no new dependency),
+Why PyTorch's aten kernels and not another route (measurements: benchmarks/ANALYSIS.md,
+"Reduced-precision decode" and "Greedy generation"): they ship with torch (no new dependency),
 inductor lowers them to themselves under ``torch.compile``, and they widen the codes inside the
 kernel, so only the small codes cross the memory bus. The alternatives dequantize the whole
 matrix per call in eager mode (``w.to(x.dtype) * scale`` then ``mm``, torchao's CPU fallback) or
-need bf16 to be native (inductor widening bf16 weights in its decomposed matrix-vector loop was
-12-14x slower than fp32 on the AVX2 host of 11-24).
+need bf16 to be native (inductor widening bf16 weights in its decomposed matrix-vector loop is
+far slower than fp32 on a CPU without native bf16).
 
 Tied embeddings: the input embedding stays fp32 (a lookup reads one row per token); the output
 head gets its own reduced-precision copy, which is what every token reads in full.
@@ -38,6 +38,8 @@ import torch
 from torch import nn
 
 from attnlab.models.base import LanguageModel
+from attnlab.nn.cache import resolve_cache_dtype
+from attnlab.nn.multihead import SelfAttention
 from attnlab.nn.quantized import (
     BF16Linear,
     Int4Linear,
@@ -45,6 +47,7 @@ from attnlab.nn.quantized import (
     WeightOnlyLinear,
     int4_group_size,
 )
+from attnlab.nn.recurrent import refuse_cache_dtype
 
 WEIGHT_MODES = ("fp32", "bf16", "int8", "int4")
 _LAYERS = {"bf16": BF16Linear, "int8": Int8Linear, "int4": Int4Linear}
@@ -109,6 +112,17 @@ def quantize_weights(model: nn.Module, mode: str) -> nn.Module:
         parent, _, attr = name.rpartition(".")
         setattr(model.get_submodule(parent), attr, layer(linear))
     return model
+
+
+def check_cache_dtype(model: nn.Module, cache_dtype: str | None) -> None:
+    """A clear error up front when ``cache_dtype`` ("fp32", "bf16"; None: the compute dtype)
+    is unknown or the model has no KV cache to store in it (recurrent models)."""
+    if cache_dtype is None:
+        return
+    resolve_cache_dtype(cache_dtype)
+    if not any(isinstance(m, SelfAttention) for m in model.modules()):
+        kind = getattr(getattr(model, "cfg", None), "kind", None) or type(model).__name__
+        refuse_cache_dtype(kind, cache_dtype)
 
 
 def weights_mode(model: nn.Module) -> str:

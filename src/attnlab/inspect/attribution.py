@@ -128,8 +128,9 @@ def head_ablation_effects(
     effects = torch.zeros(len(layers), max(n_heads_of(layer) for layer in layers))
     for row, layer in enumerate(layers):
         for h in range(n_heads_of(layer)):
-            with ablate_heads(model, [(layer.index, h)], mode=mode, site=site, part=part,
-                              means=means):  # fmt: skip
+            with ablate_heads(
+                model, [(layer.index, h)], mode=mode, site=site, part=part, means=means
+            ):
                 effects[row, h] = measure(model(*args, **kwargs)).detach().cpu() - clean.cpu()
     return HeadEffects(clean, effects)
 

@@ -35,6 +35,7 @@ from attnlab.interop.weights_map import (
     export_mapped,
     load_mapped,
     mismatches,
+    model_to_load,
     problems_message,
 )
 from attnlab.models.build import build_model
@@ -227,8 +228,9 @@ def bert_table(cfg: ModelConfig) -> list[Mapped]:
         table += _pairs(("classifier", "head"))
     if cfg.kind == "masked_lm":
         p = "cls.predictions."
-        table += _pairs((p + "transform.dense", "mlm.transform"), (p + "transform.LayerNorm",
-                        "mlm.norm"))  # fmt: skip
+        table += _pairs(
+            (p + "transform.dense", "mlm.transform"), (p + "transform.LayerNorm", "mlm.norm")
+        )
         table.append(Mapped.one(p + "bias", "mlm.bias"))
         if not cfg.tie_embeddings:
             table.append(Mapped.one(p + "decoder.weight", "mlm.decoder.weight"))
@@ -240,14 +242,16 @@ def load_bert_state_dict(
 ) -> nn.Module:
     """Copy BERT weights into ``model`` or a new model built from ``config`` (a ModelConfig, a
     BertConfig or config.json's dict). Eval mode."""
-    if model is None:
-        if config is None:
-            raise TypeError("load_bert_state_dict needs a model or a config to build one from")
-        cfg = config if isinstance(config, ModelConfig) else bert_config_to_model_config(config)
-        check_bert_compatible(cfg)
-        model = build_model(cfg)
+    model = model_to_load(
+        model,
+        config,
+        loader="load_bert_state_dict",
+        convert=bert_config_to_model_config,
+        check=check_bert_compatible,
+        build=build_model,
+        family="BERT",
+    )
     cfg = model.cfg
-    check_bert_compatible(cfg)
     tensors = dict(state_dict)
     if cfg.kind == "masked_lm":
         # Tied decoder weight (= the word embeddings) and its bias alias are stored or not.

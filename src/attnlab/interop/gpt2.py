@@ -29,7 +29,7 @@ from torch import Tensor
 
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.interop.weights_map import config_dict, mismatches
+from attnlab.interop.weights_map import config_dict, mismatches, model_to_load
 from attnlab.models.lm import DecoderLM
 
 # HF activation_function -> attnlab activation, and back (the first HF name is the one we write).
@@ -203,16 +203,17 @@ def load_gpt2_state_dict(
     ModelConfig, a GPT2Config, or the dict of config.json. Every tensor is shape-checked against
     the model; missing and unexpected keys are errors. Returns the model in eval mode.
     """
-    if model is None:
-        if config is None:
-            raise TypeError("load_gpt2_state_dict needs a model or a config to build one from")
-        cfg = config if isinstance(config, ModelConfig) else gpt2_config_to_model_config(config)
-        check_gpt2_compatible(cfg)
-        model = DecoderLM(cfg)
-    elif not isinstance(model, DecoderLM):
-        raise TypeError(f"GPT-2 weights load into a DecoderLM, got {type(model).__name__}")
+    model = model_to_load(
+        model,
+        config,
+        loader="load_gpt2_state_dict",
+        convert=gpt2_config_to_model_config,
+        check=check_gpt2_compatible,
+        build=DecoderLM,
+        family="GPT-2",
+        cls=DecoderLM,
+    )
     cfg = model.cfg
-    check_gpt2_compatible(cfg)
     hf = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
     head = hf.pop("lm_head.weight", None)
     targets = model.state_dict(keep_vars=True)

@@ -134,8 +134,13 @@ def _special_tokens(root: Path, settings: dict[str, Any], hf: Any) -> dict[str, 
         if role not in out and isinstance(tid, int) and hf.id_to_token(tid) is not None:
             out[role] = hf.id_to_token(tid)
     if hf.token_to_id("[CLS]") is not None and hf.token_to_id("[SEP]") is not None:  # BERT's
-        for role, tok in (("unk", "[UNK]"), ("pad", "[PAD]"), ("cls", "[CLS]"),
-                          ("sep", "[SEP]"), ("mask", "[MASK]")):  # fmt: skip
+        for role, tok in (
+            ("unk", "[UNK]"),
+            ("pad", "[PAD]"),
+            ("cls", "[CLS]"),
+            ("sep", "[SEP]"),
+            ("mask", "[MASK]"),
+        ):
             if hf.token_to_id(tok) is not None:
                 out.setdefault(role, tok)
     elif hf.token_to_id("<|endoftext|>") is not None:  # GPT-2's one special token

@@ -34,6 +34,7 @@ from attnlab.interop.weights_map import (
     export_mapped,
     load_mapped,
     mismatches,
+    model_to_load,
     problems_message,
 )
 from attnlab.models.lm import DecoderLM
@@ -225,11 +226,21 @@ def llama_table(cfg: ModelConfig) -> list[Mapped]:
     for i in range(cfg.n_layers):
         h, b = f"model.layers.{i}.", f"blocks.{i}."
         qkv = tuple(f"{h}self_attn.{p}_proj" for p in "qkv")
-        table.append(Mapped(tuple(p + ".weight" for p in qkv), b + "self_attn.qkv_proj.weight",
-                            (q_rows, kv_rows, kv_rows)))  # fmt: skip
+        table.append(
+            Mapped(
+                tuple(p + ".weight" for p in qkv),
+                b + "self_attn.qkv_proj.weight",
+                (q_rows, kv_rows, kv_rows),
+            )
+        )
         if cfg.attention_bias:
-            table.append(Mapped(tuple(p + ".bias" for p in qkv), b + "self_attn.qkv_proj.bias",
-                                (q_rows, kv_rows, kv_rows)))  # fmt: skip
+            table.append(
+                Mapped(
+                    tuple(p + ".bias" for p in qkv),
+                    b + "self_attn.qkv_proj.bias",
+                    (q_rows, kv_rows, kv_rows),
+                )
+            )
         pairs = [
             ("input_layernorm.weight", "self_attn_norm.weight"),
             ("self_attn.o_proj.weight", "self_attn.out_proj.weight"),
@@ -241,8 +252,10 @@ def llama_table(cfg: ModelConfig) -> list[Mapped]:
         if cfg.attention_bias:
             pairs.append(("self_attn.o_proj.bias", "self_attn.out_proj.bias"))
         if cfg.feedforward_bias:
-            pairs += [(f"mlp.{p}_proj.bias", f"ffn.{q}.bias")
-                      for p, q in (("gate", "gate"), ("up", "up"), ("down", "down"))]  # fmt: skip
+            pairs += [
+                (f"mlp.{p}_proj.bias", f"ffn.{q}.bias")
+                for p, q in (("gate", "gate"), ("up", "up"), ("down", "down"))
+            ]
         table += [Mapped.one(h + hf, b + ours) for hf, ours in pairs]
     table.append(Mapped.one("model.norm.weight", "final_norm.weight"))
     if not cfg.tie_embeddings:
@@ -255,15 +268,16 @@ def load_llama_state_dict(
 ) -> DecoderLM:
     """Copy Llama/Mistral weights into ``model`` or a new DecoderLM built from ``config`` (an
     attnlab ModelConfig, a transformers config, or config.json's dict). Eval mode."""
-    if model is None:
-        if config is None:
-            raise TypeError("load_llama_state_dict needs a model or a config to build one from")
-        cfg = config if isinstance(config, ModelConfig) else llama_config_to_model_config(config)
-        check_llama_compatible(cfg)
-        model = DecoderLM(cfg)
-    elif not isinstance(model, DecoderLM):
-        raise TypeError(f"Llama weights load into a DecoderLM, got {type(model).__name__}")
-    check_llama_compatible(model.cfg)
+    model = model_to_load(
+        model,
+        config,
+        loader="load_llama_state_dict",
+        convert=llama_config_to_model_config,
+        check=check_llama_compatible,
+        build=DecoderLM,
+        family="Llama",
+        cls=DecoderLM,
+    )
     tensors = dict(state_dict)
     if model.cfg.tie_embeddings:
         head = tensors.pop("lm_head.weight", None)

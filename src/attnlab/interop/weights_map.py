@@ -12,12 +12,13 @@ Shapes: the tensors keep the ``nn.Linear`` layout (out, in) on both sides for Ll
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
 
+from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError
 
 
@@ -93,6 +94,33 @@ def export_mapped(model: nn.Module, table: Sequence[Mapped]) -> dict[str, Tensor
         for key, part in zip(row.hf, parts, strict=True):
             out[key] = part.contiguous().clone()
     return out
+
+
+def model_to_load(
+    model: nn.Module | None,
+    config: Any,
+    *,
+    loader: str,
+    convert: Callable[[Any], ModelConfig],
+    check: Callable[[ModelConfig], None],
+    build: Callable[[ModelConfig], nn.Module],
+    family: str,
+    cls: type | None = None,
+) -> nn.Module:
+    """The model a ``loader`` (``load_<family>_state_dict``) copies weights into: ``model``
+    (an instance of ``cls`` when given), or a new one ``build`` makes from ``config``, an attnlab
+    ModelConfig or a transformers config / config.json dict that ``convert`` maps. ``check``
+    raises ConfigError for the settings the family cannot hold."""
+    if model is None:
+        if config is None:
+            raise TypeError(f"{loader} needs a model or a config to build one from")
+        cfg = config if isinstance(config, ModelConfig) else convert(config)
+        check(cfg)
+        return build(cfg)
+    if cls is not None and not isinstance(model, cls):
+        raise TypeError(f"{family} weights load into a {cls.__name__}, got {type(model).__name__}")
+    check(model.cfg)
+    return model
 
 
 def problems_message(family: str, problems: list[str], supported: str) -> str:

@@ -26,17 +26,9 @@ import torch
 
 from attnlab.config import ModelConfig
 from attnlab.lab.charts import bar_chart, save_chart
-from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
+from attnlab.lab.fit import FitConfig, fit_classifier
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import (
-    Competence,
-    Report,
-    Table,
-    gated_fields,
-    spread,
-    spread_text,
-    verdict_of,
-)
+from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
 from attnlab.lab.seeds import start_seeds
 from attnlab.lab.tasks import counting, kv_lookup
 from attnlab.models import build_model
@@ -67,7 +59,7 @@ def _one_seed(seed: int, quick: bool, fit_cfg: FitConfig) -> dict:
     for task in TASKS:
         train = make_task(task, 1000 if quick else 10_000, rng)
         test = make_task(task, 500 if quick else 2000, rng)
-        majority = float(torch.bincount(test.labels).max()) / len(test.labels)
+        majority = test.majority_rate()
         for shape, n_layers, n_heads in SHAPES:
             for label, activation, ste in VARIANTS:
                 torch.manual_seed(seed)
@@ -76,10 +68,9 @@ def _one_seed(seed: int, quick: bool, fit_cfg: FitConfig) -> dict:
                                   n_layers=n_layers, d_ff=128, max_len=16, pooling="cls",
                                   attention=activation, straight_through=ste)  # fmt: skip
                 model = build_model(cfg)
-                result = fit(model, (train.ids, train.labels), classification_loss, fit_cfg,
-                             seed=seed)  # fmt: skip
+                result, test_acc = fit_classifier(model, train, test, fit_cfg, seed=seed)
                 out[(task, shape, label)] = {
-                    "test accuracy": accuracy(model, test.ids, test.labels),
+                    "test accuracy": test_acc,
                     "majority class": majority, "final train loss": result.final_loss(),
                     "late drop": result.loss_at(0.75, 50) - result.final_loss(50),
                     "train s": result.seconds}  # fmt: skip
@@ -152,7 +143,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         lo(acc_seeds[(COUNT, one, soft)]) > 0.9,
         hi(acc_seeds[(COUNT, one, hard)]) < lo(acc_seeds[(COUNT, one, soft)]) - 0.2,
     ]
-    verdict = verdict_of(checks)
     spread_note = (f" Over seeds: hard counting {spread_text(acc_seeds[(COUNT, one, hard)])}, "
                    f"hard lookup {spread_text(acc_seeds[(LOOKUP, one, hard)])}.")  # fmt: skip
     reason = (
@@ -186,7 +176,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         ],
         tables=[Table("test accuracy per task, model and attention kind", rows)],
         figures=figures,
-        **gated_fields(verdict, reason, competence, seeds, quick),
+        **outcome(checks, reason, competence, seeds, quick),
         per_seed={"accuracy": {" / ".join(k): a for k, a in acc_seeds.items()}},
         metrics={"accuracy": {" / ".join(k): a for k, a in accs.items()}},
         findings=[

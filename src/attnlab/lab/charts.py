@@ -13,6 +13,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from attnlab.lab.report import FigureRef
+from attnlab.lab.seeds import bands
 from attnlab.viz.figure import as_array, check_tokens, label_axis, new_figure, save_figure
 
 
@@ -26,9 +27,12 @@ def line_chart(
     logy: bool = False,
     markers: bool = True,
     bands: Mapping[str, tuple[Sequence[float], Sequence[float]]] | None = None,
+    hline: float | None = None,
+    vline: float | None = None,
 ) -> Figure:
     """One line per ``label -> (xs, ys)``; ``bands[label] = (lows, highs)`` shades the spread
-    over seeds (min-max) around that line."""
+    over seeds (min-max) around that line. ``hline`` / ``vline`` draw a dashed grey guide at
+    that y / x (a baseline, a threshold, the longest training length)."""
     fig = new_figure(6.4, 4.2)
     ax = fig.subplots()
     for label, (xs, ys) in series.items():
@@ -44,6 +48,10 @@ def line_chart(
             lo, hi = bands[label]
             ax.fill_between(list(xs), list(lo), list(hi), color=line.get_color(), alpha=0.18,
                             linewidth=0)  # fmt: skip
+    if hline is not None:
+        ax.axhline(hline, color="gray", linestyle="--", linewidth=1)
+    if vline is not None:
+        ax.axvline(vline, color="gray", linestyle="--", linewidth=1)
     if logx:
         ax.set_xscale("log", base=2)
     if logy:
@@ -54,6 +62,20 @@ def line_chart(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
+
+
+def seeds_chart(
+    curves: Mapping[str, tuple[Sequence[float], Sequence[Sequence[float]]]], **kwargs
+) -> Figure:
+    """:func:`line_chart` of runs repeated over seeds: ``label -> (xs, one ys per seed)`` draws
+    the mean over seeds, with a band over their min-max when there are several."""
+    series, spreads = {}, {}
+    for label, (xs, runs) in curves.items():
+        mean, lo, hi = bands(runs)
+        series[label] = (xs, mean)
+        if len(runs) > 1:
+            spreads[label] = (lo, hi)
+    return line_chart(series, bands=spreads, **kwargs)
 
 
 def curves_chart(
@@ -67,18 +89,15 @@ def curves_chart(
     """Loss curves of several runs against the step, smoothed by a running mean of ``smooth``.
 
     A label may map to one curve or to one curve per seed; with several, the line is the mean
-    over seeds and a band shades their min-max."""
-    series, bands = {}, {}
+    over seeds and a band shades their min-max (:func:`seeds_chart`)."""
+    smoothed = {}
     for label, ys in curves.items():
         runs = [list(r) for r in ys] if ys and isinstance(ys[0], Sequence) else [list(ys)]
         length = min(len(r) for r in runs)
-        smoothed = [_running_mean(r[:length], smooth) for r in runs]
-        steps = list(range(length))
-        series[label] = (steps, [sum(c) / len(c) for c in zip(*smoothed)])
-        if len(runs) > 1:
-            bands[label] = ([min(c) for c in zip(*smoothed)], [max(c) for c in zip(*smoothed)])
-    return line_chart(series, xlabel="step", ylabel=ylabel, title=title, logy=logy, markers=False,
-                      bands=bands)  # fmt: skip
+        smoothed[label] = (range(length), [_running_mean(r[:length], smooth) for r in runs])
+    return seeds_chart(
+        smoothed, xlabel="step", ylabel=ylabel, title=title, logy=logy, markers=False
+    )
 
 
 def _running_mean(ys: list[float], smooth: int) -> list[float]:

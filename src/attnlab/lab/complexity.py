@@ -33,17 +33,10 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnlab.lab.charts import line_chart, save_chart
+from attnlab.lab.charts import line_chart, save_chart, seeds_chart
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import (
-    Report,
-    Table,
-    gate_run,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.seeds import bands, seed_list
+from attnlab.lab.report import Report, Table, outcome, spread, spread_text
+from attnlab.lab.seeds import start_seeds
 from attnlab.nn.attention import scaled_dot_product_attention
 
 
@@ -102,11 +95,10 @@ def crossover(ns: list[int], a: list[float], b: list[float]) -> float:
 )
 @torch.no_grad()
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
-    torch.set_num_threads(1)
+    rounds = start_seeds(seed, quick)  # each round re-measures everything
     widths = (32,) if quick else (64, 256)
     ns = [8, 16, 32, 64] if quick else [16, 32, 64, 128, 256, 512, 1024, 2048]
     repeats = 2 if quick else 5
-    rounds = seed_list(seed, quick)
     flops, ms = {}, {}  # (arm, d) -> per n; ms: (arm, d) -> per round, per n
     check = {}
     for d in widths:
@@ -148,8 +140,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                          "time ratio": spread(att)["mean"] / spread(rec)["mean"]})  # fmt: skip
     near = {d: all(d / 4 <= c <= 4 * d for c in cross_ms[d]) for d in widths}
     flop_exact = all(abs(cross_flops[d] / d - 1) < 0.05 for d in widths)
-    held = [flop_exact, *near.values()]
-    verdict = verdict_of(held)
+    checks = [flop_exact, *near.values()]
     reason = (
         "counted FLOPs cross at n = "
         + ", ".join(f"{cross_flops[d]:.0f} for d = {d}" for d in widths)
@@ -160,18 +151,18 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         + ", ".join(f"d = {d} {'yes' if near[d] else 'no'}" for d in widths)
         + "."
     )
-    verdict, reason = gate_run(verdict, reason, [], rounds, quick)
     figures = []
     for d in widths:
-        series, band = {}, {}
-        for arm in ("self-attention", "recurrent"):
-            mean, lo, hi = bands([ms[(arm, d)][r] for r in rounds])
-            label = "self-attention core" if arm == "self-attention" else "recurrent (nn.RNN)"
-            series[label], band[label] = (ns, mean), (lo, hi)
-        fig = line_chart(series, xlabel="sequence length n", ylabel="ms per forward pass",
-                         title=f"one layer, d = {d}, B = 1, 1 thread", logx=True, logy=True,
-                         bands=band)  # fmt: skip
-        fig.axes[0].axvline(d, color="gray", linestyle="--", linewidth=1)
+        names = {"self-attention": "self-attention core", "recurrent": "recurrent (nn.RNN)"}
+        fig = seeds_chart(
+            {names[arm]: (ns, [ms[(arm, d)][r] for r in rounds]) for arm in names},
+            xlabel="sequence length n",
+            ylabel="ms per forward pass",
+            title=f"one layer, d = {d}, B = 1, 1 thread",
+            logx=True,
+            logy=True,
+            vline=d,
+        )
         figures.append(save_chart(fig, out_dir, f"time_d{d}.png", f"Forward time of the "
                                   f"attention core and of the recurrence at d = {d} (mean over "
                                   "rounds, min-max band); the dashed line is n = d, the "
@@ -206,10 +197,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         ],
         tables=[Table("cost per layer against n", rows)],
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=[],
-        seeds=rounds,
+        **outcome(checks, reason, [], rounds, quick),
         per_seed={"crossover_ms": {str(d): v for d, v in cross_ms.items()}},
         metrics={
             "crossover_flops": {str(d): c for d, c in cross_flops.items()},

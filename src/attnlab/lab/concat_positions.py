@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnlab.lab.charts import line_chart, save_chart
+from attnlab.lab.charts import save_chart, seeds_chart
 from attnlab.lab.extrapolation import (
     BOS,
     EOS,
@@ -54,7 +54,7 @@ from attnlab.lab.report import (
     overlap,
     spread_text,
 )
-from attnlab.lab.seeds import bands, run_jobs, start_seeds
+from attnlab.lab.seeds import run_arms, start_seeds
 
 ARMS = {"added": "sinusoidal", "concatenated": "concat", "added, unit": "sinusoidal, unit"}
 COMPARED = ("added", "concatenated")
@@ -100,7 +100,6 @@ def steps(quick: bool) -> int:
 
 def train_job(job: tuple) -> dict:
     arm, task, seed, quick = job
-    torch.set_num_threads(1)
     data = task_data(task, quick, seed)
     torch.manual_seed(seed)
     model = build_arm(ARMS[arm], data["vocab"], data["max_len"], quick)
@@ -131,9 +130,7 @@ def train_job(job: tuple) -> dict:
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
     seeds = start_seeds(seed, quick)
-    jobs = [(a, t, s, quick) for a in ARMS for t in TASKS for s in seeds]
-    res = run_jobs(train_job, jobs, 1 if quick else 2)
-    per = {(a, t): [res[(a, t, s, quick)] for s in seeds] for a in ARMS for t in TASKS}
+    per = run_arms(train_job, [(a, t) for a in ARMS for t in TASKS], seeds, quick)
     final = {k: [r["final"] for r in v] for k, v in per.items()}
     reach = {k: [r["steps"] for r in v] for k, v in per.items()}
     rows = [{"task": t, "position input": a, "val accuracy": spread_text(final[(a, t)]),
@@ -173,15 +170,20 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
               f"{spread_text(final[('concatenated', 'permute')])}" + rescue + ".")  # fmt: skip
     figures = []
     for t in TASKS:
-        series, band = {}, {}
-        for a in ARMS:
-            xs = [s for s, _ in per[(a, t)][0]["curve"]]
-            mean, lo, hi = bands([[v for _, v in r["curve"]] for r in per[(a, t)]])
-            series[a], band[a] = (xs, mean), (lo, hi)
-        fig = line_chart(series, xlabel="training step", ylabel="validation accuracy per token",
-                         title=f"{t}: added vs concatenated sinusoids ({len(seeds)} seed(s))",
-                         bands=band)  # fmt: skip
-        fig.axes[0].axhline(THRESHOLD, color="gray", linestyle="--", linewidth=1)
+        curves = {
+            a: (
+                [s for s, _ in per[(a, t)][0]["curve"]],
+                [[v for _, v in r["curve"]] for r in per[(a, t)]],
+            )
+            for a in ARMS
+        }
+        fig = seeds_chart(
+            curves,
+            xlabel="training step",
+            ylabel="validation accuracy per token",
+            title=f"{t}: added vs concatenated sinusoids ({len(seeds)} seed(s))",
+            hline=THRESHOLD,
+        )
         figures.append(save_chart(fig, out_dir, f"learning_{t}.png", f"Validation accuracy "
                                   f"during training on '{t}' (mean over seeds, min-max band); "
                                   f"the dashed line is {THRESHOLD}."))  # fmt: skip

@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab.config import _CHOICES, ModelConfig
-from attnlab.lab.charts import curves_chart, line_chart, save_chart
+from attnlab.lab.charts import curves_chart, save_chart, seeds_chart
 from attnlab.lab.fit import FitConfig, fit
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import (
@@ -155,7 +155,6 @@ def train_job(job: tuple) -> dict:
     """One (arm, lr, seed, quick) run in its own process on one thread: validation accuracy on
     the training lengths, per-token and exact accuracy per test length, and the loss curve."""
     arm, lr, seed, quick = job
-    torch.set_num_threads(1)
     data = make_data(quick, seed)
     torch.manual_seed(seed)
     model = build_arm(arm, data["vocab"], data["max_len"], quick)
@@ -359,15 +358,14 @@ def _verdict(outside: dict, val: dict, n_max: int, lengths: list[int]) -> tuple[
 
 
 def _figures(out_dir, arms, lengths, token, n_max, seeds, runs, data, quick) -> list:
-    series, band = {}, {}
-    for a in arms:
-        mean, lo, hi = bands(token[a])
-        series[a], band[a] = (lengths, mean), (lo, hi)
-    fig = line_chart(series, xlabel=f"copied length n (trained on n <= {n_max})",
-                     ylabel="copy accuracy per token", title="Copying beyond the training "
-                     f"length ({len(seeds)} seed{'s' if len(seeds) > 1 else ''}, min-max band)",
-                     bands=band)  # fmt: skip
-    fig.axes[0].axvline(n_max, color="gray", linestyle="--", linewidth=1)
+    fig = seeds_chart(
+        {a: (lengths, token[a]) for a in arms},
+        xlabel=f"copied length n (trained on n <= {n_max})",
+        ylabel="copy accuracy per token",
+        title=f"Copying beyond the training length ({len(seeds)} "
+        f"seed{'s' if len(seeds) > 1 else ''}, min-max band)",
+        vline=n_max,
+    )
     figures = [save_chart(fig, out_dir, "accuracy_vs_length.png", "Per-token copy accuracy "
                           "against the copied length n, mean over seeds with the min-max band; "
                           "the dashed line is the longest training n.")]  # fmt: skip

@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab.lab.tasks import TaskData
 from attnlab.train.optim import clip_gradients, lr_multiplier, parameter_groups
 
 Batch = tuple[Tensor, ...]
@@ -171,6 +172,25 @@ def seq2seq_loss(model: nn.Module, batch: Batch) -> Tensor:
 
 
 @torch.no_grad()
+def eval_loss(model: nn.Module, data: Sequence[Tensor], loss_fn: LossFn) -> float:
+    """``loss_fn(model, data)`` on all rows at once, in eval mode, without gradients."""
+    model.eval()
+    return float(loss_fn(model, tuple(data)))
+
+
+def block_grad_norms(model: nn.Module, ids: Tensor) -> list[float]:
+    """||dL/dtheta_l|| over the parameters theta_l of each block l of a LanguageModel, for the
+    LM loss on one batch ``ids`` (B, T + 1) in train mode; the gradients stay on the model."""
+    model.train()
+    model.zero_grad()
+    lm_loss(model, (ids,)).backward()
+    return [
+        math.sqrt(sum(float((p.grad**2).sum()) for p in block.parameters() if p.grad is not None))
+        for block in model.blocks
+    ]
+
+
+@torch.no_grad()
 def predict(model: nn.Module, ids: Tensor, batch_size: int = 512) -> Tensor:
     """argmax of the model's logits over its last axis, in eval mode: (N, ...) int64."""
     model.eval()
@@ -185,3 +205,12 @@ def accuracy(model: nn.Module, ids: Tensor, labels: Tensor) -> float:
     pred = predict(model, ids)
     keep = labels != -100
     return float((pred[keep] == labels[keep]).float().mean())
+
+
+def fit_classifier(
+    model: nn.Module, train: TaskData, test: TaskData, cfg: FitConfig, *, seed: int
+) -> tuple[FitResult, float]:
+    """Train a Classifier on ``train`` with :func:`classification_loss`; returns the training
+    history and the accuracy on ``test``."""
+    result = fit(model, (train.ids, train.labels), classification_loss, cfg, seed=seed)
+    return result, accuracy(model, test.ids, test.labels)

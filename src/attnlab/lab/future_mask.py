@@ -30,43 +30,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.config import ModelConfig
-from attnlab.lab.char_lm import SHAKESPEARE, generated_text
 from attnlab.lab.charts import bar_chart, curves_chart, save_chart
-from attnlab.lab.fit import FitConfig, fit, lm_loss
+from attnlab.lab.corpus import text_windows, unigram_bigram
+from attnlab.lab.fit import FitConfig, eval_loss, fit, lm_loss
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import (
-    Competence,
-    Report,
-    Table,
-    gated_fields,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.seeds import run_jobs, start_seeds
+from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
+from attnlab.lab.seeds import run_arms, start_seeds
 from attnlab.models import build_model
 
 ARMS = ("masked", "unmasked")
 UNMASKED_TARGET = 0.3  # nats/char: copying the visible next character is nearly free
-
-
-def text_windows(quick: bool, context: int) -> tuple[torch.Tensor, torch.Tensor, list[str], str]:
-    """(train windows (N, T + 1), validation windows, the character set, where the text is from);
-    the last 10% of the text is validation."""
-    if not quick and SHAKESPEARE.is_file():
-        text, source = SHAKESPEARE.read_text(encoding="utf-8")[:600_000], "tinyshakespeare"
-    else:
-        text, source = generated_text(400 if quick else 6000, 0), "a generated play-like text"
-    chars = sorted(set(text))
-    index = {c: i for i, c in enumerate(chars)}
-    ids = torch.tensor([index[c] for c in text])
-    cut = int(0.9 * len(ids))
-
-    def windows(part: torch.Tensor) -> torch.Tensor:
-        n = (len(part) - 1) // (context + 1)
-        return part[: n * (context + 1)].view(n, context + 1)
-
-    return windows(ids[:cut]), windows(ids[cut:]), chars, source
 
 
 def make_model(arm: str, vocab: int, context: int, quick: bool) -> nn.Module:
@@ -94,12 +67,6 @@ def prefix_loss(model: nn.Module, windows: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def teacher_forced_loss(model: nn.Module, windows: torch.Tensor) -> float:
-    model.eval()
-    return float(lm_loss(model, (windows,)))
-
-
-@torch.no_grad()
 def continue_text(model: nn.Module, prompt: torch.Tensor, n: int, context: int,
                   temperature: float, gen: torch.Generator) -> list[int]:  # fmt: skip
     """Generate ``n`` characters after ``prompt`` (1-D ids) one at a time, the model fed only
@@ -116,22 +83,8 @@ def continue_text(model: nn.Module, prompt: torch.Tensor, n: int, context: int,
     return ids[len(prompt) :]
 
 
-def unigram_bigram(train: torch.Tensor, val: torch.Tensor, vocab: int) -> tuple[float, float]:
-    """Validation nats/char of add-one unigram and bigram counts from the training windows."""
-    flat, vflat = train.flatten(), val.flatten()
-    uni = torch.bincount(flat, minlength=vocab).double() + 1
-    uni_loss = float(-(uni / uni.sum()).log()[vflat].mean())
-    pairs = torch.zeros(vocab, vocab, dtype=torch.float64) + 1
-    pairs.index_put_((flat[:-1], flat[1:]), torch.ones(len(flat) - 1, dtype=torch.float64),
-                     accumulate=True)  # fmt: skip
-    cond = pairs / pairs.sum(1, keepdim=True)
-    bi_loss = float(-cond[vflat[:-1], vflat[1:]].log().mean())
-    return uni_loss, bi_loss
-
-
 def train_job(job: tuple) -> dict:
     arm, seed, quick = job
-    torch.set_num_threads(1)
     context = 32 if quick else 64
     train, val, chars, _ = text_windows(quick, context)
     torch.manual_seed(seed)
@@ -146,7 +99,7 @@ def train_job(job: tuple) -> dict:
     samples = {name: [continue_text(model, p, n_new, context, temp, gen) for p in prompts]
                for name, temp in (("greedy", 0.0), ("tau 0.8", 0.8))}  # fmt: skip
     return {"losses": result.losses, "train": result.final_loss(),
-            "val teacher-forced": teacher_forced_loss(model, val[:256]),
+            "val teacher-forced": eval_loss(model, (val[:256],), lm_loss),
             "val prefix": prefix_loss(model, probe), "samples": samples,
             "prompts": [p.tolist() for p in prompts], "seconds": result.seconds}  # fmt: skip
 
@@ -168,9 +121,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     context = 32 if quick else 64
     train, val, chars, source = text_windows(quick, context)
     uni, bi = unigram_bigram(train, val, len(chars))
-    results = run_jobs(train_job, [(a, s, quick) for a in ARMS for s in seeds],
-                       1 if quick else 2)  # fmt: skip
-    per = {a: [results[(a, s, quick)] for s in seeds] for a in ARMS}
+    per = run_arms(train_job, ARMS, seeds, quick)
     num = {a: {k: [r[k] for r in per[a]] for k in ("train", "val teacher-forced", "val prefix")}
            for a in ARMS}  # fmt: skip
     rows = [{"arm": a, **{f"{k} (nats/char)": spread_text(v) for k, v in num[a].items()},
@@ -197,7 +148,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     cannot_generate = min(num["unmasked"]["val prefix"]) > max(num["masked"]["val prefix"])
     worse_than_bigram = min(num["unmasked"]["val prefix"]) > bi
     checks = [lower_train, cannot_generate]
-    verdict = verdict_of(checks)
     reason = (
         f"training loss (nats/char, mean (min-max) over {len(seeds)} seeds): unmasked "
         f"{spread_text(num['unmasked']['train'])} vs masked {spread_text(num['masked']['train'])}"
@@ -250,7 +200,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table(f"continuations of validation prompts (seed {seeds[0]})", sample_rows),
         ],
         figures=figures,
-        **gated_fields(verdict, reason, competence, seeds, quick),
+        **outcome(checks, reason, competence, seeds, quick),
         per_seed=num,
         metrics={
             "losses": {a: {k: spread(v) for k, v in num[a].items()} for a in ARMS},

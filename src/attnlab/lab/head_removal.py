@@ -24,19 +24,11 @@ from torch import nn
 
 from attnlab import inspect
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import line_chart, save_chart
-from attnlab.lab.fit import FitConfig, fit, lm_loss
-from attnlab.lab.future_mask import text_windows, unigram_bigram
+from attnlab.lab.charts import save_chart, seeds_chart
+from attnlab.lab.corpus import text_windows, unigram_bigram
+from attnlab.lab.fit import FitConfig, eval_loss, fit, lm_loss
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import (
-    Competence,
-    Report,
-    Table,
-    gated_fields,
-    spread,
-    spread_text,
-    verdict_of,
-)
+from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
 from attnlab.lab.seeds import bands, run_jobs, start_seeds
 from attnlab.models import build_model
 
@@ -50,13 +42,12 @@ def make_model(vocab: int, context: int, quick: bool) -> nn.Module:
     return build_model(cfg)
 
 
-@torch.no_grad()
 def val_loss(model: nn.Module, windows: torch.Tensor, removed: list[tuple[int, int]]) -> float:
-    model.eval()
+    """The LM loss on ``windows`` with the heads ``removed`` (layer, head) zero-ablated."""
     if not removed:
-        return float(lm_loss(model, (windows,)))
+        return eval_loss(model, (windows,), lm_loss)
     with inspect.ablate_heads(model, removed):
-        return float(lm_loss(model, (windows,)))
+        return eval_loss(model, (windows,), lm_loss)
 
 
 def greedy_removal(model: nn.Module, windows: torch.Tensor, n_layers: int,
@@ -76,7 +67,6 @@ def greedy_removal(model: nn.Module, windows: torch.Tensor, n_layers: int,
 
 def train_job(job: tuple) -> dict:
     seed, quick = job
-    torch.set_num_threads(1)
     context = 32 if quick else 64
     train, val, chars, _ = text_windows(quick, context)
     torch.manual_seed(seed)
@@ -123,7 +113,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     most = min(keep[TOLERANCES[0]]) >= n_total // 2
     few_matter = all(w > 10 * TOLERANCES[0] for w in worst)
     checks = [most, few_matter]
-    verdict = verdict_of(checks)
     reason = (
         f"of {n_total} heads ({runs[0]['L']} layers x {runs[0]['H']}), greedy removal takes "
         f"{spread_text(keep[TOLERANCES[0]])} before the validation loss rises by more than "
@@ -133,16 +122,19 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"(mean (min-max) over {len(seeds)} seeds; clean loss "
         f"{spread_text([r['curve'][0] for r in runs])})."
     )
-    mean, lo, hi = bands([r["curve"] for r in runs])
-    xs = list(range(n_total + 1))
-    fig = line_chart({"greedy removal": (xs, mean)}, xlabel="heads removed",
-                     ylabel="validation loss (nats/char)",
-                     title=f"removing heads from a trained {runs[0]['L']}x{runs[0]['H']}-head LM",
-                     bands={"greedy removal": (lo, hi)}, markers=False)  # fmt: skip
-    fig.axes[0].axhline(bi, color="gray", linestyle="--", linewidth=1, label="bigram")
-    figures = [save_chart(fig, out_dir, "greedy.png", "Validation loss against the number of "
-                          "heads removed, greedily (mean over seeds, min-max band); dashed: "
-                          "the bigram baseline.")]  # fmt: skip
+    fig = seeds_chart(
+        {"greedy removal": (range(n_total + 1), [r["curve"] for r in runs])},
+        xlabel="heads removed",
+        ylabel="validation loss (nats/char)",
+        title=f"removing heads from a trained {runs[0]['L']}x{runs[0]['H']}-head LM",
+        markers=False,
+        hline=bi,
+    )
+    caption = (
+        "Validation loss against the number of heads removed, greedily (mean over seeds, "
+        "min-max band); dashed: the bigram baseline."
+    )
+    figures = [save_chart(fig, out_dir, "greedy.png", caption)]
     rows = [{"seed": s, "clean loss": r["curve"][0],
              **{f"removable at +{t}": removable(r["curve"], t) for t in TOLERANCES},
              "heads costing < 0.05 alone": h, "largest single-head cost": w,
@@ -172,14 +164,14 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table("loss change when one head alone is removed (nats/char)", effect_rows),
         ],
         figures=figures,
-        **gated_fields(verdict, reason, competence, seeds, quick),
+        **outcome(checks, reason, competence, seeds, quick),
         per_seed={
             "removable": {str(t): v for t, v in keep.items()},
             "worst": worst,
             "harmless": harmless,
         },  # fmt: skip
         metrics={
-            "curve_mean": mean,
+            "curve_mean": bands([r["curve"] for r in runs])[0],
             "bigram": bi,
             "clean": spread([r["curve"][0] for r in runs]),
         },  # fmt: skip

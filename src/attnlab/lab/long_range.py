@@ -23,9 +23,7 @@ Shapes: N examples, B batch, S source length, T target length, D d_model.
 
 from __future__ import annotations
 
-import multiprocessing
 import string
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -48,7 +46,7 @@ from attnlab.lab.report import (
     spread,
     spread_text,
 )
-from attnlab.lab.seeds import seed_list
+from attnlab.lab.seeds import run_jobs, seed_list
 from attnlab.models import build_model
 from attnlab.train.objectives import correct_predictions
 from attnlab.viz import attention_maps, plot_alignment, plot_attention
@@ -218,26 +216,18 @@ def task_data(kind: str, length: int, quick: bool, seed: int) -> tuple:
 
 
 def run_job(job: tuple[str, int, str, bool, int]) -> tuple[dict, Tensor, Tensor, float]:
-    """One (task, length, model, quick, seed) run in this process, on one thread: the model's
-    state dict, its token and whole-target hits on the test set, and its training seconds."""
-    torch.set_num_threads(1)  # small models: a second thread costs more than it gives
+    """One (task, length, model, quick, seed) run: the model's state dict, its token and
+    whole-target hits on the test set, and its training seconds."""
     kind, length, name, quick, seed = job
     tok, train, test, max_len = task_data(kind, length, quick, seed)
     model, tokens, exact, secs = train_and_test(name, tok, train, test, max_len, quick, seed)
     return model.state_dict(), tokens, exact, secs
 
 
-def run_jobs(jobs: list[tuple], workers: int) -> dict[tuple, tuple]:
-    """run_job for every job, ``workers`` processes at a time (the runs are independent and each
-    is seeded, so the results do not depend on which process ran them or in which order)."""
-    if workers <= 1:
-        return {job: run_job(job) for job in jobs}
-    cost = {"bahdanau": 3}  # its decoder loops over target steps: start the longest runs first
-    order = sorted(jobs, key=lambda j: -cost.get(j[2], 1) * (j[1] or 24))
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process with torch threads
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {job: pool.submit(run_job, job) for job in order}
-        return {job: futures[job].result() for job in jobs}
+def job_cost(job: tuple[str, int, str, bool, int]) -> float:
+    """Relative run time: Bahdanau's decoder loops over target steps; long inputs cost more."""
+    kind, length, name, quick, seed = job
+    return (3 if name == "bahdanau" else 1) * (length or 24)
 
 
 @experiment(
@@ -257,7 +247,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     jobs = [("reverse", length, name, quick, s) for s in seeds for length in lengths
             for name in MODELS]  # fmt: skip
     jobs += [("dates", 0, name, quick, s) for s in seeds for name in date_models]
-    results = run_jobs(jobs, workers=1 if quick else 2)  # one single-threaded run per core
+    results = run_jobs(run_job, jobs, 1 if quick else 2, cost=job_cost)  # 1 thread each
     token_acc: dict[str, list[float]] = {name: [] for name in MODELS}  # mean over seeds per T
     tok_seeds: dict[str, list[list[float]]] = {name: [] for name in MODELS}  # [T][seed]
     exact: dict[str, list[float]] = {name: [] for name in MODELS}

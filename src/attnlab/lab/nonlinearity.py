@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.lab.charts import bar_chart, save_chart
-from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
+from attnlab.lab.fit import FitConfig, fit_classifier
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import (
     Competence,
@@ -177,15 +177,14 @@ def _one_seed(seed: int, length: int, n_train: int, fit_cfg: FitConfig) -> dict:
     out = {}
     for task_name, make in TASK_MAKERS.items():
         train, test = make(n_train, length, rng), make(2000, length, rng)
-        majority = float(torch.bincount(test.labels).max()) / len(test.labels)
+        majority = test.majority_rate()
         for attention, ffn in VARIANTS:
             torch.manual_seed(seed)
             model = AttentionStack(train.vocab_size, train.n_classes, attention=attention, ffn=ffn)
-            result = fit(model, (train.ids, train.labels), classification_loss, fit_cfg,
-                         seed=seed)  # fmt: skip
+            result, test_acc = fit_classifier(model, train, test, fit_cfg, seed=seed)
             name = f"{attention} weights, {'with' if ffn else 'no'} FFN"
             out[(task_name, name)] = {
-                "test accuracy": accuracy(model, test.ids, test.labels),
+                "test accuracy": test_acc,
                 "majority class": majority, "final train loss": result.final_loss(),
                 "affine gap": affine_gap(model, test.ids[:64]),
                 "train s": result.seconds}  # fmt: skip

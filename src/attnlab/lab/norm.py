@@ -32,20 +32,12 @@ import torch
 from torch import nn
 
 from attnlab.config import ModelConfig
-from attnlab.lab.char_lm import SHAKESPEARE, generated_text
 from attnlab.lab.charts import curves_chart, line_chart, save_chart
-from attnlab.lab.fit import FitConfig, fit, lm_loss
+from attnlab.lab.corpus import char_ids, corpus_text, windows
+from attnlab.lab.fit import FitConfig, block_grad_norms, fit, lm_loss
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import (
-    Competence,
-    Report,
-    Table,
-    gated_fields,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.seeds import bands, run_jobs, start_seeds
+from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
+from attnlab.lab.seeds import bands, run_arms, start_seeds
 from attnlab.models import build_model
 
 PLACEMENTS = ("pre", "post")
@@ -82,15 +74,11 @@ def initialise(model: nn.Module, init: str) -> None:
 
 
 def char_data(quick: bool, seed: int, context: int) -> tuple[torch.Tensor, int, str]:
-    """(windows (N, context + 1) of character ids, vocabulary size, where the text came from)."""
-    if not quick and SHAKESPEARE.is_file():
-        text, source = SHAKESPEARE.read_text(encoding="utf-8"), "tinyshakespeare"
-    else:
-        text, source = generated_text(300 if quick else 6000, seed), "a generated play-like text"
+    """(windows (N, context + 1) of character ids from the first 400 000 characters, vocabulary
+    size, where the text came from)."""
+    text, source = corpus_text(quick, 300, seed)
     chars = sorted(set(text))
-    ids = torch.tensor([chars.index(c) for c in text[:400_000]] if len(chars) < 256 else [])
-    n = (len(ids) - 1) // (context + 1)
-    return ids[: n * (context + 1)].view(n, context + 1), len(chars), source
+    return windows(char_ids(text[:400_000], chars), context), len(chars), source
 
 
 def layer_gradient_norms(placement: str, init: str, n_layers: int, batch: torch.Tensor,
@@ -99,13 +87,8 @@ def layer_gradient_norms(placement: str, init: str, n_layers: int, batch: torch.
     torch.manual_seed(seed)
     model = build_model(lm_config(placement, n_layers, vocab, batch.size(1)))
     initialise(model, init)
-    model.train()
-    lm_loss(model, (batch,)).backward()
-    blocks, w1 = [], []
-    for block in model.blocks:
-        blocks.append(math.sqrt(sum(float((p.grad**2).sum()) for p in block.parameters())))
-        w1.append(float(block.ffn.up.weight.grad.norm()))
-    return blocks, w1
+    blocks = block_grad_norms(model, batch)
+    return blocks, [float(block.ffn.up.weight.grad.norm()) for block in model.blocks]
 
 
 def steps_to(losses: list[float], target: float, window: int = 10) -> float:
@@ -120,7 +103,6 @@ def steps_to(losses: list[float], target: float, window: int = 10) -> float:
 def train_job(job: tuple) -> dict:
     """One (placement, lr, warm-up, seed, quick) training run on one thread."""
     placement, lr, warmup, seed, quick = job
-    torch.set_num_threads(1)
     context = 32 if quick else 64
     data, vocab, _ = char_data(quick, 0, context)
     torch.manual_seed(seed)
@@ -176,13 +158,13 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     # (b) training: a warm-up sweep over a learning-rate sweep, every seed
     lrs = (3e-3,) if quick else (1e-3, 3e-3)
     warmups = (0, 5) if quick else (0, 100)
-    jobs = [(p, lr, w, s, quick) for p in PLACEMENTS for lr in lrs for w in warmups for s in seeds]
-    results = run_jobs(train_job, jobs, 1 if quick else 2)
+    settings = [(p, lr, w) for p in PLACEMENTS for lr in lrs for w in warmups]
+    per = run_arms(train_job, settings, seeds, quick)  # (p, lr, w) -> one result per seed
     rows = []
     for p in PLACEMENTS:
         for lr in lrs:
             for w in warmups:
-                rs = [results[(p, lr, w, s, quick)] for s in seeds]
+                rs = per[(p, lr, w)]
                 rows.append({"norm": p, "peak lr": lr, "warm-up": w,
                              "final loss": spread_text([r["final"] for r in rs]),
                              "steps to target": spread_text([r["steps to target"] for r in rs]),
@@ -192,29 +174,28 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                              "diverged (seeds)": sum(r["diverged"] for r in rs)})  # fmt: skip
     best = {}  # placement -> (lr, warm-up) with the lowest mean final loss
     for p in PLACEMENTS:
-        mean_final = {(lr, w): np.mean([results[(p, lr, w, s, quick)]["final"] for s in seeds])
+        mean_final = {(lr, w): np.mean([r["final"] for r in per[(p, lr, w)]])
                       for lr in lrs for w in warmups}  # fmt: skip
         best[p] = min(mean_final, key=mean_final.get)
     competence = [Competence(f"{p}-norm (best: lr {best[p][0]:g}, warm-up {best[p][1]})",
                              "final training loss (nats/char) of its best setting",
-                             TARGET, [results[(p, *best[p], s, quick)]["final"] for s in seeds],
+                             TARGET, [r["final"] for r in per[(p, *best[p])]],
                              higher_is_better=False) for p in PLACEMENTS]  # fmt: skip
 
     def reached(p: str, w: int) -> list[float]:
         """Peak rates at which every seed of (p, warm-up w) reaches the target."""
-        return [lr for lr in lrs
-                if all(math.isfinite(results[(p, lr, w, s, quick)]["steps to target"])
-                       for s in seeds)]  # fmt: skip
+        return [
+            lr for lr in lrs if all(math.isfinite(r["steps to target"]) for r in per[(p, lr, w)])
+        ]
 
     prim = "xavier"
     pre_better = max(ratio[(prim, "pre")]) < min(ratio[(prim, "post")])
     no_warm = {p: reached(p, 0) for p in PLACEMENTS}
     pre_no_warmup = len(no_warm["pre"]) >= len(no_warm["post"]) and no_warm["pre"]
-    fastest = {p: min(np.mean([results[(p, lr, w, s, quick)]["steps to target"] for s in seeds])
+    fastest = {p: min(np.mean([r["steps to target"] for r in per[(p, lr, w)]])
                       for lr in lrs for w in warmups) for p in PLACEMENTS}  # fmt: skip
     pre_faster = fastest["pre"] < fastest["post"]
     checks = [pre_better, bool(pre_no_warmup), pre_faster]
-    verdict = verdict_of(checks)
     reason = (
         f"at initialisation (Xavier, {n_layers} layers) the largest/smallest block-gradient ratio "
         f"over layers is {spread_text(ratio[(prim, 'pre')])} for pre-norm and "
@@ -236,7 +217,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                    "initialisation (one batch, log scale), Xavier and library init; the ratios "
                    "over all seeds are in the table."),
         save_chart(curves_chart({f"{p}-norm, lr {lr:g}, warm-up {w}":
-                                 [results[(p, lr, w, s, quick)]["losses"] for s in seeds]
+                                 [r["losses"] for r in per[(p, lr, w)]]
                                  for p in PLACEMENTS for w in (warmups[0], warmups[-1])
                                  for lr in lrs[-1:]},
                                 title=f"training loss at peak lr {lrs[-1]:g}", logy=True),
@@ -270,7 +251,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table("(b) training with and without warm-up", rows),
         ],  # fmt: skip
         figures=figures,
-        **gated_fields(verdict, reason, competence, seeds, quick),
+        **outcome(checks, reason, competence, seeds, quick),
         per_seed={
             "ratio": {f"{i}, {p}": v for (i, p), v in ratio.items()},
             "ratio_w1": {f"{i}, {p}": v for (i, p), v in ratio_w1.items()},
@@ -281,16 +262,11 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "spread_w1": {p: spread(ratio_w1[(prim, p)])["mean"] for p in PLACEMENTS},
             "best": {p: list(best[p]) for p in PLACEMENTS},
             "steps_to_target": {
-                f"{p}, lr {lr:g}, warm-up {w}": [
-                    results[(p, lr, w, s, quick)]["steps to target"] for s in seeds
-                ]
-                for p in PLACEMENTS
-                for lr in lrs
-                for w in warmups
+                f"{p}, lr {lr:g}, warm-up {w}": [r["steps to target"] for r in per[(p, lr, w)]]
+                for p, lr, w in settings
             },
             "mean_curves": {
-                p: bands([results[(p, *best[p], s, quick)]["losses"] for s in seeds])[0][-1]
-                for p in PLACEMENTS
+                p: bands([r["losses"] for r in per[(p, *best[p])]])[0][-1] for p in PLACEMENTS
             },
         },  # fmt: skip
         findings=[

@@ -24,10 +24,11 @@ from torch import Tensor
 
 from attnlab.config import ModelConfig
 from attnlab.lab.charts import bar_chart, heatmap_panels, save_chart
-from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
+from attnlab.lab.fit import FitConfig, fit_classifier
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import MIN_SEEDS, Competence, Report, Table, gate, spread, spread_text
+from attnlab.lab.report import Competence, Report, Table, gated_fields, spread, spread_text
 from attnlab.lab.seeds import start_seeds
+from attnlab.lab.tasks import TaskData
 from attnlab.models import build_model
 
 NOUNS = ("oven", "bread", "cat", "dog", "chef", "girl", "boy", "king", "river", "table")
@@ -77,12 +78,17 @@ def encode(sentences: list[list[str]]) -> Tensor:
     return torch.tensor([[VOCAB[w] for w in s] + [0] * (t - len(s)) for s in sentences])
 
 
-def swapped_test_set(n_pairs: int, rng: np.random.Generator) -> tuple[Tensor, Tensor]:
+def task_data(sentences: list[list[str]], subjects: list[int]) -> TaskData:
+    """Sentences as ids (N, T) and their subjects' noun indices as labels."""
+    return TaskData(encode(sentences), torch.tensor(subjects), len(WORDS), len(NOUNS))
+
+
+def swapped_test_set(n_pairs: int, rng: np.random.Generator) -> TaskData:
     """Pairs (sentence, its swap) with labels (N1, N2): closed under the swap."""
     sentences, subjects = make_sentences(n_pairs, rng)
     words = sentences + [swap_nouns(s) for s in sentences]
     objects = [NOUNS.index(swap_nouns(s)[_noun_pos(s)]) for s in sentences]
-    return encode(words), torch.tensor(subjects + objects)
+    return task_data(words, subjects + objects)
 
 
 def _noun_pos(words: list[str]) -> int:
@@ -108,8 +114,8 @@ def _one_seed(seed: int, n_train: int, n_pairs: int, fit_cfg: FitConfig) -> dict
     """Every position kind trained and tested on one seed's data."""
     rng = np.random.default_rng(seed)
     sentences, subjects = make_sentences(n_train, rng)
-    train = (encode(sentences), torch.tensor(subjects))
-    test_ids, test_labels = swapped_test_set(n_pairs, rng)
+    train = task_data(sentences, subjects)
+    test = swapped_test_set(n_pairs, rng)
     rows, accs, maps = {}, {}, {}
     for i, kind in enumerate(KINDS):
         torch.manual_seed(seed + i)
@@ -117,8 +123,7 @@ def _one_seed(seed: int, n_train: int, n_pairs: int, fit_cfg: FitConfig) -> dict
                           d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=16,
                           positional=kind, pooling="cls")  # fmt: skip
         model = build_model(cfg)
-        result = fit(model, train, classification_loss, fit_cfg, seed=seed)
-        acc = accuracy(model, test_ids, test_labels)
+        result, acc = fit_classifier(model, train, test, fit_cfg, seed=seed)
         gap, prob_gap, weights = equivariance_gap(model, kind)
         accs[kind], maps[kind] = acc, weights
         rows[kind] = {"final train loss": result.final_loss(), GAP: gap, PROB_GAP: prob_gap,
@@ -179,8 +184,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
               f"output to {gap_none:.1e} (float64) and test accuracy is "
               f"{spread_text(acc_seeds['none'])} (<= 1/2 by construction), while every position "
               f"kind reaches >= {learned[worst]:.3f} on every seed (lowest: {worst}).")  # fmt: skip
-    verdict, reason = gate("held" if held else "mixed", reason, competence, n_seeds=len(seeds),
-                           min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
     return Report(
         name="order",
         title="Order: self-attention without positions cannot tell who cooked whom",
@@ -201,10 +204,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         ],
         tables=[Table("accuracy and permutation equivariance per position kind", rows)],
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=competence,
-        seeds=seeds,
+        **gated_fields("held" if held else "mixed", reason, competence, seeds, quick),
         per_seed={"accuracy": acc_seeds},
         metrics={
             "accuracy": accs,

@@ -20,7 +20,6 @@ Shapes: B batch, T length, D d_model.
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 from typing import NamedTuple
@@ -29,18 +28,12 @@ import numpy as np
 import torch
 from torch import nn
 
+from attnlab.bench.machine import load_average
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import line_chart, save_chart
+from attnlab.lab.charts import line_chart, save_chart, seeds_chart
 from attnlab.lab.fit import lm_loss
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import (
-    Report,
-    Table,
-    gate_run,
-    spread,
-    spread_text,
-    verdict_of,
-)
+from attnlab.lab.report import Report, Table, outcome, spread, spread_text
 from attnlab.lab.seeds import bands, seed_list
 from attnlab.models import build_model
 
@@ -117,7 +110,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     threads = (1, 2)
     repeats = 1 if quick else 5
     rounds = seed_list(seed, quick)  # each round re-measures everything (its own seed)
-    load = _load()
+    load = ", ".join(f"{x:.2f}" for x in load_average() or []) or "unknown"
     ms: dict[tuple, list[float]] = {}  # (name, B, threads, T) -> one best-of per round
     try:
         for r in rounds:
@@ -177,8 +170,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         "a second thread helps the Transformer more than the fused RNN (B = 1, longest T, "
         "outside the spread)": min(speedup[(TF, b1, t_max)]) > max(speedup[(FUSED, b1, t_max)]),
     }  # fmt: skip
-    held = list(checks.values())
-    verdict = verdict_of(held)
     reason = (
         f"B = 1, T {lengths[0]} -> {t_max}, 1 thread, tokens/s (mean (min-max) over "
         f"{len(rounds)} rounds): fused RNN {spread_text(tps[(FUSED, b1, 1)][0])} -> "
@@ -192,7 +183,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in checks.items())
         + "."
     )
-    verdict, reason = gate_run(verdict, reason, [], rounds, quick)
     return Report(
         name="parallelism",
         title="Parallelism: the RNN's serial loop vs the Transformer's matmuls",
@@ -221,10 +211,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table("intra-op threads: speed-up of 2 threads over 1", thread_rows),
         ],
         figures=figures,
-        verdict=verdict,
-        verdict_reason=reason,
-        competence=[],
-        seeds=rounds,
+        **outcome(list(checks.values()), reason, [], rounds, quick),
         per_seed={
             "ms": {f"{n}, B={b}, threads={th}, T={t}": v for (n, b, th, t), v in ms.items()}
         },  # fmt: skip
@@ -251,47 +238,44 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
 
 
 def _figures(out_dir, ms, lengths, batches, rounds, speedup) -> list:
-    series, band = {}, {}
-    for name in MODELS:
-        for b in batches:
-            per_round = [[ms[(name, b, 1, t)][i] for t in lengths] for i in range(len(rounds))]
-            mean, lo, hi = bands(per_round)
-            series[f"{name}, B = {b}"] = (lengths, mean)
-            band[f"{name}, B = {b}"] = (lo, hi)
-    step = line_chart(
-        series,
+    b1, runs = batches[0], range(len(rounds))
+    step_ms = {
+        f"{name}, B = {b}": (lengths, [[ms[(name, b, 1, t)][i] for t in lengths] for i in runs])
+        for name in MODELS
+        for b in batches
+    }
+    step = seeds_chart(
+        step_ms,
         xlabel="sequence length T",
         ylabel="ms per training step",
         title="training step (1 thread)",
         logx=True,
         logy=True,
-        bands=band,
     )
     tput = line_chart(
         {
-            k: (xs, [float(k.split("B = ")[1]) * t / v * 1000 for t, v in zip(xs, ys)])
-            for k, (xs, ys) in series.items()
+            k: (xs, [float(k.split("B = ")[1]) * t / v * 1000 for t, v in zip(xs, bands(ys)[0])])
+            for k, (xs, ys) in step_ms.items()
         },
         xlabel="sequence length T",
         ylabel="tokens per second",
         title="throughput (1 thread)",
         logx=True,
     )
-    sp_series, sp_band = {}, {}
-    for name in MODELS:
-        b = batches[0]
-        cols = [speedup[(name, b, t)] for t in lengths]
-        sp_series[f"{name}, B = {b}"] = (lengths, [spread(c)["mean"] for c in cols])
-        sp_band[f"{name}, B = {b}"] = ([min(c) for c in cols], [max(c) for c in cols])
-    threads = line_chart(
-        sp_series,
+    threads = seeds_chart(
+        {
+            f"{name}, B = {b1}": (
+                lengths,
+                [[speedup[(name, b1, t)][i] for t in lengths] for i in runs],
+            )
+            for name in MODELS
+        },
         xlabel="sequence length T",
         ylabel="speed-up, 2 threads / 1",
         title="a second thread",
         logx=True,
-        bands=sp_band,
+        hline=1.0,
     )
-    threads.axes[0].axhline(1.0, color="gray", linestyle="--", linewidth=1)
     return [
         save_chart(step, out_dir, "step_time.png", "Training-step time against T (log-log; "
                    "slope 1 = linear growth), mean over rounds with the min-max band."),
@@ -300,10 +284,3 @@ def _figures(out_dir, ms, lengths, batches, rounds, speedup) -> list:
         save_chart(threads, out_dir, "threads.png", "Speed-up of 2 intra-op threads over 1 at "
                    "B = 1 (mean over rounds, min-max band); 1 = no gain."),
     ]  # fmt: skip
-
-
-def _load() -> str:
-    try:
-        return ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    except (AttributeError, OSError):
-        return "unknown"

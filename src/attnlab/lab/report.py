@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from attnlab.bench.machine import cpu_model, load_average
 from attnlab.errors import UserError
 from attnlab.train.atomic import atomic_write_text
 
@@ -145,19 +146,23 @@ def verdict_of(checks: list[bool]) -> str:
     return "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
 
 
-def gate_run(verdict: str, reason: str, competence: list[Competence], seeds: list[int],
-             quick: bool) -> tuple[str, str]:  # fmt: skip
-    """:func:`gate` for a run: a full-size run needs MIN_SEEDS seeds, a quick one a single seed."""
-    return gate(verdict, reason, competence, n_seeds=len(seeds),
-                min_seeds=1 if quick else MIN_SEEDS)  # fmt: skip
-
-
-def gated_fields(verdict: str, reason: str, competence: list[Competence], seeds: list[int],
-                 quick: bool) -> dict[str, Any]:  # fmt: skip
-    """The :class:`Report` fields of a run's outcome: verdict and reason after :func:`gate_run`,
-    with the competence checks and the seeds they rest on."""
-    verdict, reason = gate_run(verdict, reason, competence, seeds, quick)
+def gated_fields(
+    verdict: str, reason: str, competence: list[Competence], seeds: list[int], quick: bool
+) -> dict[str, Any]:
+    """The :class:`Report` fields of a run's outcome: verdict and reason after :func:`gate` (a
+    full-size run needs MIN_SEEDS seeds, a quick one a single seed), with the competence checks
+    and the seeds they rest on."""
+    min_seeds = 1 if quick else MIN_SEEDS
+    verdict, reason = gate(verdict, reason, competence, n_seeds=len(seeds), min_seeds=min_seeds)
     return {"verdict": verdict, "verdict_reason": reason, "competence": competence, "seeds": seeds}
+
+
+def outcome(
+    checks: list[bool], reason: str, competence: list[Competence], seeds: list[int], quick: bool
+) -> dict[str, Any]:
+    """:func:`gated_fields` for the usual verdict: the claim's checks, one bool each, read by
+    :func:`verdict_of` (held / did not hold / mixed), then gated."""
+    return gated_fields(verdict_of(checks), reason, competence, seeds, quick)
 
 
 def spread(values: list[float]) -> dict[str, float]:
@@ -313,13 +318,13 @@ def check_may_write(out: Path, quick: bool) -> None:
 def machine_info() -> dict[str, Any]:
     """Where the numbers come from: CPU model, logical cores, torch threads and versions."""
     return {
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model(),
         "logical_cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "load_average": _load_average(),
+        "load_average": load_average(),
     }
 
 
@@ -335,13 +340,6 @@ def _load_note(machine: dict[str, Any]) -> str:
     return note + "."
 
 
-def _load_average() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except (AttributeError, OSError):
-        return None
-
-
 def format_cell(value: Any) -> str:
     """Markdown cell text: floats to 4 significant digits, NaN shown as 'nan', pipes escaped."""
     if isinstance(value, bool):
@@ -353,17 +351,6 @@ def format_cell(value: Any) -> str:
             return f"{value:.3e}"
         return f"{value:.4g}"
     return str(value).replace("|", "\\|")
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
 
 
 def _json_default(obj: Any) -> Any:

@@ -34,10 +34,11 @@ import numpy as np
 import torch
 
 from attnlab.generate import GenerationConfig, generate
-from attnlab.lab.char_lm import split_text, train_char_lm
+from attnlab.lab.char_lm import count_baselines, split_text, train_char_lm, train_job
 from attnlab.lab.charts import save_chart
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import Report, Table
+from attnlab.lab.report import Competence, Report, Table, gated_fields, spread_text, verdict_of
+from attnlab.lab.seeds import run_jobs, start_seeds
 from attnlab.viz.figure import new_figure
 
 STRATEGIES: dict[str, dict[str, Any]] = {
@@ -113,18 +114,28 @@ def pick_prompts(val_text: str, n: int, prompt_len: int, n_new: int,
     return prompts, truth
 
 
-def quality_diversity_chart(rows: list[dict[str, Any]], out_dir: Path):
-    """Own NLL (y) against distinct-2 (x), one labelled point per strategy and the human text."""
+def quality_diversity_chart(rows: list[dict[str, Any]], out_dir: Path,
+                            per_seed: dict[tuple[str, str], list[float]]):  # fmt: skip
+    """Own NLL (y) against distinct-2 (x), one labelled point per strategy and the human text
+    (the mean over seeds, with min-max error bars from ``per_seed[(strategy, metric)]``)."""
     fig = new_figure(6.4, 4.4)
     ax = fig.subplots()
     for row in rows:
         human = row["strategy"].startswith("validation")
-        ax.scatter(
-            row["distinct-2"],
-            row["own NLL (bits/char)"],
-            s=40,
+        x, y = row["distinct-2"], row["own NLL (bits/char)"]
+        xs, ys = (
+            per_seed[(row["strategy"], "distinct-2")],
+            per_seed[(row["strategy"], "own NLL (bits/char)")],
+        )
+        ax.errorbar(
+            x,
+            y,
+            xerr=[[x - min(xs)], [max(xs) - x]],
+            yerr=[[y - min(ys)], [max(ys) - y]],
+            fmt="*" if human else "o",
+            markersize=9 if human else 6,
             color="tab:red" if human else "tab:blue",
-            marker="*" if human else "o",
+            capsize=3,
         )
         ax.annotate(
             row["strategy"],
@@ -142,8 +153,9 @@ def quality_diversity_chart(rows: list[dict[str, Any]], out_dir: Path):
         out_dir,
         "quality_diversity.png",
         "Each strategy's samples: how "
-        "likely the model finds them (y) against how varied they are (x); the "
-        "star is the real validation text after the same prompts.",
+        "likely the model finds them (y) against how varied they are (x), mean over the seeds' "
+        "models with min-max error bars; the star is the real validation text after the same "
+        "prompts.",
     )
 
 
@@ -155,41 +167,74 @@ def quality_diversity_chart(rows: list[dict[str, Any]], out_dir: Path):
     notes="003 'Linear + Softmax - Prediction' (greedy vs random-weighted sampling)",
 )
 def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Report:
-    result, path, origin = train_char_lm(quick, seed, text, out_dir)
-    model, tok = result.model, result.tokenizer
+    seeds = start_seeds(seed, quick)
+    # the char_lm experiment's models, one per seed (trained there, reloaded here)
+    trained = run_jobs(train_job, [(s, quick, text, str(out_dir)) for s in seeds],
+                       1 if quick else 2)  # fmt: skip
+    per_model = [trained[(s, quick, text, str(out_dir))] for s in seeds]
+    result, path, origin = train_char_lm(quick, seeds[0], text, out_dir)
     train_text, val_text = split_text(path)
+    bigram = count_baselines(train_text, val_text)["bigram"]
     vocabulary = set(words(train_text))
     n_prompts, prompt_len = (8, 12) if quick else (64, 24)
-    n_new = model.max_len - prompt_len
+    n_new = result.model.max_len - prompt_len
     prompts, truth = pick_prompts(val_text, n_prompts, prompt_len, n_new,
-                                  np.random.default_rng(seed))  # fmt: skip
+                                  np.random.default_rng(seeds[0]))  # fmt: skip
+    per_seed_rows: list[list[dict[str, Any]]] = []
     outputs: dict[str, list[str]] = {}
-    rows = []
-    for name, strategy in STRATEGIES.items():
-        first = decode(model, tok, prompts, n_new, seed, **strategy)
-        again = decode(model, tok, prompts, n_new, seed + 1, **strategy)
-        outputs[name] = [tok.decode(ids) for ids in first]
-        same = float(np.mean([a == b for a, b in zip(first, again)]))
-        rows.append(_metrics(name, model, tok, prompts, first, vocabulary, same))
-    truth_ids = [tok.encode(t) for t in truth]
-    rows.append(_metrics("validation text (human)", model, tok, prompts, truth_ids, vocabulary,
-                         unchanged=1.0))  # fmt: skip
-    figures = [quality_diversity_chart(rows, out_dir)]
+    for s in seeds:  # seed s: model s, sampling seeds s and s + 100 (the rerun)
+        result = train_char_lm(quick, s, text, out_dir)[0]
+        model, tok = result.model, result.tokenizer
+        rows = []
+        for name, strategy in STRATEGIES.items():
+            first = decode(model, tok, prompts, n_new, s, **strategy)
+            again = decode(model, tok, prompts, n_new, s + 100, **strategy)
+            if s == seeds[0]:
+                outputs[name] = [tok.decode(ids) for ids in first]
+            same = float(np.mean([a == b for a, b in zip(first, again)]))
+            rows.append(_metrics(name, model, tok, prompts, first, vocabulary, same))
+        truth_ids = [tok.encode(t) for t in truth]
+        rows.append(_metrics("validation text (human)", model, tok, prompts, truth_ids,
+                             vocabulary, unchanged=1.0))  # fmt: skip
+        per_seed_rows.append(rows)
+    keys = [k for k in per_seed_rows[0][0] if k != "strategy"]
+    names = [r["strategy"] for r in per_seed_rows[0]]
+    vals = {(n, k): [rows[i][k] for rows in per_seed_rows] for i, n in enumerate(names)
+            for k in keys}  # fmt: skip
+    rows = [{"strategy": n, **{k: float(np.mean(vals[(n, k)])) for k in keys}} for n in names]
+    table_rows = [{"strategy": n, **{k: spread_text(vals[(n, k)]) for k in keys}} for n in names]
+    figures = [quality_diversity_chart(rows, out_dir, vals)]
     outputs["validation text (human)"] = truth
     shown = [{"prompt": _cell(prompts[i]), "strategy": name, "continuation": _cell(texts[i])}
              for i in range(min(2, len(prompts))) for name, texts in outputs.items()]  # fmt: skip
-    by = {r["strategy"]: r for r in rows}
-    g, s = by["greedy"], by["sampling tau=1"]
+
+    def every_seed(test) -> bool:
+        return all(test({r["strategy"]: r for r in seed_rows}) for seed_rows in per_seed_rows)
+
+    nll, rep, d2 = "own NLL (bits/char)", "rep-4", "distinct-2"
     checks = {
-        "greedy is the most likely": g["own NLL (bits/char)"] < s["own NLL (bits/char)"],
-        "greedy repeats more": g["rep-4"] > s["rep-4"],
-        "greedy is less diverse": g["distinct-2"] < s["distinct-2"],
-        "greedy is deterministic": g["unchanged"] == 1.0 and s["unchanged"] < 1.0,
-    }
-    verdict = (
-        "held" if all(checks.values()) else ("mixed" if any(checks.values()) else "did not hold")
-    )
-    human = by["validation text (human)"]
+        "greedy is the most likely": every_seed(lambda b: b["greedy"][nll]
+                                                < b["sampling tau=1"][nll]),
+        "greedy repeats more": every_seed(lambda b: b["greedy"][rep] > b["sampling tau=1"][rep]),
+        "greedy is less diverse": every_seed(lambda b: b["greedy"][d2]
+                                             < b["sampling tau=1"][d2]),
+        "greedy is deterministic": every_seed(lambda b: b["greedy"]["unchanged"] == 1.0
+                                              and b["sampling tau=1"]["unchanged"] < 1.0),
+    }  # fmt: skip
+    verdict = verdict_of(list(checks.values()))
+    competence = [Competence("character LM (the char_lm experiment's)", "training bits/char (mean "
+                             "of the last 50 steps) below the bigram baseline's validation "
+                             "bits/char", bigram, [r["train"] / math.log(2) for r in per_model],
+                             higher_is_better=False)]  # fmt: skip
+    reason = (
+        f"on every seed's model ({len(seeds)}): "
+        + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in checks.items())
+        + ". Mean (min-max) over seeds: "
+        + "; ".join(f"{n}: NLL {spread_text(vals[(n, nll)])} bits/char, rep-4 "
+                    f"{spread_text(vals[(n, rep)], 2)}, distinct-2 {spread_text(vals[(n, d2)], 2)}"
+                    for n in ("greedy", "sampling tau=1", "validation text (human)"))
+        + "."
+    )  # fmt: skip
     return Report(
         name="sampling",
         title="Greedy vs random-weighted sampling from one character-level LM",
@@ -198,9 +243,9 @@ def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Repor
         "possible that this technique leads to the model becoming too creative.",
         source="003, 'Linear + Softmax - Prediction'",
         setup=[
-            f"Model: the char_lm experiment's Transformer LM on {origin} (trained once, "
-            f"reused by run directory): {result.step} steps, validation loss "
-            f"{result.metrics.get('val_loss', float('nan')):.3f} nats/char.",
+            f"Models: the char_lm experiment's Transformer LMs on {origin}, one per seed "
+            f"{seeds} (trained once, reused by run directory): {per_model[0]['steps']} steps, "
+            f"validation loss {spread_text([r['val'] for r in per_model])} nats/char.",
             f"{len(prompts)} prompts of {prompt_len} characters cut from the validation text at "
             f"line starts; each strategy continues every prompt by {n_new} characters (the "
             "model's context holds prompt and continuation, so NLL is exact).",
@@ -209,19 +254,18 @@ def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Repor
             "distinct-n over all samples' word n-grams (Li et al. 2016); rep-4 = share of a "
             "sample's word 4-grams repeating an earlier one (Welleck et al. 2020); real words = "
             "share of generated words found in the training text; unchanged = share of samples "
-            "identical when rerun with another seed.",
+            "identical when rerun with another sampling seed (s + 100).",
         ],
         tables=[
-            Table("decoding strategies (same model, same prompts)", rows),
+            Table(
+                "decoding strategies (same prompts; mean (min-max) over the seeds' models)",
+                table_rows,
+            ),
             Table("samples (first prompts)", shown),
         ],
         figures=figures,
-        verdict=verdict,
-        verdict_reason=f"greedy: NLL {g['own NLL (bits/char)']:.2f} bits/char, rep-4 "
-        f"{g['rep-4']:.2f}, distinct-2 {g['distinct-2']:.2f}; sampling at tau = 1: NLL "
-        f"{s['own NLL (bits/char)']:.2f}, rep-4 {s['rep-4']:.2f}, distinct-2 "
-        f"{s['distinct-2']:.2f}; the real text: NLL {human['own NLL (bits/char)']:.2f}, rep-4 "
-        f"{human['rep-4']:.2f}, distinct-2 {human['distinct-2']:.2f}.",
+        **gated_fields(verdict, reason, competence, seeds, quick),
+        per_seed={f"{n}, {k}": vals[(n, k)] for n in names for k in (nll, rep, d2)},
         metrics={"rows": rows, "checks": checks},
         findings=[f"{k}: {'yes' if v else 'no'}." for k, v in checks.items()]
         + [

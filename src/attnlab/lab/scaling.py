@@ -27,7 +27,7 @@ import torch
 
 from attnlab.config import ModelConfig
 from attnlab.lab.charts import curves_chart, line_chart, save_chart
-from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
+from attnlab.lab.fit import FitConfig, fit_classifier
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import Competence, Report, Table, gated_fields, spread_text
 from attnlab.lab.seeds import seed_list
@@ -263,15 +263,14 @@ def _training(quick: bool, seed: int) -> tuple[list[dict], dict[str, list[float]
             if init == "N(0, 1/D)":
                 unit_variance_qk(model, cfg.d_model)
             entropy_init = attention_entropy(model, test.ids)
-            result = fit(model, (train.ids, train.labels), classification_loss, fit_cfg,
-                         seed=seed)  # fmt: skip
+            result, test_acc = fit_classifier(model, train, test, fit_cfg, seed=seed)
             label = f"{'scaled' if scale else 'unscaled'}, init {init}"
             curves[label] = result.losses
             rows.append({"W_q, W_k init": init, "scale_logits": scale,
                          "attention entropy at init": entropy_init,
                          "loss @10%": result.loss_at(0.1), "loss @50%": result.loss_at(0.5),
                          "final loss": result.final_loss(),
-                         "test accuracy": accuracy(model, test.ids, test.labels),
+                         "test accuracy": test_acc,
                          "diverged": result.diverged, "train s": result.seconds})  # fmt: skip
     return rows, curves
 

@@ -31,19 +31,46 @@ def start_seeds(seed: int, quick: bool, n: int = MIN_SEEDS) -> list[int]:
     return seed_list(seed, quick, n)
 
 
-def run_jobs(fn: Callable[[Any], Any], jobs: Sequence[Hashable], workers: int = 2) -> dict:
+def run_jobs(
+    fn: Callable[[Any], Any],
+    jobs: Sequence[Hashable],
+    workers: int = 2,
+    cost: Callable[[Any], float] | None = None,
+) -> dict:
     """``{job: fn(job)}`` for every job, ``workers`` spawned processes at a time (``fn`` must be
-    a module-level function; jobs are picklable tuples). The environment variable
+    a module-level function; jobs are picklable tuples). Every job runs on one torch thread
+    (small models: a second thread costs more than it gives). With ``cost(job)``, the costliest
+    jobs start first, so a long one does not start last and run alone. The environment variable
     ``ATTNLAB_LAB_WORKERS`` caps ``workers`` (e.g. 1 when two experiments run side by side)."""
     cap = os.environ.get("ATTNLAB_LAB_WORKERS")
     if cap:
         workers = min(workers, max(1, int(cap)))
     if workers <= 1 or len(jobs) <= 1:
+        torch.set_num_threads(1)
         return {job: fn(job) for job in jobs}
+    order = sorted(jobs, key=lambda job: -cost(job)) if cost is not None else jobs
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with torch threads
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futures = {job: pool.submit(fn, job) for job in jobs}
-        return {job: futures[job].result() for job in jobs}
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=torch.set_num_threads, initargs=(1,)
+    ) as pool:
+        futures = {job: pool.submit(fn, job) for job in order}
+        try:
+            return {job: futures[job].result() for job in jobs}
+        except BaseException:  # an interrupt or a failed job: start no queued job after it
+            pool.shutdown(cancel_futures=True)
+            raise
+
+
+def run_arms(
+    fn: Callable[[tuple], Any], arms: Sequence[Hashable], seeds: Sequence[int], quick: bool
+) -> dict:
+    """Every arm on every seed: ``fn((*arm, seed, quick))`` through :func:`run_jobs` (one process
+    for a quick run, two otherwise), as ``{arm: [the result of each seed, in seed order]}``. An
+    arm is a tuple of settings, or one value standing for a 1-tuple."""
+    keys = {arm: arm if isinstance(arm, tuple) else (arm,) for arm in arms}
+    jobs = [(*keys[arm], s, quick) for arm in arms for s in seeds]
+    results = run_jobs(fn, jobs, 1 if quick else 2)
+    return {arm: [results[(*keys[arm], s, quick)] for s in seeds] for arm in arms}
 
 
 def bands(per_seed: Sequence[Sequence[float]]) -> tuple[list[float], list[float], list[float]]:

@@ -30,6 +30,10 @@ class TaskData(NamedTuple):
     vocab_size: int
     n_classes: int
 
+    def majority_rate(self) -> float:
+        """Share of the most common label: what a classifier that ignores its input can score."""
+        return float(torch.bincount(self.labels).max()) / len(self.labels)
+
 
 def kv_lookup(
     n: int, n_pairs: int, n_keys: int, n_values: int, rng: np.random.Generator

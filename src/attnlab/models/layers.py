@@ -43,13 +43,22 @@ class Embeddings(nn.Module):
         frequencies = None
         if cfg.positional == "rotary":
             frequencies = rotary_frequencies(
-                cfg.head_dim, cfg.rope_base, cfg.rope_scaling, cfg.rope_factor,
-                cfg.rope_low_freq_factor, cfg.rope_high_freq_factor, cfg.rope_original_max_len,
-            )  # fmt: skip
+                cfg.head_dim,
+                cfg.rope_base,
+                cfg.rope_scaling,
+                cfg.rope_factor,
+                cfg.rope_low_freq_factor,
+                cfg.rope_high_freq_factor,
+                cfg.rope_original_max_len,
+            )
         self.pos_enc = make_positions(
-            cfg.positional, cfg.d_model, cfg.head_dim, cfg.max_len, cfg.rope_base,
+            cfg.positional,
+            cfg.d_model,
+            cfg.head_dim,
+            cfg.max_len,
+            cfg.rope_base,
             frequencies=frequencies,
-        )  # fmt: skip
+        )
         n_types = cfg.n_token_types
         self.type_emb = nn.Embedding(n_types, cfg.d_model) if n_types else None  # T_type
         self.norm = _norm(cfg) if cfg.embed_norm else None
@@ -110,9 +119,14 @@ def _attention_options(cfg: ModelConfig) -> dict:
 
 def make_self_attention(cfg: ModelConfig, rotary: RotaryPositions | None) -> SelfAttention:
     return SelfAttention(
-        cfg.d_model, cfg.n_heads, rotary=rotary, n_kv_heads=cfg.n_kv_heads,
-        alibi=cfg.positional == "alibi", window=cfg.attn_window, **_attention_options(cfg),
-    )  # fmt: skip
+        cfg.d_model,
+        cfg.n_heads,
+        rotary=rotary,
+        n_kv_heads=cfg.n_kv_heads,
+        alibi=cfg.positional == "alibi",
+        window=cfg.attn_window,
+        **_attention_options(cfg),
+    )
 
 
 def make_cross_attention(cfg: ModelConfig, d_memory: int | None = None) -> CrossAttention:

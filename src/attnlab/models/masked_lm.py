@@ -69,7 +69,9 @@ class MaskedLM(nn.Module):
         """ids (B, T) -> logits (B, T, V). key_padding_mask (B, T): True = real token;
         token_types (B, T): segment ids (BERT's sentence A = 0 / B = 1), default all 0."""
         hidden, attentions = self.encoder(
-            ids, key_padding_mask=key_padding_mask, token_types=token_types,
+            ids,
+            key_padding_mask=key_padding_mask,
+            token_types=token_types,
             need_weights=need_weights,
-        )  # fmt: skip
+        )
         return ModelOutput(self.mlm(hidden), attentions)

@@ -18,11 +18,10 @@ a / 2 for int4) times ||x||_1, plus the bfloat16 rounding of the product's opera
 
 The products run in PyTorch's own kernels: ``torch._weight_int8pack_mm`` and
 ``torch._weight_int4pack_mm_for_cpu`` (which widen the weights inside the kernel, so only the
-small codes cross the memory bus) and oneDNN's bf16 ``linear``. Measured on the 2-core AVX-512
-host (24 products of the 6-layer width-384 LM at batch 1, ad hoc, see benchmarks/ANALYSIS.md,
-"Reduced-precision decode"): fp32 ``F.linear`` 4.2 ms, int8 0.37-0.40 ms, int4 0.37 ms, bf16
-1.7-3.0 ms. The int8/int4 kernels are fast only for bfloat16 activations (their fp32-activation
-path is scalar: 5-7 ms), so x is rounded to bf16 on its way in and the output widened back.
+small codes cross the memory bus) and oneDNN's bf16 ``linear`` (timings: benchmarks/ANALYSIS.md,
+"Reduced-precision decode"). The int8/int4 kernels are fast only for bfloat16 activations (their
+fp32-activation path is scalar), so x is rounded to bf16 on its way in and the output widened
+back.
 Inductor lowers both to the same kernels, so ``torch.compile`` keeps them.
 
 The modules are for inference: their weights are buffers, not parameters, and no gradient flows.

@@ -12,7 +12,8 @@
   context v_l = sum_t alpha_lt f_t, returned with its weights (never stored).
 * :func:`lstm_right_padded`: a ``torch.nn.LSTM`` over right-padded rows of different lengths, the
   result of packing them (``pack_padded_sequence``) but with one fused call per layer and
-  direction instead of PyTorch's step-by-step packed path (measured ~1.5x faster on CPU).
+  direction instead of PyTorch's step-by-step packed path (why: benchmarks/ANALYSIS.md,
+  "Measurements behind plain-path choices").
 * :class:`StepHookPoint`: a hook point inside a recurrence (h_t of each RNN layer; e_l, alpha_l,
   v_l of the attention decoder). It fires once per step; ``attnlab.inspect`` stacks the steps on
   dim 1, so a cached alpha is (B, T, S) like a Transformer's weights.
@@ -179,8 +180,9 @@ def lstm_right_padded(lstm: nn.LSTM, x: Tensor, lengths: Tensor) -> Tensor:
         for suffix, order in ((f"_l{layer}", None), (f"_l{layer}_reverse", flip)):
             weights = [getattr(lstm, name + suffix) for name in names]
             inp = h if order is None else _gather_steps(h, order)
-            out = torch.lstm(inp, (zeros, zeros), weights, lstm.bias, 1, 0.0, lstm.training,
-                             False, True)[0]  # (B, S, H)  # fmt: skip
+            out = torch.lstm(
+                inp, (zeros, zeros), weights, lstm.bias, 1, 0.0, lstm.training, False, True
+            )[0]  # (B, S, H)
             outs.append(out if order is None else _gather_steps(out, order))
         h = torch.cat(outs, dim=-1)  # (B, S, 2H)
         if layer < lstm.num_layers - 1:
@@ -307,6 +309,15 @@ def attention_step(
 
 
 # ------------------------------------------------------------------------------ decoding state
+
+
+def refuse_cache_dtype(model: str, dtype: object) -> None:
+    """Recurrent models keep a hidden state, not keys and values: a KV cache dtype is refused."""
+    if dtype is not None:
+        raise ValueError(
+            f"{model} keeps a hidden state, not a KV cache, so a cache dtype ({dtype!r}, "
+            "--kv-cache) does not apply; leave it unset (Transformer models take fp32 or bf16)"
+        )
 
 
 class RecurrentCache:

@@ -43,8 +43,9 @@ VAL_SEED_OFFSET = 1_000_003
 TEST_SEED_OFFSET = 2_000_003
 
 
-def make_tokenizer(kind: str, texts: Sequence[str], bpe_vocab_size: int,
-                   chars: str | None = None) -> Tokenizer:  # fmt: skip
+def make_tokenizer(
+    kind: str, texts: Sequence[str], bpe_vocab_size: int, chars: str | None = None
+) -> Tokenizer:
     """A tokenizer of ``kind`` for in-memory texts (a char tokenizer may be given its alphabet)."""
     if kind == "char":  # file data: characters unseen in training map to <unk> at test time
         return CharTokenizer(chars) if chars else CharTokenizer.train(list(texts), unk=True)
@@ -53,14 +54,18 @@ def make_tokenizer(kind: str, texts: Sequence[str], bpe_vocab_size: int,
     return train_tokenizer("bpe", list(texts), vocab_size=bpe_vocab_size)
 
 
-def _limit(pairs: list[tuple[str, str]], max_src: int | None, max_tgt: int | None,
-           tok: Tokenizer) -> list[tuple[str, str]]:  # fmt: skip
+def _limit(
+    pairs: list[tuple[str, str]], max_src: int | None, max_tgt: int | None, tok: Tokenizer
+) -> list[tuple[str, str]]:
     """Keep pairs within explicit length limits (the summary reports how many were dropped)."""
     if max_src is None and max_tgt is None:
         return pairs
-    return [(s, t) for s, t in pairs
-            if (max_src is None or len(tok.encode(s)) <= max_src)
-            and (max_tgt is None or len(tok.encode(t)) + 1 <= max_tgt)]  # fmt: skip
+    return [
+        (s, t)
+        for s, t in pairs
+        if (max_src is None or len(tok.encode(s)) <= max_src)
+        and (max_tgt is None or len(tok.encode(t)) + 1 <= max_tgt)
+    ]
 
 
 def _held_out(train: Sequence[tuple[str, str]], candidates: list[tuple[str, str]]) -> list:
@@ -71,8 +76,10 @@ def _held_out(train: Sequence[tuple[str, str]], candidates: list[tuple[str, str]
 def _split(cfg: Any, items: list[tuple[str, str]], read: Any, split: str) -> tuple[list, list]:
     """(train, evaluation) items: a separate file if given, else a deterministic split."""
     if split == "test":
-        raise DataError("a test split of a file-based task needs its own file: pass it as the "
-                        "data flag of `attnlab evaluate` (e.g. --pairs test.tsv)")  # fmt: skip
+        raise DataError(
+            "a test split of a file-based task needs its own file: pass it as the "
+            "data flag of `attnlab evaluate` (e.g. --pairs test.tsv)"
+        )
     if cfg.val_data:
         return items, read(cfg.val_data)
     train, val = split_items(items, cfg.val_fraction, cfg.seed)
@@ -104,8 +111,10 @@ def build_task_data(
     """
     if cfg.task == "lm":
         if split == "test" and eval_data is None:
-            raise DataError("a language model's test split needs its own text: pass the file "
-                            "with --text to `attnlab evaluate --split test`")  # fmt: skip
+            raise DataError(
+                "a language model's test split needs its own text: pass the file "
+                "with --text to `attnlab evaluate --split test`"
+            )
         return _lm_data(cfg, data_dir, tokenizer, eval_data, prepare)
     if cfg.task == "seq2seq":
         return _pair_data(cfg, tokenizer, split, eval_data)
@@ -114,11 +123,14 @@ def build_task_data(
     raise DataError(f"unknown task {cfg.task!r}; choose lm, seq2seq or classify")
 
 
-def _lm_data(cfg: Any, data_dir: Any, tokenizer: Tokenizer | None, eval_data: str | None,
-             prepare: bool):  # fmt: skip
+def _lm_data(
+    cfg: Any, data_dir: Any, tokenizer: Tokenizer | None, eval_data: str | None, prepare: bool
+):
     if cfg.data in TASKS or cfg.data in CLASSIFICATION_TASKS:
-        raise DataError(f"task 'lm' needs a text file or directory, but data={cfg.data!r} names "
-                        f"a built-in task; pass --text FILE_OR_DIR")  # fmt: skip
+        raise DataError(
+            f"task 'lm' needs a text file or directory, but data={cfg.data!r} names "
+            f"a built-in task; pass --text FILE_OR_DIR"
+        )
     if data_dir is None:
         raise ValueError("an LM run needs data_dir for its memory-mapped corpus")
     data_dir = Path(data_dir)
@@ -144,15 +156,17 @@ def _lm_data(cfg: Any, data_dir: Any, tokenizer: Tokenizer | None, eval_data: st
             if cfg.tokenizer == "char":  # unseen characters of later texts become <unk>
                 tokenizer = CharTokenizer.train(Path(cfg.data), unk=True)
             else:
-                tokenizer = train_tokenizer(cfg.tokenizer, Path(cfg.data),
-                                            vocab_size=cfg.bpe_vocab_size)  # fmt: skip
+                tokenizer = train_tokenizer(
+                    cfg.tokenizer, Path(cfg.data), vocab_size=cfg.bpe_vocab_size
+                )
         fraction = 0.0 if cfg.val_data else cfg.val_fraction
         corpus = prepare_corpus(cfg.data, corpus_dir, tokenizer, val_fraction=fraction)
     if cfg.val_data:  # a separate text file as the validation split
         if prepare:
             _check_text(cfg.val_data)
-            other = prepare_corpus(cfg.val_data, data_dir / "val", corpus.tokenizer,
-                                   val_fraction=0.0)  # fmt: skip
+            other = prepare_corpus(
+                cfg.val_data, data_dir / "val", corpus.tokenizer, val_fraction=0.0
+            )
         else:
             other = load_corpus(data_dir / "val")
         corpus = dataclasses.replace(corpus, val=other.train)
@@ -184,16 +198,21 @@ def _pair_data(cfg: Any, tokenizer: Tokenizer | None, split: str, eval_data: str
     if eval_data is not None:
         val = read_pairs(eval_data)
     if tokenizer is None:
-        tokenizer = make_tokenizer(cfg.tokenizer, [x for p in train for x in p],
-                                   cfg.bpe_vocab_size, chars)  # fmt: skip
+        tokenizer = make_tokenizer(
+            cfg.tokenizer, [x for p in train for x in p], cfg.bpe_vocab_size, chars
+        )
     n_before = len(train)
     train = _limit(train, cfg.max_src_len, cfg.max_tgt_len, tokenizer)
     if not train:
-        raise DataError(f"no training pair fits max_src_len={cfg.max_src_len} / max_tgt_len="
-                        f"{cfg.max_tgt_len}; raise the limits")  # fmt: skip
+        raise DataError(
+            f"no training pair fits max_src_len={cfg.max_src_len} / max_tgt_len="
+            f"{cfg.max_tgt_len}; raise the limits"
+        )
     if not val:
-        raise DataError(f"the validation set of {cfg.data!r} is empty after removing pairs seen "
-                        f"in training; raise n_val or give --val-data")  # fmt: skip
+        raise DataError(
+            f"the validation set of {cfg.data!r} is empty after removing pairs seen "
+            f"in training; raise n_val or give --val-data"
+        )
     data = PairData(
         tokenizer,
         train,
@@ -208,8 +227,13 @@ def _pair_data(cfg: Any, tokenizer: Tokenizer | None, split: str, eval_data: str
     return data
 
 
-def _label_data(cfg: Any, tokenizer: Tokenizer | None, labels: LabelSet | None, split: str,
-                eval_data: str | None):  # fmt: skip
+def _label_data(
+    cfg: Any,
+    tokenizer: Tokenizer | None,
+    labels: LabelSet | None,
+    split: str,
+    eval_data: str | None,
+):
     if cfg.data in CLASSIFICATION_TASKS:
         task = make_task(cfg.data)
         train = task.make_pairs(cfg.n_train, seed=cfg.seed)
@@ -229,8 +253,7 @@ def _label_data(cfg: Any, tokenizer: Tokenizer | None, labels: LabelSet | None, 
     if labels is None:
         labels = LabelSet(names) if names else LabelSet.from_labels(y for _, y in train + val)
     if tokenizer is None:
-        tokenizer = make_tokenizer(cfg.tokenizer, [t for t, _ in train], cfg.bpe_vocab_size,
-                                   chars)  # fmt: skip
+        tokenizer = make_tokenizer(cfg.tokenizer, [t for t, _ in train], cfg.bpe_vocab_size, chars)
     if cfg.max_src_len is not None:
         train = [(t, y) for t, y in train if len(tokenizer.encode(t)) + 1 <= cfg.max_src_len]
     return LabelData(tokenizer, labels, train, val, cfg.seed, origin, cfg.length_buckets)

@@ -308,9 +308,16 @@ def save_inference_checkpoint(
         try:
             tmp.mkdir()
             _write_checkpoint_files(
-                tmp, model=model, config=config, tokenizer=tokenizer, labels=labels, step=step,
-                train_state=None, opt_tensors=None, manifest_extra={},
-            )  # fmt: skip
+                tmp,
+                model=model,
+                config=config,
+                tokenizer=tokenizer,
+                labels=labels,
+                step=step,
+                train_state=None,
+                opt_tensors=None,
+                manifest_extra={},
+            )
             if final.is_dir() and not any(final.iterdir()):
                 final.rmdir()
             _place_dir(tmp, final)

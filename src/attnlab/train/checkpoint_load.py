@@ -235,12 +235,14 @@ def load_checkpoint(
     except CheckpointError as err:
         if not fallback or isinstance(err, WrongKindError) or (Path(path) / CONFIG).is_file():
             raise  # a wrong kind is no damage: the other checkpoints of the run share it
-        return load_fallback(ckpt, err, lambda c: _load_one(c, map_location, expect_kind, verify),
-                             "using")  # fmt: skip
+        return load_fallback(
+            ckpt, err, lambda c: _load_one(c, map_location, expect_kind, verify), "using"
+        )
 
 
-def load_fallback(damaged: Path, error: CheckpointError, load: Any, verb: str,
-                  announce: bool = True) -> Any:  # fmt: skip
+def load_fallback(
+    damaged: Path, error: CheckpointError, load: Any, verb: str, announce: bool = True
+) -> Any:
     """``load`` the newest other complete checkpoint of ``damaged``'s run that passes, warning
     which one and why (if ``announce``); re-raise ``error`` (with the others' problems) if none
     does."""
@@ -262,8 +264,9 @@ def load_fallback(damaged: Path, error: CheckpointError, load: Any, verb: str,
         )
         return found
     if problems:
-        raise CheckpointError(f"{error} (no other checkpoint of the run verifies either: "
-                              f"{'; '.join(problems)})") from None  # fmt: skip
+        raise CheckpointError(
+            f"{error} (no other checkpoint of the run verifies either: {'; '.join(problems)})"
+        ) from None
     raise error
 
 
@@ -374,8 +377,10 @@ def check_resumable(checkpoint: Checkpoint) -> None:
             f"bit-identically, start a new run from its weights instead"
         )
     if not isinstance(state.get("rng"), dict) or not isinstance(state.get("step"), int):
-        raise CheckpointError(f"{str(checkpoint.path / STATE)!r} lacks the step or the random-"
-                              f"number states; it was edited or damaged")  # fmt: skip
+        raise CheckpointError(
+            f"{str(checkpoint.path / STATE)!r} lacks the step or the random-"
+            f"number states; it was edited or damaged"
+        )
     manifest_path = checkpoint.path / MANIFEST
     manifest = _read_json(manifest_path) if manifest_path.is_file() else None
     _verify(checkpoint.path, manifest, OPTIMIZER)
@@ -405,8 +410,12 @@ def restore_training(
         scheduler_state_from_json(scheduler, state.get("scheduler"))
     try:
         extra = dict(state.get("extra") or {})
-        return {**extra, "rng": state["rng"], "step": int(state["step"]),
-                "best_metric": state.get("best_metric")}  # fmt: skip
+        return {
+            **extra,
+            "rng": state["rng"],
+            "step": int(state["step"]),
+            "best_metric": state.get("best_metric"),
+        }
     except (KeyError, TypeError, ValueError) as err:
         raise CheckpointError(
             f"{str(checkpoint.path / STATE)!r} is malformed (no valid {err}); it was edited or "

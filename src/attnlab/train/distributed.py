@@ -44,8 +44,10 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ConfigError(f"device={name!r} but this machine has no usable CUDA device; "
-                              f"use --device cpu (or auto)")  # fmt: skip
+            raise ConfigError(
+                f"device={name!r} but this machine has no usable CUDA device; "
+                f"use --device cpu (or auto)"
+            )
         if name == "cuda":
             name = f"cuda:{local_rank % torch.cuda.device_count()}"
     if name == "mps" and not torch.backends.mps.is_available():

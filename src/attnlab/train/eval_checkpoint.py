@@ -34,8 +34,9 @@ def _task_of(kind: str) -> str:
     for task, kinds in KINDS_FOR_TASK.items():
         if kind in kinds:
             return task
-    raise CheckpointError(f"a {kind!r} model has no task to evaluate; use a trained LM, "
-                          f"seq2seq model or classifier")  # fmt: skip
+    raise CheckpointError(
+        f"a {kind!r} model has no task to evaluate; use a trained LM, seq2seq model or classifier"
+    )
 
 
 def evaluate_checkpoint(
@@ -81,15 +82,24 @@ def evaluate_checkpoint(
     with tempfile.TemporaryDirectory(prefix="attnlab-eval-") as tmp:
         use_run_corpus = cfg.task == "lm" and data is None and corpus.is_file()
         task_data = build_task_data(
-            cfg, data_dir=run_dir / "data" if use_run_corpus else Path(tmp),
-            tokenizer=ckpt.tokenizer, labels=ckpt.labels, split=split, eval_data=data,
+            cfg,
+            data_dir=run_dir / "data" if use_run_corpus else Path(tmp),
+            tokenizer=ckpt.tokenizer,
+            labels=ckpt.labels,
+            split=split,
+            eval_data=data,
             prepare=not use_run_corpus,
-        )  # fmt: skip
+        )
         task_data.check_fits(ckpt.config)
         bs = batch_size or cfg.batch_size
-        result = evaluate(ckpt.model, task_data, batch_size=bs,
-                          max_batches=max_batches or 1_000_000, device=dev,
-                          prefix="test" if split == "test" else "val")  # fmt: skip
+        result = evaluate(
+            ckpt.model,
+            task_data,
+            batch_size=bs,
+            max_batches=max_batches or 1_000_000,
+            device=dev,
+            prefix="test" if split == "test" else "val",
+        )
     return CheckpointEvaluation(result, ckpt.path, ckpt.step, task_data.summary)
 
 

@@ -222,8 +222,14 @@ class _Run:
     started: float = field(default_factory=time.perf_counter)
 
     @classmethod
-    def start(cls, run_config: RunConfig, setup: RunSetup, info: DistInfo, device: torch.device,
-              on_event: EventHandler) -> _Run:  # fmt: skip
+    def start(
+        cls,
+        run_config: RunConfig,
+        setup: RunSetup,
+        info: DistInfo,
+        device: torch.device,
+        on_event: EventHandler,
+    ) -> _Run:
         """Build the model (or take the checkpoint's), its optimizers, wrappers and logs."""
         cfg, data, ckpt = run_config.train, setup.data, setup.checkpoint
         amp = autocast_dtype(cfg.dtype, device)
@@ -238,13 +244,28 @@ class _Run:
             window = LogWindow.resumed(extra.get("log_window"), start, cfg.log_every)
             restore_rng_state(extra["rng"])  # last: nothing may draw random numbers after it
         if start > cfg.steps:
-            raise UserError(f"the checkpoint is at step {start}, past steps={cfg.steps}; "
-                            f"raise --steps to train longer")  # fmt: skip
+            raise UserError(
+                f"the checkpoint is at step {start}, past steps={cfg.steps}; "
+                f"raise --steps to train longer"
+            )
         net = _wrap(model, cfg.compile, data.kind, info, device)
         parts = StepParts(net, model, optimizers, data, cfg, info, device, amp)
-        result = TrainResult(setup.run_dir, start, start, [], {}, [], None, None, elapsed0, model,
-                             data.tokenizer, data.labels, ckpt.path if ckpt else None,
-                             summary=data.summary)  # fmt: skip
+        result = TrainResult(
+            setup.run_dir,
+            start,
+            start,
+            [],
+            {},
+            [],
+            None,
+            None,
+            elapsed0,
+            model,
+            data.tokenizer,
+            data.labels,
+            ckpt.path if ckpt else None,
+            summary=data.summary,
+        )
         result.checkpoint = result.resumed_from
         run = cls(run_config, setup, parts, result, window, on_event, elapsed0=elapsed0)
         if info.is_main:
@@ -261,8 +282,9 @@ class _Run:
         """Run steps up to ``train.steps`` (or ``stop_at``), then finish."""
         cfg, info, result = self.parts.cfg, self.parts.info, self.result
         end = cfg.steps if stop_at is None else min(cfg.steps, max(stop_at, result.start_step))
-        bar = make_progress_bar(cfg.steps, result.start_step,
-                                progress and cfg.progress and info.is_main)  # fmt: skip
+        bar = make_progress_bar(
+            cfg.steps, result.start_step, progress and cfg.progress and info.is_main
+        )
         with GracefulStop() as stop, bar:
             for step in range(result.start_step, end):
                 stats = train_step(self.parts, step, stop.requested)
@@ -278,8 +300,11 @@ class _Run:
                 if final or stopping or paused or (cfg.save_every and done % cfg.save_every == 0):
                     self.save(done, metrics)
                 if metrics and info.is_main:
-                    plot_loss(self.log.records, self.setup.run_dir / PLOT_FILE,
-                              title=str(self.setup.run_dir.name))  # fmt: skip
+                    plot_loss(
+                        self.log.records,
+                        self.setup.run_dir / PLOT_FILE,
+                        title=str(self.setup.run_dir.name),
+                    )
                 if stopping:
                     result.stopped_by = stop.name or "SIGTERM"
                     result.exit_code = EXIT_CODES.get(stop.signum, 143)
@@ -314,8 +339,14 @@ class _Run:
         metrics: dict[str, float] = {}
         if p.info.is_main:
             size = p.cfg.batch_size * p.info.world_size  # the same set whatever the process count
-            res = evaluate(p.model, p.data, batch_size=size, max_batches=p.cfg.eval_batches,
-                           device=p.device, autocast_dtype=p.amp)  # fmt: skip
+            res = evaluate(
+                p.model,
+                p.data,
+                batch_size=size,
+                max_batches=p.cfg.eval_batches,
+                device=p.device,
+                autocast_dtype=p.amp,
+            )
             metrics = res.metrics
             self.result.metrics, self.result.predictions = res.metrics, res.predictions
         self.evaluated_at = step
@@ -324,9 +355,14 @@ class _Run:
 
     def write_log(self, step: int, stats: StepStats, metrics: dict[str, float]) -> dict[str, Any]:
         """Close the logging window into one metrics line (rank 0 writes it)."""
-        record = {"step": step, **self.window.close(), "lr": stats.lr,
-                  "elapsed_s": self.result.elapsed_s, "grad_norm": stats.grad_norm,
-                  **metrics}  # fmt: skip
+        record = {
+            "step": step,
+            **self.window.close(),
+            "lr": stats.lr,
+            "elapsed_s": self.result.elapsed_s,
+            "grad_norm": stats.grad_norm,
+            **metrics,
+        }
         if self.log is not None:
             self.log.append(record)
             if self.board is not None:
@@ -338,16 +374,26 @@ class _Run:
         """A checkpoint written by rank 0; if that fails, every rank raises."""
         p, result, error = self.parts, self.result, None
         if p.info.is_main:
-            extra = {"elapsed_s": result.elapsed_s, "world_size": p.info.world_size,
-                     "log_window": self.window.state()}  # fmt: skip
+            extra = {
+                "elapsed_s": result.elapsed_s,
+                "world_size": p.info.world_size,
+                "log_window": self.window.state(),
+            }
             try:
                 result.checkpoint = save_checkpoint(
-                    self.setup.run_dir, model=p.model, config=self.setup.model_config,
-                    tokenizer=p.data.tokenizer, labels=p.data.labels, step=step,
-                    optimizer=p.optimizers, extra_state=extra, train_config=p.cfg.to_dict(),
-                    keep_last=p.cfg.keep_last, metric=metrics.get(p.cfg.best_metric),
+                    self.setup.run_dir,
+                    model=p.model,
+                    config=self.setup.model_config,
+                    tokenizer=p.data.tokenizer,
+                    labels=p.data.labels,
+                    step=step,
+                    optimizer=p.optimizers,
+                    extra_state=extra,
+                    train_config=p.cfg.to_dict(),
+                    keep_last=p.cfg.keep_last,
+                    metric=metrics.get(p.cfg.best_metric),
                     higher_is_better=p.cfg.higher_is_better,
-                )  # fmt: skip
+                )
             except (UserError, OSError) as err:
                 error = err
         if broadcast_flag(error is not None, p.info, p.device):
@@ -361,8 +407,11 @@ class _Run:
             self.evaluate(result.step)
         if p.info.is_main:
             if self.log is not None and self.log.records:
-                plot_loss(self.log.records, self.setup.run_dir / PLOT_FILE,
-                          title=str(self.setup.run_dir.name))  # fmt: skip
+                plot_loss(
+                    self.log.records,
+                    self.setup.run_dir / PLOT_FILE,
+                    title=str(self.setup.run_dir.name),
+                )
             result.best_checkpoint = best_checkpoint(self.setup.run_dir)
             if self.board is not None:
                 self.board.close()
@@ -370,8 +419,9 @@ class _Run:
         return result
 
 
-def _wrap(model: nn.Module, compile: bool, kind: str, info: DistInfo,
-          device: torch.device) -> nn.Module:  # fmt: skip
+def _wrap(
+    model: nn.Module, compile: bool, kind: str, info: DistInfo, device: torch.device
+) -> nn.Module:
     """The module the steps call: DistributedDataParallel across processes, torch.compile."""
     net: nn.Module = model
     if info.enabled:

@@ -67,8 +67,9 @@ def masked_lm_metrics(
                 chosen[i, 1] = True
         masked = x.masked_fill(chosen, mask_id)
         logits = model(masked.to(device), key_padding_mask=real.to(device)).logits  # (B, T, V)
-        nll = F.cross_entropy(logits[chosen.to(device)].float(), x[chosen].to(device),
-                              reduction="sum")  # fmt: skip
+        nll = F.cross_entropy(
+            logits[chosen.to(device)].float(), x[chosen].to(device), reduction="sum"
+        )
         total += float(nll)
         count += int(chosen.sum())
     loss = total / count

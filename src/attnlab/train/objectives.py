@@ -45,17 +45,24 @@ def batch_loss(model: nn.Module, batch: Any, task: str, label_smoothing: float =
         return LossSum(total, batch.y.numel(), batch.x.numel())
     if task == "seq2seq":
         # The head, softmax and loss run on the N real target positions only, not on padding.
-        logits = model(batch.src, batch.tgt_in, src_mask=batch.src_mask,
-                       tgt_mask=batch.tgt_mask, real_only=True).logits  # (N, V)  # fmt: skip
+        logits = model(
+            batch.src,
+            batch.tgt_in,
+            src_mask=batch.src_mask,
+            tgt_mask=batch.tgt_mask,
+            real_only=True,
+        ).logits  # (N, V)
         targets = batch.tgt_out[batch.tgt_mask]  # (N,), the same row-major order
-        total = F.cross_entropy(logits.float(), targets, reduction="sum",
-                                label_smoothing=label_smoothing)  # fmt: skip
+        total = F.cross_entropy(
+            logits.float(), targets, reduction="sum", label_smoothing=label_smoothing
+        )
         count = targets.numel()
         return LossSum(total, count, count + int(batch.src_mask.sum()))
     if task == "classify":
         logits = model(batch.ids, key_padding_mask=batch.mask).logits  # (B, C)
-        total = F.cross_entropy(logits.float(), batch.labels, reduction="sum",
-                                label_smoothing=label_smoothing)  # fmt: skip
+        total = F.cross_entropy(
+            logits.float(), batch.labels, reduction="sum", label_smoothing=label_smoothing
+        )
         return LossSum(total, batch.labels.numel(), int(batch.mask.sum()))
     raise ValueError(f"unknown task {task!r}; choose 'lm', 'seq2seq' or 'classify'")
 

@@ -78,8 +78,10 @@ def split_parameters(model: nn.Module) -> dict[str, list[tuple[str, nn.Parameter
     owners = _owners(model)
     heads = _head_ids(model)
     groups: dict[str, list[tuple[str, nn.Parameter]]] = {
-        "decay": [], "no_decay": [], "hidden_matrices": [],
-    }  # fmt: skip
+        "decay": [],
+        "no_decay": [],
+        "hidden_matrices": [],
+    }
     for name, p in model.named_parameters():  # deduplicates tied tensors
         if not p.requires_grad:
             continue
@@ -119,16 +121,26 @@ def build_optimizers(model: nn.Module, cfg: Any) -> list[torch.optim.Optimizer]:
         raise ValueError(f"unknown optimizer {cfg.optimizer!r}; choose 'adamw' or 'muon'")
     hidden = {id(p) for _, p in split["hidden_matrices"]}
     if not hidden:
-        raise ValueError("optimizer='muon' found no 2-D hidden weight matrices in the model; "
-                         "use --optimizer adamw")  # fmt: skip
+        raise ValueError(
+            "optimizer='muon' found no 2-D hidden weight matrices in the model; "
+            "use --optimizer adamw"
+        )
     rest_decay = [p for _, p in split["decay"] if id(p) not in hidden]
     rest = [
         {"params": rest_decay, "weight_decay": cfg.weight_decay, "lr": cfg.lr, "base_lr": cfg.lr},
-        {"params": [p for _, p in split["no_decay"]], "weight_decay": 0.0, "lr": cfg.lr,
-         "base_lr": cfg.lr},
-    ]  # fmt: skip
-    muon_group = {"params": [p for _, p in split["hidden_matrices"]], "lr": cfg.muon_lr,
-                  "base_lr": cfg.muon_lr, "weight_decay": cfg.weight_decay}  # fmt: skip
+        {
+            "params": [p for _, p in split["no_decay"]],
+            "weight_decay": 0.0,
+            "lr": cfg.lr,
+            "base_lr": cfg.lr,
+        },
+    ]
+    muon_group = {
+        "params": [p for _, p in split["hidden_matrices"]],
+        "lr": cfg.muon_lr,
+        "base_lr": cfg.muon_lr,
+        "weight_decay": cfg.weight_decay,
+    }
     muon = Muon([muon_group], lr=cfg.muon_lr, weight_decay=cfg.weight_decay)
     adamw = torch.optim.AdamW([g for g in rest if g["params"]], **adam_kw)
     return [muon, adamw]

@@ -73,8 +73,9 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def plot_loss(records: Iterable[dict[str, Any]], path: str | os.PathLike,
-              title: str | None = None) -> Path:  # fmt: skip
+def plot_loss(
+    records: Iterable[dict[str, Any]], path: str | os.PathLike, title: str | None = None
+) -> Path:
     """Loss curves (train, validation) and the task metric, written atomically as a PNG."""
     import matplotlib
 
@@ -82,8 +83,9 @@ def plot_loss(records: Iterable[dict[str, Any]], path: str | os.PathLike,
     from matplotlib.figure import Figure
 
     records = list(records)
-    metric_keys = sorted({k for r in records for k in r
-                          if k.startswith("val_") and k[4:] in TASK_METRICS})  # fmt: skip
+    metric_keys = sorted(
+        {k for r in records for k in r if k.startswith("val_") and k[4:] in TASK_METRICS}
+    )
     fig = Figure(figsize=(10 if metric_keys else 6, 4), layout="constrained")
     axes = fig.subplots(1, 2 if metric_keys else 1, squeeze=False)[0]
     for key, style in (("train_loss", "-"), ("val_loss", "o-")):
@@ -139,8 +141,16 @@ def progress_bar(total: int, initial: int, enabled: bool) -> Any:
 
     show = enabled and sys.stderr.isatty()
     size = shutil.get_terminal_size((100, 24))  # some ptys report 0 x 0, which hides the bar
-    return tqdm(total=total, initial=initial, disable=not show, unit="step", ncols=size.columns,
-                nrows=size.lines, smoothing=0.1, file=sys.stderr)  # fmt: skip
+    return tqdm(
+        total=total,
+        initial=initial,
+        disable=not show,
+        unit="step",
+        ncols=size.columns,
+        nrows=size.lines,
+        smoothing=0.1,
+        file=sys.stderr,
+    )
 
 
 def format_metrics(metrics: dict[str, float]) -> str:

@@ -50,8 +50,17 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "lr_schedule": ("cosine", "linear", "constant"),
     "dtype": ("fp32", "bf16"),
 }
-_POSITIVE = ("n_train", "n_val", "bpe_vocab_size", "context_len", "batch_size", "grad_accum",
-             "steps", "eval_batches", "log_every")  # fmt: skip
+_POSITIVE = (
+    "n_train",
+    "n_val",
+    "bpe_vocab_size",
+    "context_len",
+    "batch_size",
+    "grad_accum",
+    "steps",
+    "eval_batches",
+    "log_every",
+)
 _NON_NEGATIVE = (
     "length_buckets",
     "warmup_steps",

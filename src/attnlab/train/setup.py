@@ -86,8 +86,18 @@ def _differences(saved: ModelConfig, wanted: ModelConfig) -> list[str]:
 
 
 # TrainConfig fields a resumed run may change without changing its remaining steps.
-RESUME_SAFE = ("steps", "eval_every", "eval_batches", "save_every", "keep_last", "best_metric",
-               "log_every", "progress", "tensorboard", "out")  # fmt: skip
+RESUME_SAFE = (
+    "steps",
+    "eval_every",
+    "eval_batches",
+    "save_every",
+    "keep_last",
+    "best_metric",
+    "log_every",
+    "progress",
+    "tensorboard",
+    "out",
+)
 
 
 def changed_settings(saved: Any, cfg: Any) -> tuple[list[str], list[str]]:
@@ -107,8 +117,9 @@ def changed_settings(saved: Any, cfg: Any) -> tuple[list[str], list[str]]:
     return breaking, harmless
 
 
-def check_resume_settings(ckpt: Checkpoint, cfg: Any, allow_changes: bool,
-                          announce: bool = True) -> None:  # fmt: skip
+def check_resume_settings(
+    ckpt: Checkpoint, cfg: Any, allow_changes: bool, announce: bool = True
+) -> None:
     """Refuse (or with ``allow_changes`` announce) settings that differ from the saved run's."""
     saved = (ckpt.train_state or {}).get("train_config")
     breaking, harmless = changed_settings(saved, cfg)
@@ -170,8 +181,9 @@ def set_aside(damaged: list[Path]) -> None:
         warnings.warn(f"the skipped checkpoint {path.name} is kept as {target}", stacklevel=3)
 
 
-def prepare_run(run_config: Any, run_dir: Path, resume: bool, info: DistInfo,
-                allow_changes: bool = False) -> RunSetup:  # fmt: skip
+def prepare_run(
+    run_config: Any, run_dir: Path, resume: bool, info: DistInfo, allow_changes: bool = False
+) -> RunSetup:
     """Resolve the run directory, resume point, data and model config (all ranks)."""
     cfg = run_config.train
     check_kind(run_config.model, cfg.task)
@@ -187,8 +199,9 @@ def prepare_run(run_config: Any, run_dir: Path, resume: bool, info: DistInfo,
     labels = ckpt.labels if ckpt is not None else None
 
     def build(prepare: bool) -> TaskData:
-        return build_task_data(cfg, data_dir=run_dir / "data", tokenizer=tokenizer,
-                               labels=labels, prepare=prepare)  # fmt: skip
+        return build_task_data(
+            cfg, data_dir=run_dir / "data", tokenizer=tokenizer, labels=labels, prepare=prepare
+        )
 
     data = build(True) if info.is_main else None  # rank 0 prepares an LM corpus, others read it
     barrier(info)  # every rank has chosen its checkpoint: the skipped ones may move now

@@ -130,8 +130,11 @@ def write_safetensors(
             raise TypeError(f"tensor {name!r} has dtype {t.dtype}, which safetensors cannot hold")
         t = t.detach().to("cpu").contiguous()
         nbytes = t.numel() * t.element_size()
-        header[name] = {"dtype": _DTYPES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + nbytes]}  # fmt: skip
+        header[name] = {
+            "dtype": _DTYPES[t.dtype],
+            "shape": list(t.shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
         offset += nbytes
         if nbytes:
             chunks.append(t.reshape(-1).view(torch.uint8).numpy())  # a view, not a copy

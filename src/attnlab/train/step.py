@@ -70,12 +70,15 @@ def train_step(parts: StepParts, step: int, stop_requested: bool) -> StepStats:
     lr = set_lr(parts.optimizers, step, cfg)
     shards = cfg.grad_accum * info.world_size
     batches = [
-        move_batch(data.train_batch(step, cfg.batch_size, k * info.world_size + info.rank, shards),
-                   parts.device)
+        move_batch(
+            data.train_batch(step, cfg.batch_size, k * info.world_size + info.rank, shards),
+            parts.device,
+        )
         for k in range(cfg.grad_accum)
-    ]  # fmt: skip
-    count = torch.tensor([float(sum(target_count(b, data.kind) for b in batches))],
-                         device=parts.device)  # fmt: skip
+    ]
+    count = torch.tensor(
+        [float(sum(target_count(b, data.kind) for b in batches))], device=parts.device
+    )
     n_targets = float(all_reduce_sum(count, info).item())
     scale = info.world_size / n_targets
     step_loss, step_tokens = 0.0, 0
@@ -92,7 +95,10 @@ def train_step(parts: StepParts, step: int, stop_requested: bool) -> StepStats:
     for opt in parts.optimizers:
         opt.step()
         opt.zero_grad(set_to_none=True)
-    shared = torch.tensor([step_loss, float(step_tokens), float(stop_requested)],
-                          dtype=torch.float64, device=parts.device)  # fmt: skip
+    shared = torch.tensor(
+        [step_loss, float(step_tokens), float(stop_requested)],
+        dtype=torch.float64,
+        device=parts.device,
+    )
     step_loss, step_tokens, stops = all_reduce_sum(shared, info).tolist()
     return StepStats(step_loss, step_tokens, grad_norm, lr, stops)

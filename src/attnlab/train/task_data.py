@@ -59,8 +59,9 @@ class ShuffledStream:
     (seed, start, count), and every item is seen once per epoch up to the pool at its edge.
     """
 
-    def __init__(self, n: int, seed: int, lengths: Sequence[int] | None = None,
-                 pool_batches: int = 0):  # fmt: skip
+    def __init__(
+        self, n: int, seed: int, lengths: Sequence[int] | None = None, pool_batches: int = 0
+    ):
         if n <= 0:
             raise DataError("the training set is empty; give at least one training example")
         self.n, self.seed = n, seed
@@ -85,8 +86,10 @@ class ShuffledStream:
         if self.lengths is None or self.pool_batches <= 0:
             return self._items(start, count)
         if start % count:
-            raise ValueError(f"a bucketed stream reads whole batches: start={start} is not a "
-                             f"multiple of count={count}")  # fmt: skip
+            raise ValueError(
+                f"a bucketed stream reads whole batches: start={start} is not a "
+                f"multiple of count={count}"
+            )
         pool, batch = divmod(start // count, self.pool_batches)
         if self._pool is None or self._pool[0] != (pool, count):
             size = self.pool_batches * count
@@ -130,17 +133,21 @@ class LMData(TaskData):
                 windows.num_starts(context_len)
             except ValueError as err:
                 raise DataError(f"{err} (corpus {corpus.path})") from None
-        self.summary = (f"{len(corpus.train):,} training and {len(corpus.val):,} validation "
-                        f"tokens ({self.tokenizer.type} tokenizer, {self.tokenizer.vocab_size} "
-                        f"ids), windows of {context_len}")  # fmt: skip
+        self.summary = (
+            f"{len(corpus.train):,} training and {len(corpus.val):,} validation "
+            f"tokens ({self.tokenizer.type} tokenizer, {self.tokenizer.vocab_size} "
+            f"ids), windows of {context_len}"
+        )
 
     def train_batch(self, step: int, batch_size: int, shard: int = 0, shards: int = 1) -> Any:
-        return self.train.batch_at(step, batch_size, self.context_len, self.seed, shard,
-                                   shards)  # fmt: skip
+        return self.train.batch_at(step, batch_size, self.context_len, self.seed, shard, shards)
 
     def val_batches(self, batch_size: int, max_batches: int) -> list[Any]:
-        return list(self.val.eval_batches(batch_size, self.context_len,
-                                          max_windows=batch_size * max_batches))  # fmt: skip
+        return list(
+            self.val.eval_batches(
+                batch_size, self.context_len, max_windows=batch_size * max_batches
+            )
+        )
 
     def check_fits(self, model_cfg: Any) -> None:
         if model_cfg.kind == "decoder_lm" and self.context_len > model_cfg.max_len:
@@ -155,9 +162,16 @@ class PairData(TaskData):
 
     kind = "seq2seq"
 
-    def __init__(self, tokenizer: Tokenizer, train: Sequence[tuple[str, str]],
-                 val: Sequence[tuple[str, str]], seed: int, origin: str,
-                 generated: bool = False, length_buckets: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        train: Sequence[tuple[str, str]],
+        val: Sequence[tuple[str, str]],
+        seed: int,
+        origin: str,
+        generated: bool = False,
+        length_buckets: int = 0,
+    ):
         self.tokenizer, self.seed, self.generated = tokenizer, seed, generated
         self.train_ids = _encode_pairs(tokenizer, train, "training")
         self.val_examples = [Example(s, t) for s, t in val]
@@ -204,29 +218,40 @@ class LabelData(TaskData):
 
     kind = "classify"
 
-    def __init__(self, tokenizer: Tokenizer, labels: LabelSet, train: Sequence[tuple[str, str]],
-                 val: Sequence[tuple[str, str]], seed: int, origin: str,
-                 length_buckets: int = 0):  # fmt: skip
+    def __init__(
+        self,
+        tokenizer: Tokenizer,
+        labels: LabelSet,
+        train: Sequence[tuple[str, str]],
+        val: Sequence[tuple[str, str]],
+        seed: int,
+        origin: str,
+        length_buckets: int = 0,
+    ):
         self.tokenizer, self.labels, self.seed = tokenizer, labels, seed
         self.train_ids = [(tokenizer.encode(t, add_bos=True), labels.encode(y)) for t, y in train]
         self.val_examples = [Example(t, y) for t, y in val]
         self.val_ids = [(tokenizer.encode(t, add_bos=True), labels.encode(y)) for t, y in val]
-        self.stream = ShuffledStream(len(self.train_ids), seed, [len(t) for t, _ in self.train_ids],
-                                     length_buckets)  # fmt: skip
+        self.stream = ShuffledStream(
+            len(self.train_ids), seed, [len(t) for t, _ in self.train_ids], length_buckets
+        )
         self.summary = (
             f"{len(train):,} training and {len(val):,} validation examples from "
             f"{origin}, {len(labels)} classes {list(labels.names)[:8]}"
         )
 
     def train_batch(self, step: int, batch_size: int, shard: int = 0, shards: int = 1) -> Any:
-        items = [self.train_ids[i] for i in
-                 _shard_indices(self.stream, step, batch_size, shard, shards)]  # fmt: skip
+        items = [
+            self.train_ids[i] for i in _shard_indices(self.stream, step, batch_size, shard, shards)
+        ]
         return collate_labelled(items, self.tokenizer.pad_id)
 
     def val_batches(self, batch_size: int, max_batches: int) -> list[Any]:
         n = min(len(self.val_ids), batch_size * max_batches)
-        return [collate_labelled(self.val_ids[i : i + batch_size], self.tokenizer.pad_id)
-                for i in range(0, n, batch_size)]  # fmt: skip
+        return [
+            collate_labelled(self.val_ids[i : i + batch_size], self.tokenizer.pad_id)
+            for i in range(0, n, batch_size)
+        ]
 
     def check_fits(self, model_cfg: Any) -> None:
         if model_cfg.kind != "classifier":
@@ -240,8 +265,9 @@ class LabelData(TaskData):
             )
 
 
-def _shard_indices(stream: ShuffledStream, step: int, batch_size: int, shard: int,
-                   shards: int) -> list[int]:  # fmt: skip
+def _shard_indices(
+    stream: ShuffledStream, step: int, batch_size: int, shard: int, shards: int
+) -> list[int]:
     """Shard ``shard`` (B items) of the global batch of ``step`` (B * shards stream items)."""
     global_batch = stream.indices(step * shards * batch_size, shards * batch_size)
     return global_batch[shard * batch_size : (shard + 1) * batch_size]

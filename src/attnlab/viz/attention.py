@@ -51,9 +51,13 @@ def plot_attention(
         for head in range(n_heads):
             ax = axes[layer, head]
             image = ax.imshow(
-                w[layer, head], cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto",
+                w[layer, head],
+                cmap=cmap,
+                vmin=0.0,
+                vmax=vmax,
+                aspect="auto",
                 interpolation="nearest",
-            )  # fmt: skip
+            )
             if n_layers * n_heads > 1:
                 ax.set_title(f"layer {first_layer + layer}, head {head + 1}", fontsize=8)
             ax.tick_params(length=2, labelsize=7)
@@ -62,8 +66,15 @@ def plot_attention(
     for head in range(n_heads):
         label_axis(axes[-1, head], "x", keys, s)
     width = fig.get_size_inches()[0]  # keep the bar ~0.25 in wide however large the grid
-    fig.colorbar(image, ax=axes, fraction=min(0.15, 1.0 / width), pad=0.01, aspect=30,
-                 shrink=0.8 if n_layers > 1 else 1.0, label="attention weight")  # fmt: skip
+    fig.colorbar(
+        image,
+        ax=axes,
+        fraction=min(0.15, 1.0 / width),
+        pad=0.01,
+        aspect=30,
+        shrink=0.8 if n_layers > 1 else 1.0,
+        label="attention weight",
+    )
     fig.supxlabel("key position (attended to)", fontsize=9)
     fig.supylabel("query position (attending)", fontsize=9)
     if title:

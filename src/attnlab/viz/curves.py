@@ -105,8 +105,14 @@ def plot_loss_curves(
         steps = sorted(series[key])
         values = [series[key][s] for s in steps]
         sparse = len(steps) < 0.5 * max(len(series[k]) for k in losses)
-        ax.plot(steps, values, label=key.replace("_", " "), linewidth=1.4,
-                marker="o" if sparse or len(steps) < 30 else None, markersize=3)  # fmt: skip
+        ax.plot(
+            steps,
+            values,
+            label=key.replace("_", " "),
+            linewidth=1.4,
+            marker="o" if sparse or len(steps) < 30 else None,
+            markersize=3,
+        )
     ax.set_xlabel("step")
     ax.set_ylabel("loss (nats / token)" if not log_y else "loss (log scale)")
     if log_y:
@@ -116,8 +122,14 @@ def plot_loss_curves(
     if "lr" in series:
         lr_ax = ax.twinx()
         steps = sorted(series["lr"])
-        lr_ax.plot(steps, [series["lr"][s] for s in steps], color="0.5", linestyle="--",
-                   linewidth=1.0, label="learning rate")  # fmt: skip
+        lr_ax.plot(
+            steps,
+            [series["lr"][s] for s in steps],
+            color="0.5",
+            linestyle="--",
+            linewidth=1.0,
+            label="learning rate",
+        )
         lr_ax.set_ylabel("learning rate")
         lr_ax.ticklabel_format(axis="y", style="sci", scilimits=(-2, 3))
         more = lr_ax.get_legend_handles_labels()

@@ -65,29 +65,38 @@ def attention_maps(model: Any, ids: Any, *, target: Any = None, row: int = 0) ->
         encoder_layers = None
         if isinstance(model, Seq2SeqModel):
             if target is None:
-                raise ValueError("a sequence-to-sequence model needs target ids: the decoder "
-                                 "input, starting with <bos>")  # fmt: skip
+                raise ValueError(
+                    "a sequence-to-sequence model needs target ids: the decoder "
+                    "input, starting with <bos>"
+                )
             encoded = model.encode(ids)
             out = model.decode(_as_ids(target, device, "target"), encoded, need_weights=True)
             encoder = getattr(model, "encoder", None)
             if isinstance(encoder, TransformerEncoder):
-                encoder_layers = encoder(ids, key_padding_mask=encoded.src_mask,
-                                         need_weights=True).attentions  # fmt: skip
+                encoder_layers = encoder(
+                    ids, key_padding_mask=encoded.src_mask, need_weights=True
+                ).attentions
         elif isinstance(model, (LanguageModel, Classifier, TransformerEncoder, MaskedLM)):
             if target is not None:
                 raise ValueError(f"target ids apply to seq2seq models, not {type(model).__name__}")
             out = model(ids, need_weights=True)
         else:
-            raise TypeError(f"cannot collect attention from a {type(model).__name__}; expected "
-                            "an attnlab language model, seq2seq model or classifier")  # fmt: skip
+            raise TypeError(
+                f"cannot collect attention from a {type(model).__name__}; expected "
+                "an attnlab language model, seq2seq model or classifier"
+            )
     finally:
         model.train(was_training)
-    maps = AttentionMaps(_stack(out.attentions, "self_attn", row),
-                         _stack(out.attentions, "cross_attn", row),
-                         _stack(encoder_layers, "self_attn", row))  # fmt: skip
+    maps = AttentionMaps(
+        _stack(out.attentions, "self_attn", row),
+        _stack(out.attentions, "cross_attn", row),
+        _stack(encoder_layers, "self_attn", row),
+    )
     if all(m is None for m in maps):
-        raise ValueError(f"{type(model).__name__} computes no attention weights to plot "
-                         "(a recurrent model without attention has none)")  # fmt: skip
+        raise ValueError(
+            f"{type(model).__name__} computes no attention weights to plot "
+            "(a recurrent model without attention has none)"
+        )
     return maps
 
 
@@ -107,8 +116,10 @@ def model_attention_figures(
         raise ValueError("the input text encodes to no tokens; give a non-empty --input")
     limit = getattr(model, "max_len", None)
     if limit is not None and len(ids) > limit:
-        raise ValueError(f"the input has {len(ids)} tokens but the model's window is "
-                         f"max_len={limit}; shorten the text")  # fmt: skip
+        raise ValueError(
+            f"the input has {len(ids)} tokens but the model's window is "
+            f"max_len={limit}; shorten the text"
+        )
     label = [tokenizer.token_to_str(i) for i in ids]
     if not isinstance(model, Seq2SeqModel):
         if target is not None:

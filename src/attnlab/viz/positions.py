@@ -33,8 +33,9 @@ def plot_position_encoding(
     fig = new_figure(min(14.0, 6.0 + d / 16), min(8.0, 3.5 + n / 40))
     heat, curves = fig.subplots(1, 2, width_ratios=[3, 2])
     limit = max(float(abs(pe).max()), 1e-12)
-    image = heat.imshow(pe, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto",
-                        interpolation="nearest")  # fmt: skip
+    image = heat.imshow(
+        pe, cmap="RdBu_r", vmin=-limit, vmax=limit, aspect="auto", interpolation="nearest"
+    )
     heat.set_xlabel("dimension i")
     heat.set_ylabel("position n")
     fig.colorbar(image, ax=heat, label="PE(n, i)")

@@ -1,0 +1,65 @@
+"""Options that several subcommands share, defined once: the checkpoint to load, the device, the
+engine switch and reduced-precision weights. Each ``add_*`` adds one flag to a parser (or an
+argument group) with the common name, type and help; a command adds what is its own to the help.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+CHECKPOINT_HELP = (
+    "run directory (its latest checkpoint) or a step_* checkpoint written by `attnlab train`"
+)
+
+
+def add_checkpoint(p: Any, *, metavar: str = "RUN_DIR", also: str = "") -> None:
+    """``--checkpoint`` (required): a run directory (its latest checkpoint) or one checkpoint;
+    ``also`` names what else the command accepts (", or ...")."""
+    p.add_argument("--checkpoint", required=True, metavar=metavar, help=CHECKPOINT_HELP + also)
+
+
+def add_device(p: Any, *, default: str = "auto") -> None:
+    """``--device``: where the model runs."""
+    p.add_argument(
+        "--device", default=default, help="auto, cpu, cuda, cuda:N or mps (default: %(default)s)"
+    )
+
+
+def add_fast(p: Any, *, also: str = "", default: bool | None = False) -> None:
+    """``--fast``: run the model on attnlab.fast's engine (``default=None`` lets a run config
+    decide when the flag is absent)."""
+    p.add_argument(
+        "--fast",
+        action="store_true",
+        default=default,
+        help=f"run the model on attnlab.fast's engine (the same model, CPU fast paths{also}; "
+        "docs/fast.md)",
+    )
+
+
+def add_kv_cache(p: Any, *, purpose: str) -> None:
+    """``--kv-cache``: the dtype of a Transformer's KV cache (default: the compute dtype)."""
+    from attnlab.nn.cache import CACHE_DTYPES
+
+    p.add_argument(
+        "--kv-cache",
+        choices=tuple(CACHE_DTYPES),
+        default=None,
+        help=f"Transformer models: store the KV cache in this dtype for {purpose}; bf16 halves "
+        "the bytes each token reads from the cache (default: the model's compute dtype; "
+        "docs/generation.md)",
+    )
+
+
+def add_weights(p: Any, *, purpose: str) -> None:
+    """``--weights``: the linear layers' weights of a language model in fewer bits."""
+    from attnlab.generate.weights import WEIGHT_MODES
+
+    p.add_argument(
+        "--weights",
+        choices=WEIGHT_MODES,
+        default="fp32",
+        help=f"language models: store the linear layers' weights in fewer bits for {purpose} "
+        "(int8: per-channel scales; int4: per-group; bf16 where the CPU multiplies it "
+        "natively); see docs/generation.md (default: %(default)s)",
+    )
