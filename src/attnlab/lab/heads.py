@@ -49,7 +49,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab import inspect
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import curves_chart, line_chart, save_chart
+from attnlab.lab.charts import curves_chart, save_chart, seeds_chart
 from attnlab.lab.fit import FitConfig, fit
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import (
@@ -61,7 +61,7 @@ from attnlab.lab.report import (
     spread,
     spread_text,
 )
-from attnlab.lab.seeds import bands, run_jobs, seed_list
+from attnlab.lab.seeds import run_jobs, seed_list
 from attnlab.models import build_model
 from attnlab.nn import LearnedPositions, SelfAttention
 
@@ -325,16 +325,14 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                       for i, k in enumerate(OFFSETS)}}
                   for arm in ARMS for s in seeds for h in range(arm[1])]  # fmt: skip
     steps_at = runs[(one, seeds[0])]["steps"]
-    series, band = {}, {}
-    for arm in ARMS:
-        mean, lo, hi = bands([runs[(arm, s)]["curve"] for s in seeds])
-        series[_label(arm)], band[_label(arm)] = (steps_at, mean), (lo, hi)
-    mean, lo, hi = bands([double[s]["curve"] for s in seeds])
-    label = f"{_label(one)}, {longest} steps"
-    series[label], band[label] = (double[seeds[0]]["steps"], mean), (lo, hi)
-    fig = line_chart(series, xlabel="training step", ylabel="both relations right (test)",
-                     title=f"token 1 back and 2 back at once ({len(seeds)} seed(s), min-max "
-                     "band)", bands=band)  # fmt: skip
+    curves = {_label(arm): (steps_at, [runs[(arm, s)]["curve"] for s in seeds]) for arm in ARMS}
+    curves[f"{_label(one)}, {longest} steps"] = (
+        double[seeds[0]]["steps"],
+        [double[s]["curve"] for s in seeds],
+    )
+    fig = seeds_chart(curves, xlabel="training step", ylabel="both relations right (test)",
+                      title=f"token 1 back and 2 back at once ({len(seeds)} seed(s), min-max "
+                      "band)")  # fmt: skip
     fig.axes[0].axhline(1 / sizes(quick)[0] ** 2, color="tab:red", linestyle="--", linewidth=1,
                         label="chance (1/V^2)")  # fmt: skip
     fig.axes[0].legend(fontsize=8)

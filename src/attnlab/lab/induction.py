@@ -37,19 +37,18 @@ from torch import Tensor, nn
 
 from attnlab import inspect
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import bar_chart, line_chart, save_chart
+from attnlab.lab.charts import bar_chart, save_chart, seeds_chart
 from attnlab.lab.fit import FitConfig, fit, lm_loss
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import (
     Competence,
     Report,
     Table,
-    gated_fields,
+    outcome,
     spread,
     spread_text,
-    verdict_of,
 )
-from attnlab.lab.seeds import bands, run_jobs, start_seeds
+from attnlab.lab.seeds import run_jobs, start_seeds
 from attnlab.models import build_model
 
 BOS = 0
@@ -269,7 +268,6 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     else:  # no other layer-2 head: the ablation must leave the first copy's loss alone
         specific = removed and all(f is not None and f <= FIRST_SHIFT for f in first_shift)
     checks = [found, drops, removed, specific]
-    verdict = verdict_of(checks)
     heads_text = "; ".join(
         f"seed {s}: {[h + 1 for h in r['ablate induction']['heads']] or 'none'}"
         for s, r in zip(seeds, runs)
@@ -316,19 +314,19 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                   for h in range(len(r["induction"][0]))]  # fmt: skip
     length, vocab, gap = sizes(quick)
     steps = runs[0]["steps"]
-    mean, lo, hi = bands([r["curve"] for r in runs])
-    loss_fig = line_chart({"loss on the repeat": (steps, mean)}, xlabel="training step",
-                          ylabel="nats per token", bands={"loss on the repeat": (lo, hi)},
-                          title=f"in-context loss on the repeat ({len(seeds)} seed(s), min-max "
+    loss_fig = seeds_chart({"loss on the repeat": (steps, [r["curve"] for r in runs])},
+                           xlabel="training step", ylabel="nats per token",
+                           title=f"in-context loss on the repeat ({len(seeds)} seed(s), min-max "
                           "band)")  # fmt: skip
     loss_fig.axes[0].axhline(log_v, color="tab:red", linestyle="--", linewidth=1,
                              label=f"log V = {log_v:.2f} (no context)")  # fmt: skip
     loss_fig.axes[0].legend(fontsize=8)
-    series, band = {}, {}
-    for i, label in enumerate(("best layer-2 induction score", "best layer-1 previous-token "
-                               "score")):  # fmt: skip
-        mean, lo, hi = bands([[t[i] for t in r["track"]] for r in runs])
-        series[label], band[label] = (steps, mean), (lo, hi)
+    tracks = {
+        label: (steps, [[t[i] for t in r["track"]] for r in runs])
+        for i, label in enumerate(
+            ("best layer-2 induction score", "best layer-1 previous-token score")
+        )
+    }
     labels = {f"L{layer + 1} H{h + 1}": spread([r["induction"][layer][h] for r in runs])["mean"]
               for layer in range(2) for h in range(len(runs[0]["induction"][0]))}  # fmt: skip
     abl = {"clean": repeat}
@@ -339,13 +337,20 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         have = [r[f"ablate {kind}"][key] for r in runs if r[f"ablate {kind}"][key] is not None]
         if have:
             abl[label] = have
+    ks = list(range(1, len(cum_gone) + 1))
+    cum_fig = seeds_chart(
+        {"fraction of the in-context gain removed": (ks, [list(seed) for seed in zip(*cum_gone)])},
+        xlabel="layer-2 induction heads mean-ablated (best first)",
+        ylabel="fraction of the gain removed",
+        title="ablating induction heads one more at a time (min-max band)",
+    )
+    cum_fig.axes[0].set_xticks(ks)
     figures = [
         save_chart(loss_fig, out_dir, "repeat_loss.png", "Test loss on the repeated half during "
                    f"training, evaluated every {steps[0]} steps (mean over seeds, min-max band): "
                    "the phase change where the induction circuit forms."),
-        save_chart(line_chart(series, xlabel="training step", ylabel="attention weight",
-                              title="the heads form at the phase change (min-max band)",
-                              bands=band),
+        save_chart(seeds_chart(tracks, xlabel="training step", ylabel="attention weight",
+                               title="the heads form at the phase change (min-max band)"),
                    out_dir, "scores_during_training.png", "The best layer-2 induction score and "
                    "the best layer-1 previous-token score during training (mean over seeds, "
                    "min-max band), on the same steps as the loss."),
@@ -360,18 +365,10 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                    out_dir, "induction_scores.png", "Induction score of every head (layer, "
                    "head), mean over seeds with min-max bars (head numbers differ between "
                    "seeds; the per-seed scores are in the table)."),
-        save_chart(line_chart({"fraction of the in-context gain removed":
-                               (list(range(1, len(cum_gone) + 1)),
-                                [spread(v)["mean"] for v in cum_gone])},
-                              xlabel="layer-2 induction heads mean-ablated (best first)",
-                              ylabel="fraction of the gain removed",
-                              title="ablating induction heads one more at a time (min-max band)",
-                              bands={"fraction of the in-context gain removed":
-                                     ([min(v) for v in cum_gone], [max(v) for v in cum_gone])}),
-                   out_dir, "cumulative.png", "Fraction of the in-context gain (first-copy loss "
-                   "- repeat loss) removed when the k layer-2 heads with the highest induction "
-                   "scores are mean-ablated together; 1 = back to no context (mean over seeds, "
-                   "min-max band)."),
+        save_chart(cum_fig, out_dir, "cumulative.png", "Fraction of the in-context gain "
+                   "(first-copy loss - repeat loss) removed when the k layer-2 heads with the "
+                   "highest induction scores are mean-ablated together; 1 = back to no context "
+                   "(mean over seeds, min-max band)."),
         save_chart(bar_chart({k: spread(v)["mean"] for k, v in abl.items()},
                              ylabel="loss on the repeat (nats)", title="ablation",
                              errors={k: (min(v), max(v)) for k, v in abl.items()},
@@ -436,7 +433,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         ],  # fmt: skip
         figures=figures,
         findings=findings,
-        **gated_fields(verdict, reason, competence, seeds, quick),
+        **outcome(checks, reason, competence, seeds, quick),
         per_seed={
             "first": first,
             "repeat": repeat,
