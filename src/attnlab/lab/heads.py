@@ -381,8 +381,17 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         "on the tokens' content can let some pairs through. Measured after its longest run, the "
         "single head puts (t-1, t-2) = "
         + ", ".join(f"({w[0]:.2f}, {w[1]:.2f})" for w in looks_one)
-        + " of its weight on the two tokens (seeds in order): it mostly serves one relation "
-        "and guesses at the other (per head and seed: the table 'where the heads look').",
+        + f" of its weight on the two tokens (seeds in order) and names both at "
+        f"{spread_text(both_double)} of the positions: an even split loses the order, a "
+        "lopsided one the token with the smaller weight. After the first budget the head "
+        "serves one relation alone on some seeds (table 'where the heads look') and leaves "
+        "that state at a different step on each seed; the final training loss per seed and "
+        "budget: "
+        + "; ".join(
+            f"{b} steps " + ", ".join(f"{ladder[b][s]['loss']:.3g}" for s in seeds)
+            for b in sorted(ladder)
+        )
+        + ".",
         "With 4 heads of d_head 8 (same parameters, same FLOPs) each relation gets its own head "
         "and its own 8-dimensional value subspace. The full block's FFN is nonlinear and can "
         "separate part of the single head's mixture, which is why the full-block 1-head arm "
