@@ -48,8 +48,12 @@ def test_concat_positions_quick_report(tmp_path):
     report, _ = run_experiment("concat_positions", quick=True, out_dir=tmp_path)
     arms = {c.arm for c in report.competence}
     assert arms == {
-        f"{a}, {t}" for a in ("added", "concatenated", "added, unit") for t in ("copy", "permute")
+        f"{a}, {t}"
+        for a in ("added", "concatenated", "concatenated, unit")
+        for t in ("copy", "permute")
     }
+    scale = report.setup[-1]  # the concatenated arm's sinusoids enter at the token scale c
+    assert "mapped positions (|W_p| x RMS(c PE))" in scale
     assert (tmp_path / "learning_copy.png").is_file() and (
         tmp_path / "learning_permute.png"
     ).is_file()
@@ -146,3 +150,17 @@ def test_greedy_head_removal_removes_every_head_once(tmp_path):
     assert removable([1.0, 1.01, 1.02], 0.05) == 2
     report, _ = run_experiment("head_removal", quick=True, out_dir=tmp_path)
     assert (tmp_path / "greedy.png").is_file() and len(report.metrics["curve_mean"]) == 9
+
+
+def test_concat_positions_scaled_arm_puts_pe_at_the_token_scale():
+    import math
+
+    from attnlab.lab.concat_positions import ScaledConcat, build
+    from attnlab.lab.extrapolation import rms
+
+    scaled, raw = build("concatenated", 20, 9, True), build("concatenated, unit", 20, 9, True)
+    assert isinstance(scaled.embed.pos_enc, ScaledConcat)
+    c = scaled.embed.pos_enc.scale
+    assert c == pytest.approx(rms(scaled.embed.tok_emb.weight) * math.sqrt(2.0))
+    x, pos = torch.zeros(1, 9, 32), torch.arange(9)
+    assert torch.allclose(scaled.embed.pos_enc.signal(pos, x), c * raw.embed.pos_enc.signal(pos, x))
