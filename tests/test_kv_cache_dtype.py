@@ -19,7 +19,6 @@ import torch
 
 from attnlab.cli import main
 from attnlab.config import ModelConfig
-from attnlab.data import CharTokenizer
 from attnlab.generate import GenerationConfig, generate, quantize_weights
 from attnlab.generate.weights import check_cache_dtype
 from attnlab.models import build_model
@@ -156,23 +155,10 @@ def test_unsupported_cache_dtypes_and_models_name_what_is_supported():
 def test_cli_kv_cache_option(tmp_path, capsys):
     from attnlab.cli import build_parser
     from attnlab.errors import ConfigError
-    from attnlab.train.checkpoint import save_checkpoint
+    from test_generate_cli import save
 
-    tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
-    for kind in ("decoder_lm", "rnn_lm"):
-        cfg = ModelConfig(
-            kind=kind,
-            vocab_size=tok.vocab_size,
-            d_model=32,
-            n_heads=4,
-            n_layers=1,
-            d_ff=64,
-            max_len=32,
-        )
-        torch.manual_seed(0)
-        save_checkpoint(
-            tmp_path / kind, model=build_model(cfg).eval(), config=cfg, tokenizer=tok, step=1
-        )
+    save(tmp_path, "decoder_lm", "decoder_lm")
+    save(tmp_path, "rnn_lm", "rnn_lm")
     argv = [
         "generate",
         "--checkpoint",
