@@ -33,6 +33,18 @@ KINDS = {
 }
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _forget_compiled_steps():
+    """This module compiles the decode step of several model shapes; afterwards forget them, so
+    the compile-count and replay checks of later modules in the same process see what they
+    would alone (dynamo's recompile limit is per compiled function, shared by a model class)."""
+    yield
+    from attnlab.generate import steppers
+
+    steppers._COMPILED.clear()
+    torch._dynamo.reset()
+
+
 def tiny(max_len: int = 64, **kw):
     torch.manual_seed(5)
     cfg = ModelConfig(
