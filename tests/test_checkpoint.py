@@ -40,9 +40,9 @@ from attnlab.train.state import (
     unflatten_state,
     write_safetensors,
 )
+from tiny_configs import TINY
 
 TOK = CharTokenizer.train(["abcdefghij klmnop"])
-TINY = dict(d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16)
 
 
 def tiny(kind: str = "decoder_lm", **changes) -> tuple[ModelConfig, torch.nn.Module]:

@@ -11,15 +11,13 @@ import pytest
 import torch
 
 from attnlab.cli import main
-from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError
 from attnlab.train import RunConfig, TrainConfig, train
 from attnlab.train.checkpoint import load_checkpoint, save_checkpoint
 from attnlab.train.eval_checkpoint import evaluate_checkpoint
+from tiny_configs import tiny_config
 
-TINY_S2S = ModelConfig(
-    kind="encoder_decoder", d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=24
-)
+TINY_S2S = tiny_config("encoder_decoder", max_len=24)
 
 
 def _cfg(steps: int) -> RunConfig:
@@ -107,8 +105,7 @@ def test_non_finite_weights_are_named_on_load(tmp_path, capsys):
     from attnlab.models import build_model
 
     tok = CharTokenizer("abc ")
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=tok.vocab_size, d_model=16, n_heads=2,
-                      n_layers=1, d_ff=32, max_len=16)  # fmt: skip
+    cfg = tiny_config(vocab_size=tok.vocab_size)
     model = build_model(cfg)
     save_checkpoint(tmp_path / "run", model=model, config=cfg, tokenizer=tok, step=1)
     name = next(k for k, v in model.state_dict().items() if v.dim() == 2 and "emb" not in k)
@@ -134,8 +131,7 @@ def test_a_prompt_with_unknown_characters_warns_naming_them(tmp_path, capsys):
     from attnlab.models import build_model
 
     tok = CharTokenizer.train(["abc "], unk=True)
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=tok.vocab_size, d_model=16, n_heads=2,
-                      n_layers=1, d_ff=32, max_len=16)  # fmt: skip
+    cfg = tiny_config(vocab_size=tok.vocab_size)
     save_checkpoint(tmp_path / "run", model=build_model(cfg), config=cfg, tokenizer=tok, step=1)
     code = main(["generate", "--checkpoint", str(tmp_path / "run"), "--prompt", "abXcY!X",
                  "--temperature", "0", "--max-new-tokens", "2"])  # fmt: skip

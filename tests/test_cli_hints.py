@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnlab.cli import main
+from tiny_configs import tiny_config
 
 
 def _error(capsys, *argv: str) -> str:
@@ -41,14 +42,12 @@ def test_an_unknown_pair_file_suffix_says_rename(tmp_path, capsys):
 
 
 def test_unknown_characters_in_a_source_say_remove_them(tmp_path, capsys):
-    from attnlab.config import ModelConfig
     from attnlab.data import CharTokenizer
     from attnlab.models import build_model
     from attnlab.train.checkpoint import save_checkpoint
 
     tok = CharTokenizer("abc ")
-    cfg = ModelConfig(kind="encoder_decoder", vocab_size=tok.vocab_size, d_model=16, n_heads=2,
-                      n_layers=1, d_ff=32, max_len=16)  # fmt: skip
+    cfg = tiny_config("encoder_decoder", vocab_size=tok.vocab_size)
     save_checkpoint(tmp_path / "run", model=build_model(cfg), config=cfg, tokenizer=tok, step=1)
     err = _error(capsys, "generate", "--checkpoint", str(tmp_path / "run"), "--source", "abz")
     assert "'z' at 2" in err and "remove them from the input" in err

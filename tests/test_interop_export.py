@@ -5,19 +5,18 @@ from __future__ import annotations
 import pytest
 
 from attnlab.cli import main
-from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer
 from attnlab.errors import ConfigError
 from attnlab.interop import export_as
 from attnlab.models import build_model
 from attnlab.train.checkpoint import load_checkpoint, save_checkpoint
+from tiny_configs import tiny_config
 
 
 @pytest.fixture
 def run(tmp_path):
     tok = CharTokenizer("abc ")
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=tok.vocab_size, d_model=16, n_heads=2,
-                      n_layers=1, d_ff=32, max_len=16)  # fmt: skip
+    cfg = tiny_config(vocab_size=tok.vocab_size)
     save_checkpoint(tmp_path / "run", model=build_model(cfg), config=cfg, tokenizer=tok, step=1)
     return tmp_path / "run"
 

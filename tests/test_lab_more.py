@@ -164,14 +164,39 @@ def test_diversity_metrics_on_known_texts():
 # translation ---------------------------------------------------------------------------------
 def test_translation_quick_report_and_resume(out):
     report, path = run_experiment("translation", quick=True, out_dir=out / "translation")
-    _check_written(path, ["loss.png", "cross_attention.png", "alignment.png"])
-    rows = report.table("test scores per model").rows
-    assert len(rows) == 3 and all(0 <= r["lc BLEU beam 5"] <= 100 for r in rows)
+    data = _check_written(path, ["loss.png", "val_bleu.png", "cross_attention.png",
+                                 "alignment.png"])  # fmt: skip
+    rows = report.table("test scores per model (mean (min-max) over seeds)").rows
+    assert [r["steps"] for r in rows] == [60, 60, 60]  # matched budgets
+    assert data["seeds"] == [0] and set(report.per_seed) == {"transformer", "bahdanau", "lstm"}
+    for name, num in report.per_seed.items():
+        assert len(num["lc BLEU beam 5"]) == 1 and 0 <= num["lc BLEU beam 5"][0] <= 100
+        steps, bleu = report.metrics["val_bleu"][name][0]
+        assert steps == [20, 40, 60] and len(bleu) == 3  # the learning curve, every 20 steps
+        assert num["val BLEU last gain"] == [pytest.approx(bleu[-1] - bleu[-2])]
+    plateau = [c for c in report.competence if c.criterion.startswith("plateau")]
+    assert len(plateau) == 3 and all(not c.higher_is_better for c in plateau)
+    assert len(report.competence) == 6
+    table = report.table("validation BLEU (greedy, 40 sentences) per evaluation, mean (min-max) "
+                         "over seeds").rows  # fmt: skip
+    assert [r["step"] for r in table] == [20, 40, 60]
+    if any(not c.passed for c in report.competence):
+        assert report.verdict == "inconclusive"
     recipe = translation.recipes(True)["lstm"]
-    cfg = translation.train_config(True, 0, out / "translation" / "work" / "data", **recipe.train)
-    assert cfg.steps == 60
-    result = translation.train_one(recipe, cfg, out / "translation" / "work" / "lstm")
+    work = out / "translation" / "work" / "seed0"
+    cfg = translation.train_config(True, 0, work / "data", **recipe.train)
+    assert cfg.steps == 60 and cfg.dtype == "fp32"
+    result = translation.train_one(recipe, cfg, work / "lstm")
     assert result.start_step == result.step == 60  # finished: reloaded, nothing retrained
+
+
+def test_translation_full_recipes_are_matched_and_recurrent_arms_fp32():
+    full = translation.recipes(False)
+    assert {r.train["steps"] for r in full.values()} == {2500}
+    assert full["bahdanau"].train["dtype"] == full["lstm"].train["dtype"] == "fp32"
+    cfg = translation.train_config(False, 1, translation.WORK_DIR, **full["lstm"].train)
+    assert cfg.eval_every == 250 and cfg.eval_batches * cfg.batch_size == 256
+    assert cfg.save_every == cfg.eval_every and cfg.seed == 1
 
 
 def test_bleu_scores_of_identical_and_recased_text():

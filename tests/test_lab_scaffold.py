@@ -3,7 +3,11 @@ evaluation loss."""
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 import numpy as np
+import pytest
 import torch
 from matplotlib.collections import PolyCollection
 
@@ -33,6 +37,15 @@ def _echo(job: tuple) -> tuple:
     return job
 
 
+def _fail_first(job: tuple) -> int:
+    n, marks = job
+    if n == 0:
+        raise ValueError("job 0 failed")
+    time.sleep(0.5)
+    (Path(marks) / str(n)).touch()
+    return n
+
+
 def test_outcome_reads_the_checks_then_gates():
     ok = [Competence("arm", "accuracy", 0.9, [0.95])]
     assert outcome([True, True], "r", ok, [0], quick=True)["verdict"] == "held"
@@ -60,6 +73,16 @@ def test_run_jobs_runs_each_job_on_one_thread(monkeypatch):
         }
     finally:
         torch.set_num_threads(threads)
+
+
+def test_run_jobs_starts_no_queued_job_after_a_failure(tmp_path, monkeypatch):
+    """A failed (or interrupted) job stops the run: no job waiting for a worker starts after
+    it, so an interrupted experiment saves its running arms and exits instead of training the
+    rest."""
+    monkeypatch.delenv("ATTNLAB_LAB_WORKERS", raising=False)
+    with pytest.raises(ValueError, match="job 0 failed"):
+        run_jobs(_fail_first, [(n, str(tmp_path)) for n in range(10)], workers=2)
+    assert len(list(tmp_path.iterdir())) < 9  # a pre-filled pool queue would run all nine
 
 
 def test_seeds_chart_draws_the_mean_and_a_band_only_over_several_seeds():

@@ -261,18 +261,22 @@ def test_decode_and_quality_suites_run_on_tiny_models():
     assert decode["bandwidth_bytes_per_s"] > 0
     row = decode["runs"][0]
     names = [c["name"] for c in row["contenders"]]
-    assert names == ["fp32", "bf16", "int8", "int4", "hf_gpt2"]
+    assert names == ["fp32", "bf16", "int8", "int4", "int8_kvbf16", "int4_kvbf16", "hf_gpt2"]
     steps = {c["name"]: c["bytes_per_step"] for c in row["contenders"] if "bytes_per_step" in c}
-    assert steps["fp32"] > steps["bf16"] > steps["int8"] > steps["int4"]
+    assert steps["fp32"] > steps["bf16"] > steps["int8"] > steps["int4"] > steps["int4_kvbf16"]
+    assert steps["int8"] > steps["int8_kvbf16"] > steps["int4_kvbf16"]
     assert {(r["batch"], r["context"]) for r in decode["runs"]} == {(1, 8), (1, 16), (2, 8),
                                                                    (2, 16)}  # fmt: skip
     modes = quality["char_lm"]["modes"]
-    assert set(modes) == {"fp32", "bf16", "int8", "int4"}
-    assert all(abs(modes[m]["perplexity_change"]) < 0.05 for m in ("bf16", "int8"))
-    assert set(quality["gpt2"]["modes"]) == {"bf16", "int8", "int4"}
+    cached = {"fp32_kvbf16", "int8_kvbf16", "int4_kvbf16"}
+    assert set(modes) == {"fp32", "bf16", "int8", "int4"} | cached
+    assert all(abs(modes[m]["perplexity_change"]) < 0.05 for m in ("bf16", "int8", "fp32_kvbf16"))
+    assert set(quality["gpt2"]["modes"]) == {"bf16", "int8", "int4"} | cached
     ids = {t["id"] for t in result["targets"]}
     assert "quality_char_lm_int8_perplexity_change" in ids
+    assert "quality_char_lm_int8_kvbf16_perplexity_change" in ids
     assert "decode_gpt2-124M_ctx8_int8_vs_hf" in ids
+    assert "decode_gpt2-124M_ctx8_int4_kvbf16_vs_hf" in ids
     text = format_text(result)
     assert "### decode" in text and "of floor" in text and "top-1 agree" in text
 

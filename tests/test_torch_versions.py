@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tiny_configs import tiny_config
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
@@ -38,10 +40,9 @@ def test_the_installed_torch_is_in_the_declared_and_documented_range():
 
 
 def test_training_without_torch_compile_runs_eagerly_with_one_warning(tmp_path, monkeypatch):
-    from attnlab.config import ModelConfig
     from attnlab.train import RunConfig, TrainConfig, train
 
-    model = ModelConfig(kind="decoder_lm", d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16)
+    model = tiny_config()
     text = tmp_path / "t.txt"
     text.write_text("the cat sat on the mat and the dog ran off. " * 40)
     cfg = TrainConfig(task="lm", data=str(text), context_len=8, steps=3, batch_size=4,

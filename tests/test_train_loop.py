@@ -14,11 +14,10 @@ from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.train import RunConfig, TrainConfig, train
 from attnlab.train.checkpoint import latest_checkpoint, load_checkpoint
+from tiny_configs import tiny_config
 
-TINY_S2S = ModelConfig(
-    kind="encoder_decoder", d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=24, dropout=0.1
-)
-TINY_LM = ModelConfig(kind="decoder_lm", d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16)
+TINY_S2S = tiny_config("encoder_decoder", max_len=24, dropout=0.1)
+TINY_LM = tiny_config()
 
 
 def _s2s(**kw) -> RunConfig:

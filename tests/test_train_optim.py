@@ -8,7 +8,6 @@ import pytest
 import torch
 from torch import nn
 
-from attnlab.config import ModelConfig
 from attnlab.models import build_model
 from attnlab.train.optim import (
     build_optimizers,
@@ -18,11 +17,11 @@ from attnlab.train.optim import (
     split_parameters,
 )
 from attnlab.train.run_config import TrainConfig
+from tiny_configs import tiny_config
 
 
 def _model(kind: str = "decoder_lm", **kw) -> nn.Module:
-    base = dict(kind=kind, vocab_size=40, d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16)
-    return build_model(ModelConfig(**{**base, **kw}))
+    return build_model(tiny_config(kind, **{"vocab_size": 40, **kw}))
 
 
 def _names(pairs) -> set[str]:

@@ -11,13 +11,11 @@ import time
 import pytest
 
 from attnlab.cli import main
-from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.train import RunConfig, TrainConfig, train
+from tiny_configs import tiny_config
 
-TINY_S2S = ModelConfig(
-    kind="encoder_decoder", d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=24, dropout=0.1
-)
+TINY_S2S = tiny_config("encoder_decoder", max_len=24, dropout=0.1)
 CLI_TINY = ["--task", "reverse", "--d-model", "16", "--n-heads", "2", "--n-layers", "1",
             "--d-ff", "32", "--max-len", "24", "--batch-size", "8", "--warmup-steps", "1",
             "--n-train", "200", "--n-val", "8", "--no-plots", "--threads", "1"]  # fmt: skip
@@ -128,8 +126,7 @@ def _tiny_lm_run(run_dir, steps=(1,)):
     from attnlab.train.checkpoint import save_checkpoint
 
     tok = CharTokenizer("abc ")
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=tok.vocab_size, d_model=16, n_heads=2,
-                      n_layers=1, d_ff=32, max_len=16)  # fmt: skip
+    cfg = tiny_config(vocab_size=tok.vocab_size)
     for step in steps:
         save_checkpoint(run_dir, model=build_model(cfg), config=cfg, tokenizer=tok, step=step)
 

@@ -12,6 +12,9 @@ tokens, no stop token; one model per shape for every context and batch):
                              after ``quantize_weights(model, mode)``; with
                              ``--compile`` the batch-1 rows run ``compile=True`` (the case the
                              compiled step is for: a batch-1 step is dispatch-bound), batch 8 eager
+    int8_kvbf16, int4_kvbf16 int8 / int4 weights with a bf16 KV cache (``GenerationConfig
+                             (cache_dtype="bf16")``, ``--kv-cache bf16``; the suite's
+                             ``kv_cache`` setting, ``attnlab bench --kv-cache``)
     int8_eager               (batch 1 with ``--compile``) int8 without compile: what ``attnlab
                              generate --weights int8`` gives without ``--compile``
     hf_gpt2                  ``GPT2LMHeadModel.generate`` (sdpa), fp32, the usual way
@@ -26,8 +29,9 @@ records the time of every new token (and never stops), so
 and ``tokens_per_s`` is the whole call's rate, prefill included.
 
 Each mode's floor: a decode step must read every linear weight once (``bytes_per_token``: codes
-plus scales) and the KV cache (2 L B C_avg D fp32 values at the average cache length C_avg =
-C + N / 2); at the memory bandwidth the suite measures (a 2-thread ``sum`` streaming 256 MB),
+plus scales) and the KV cache (2 L B C_avg D values of the cache dtype, 4 or 2 bytes, at the
+average cache length C_avg = C + N / 2); at the memory bandwidth the suite measures (a 2-thread
+``sum`` streaming 256 MB),
 
     floor ms per step = bytes per step / bandwidth,       of floor = floor ms / measured ms.
 
@@ -56,6 +60,8 @@ TINY_MEDIUM = LMShape("medium", 2, 2, 64, 32, 1)  # int4 needs widths divisible 
 MODES = ("fp32", "bf16", "int8", "int4")
 TARGETS = {"medium": 4.0, "gpt2-124M": 3.0}
 TARGET_MODES = ("int8", "int4")
+KV_MODES = ("int8", "int4")  # weight modes also timed with each extra cache dtype
+CACHE_BYTES = {"fp32": 4, "bf16": 2}
 NEW_TOKENS, TINY_NEW_TOKENS = 32, 4
 BATCHES, TINY_BATCHES = (1, 8), (1, 2)
 BANDWIDTH_BYTES = 256 * 2**20
@@ -91,25 +97,29 @@ def run(settings, ctx) -> dict[str, Any]:
         for shape in shapes:
             hf, ours = build_pair(shape, max(settings.contexts) + n)
             accelerate(ours)  # the engine: the compiled step is replayed, attention as reductions
-            models = {"fp32": ours}
+            models = {"fp32": (ours, None)}
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # bf16 where emulated: the numbers show it
                 for mode in MODES[1:]:
-                    models[mode] = quantize(ours, mode)
+                    models[mode] = (quantize(ours, mode), None)
+            for cache in settings.kv_cache:
+                models.update({f"{m}_kv{cache}": (models[m][0], cache) for m in KV_MODES})
             weight_bytes = {m: bytes_per_token(ours, m) for m in MODES}
             for batch in TINY_BATCHES if tiny else BATCHES:
                 for context in settings.contexts:
                     row = _one_case(settings, ctx, shape, models, hf, context, batch, n)
-                    kv = 2 * shape.n_layers * batch * (context + n / 2) * shape.d_model * 4
+                    positions = 2 * shape.n_layers * batch * (context + n / 2) * shape.d_model
                     for c in row["contenders"]:
-                        mode = c["name"].removesuffix("_eager")
+                        mode, _, cache = c["name"].removesuffix("_eager").partition("_kv")
                         if mode in weight_bytes:
+                            c["cache_dtype"] = cache or "fp32"
+                            kv = positions * CACHE_BYTES[c["cache_dtype"]]
                             c["bytes_per_step"] = weight_bytes[mode] + kv
                             c["floor_ms_per_step"] = c["bytes_per_step"] / bandwidth * 1e3
                             c["of_floor"] = ratio(c["floor_ms_per_step"], c["decode_ms_per_step"])
                     runs.append(row)
                     if batch == 1:
-                        targets += _targets(shape, context, n, row)
+                        targets += _targets(shape, context, n, row, settings.kv_cache)
             del hf, ours, models
     finally:
         transformers.logging.set_verbosity(verbosity)
@@ -129,12 +139,12 @@ def _one_case(settings, ctx, shape, models, hf, context: int, batch: int, n: int
     compiled = settings.compile and batch == 1
     works: dict[str, Any] = {}
     decode_s: dict[str, list[float]] = {}
-    for mode, model in models.items():
-        decode_s[mode] = []
-        works[mode] = _attnlab_work(model, prompts, n, compiled, decode_s[mode])
+    for name, (model, cache) in models.items():
+        decode_s[name] = []
+        works[name] = _attnlab_work(model, prompts, n, compiled, decode_s[name], cache)
     if compiled:
         decode_s["int8_eager"] = []
-        works["int8_eager"] = _attnlab_work(models["int8"], prompts, n, False,
+        works["int8_eager"] = _attnlab_work(models["int8"][0], prompts, n, False,
                                             decode_s["int8_eager"])  # fmt: skip
     decode_s["hf_gpt2"] = []
     works["hf_gpt2"] = _hf_work(hf, prompts, n, decode_s["hf_gpt2"])
@@ -147,7 +157,7 @@ def _one_case(settings, ctx, shape, models, hf, context: int, batch: int, n: int
         info[name] = {
             "name": name,
             "status": "ok",
-            "compiled": compiled and name in MODES,
+            "compiled": compiled and name in models,
             **timing.to_dict("tokens"),
             "decode_seconds_rounds": decode_s[name],
             "decode_ms_per_step": step_ms,
@@ -178,13 +188,18 @@ def _one_case(settings, ctx, shape, models, hf, context: int, batch: int, n: int
     }
 
 
-def _attnlab_work(model, prompts: list[list[int]], n: int, compile: bool, decode_s: list):
-    """One greedy generation through the decode loop; the time after the first new token (the
-    prefill) is appended to ``decode_s`` for timed rounds."""
+def _attnlab_work(
+    model, prompts: list[list[int]], n: int, compile: bool, decode_s: list, cache: str | None = None
+):
+    """One greedy generation through the decode loop (KV cache in ``cache``, or the compute
+    dtype); the time after the first new token (the prefill) is appended to ``decode_s`` for
+    timed rounds."""
     from attnlab.generate import GenerationConfig
     from attnlab.generate.lm import prepare_lm
 
-    cfg = GenerationConfig(max_new_tokens=n, temperature=0.0, stop_token_ids=(), compile=compile)
+    cfg = GenerationConfig(
+        max_new_tokens=n, temperature=0.0, stop_token_ids=(), compile=compile, cache_dtype=cache
+    )
 
     def work(r: int) -> float:
         loop = prepare_lm(model, prompts, cfg, None).loop()
@@ -224,15 +239,17 @@ def _hf_work(hf, prompts: list[list[int]], n: int, decode_s: list):
     return work
 
 
-def _targets(shape, context: int, n: int, row: dict) -> list[dict]:
+def _targets(shape, context: int, n: int, row: dict, caches: tuple[str, ...]) -> list[dict]:
     how = "compile=True" if row["compile"] else "eager"
+    names = [(m, m, "") for m in TARGET_MODES]
+    names += [(f"{m}_kv{c}", m, f", {c} KV cache") for c in caches for m in KV_MODES]
     return [
         target_entry(
-            f"decode_{shape.name}_ctx{context}_{mode}_vs_hf",
+            f"decode_{shape.name}_ctx{context}_{name}_vs_hf",
             f"greedy decode tokens/s, {shape.name}, batch 1, {context}-token prompt, {n} new "
-            f"tokens, attnlab {mode} weights ({how}) / transformers generate fp32",
-            row["ratios"].get(f"{mode}_vs_hf_gpt2"),
+            f"tokens, attnlab {mode} weights{cache} ({how}) / transformers generate fp32",
+            row["ratios"].get(f"{name}_vs_hf_gpt2"),
             TARGETS[shape.name],
         )
-        for mode in TARGET_MODES
+        for name, mode, cache in names
     ]

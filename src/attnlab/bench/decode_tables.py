@@ -13,7 +13,7 @@ def render_decode(s: dict[str, Any]) -> list[str]:
         "prompt. decode tok/s = batch / ms per step, timed from the first new token to the last "
         "(prefill excluded; whole-call tok/s includes it); ratio = decode tok/s / transformers'; "
         "batch-1 rows of a --compile run use compile=True (int8_eager: without). Floor = "
-        "(linear weights in the mode + fp32 KV cache at "
+        "(linear weights in the mode + the KV cache in its dtype, fp32 or bf16 (_kvbf16), at "
         f"its average length) / the measured bandwidth, "
         f"**{s['bandwidth_bytes_per_s'] / 1e9:.1f} GB/s**; of floor = floor ms / measured ms "
         "(> 1: the weights stay in cache).",
@@ -53,7 +53,8 @@ def render_quality(s: dict[str, Any]) -> list[str]:
         f"perplexity on {lm['heldout_tokens']:,} held-out characters. Greedy agreement: common "
         f"prefix of {s['greedy_tokens']} greedy tokens / {s['greedy_tokens']}; top-1 agreement: "
         "the fraction of positions where the mode's argmax is fp32's, teacher-forced (char LM: "
-        "the held-out text; GPT-2: fp32's greedy continuation).",
+        "the held-out text; GPT-2: fp32's greedy continuation). _kvbf16: the same weights with "
+        "a bf16 KV cache (perplexity through a bf16 cache of each window).",
         "",
     ]
     rows = [

@@ -157,14 +157,8 @@ def _llama_pair(tiny: bool):
                  max_position_embeddings=2048, tie_word_embeddings=True,
                  rope_theta=100000.0)  # fmt: skip
     if tiny:
-        shape.update(
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            hidden_size=32,
-            intermediate_size=64,
-            vocab_size=97,
-        )
+        shape.update(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     hidden_size=32, intermediate_size=64, vocab_size=97)  # fmt: skip
     torch.manual_seed(0)
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**shape)).eval()
     return hf, from_hf_model(hf).eval()

@@ -10,6 +10,11 @@
        top-1      = fraction of held-out positions whose argmax equals fp32's (teacher-forced)
        greedy     = common prefix of 200 greedy tokens with fp32's / 200 (a held-out prompt)
 
+   With a bf16 KV cache (``cache_dtype="bf16"``; the suite's ``kv_cache`` setting) the same
+   four figures are reported for fp32, int8 and int4 weights ("int8_kvbf16" ...): perplexity
+   then runs each window through a fresh cache in that dtype, so every attention reads its
+   keys and values back from it, as in decoding.
+
 2. A random-weight GPT-2 small shape (124M; ``bench.decode.GPT2_SMALL``): random weights have
    no held-out text to score, so only the greedy prefix and the top-1 agreement along fp32's
    greedy continuation are reported. Random logits are close to ties, so this is the harsh case.
@@ -34,6 +39,7 @@ STEPS, TINY_STEPS = 200, 20
 GREEDY_TOKENS, TINY_GREEDY_TOKENS = 200, 20
 HELDOUT_CHARS, TINY_HELDOUT_CHARS = 16384, 512
 TARGET_CHANGE = 0.01
+CACHE_MODES = ("fp32", "int8", "int4")  # weight modes also scored with each extra cache dtype
 _WORDS = (
     "the",
     "cat",
@@ -64,9 +70,10 @@ def run(settings, ctx) -> dict[str, Any]:
 
     tiny = settings.tiny
     modes = WEIGHT_MODES[1:]
+    cached = [(m, c) for c in settings.kv_cache for m in CACHE_MODES]
     text, source = _text(settings)
     ctx.say(f"quality: training a char LM on {source}")
-    char = char_lm_quality(text, modes, tiny=tiny)
+    char = char_lm_quality(text, modes, tiny=tiny, cached=cached)
     char["text"] = source
     ctx.say(
         "quality: "
@@ -79,11 +86,11 @@ def run(settings, ctx) -> dict[str, Any]:
     shape = TINY_GPT2 if tiny else GPT2_SMALL
     n = TINY_GREEDY_TOKENS if tiny else GREEDY_TOKENS
     ctx.say(f"quality: greedy agreement of a random {shape.name} over {n} tokens")
-    gpt2 = gpt2_agreement(shape, modes, n)
+    gpt2 = gpt2_agreement(shape, modes, n, cached=cached)
     targets = [
         target_entry(
             f"quality_char_lm_{mode}_perplexity_change",
-            f"|perplexity change| of a char LM with {mode} weights against fp32 (held-out text)",
+            f"|perplexity change| of a char LM with {_label(mode)} against fp32 (held-out text)",
             abs(r["perplexity_change"]),
             TARGET_CHANGE,
             higher_is_better=False,
@@ -94,8 +101,28 @@ def run(settings, ctx) -> dict[str, Any]:
     return {"status": "ok", "greedy_tokens": n, "char_lm": char, "gpt2": gpt2, "targets": targets}
 
 
-def char_lm_quality(text: str, modes: tuple[str, ...], *, tiny: bool = False) -> dict[str, Any]:
-    """Train a char LM on the first 90% of ``text``; score every mode on the rest."""
+def _label(name: str) -> str:
+    """ "int8" -> "int8 weights", "int8_kvbf16" -> "int8 weights and a bf16 KV cache"."""
+    mode, _, cache = name.partition("_kv")
+    return f"{mode} weights" + (f" and a {cache} KV cache" if cache else "")
+
+
+def _variants(model, modes: tuple[str, ...], cached: list[tuple[str, str]]):
+    """(name, model, cache dtype) for each weight mode, then each (mode, cache) pair."""
+    reduced = {"fp32": model, **{m: quantize(model, m) for m in modes}}
+    out = [(m, reduced[m], None) for m in modes]
+    return out + [(f"{m}_kv{c}", reduced[m], c) for m, c in cached]
+
+
+def char_lm_quality(
+    text: str,
+    modes: tuple[str, ...],
+    *,
+    tiny: bool = False,
+    cached: list[tuple[str, str]] = (),
+) -> dict[str, Any]:
+    """Train a char LM on the first 90% of ``text``; score every mode (and each (mode, KV
+    cache dtype) pair of ``cached``) on the rest."""
     from attnlab.data import CharTokenizer
 
     tok = CharTokenizer(set(text))
@@ -115,13 +142,12 @@ def char_lm_quality(text: str, modes: tuple[str, ...], *, tiny: bool = False) ->
             "top1_agreement": 1.0,
         }
     }
-    for mode in modes:
-        reduced = quantize(model, mode)
-        scored = _score(reduced, heldout)
-        results[mode] = {
+    for name, reduced, cache in _variants(model, modes, cached):
+        scored = _score(reduced, heldout, cache)
+        results[name] = {
             "perplexity": scored["perplexity"],
             "perplexity_change": scored["perplexity"] / base["perplexity"] - 1,
-            "greedy_prefix": agreement(_greedy(reduced, prompt, n), base_tokens),
+            "greedy_prefix": agreement(_greedy(reduced, prompt, n, cache), base_tokens),
             "top1_agreement": (scored["argmax"] == base["argmax"]).float().mean().item(),
         }
     cfg = model.cfg
@@ -134,7 +160,9 @@ def char_lm_quality(text: str, modes: tuple[str, ...], *, tiny: bool = False) ->
     }
 
 
-def gpt2_agreement(shape, modes: tuple[str, ...], n: int) -> dict[str, Any]:
+def gpt2_agreement(
+    shape, modes: tuple[str, ...], n: int, cached: list[tuple[str, str]] = ()
+) -> dict[str, Any]:
     """Greedy prefix and teacher-forced top-1 agreement of each mode with fp32 (random GPT-2)."""
     _, model = build_pair(shape, 32 + n)
     prompt = torch.randint(0, shape.vocab, (32,), generator=torch.Generator().manual_seed(7))
@@ -143,12 +171,11 @@ def gpt2_agreement(shape, modes: tuple[str, ...], n: int) -> dict[str, Any]:
     with torch.inference_mode():
         base_argmax = model(seq).logits.argmax(-1)  # (1, 32 + n - 1)
     results = {}
-    for mode in modes:
-        reduced = quantize(model, mode)
+    for name, reduced, cache in _variants(model, modes, cached):
         with torch.inference_mode():
-            argmax = reduced(seq).logits.argmax(-1)
-        results[mode] = {
-            "greedy_prefix": agreement(_greedy(reduced, prompt.tolist(), n), base_tokens),
+            argmax = _logits(reduced, seq, cache).argmax(-1)
+        results[name] = {
+            "greedy_prefix": agreement(_greedy(reduced, prompt.tolist(), n, cache), base_tokens),
             "top1_agreement": (argmax[:, 31:] == base_argmax[:, 31:]).float().mean().item(),
         }
     return {"model": f"{shape.name} (random weights)", "modes": results}
@@ -192,23 +219,31 @@ def train_char_lm(ids: torch.Tensor, vocab_size: int, *, tiny: bool = False, see
     return model.eval()
 
 
+def _logits(model, ids: torch.Tensor, cache: str | None) -> torch.Tensor:
+    """model(ids).logits (B, T, V); with a ``cache`` dtype, through a fresh KV cache of that
+    dtype, so every attention reads keys and values stored in it."""
+    if cache is None:
+        return model(ids).logits
+    return model(ids, cache=model.new_cache(ids.size(0), ids.size(1), dtype=cache)).logits
+
+
 @torch.inference_mode()
-def _score(model, ids: torch.Tensor) -> dict[str, Any]:
+def _score(model, ids: torch.Tensor, cache: str | None = None) -> dict[str, Any]:
     """Perplexity of ``ids`` in non-overlapping windows of the model's context, and the argmax
     prediction at every scored position."""
     context = model.max_len
     n = (len(ids) - 1) // context * context
     inputs = ids[:n].reshape(-1, context)  # (W, C)
     targets = ids[1 : n + 1].reshape(-1, context)  # (W, C)
-    logits = model(inputs).logits.float()  # (W, C, V)
+    logits = _logits(model, inputs, cache).float()  # (W, C, V)
     nll = F.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
     return {"perplexity": math.exp(nll.item()), "argmax": logits.argmax(-1)}
 
 
-def _greedy(model, prompt: list[int], n: int) -> list[int]:
+def _greedy(model, prompt: list[int], n: int, cache: str | None = None) -> list[int]:
     from attnlab.generate import GenerationConfig, generate
 
-    cfg = GenerationConfig(max_new_tokens=n, temperature=0.0, stop_token_ids=())
+    cfg = GenerationConfig(max_new_tokens=n, temperature=0.0, stop_token_ids=(), cache_dtype=cache)
     return generate(model, [prompt], cfg).tokens[0]
 
 

@@ -92,6 +92,7 @@ class BenchSettings:
     fresh_process_per_case: bool = True  # memory: a new child per case (else one per suite)
     fresh_process_per_suite: bool = True  # every suite in its own child process (else in-process)
     text: str | None = None  # recipe, quality: the training text
+    kv_cache: tuple[str, ...] = ("bf16",)  # decode, quality: extra KV cache dtypes measured
     recipe_presets: tuple[str, str] = ("baseline-char", "fast-char")
 
     def __post_init__(self) -> None:
@@ -107,6 +108,12 @@ class BenchSettings:
             raise ValueError(f"--rounds must be >= 1, got {self.rounds}")
         if self.memory_cap_gib <= 0:
             raise ValueError(f"--memory-cap-gib must be > 0, got {self.memory_cap_gib}")
+        bad = [c for c in self.kv_cache if c != "bf16"]
+        if bad:
+            raise ValueError(
+                f"--kv-cache {','.join(bad)}: the decode and quality suites add rows for a bf16 "
+                "KV cache (the fp32 rows are always there); give bf16 or none"
+            )
         if "recipe" in self.suites and not self.text:
             raise ValueError(
                 "the recipe suite trains on a text file: pass --text FILE (e.g. "

@@ -93,6 +93,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "compiled",
     )
     p.add_argument(
+        "--kv-cache",
+        choices=("bf16", "none"),
+        help="decode and quality suites: also measure int8/int4 weights with a KV cache of this "
+        "dtype (default: bf16; none: only the compute-dtype cache)",
+    )
+    p.add_argument(
         "--from-json",
         metavar="FILE",
         help="measure nothing: re-render the table and --report from a result saved by --json "
@@ -130,6 +136,7 @@ def command_line(args: argparse.Namespace) -> str:
         "max_attention_len",
         "memory_cap_gib",
         "text",
+        "kv_cache",
         "json",
         "report",
         "notes",
@@ -150,6 +157,8 @@ def build_settings(args: argparse.Namespace):
         "memory_cap_gib": args.memory_cap_gib,
         "compile": args.compile or None,
     }
+    if args.kv_cache is not None:
+        overrides["kv_cache"] = () if args.kv_cache == "none" else (args.kv_cache,)
     if args.suite is not None:
         overrides["suites"] = tuple(s.strip() for s in args.suite.split(",") if s.strip())
     settings = BenchSettings.for_mode(quick=args.quick, tiny=args.tiny, **overrides)
@@ -197,6 +206,11 @@ def check_flag_use(args: argparse.Namespace, settings) -> None:
             "--compile",
             "--suite lm, generate or decode",
         ),
+        (
+            args.kv_cache is not None and not {"decode", "quality"} & set(settings.suites),
+            "--kv-cache",
+            "--suite decode or quality",
+        ),
         (args.notes is not None and args.report is None, "--notes", "--report FILE"),
         (
             args.max_attention_len is not None and "attention" not in settings.suites,
@@ -215,6 +229,7 @@ def check_flag_use(args: argparse.Namespace, settings) -> None:
             "compile",
             "max_attention_len",
             "memory_cap_gib",
+            "kv_cache",
         ]
         given = [
             f"--{m.replace('_', '-')}" for m in measuring if getattr(args, m) not in (None, False)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from attnlab.cli.options import add_device, add_weights
+from attnlab.cli.options import add_device, add_kv_cache, add_weights
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -40,6 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_device(p, default="cpu")
     add_weights(p, purpose="faster continuations")
+    add_kv_cache(p, purpose="continuations")
     p.set_defaults(func=run)
 
 
@@ -47,8 +48,15 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.explore import LoadOptions, Session, load
     from attnlab.explore.server import serve
 
-    loaded = load(args.path, LoadOptions(device=args.device, weights=args.weights))
-    session = Session(loaded.model, loaded.tokenizer, name=loaded.name, labels=loaded.labels)
+    options = LoadOptions(device=args.device, weights=args.weights, kv_cache=args.kv_cache)
+    loaded = load(args.path, options)
+    session = Session(
+        loaded.model,
+        loaded.tokenizer,
+        name=loaded.name,
+        labels=loaded.labels,
+        cache_dtype=args.kv_cache,
+    )
 
     def ready(url: str) -> None:
         print(f"attnlab explore: {loaded.name} at {url}  (Ctrl-C to stop)", flush=True)

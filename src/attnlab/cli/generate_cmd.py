@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from attnlab.cli import load_checkpoint_lazily, plain_warnings
-from attnlab.cli.options import add_checkpoint, add_fast, add_weights
+from attnlab.cli.options import add_checkpoint, add_fast, add_kv_cache, add_weights
 from attnlab.errors import CheckpointError, ConfigError, DataError, UserError
 
 SEQ2SEQ_BATCH = 32  # sources decoded together from --source-file
@@ -144,6 +144,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_fast(p, also="; with --compile the compiled step is replayed without dynamo's guards")
     add_weights(p, purpose="faster decoding")
+    add_kv_cache(p, purpose="decoding")
     p.set_defaults(func=run)
 
 
@@ -172,6 +173,7 @@ def run(args: argparse.Namespace) -> int:
             seed=args.seed,
             use_cache=not args.no_cache,
             compile=args.compile,
+            cache_dtype=args.kv_cache,
         )
     except ValueError as err:
         raise ConfigError(str(err)) from None
@@ -194,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
                     "not --source/--source-file"
                 )
             _reduce_weights(model, args.weights)
+            _check_cache_dtype(model, args.kv_cache)
             _run_lm(model, tok, args, config)
         elif isinstance(model, Seq2SeqModel):
             if args.source is None and args.source_file is None:
@@ -206,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
                     f"--weights {args.weights} applies to language models; "
                     f"{ckpt.config.kind!r} is a sequence-to-sequence model: drop --weights"
                 )
+            _check_cache_dtype(model, args.kv_cache)
             _run_seq2seq(model, tok, args, config)
         elif ckpt.config.kind == "masked_lm":
             _run_fill_mask(model, tok, args)
@@ -225,6 +229,15 @@ def _reduce_weights(model, mode: str) -> None:
         quantize_weights(model, mode)
     except (ValueError, TypeError) as err:
         raise ConfigError(f"--weights {mode}: {err}") from None
+
+
+def _check_cache_dtype(model, cache_dtype: str | None) -> None:
+    from attnlab.generate.weights import check_cache_dtype
+
+    try:
+        check_cache_dtype(model, cache_dtype)
+    except ValueError as err:
+        raise ConfigError(f"--kv-cache {cache_dtype}: {err}") from None
 
 
 def _run_lm(model, tok, args: argparse.Namespace, config) -> None:

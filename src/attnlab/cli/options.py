@@ -37,6 +37,20 @@ def add_fast(p: Any, *, also: str = "", default: bool | None = False) -> None:
     )
 
 
+def add_kv_cache(p: Any, *, purpose: str) -> None:
+    """``--kv-cache``: the dtype of a Transformer's KV cache (default: the compute dtype)."""
+    from attnlab.nn.cache import CACHE_DTYPES
+
+    p.add_argument(
+        "--kv-cache",
+        choices=tuple(CACHE_DTYPES),
+        default=None,
+        help=f"Transformer models: store the KV cache in this dtype for {purpose}; bf16 halves "
+        "the bytes each token reads from the cache (default: the model's compute dtype; "
+        "docs/generation.md)",
+    )
+
+
 def add_weights(p: Any, *, purpose: str) -> None:
     """``--weights``: the linear layers' weights of a language model in fewer bits."""
     from attnlab.generate.weights import WEIGHT_MODES

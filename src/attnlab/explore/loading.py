@@ -27,10 +27,13 @@ from attnlab.errors import CheckpointError, ConfigError
 class LoadOptions:
     """How to load the model: ``device`` ("cpu", "cuda", ...) and, for language models,
     ``weights`` (``attnlab.generate.WEIGHT_MODES``: "fp32", or "bf16"/"int8"/"int4" linear
-    weights for faster continuations; see docs/generation.md)."""
+    weights for faster continuations; see docs/generation.md); ``kv_cache`` ("fp32", "bf16";
+    None: the compute dtype) is checked against the model here and used by
+    ``Session(cache_dtype=...)`` for continuations."""
 
     device: str = "cpu"
     weights: str = "fp32"
+    kv_cache: str | None = None
 
 
 class Loaded(NamedTuple):
@@ -51,6 +54,13 @@ def load(path: str | os.PathLike, options: LoadOptions | None = None) -> Loaded:
             quantize_weights(loaded.model, options.weights)
         except (ValueError, TypeError) as err:
             raise ConfigError(f"--weights {options.weights}: {err}") from None
+    if options.kv_cache is not None:
+        from attnlab.generate.weights import check_cache_dtype
+
+        try:
+            check_cache_dtype(loaded.model, options.kv_cache)
+        except ValueError as err:
+            raise ConfigError(f"--kv-cache {options.kv_cache}: {err}") from None
     return loaded
 
 

@@ -99,6 +99,7 @@ class Predictions:
         if strategy not in ("greedy", "sample", "beam"):
             raise ExploreError(f"strategy must be greedy, sample or beam, not {strategy!r}")
         kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "seed": seed}
+        kwargs["cache_dtype"] = getattr(self, "cache_dtype", None)
         if strategy == "greedy":
             kwargs["temperature"] = 0.0
         elif strategy == "sample":

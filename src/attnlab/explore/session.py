@@ -57,9 +57,16 @@ class Session(Predictions):
     """One model + tokenizer, explored through JSON-ready answers."""
 
     def __init__(
-        self, model: nn.Module, tokenizer: Any, *, name: str = "model", labels: Any = None
+        self,
+        model: nn.Module,
+        tokenizer: Any,
+        *,
+        name: str = "model",
+        labels: Any = None,
+        cache_dtype: str | None = None,
     ):
         self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
+        self.cache_dtype = cache_dtype  # the KV cache's dtype in continuations (None: compute)
         self.labels = labels  # a classifier's class names (attnlab.data.LabelSet), if known
         self.cfg = getattr(model, "cfg", None)
         self.sites = probes.attention_sites(model)

@@ -237,13 +237,9 @@ def positions_view(
 def _signal(enc: nn.Module, pos: Tensor) -> dict[str, Any]:
     if isinstance(enc, positional.LearnedPositions):
         table = enc.table.weight[pos]  # (T, D)
-        return {
-            "kind": "learned",
-            "equation": "x~_i = x_i + P_i,  P ∈ R^{N×d} (learned)",
-            "note": "000 'Position representations': a learned table P, one row per "
-            "position; N bounds the length.",
-            "values": matrix(table),
-        }
+        return {"kind": "learned", "equation": "x~_i = x_i + P_i,  P ∈ R^{N×d} (learned)",
+                "note": "000 'Position representations': a learned table P, one row per "
+                        "position; N bounds the length.", "values": matrix(table)}  # fmt: skip
     if isinstance(enc, positional.SinusoidalPositions):
         pe = positional.sinusoidal_table(pos, enc.d_model, enc.base)  # (T, D)
         return {

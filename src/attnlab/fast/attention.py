@@ -19,10 +19,13 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import NamedTuple
 
+import torch
 from torch import Tensor
 
 from attnlab.fast.packing import Packing, group_mask, group_positions, grouped_heads, packed_heads
-from attnlab.nn.attention import AttentionOutput
+from attnlab.fast.switches import PATHS
+from attnlab.nn.attention import AttentionOutput, attention_weights, scale_factor
+from attnlab.nn.masks import check_mask
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 from attnlab.nn.positional import default_positions
 
@@ -66,8 +69,42 @@ class _PackedOutput:
         return AttentionOutput(self.out_proj(concat) if self.out_proj is not None else concat, None)
 
 
+def one_query_attention(
+    q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, factor: float, bias: Tensor | None
+) -> Tensor:
+    """Eq. 9 for one query per row (a decode step), written as reductions over the cache:
+
+        s_j = <q, k_j> * factor + bias_j,   a = softmax_j(s),   out = sum_j a_j v_j.
+
+    Under ``torch.compile`` these become a few fused loops in the generated code that read the
+    cache in its own dtype (a bf16 cache is widened inside the loop, never copied to fp32),
+    where the fused kernel is an opaque call that needs the keys in the query's dtype.
+    q (B, H, 1, Dk); k (B, H_kv, S, Dk), v (B, H_kv, S, Dv), H = G H_kv -> (B, H, 1, Dv).
+    """
+    b, h, _, dk = q.shape
+    g, s = h // k.size(1), k.size(2)
+    qg = q.view(b, k.size(1), g, 1, dk)  # (B, H_kv, G, 1, Dk): query head h reads h // G
+    scores = (qg * k[:, :, None].to(q.dtype)).sum(dim=-1).view(b, h, 1, s) * factor  # (B, H, 1, S)
+    if bias is not None:
+        scores = scores + bias  # (B, H, 1, S)
+    weights = attention_weights(scores, mask).reshape(b, k.size(1), g, s, 1)  # (B, H_kv, G, S, 1)
+    out = (weights * v[:, :, None].to(q.dtype)).sum(dim=-2)  # (B, H_kv, G, Dv)
+    return out.view(b, h, 1, v.size(-1))  # (B, H, 1, Dv)
+
+
 class FastSelfAttention(_PackedOutput, SelfAttention):
-    """:class:`~attnlab.nn.multihead.SelfAttention` that also runs on packed row groups."""
+    """:class:`~attnlab.nn.multihead.SelfAttention` that also runs on packed row groups, and
+    whose compiled one-token decode step attends by reductions (:func:`one_query_attention`)."""
+
+    def attend(self, q, k, v, mask, causal, need_weights, bias=None):
+        plain = need_weights or self.activation == "hardmax" or self.inner_points_active()
+        one_query = q.size(-2) == 1 and torch.compiler.is_compiling() and PATHS["one_query"]
+        if plain or not one_query or (self.training and self.dropout > 0):
+            return super().attend(q, k, v, mask, causal, need_weights, bias)
+        if mask is not None:
+            mask = check_mask(mask, q.size(0), q.size(1), 1, k.size(2))  # (B|1, H|1, 1, S)
+        factor = scale_factor(self.scale, q.size(-1))
+        return AttentionOutput(one_query_attention(q, k, v, mask, factor, bias), None)
 
     def forward(
         self, x, mask=None, *, causal=False, positions=None, cache=None, need_weights=False

@@ -110,6 +110,11 @@ class Replay:
                 return None
         return cls(cur, token_at[0], length_at, logits_at[0], layers)
 
+    def fits(self) -> bool:
+        """True while one more position goes in place: no sliding-window layer is about to drop
+        its old keys (that copy is Python code of the cache, which the graph does not replay)."""
+        return all(layer.start_after(1) == layer.start for layer in self.layers)
+
     def __call__(self, ids: Tensor) -> Tensor:
         """ids (R, 1) -> logits (R, 1, V); the cache gains one position."""
         if self.layers[0].length >= self.layers[0].max_len:
@@ -151,8 +156,9 @@ class ReplayingStep(CompiledStep):
         if _hooked(self.modules) or not PATHS["replay"]:
             self.reset()
             return self.traced(ids, *args, cache=cache).logits
-        if self.replay is not None:
+        if self.replay is not None and self.replay.fits():
             return self.replay(ids)
+        self.replay = None  # a windowed cache trims itself: through dynamo, then record again
         before = cache.length
         with _CAPTURE.recording() as calls:
             out = self.traced(ids, *args, cache=cache)

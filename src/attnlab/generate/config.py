@@ -46,6 +46,7 @@ class GenerationConfig:
     do_sample: bool | None = None  # None: sample iff temperature > 0 and num_beams == 1
     use_cache: bool = True  # --no-cache: recompute the whole context each step (reference)
     compile: bool = False  # --compile: the one-token decode step under torch.compile
+    cache_dtype: str | None = None  # --kv-cache: "fp32" or "bf16"; None = the compute dtype
     bos_token_id: int | None = None  # default: the tokenizer's BOS
     pad_token_id: int | None = None  # default: the tokenizer's pad, else 0
 
@@ -89,6 +90,19 @@ class GenerationConfig:
                 "compile (--compile) speeds up the cached one-token decode step; it does nothing "
                 "with use_cache=False (--no-cache), so choose one"
             )
+        if self.cache_dtype is not None:
+            from attnlab.nn.cache import CACHE_DTYPES
+
+            if self.cache_dtype not in CACHE_DTYPES:
+                raise ValueError(
+                    f"cache_dtype (--kv-cache) {self.cache_dtype!r} is not supported; choose "
+                    f"from {', '.join(CACHE_DTYPES)} (unset: the model's compute dtype)"
+                )
+            if not self.use_cache:
+                raise ValueError(
+                    "cache_dtype (--kv-cache) sets the KV cache's dtype, and use_cache=False "
+                    "(--no-cache) has no cache; choose one"
+                )
         if self.seed is not None and not _is_int(self.seed):
             raise ValueError(f"seed (--seed) must be an int, got {self.seed!r}")
         for name in ("bos_token_id", "pad_token_id"):

@@ -67,5 +67,6 @@ def prepare_lm(
         use_cache=config.use_cache,
         compile=config.compile,
         pad_id=specials.pad,
+        cache_dtype=config.cache_dtype,
     )
     return Prepared(stepper, batch, specials, config, model.vocab_size)

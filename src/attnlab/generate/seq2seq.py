@@ -78,5 +78,6 @@ def prepare_seq2seq(
         use_cache=config.use_cache,
         compile=config.compile,
         pad_id=specials.pad,
+        cache_dtype=config.cache_dtype,
     )
     return Prepared(stepper, batch, specials, config, model.tgt_vocab_size)

@@ -68,8 +68,9 @@ class LMStepper:
         use_cache: bool = True,
         compile: bool = False,
         pad_id: int = 0,
+        cache_dtype: str | None = None,
     ):
-        self.model, self.use_cache = model, use_cache
+        self.model, self.use_cache, self.cache_dtype = model, use_cache, cache_dtype
         self.compiled = make_compiled_step(model, "forward") if compile else None
         self.window: int | None = getattr(model, "max_len", None)
         rows, p = ids.shape
@@ -156,7 +157,7 @@ class LMStepper:
             mask = cols[None, :] >= (width - self.ctx)[:, None]  # (R, W), True = in context
             positions = position_ids(mask)  # (R, W)
             self.next_pos = positions[:, -1] + 1  # (R,)
-        self.cache = self.model.new_cache(self.rows, self.cache_len)
+        self.cache = new_cache(self.model, self.rows, self.cache_len, dtype=self.cache_dtype)
         out = self.model(ids, key_padding_mask=mask, positions=positions, cache=self.cache)
         return out.logits[:, -1]  # (R, V)
 
@@ -185,8 +186,9 @@ class Seq2SeqStepper:
         use_cache: bool = True,
         compile: bool = False,
         pad_id: int = 0,
+        cache_dtype: str | None = None,
     ):
-        self.model, self.use_cache = model, use_cache
+        self.model, self.use_cache, self.cache_dtype = model, use_cache, cache_dtype
         self.compiled = make_compiled_step(model, "decode") if compile else None
         device = _device(model)
         self.src, self.src_mask = src.to(device), src_mask.to(device)  # (R, S)
@@ -208,7 +210,7 @@ class Seq2SeqStepper:
     def start(self) -> Tensor:
         self.encoded = self.model.encode(self.src, self.src_mask)  # h^(x), once per source
         if self.use_cache:
-            self.cache = self.model.new_cache(self.encoded, self.cache_len)
+            self.cache = new_cache(self.model, self.encoded, self.cache_len, dtype=self.cache_dtype)
         return self._decode(self.ids[:, :1])
 
     def advance(self, next_ids: Tensor) -> Tensor:
@@ -232,6 +234,14 @@ class Seq2SeqStepper:
     def _decode(self, tgt_in: Tensor) -> Tensor:
         out = self.model.decode(tgt_in, self.encoded, cache=self.cache)
         return out.logits[:, -1]  # (R, V)
+
+
+def new_cache(model: torch.nn.Module, *args: Any, dtype: str | None) -> Any:
+    """``model.new_cache(*args)``, in the KV cache dtype ``dtype`` when one is asked for (so a
+    model written before cache dtypes existed still decodes with its default)."""
+    if dtype is None:
+        return model.new_cache(*args)
+    return model.new_cache(*args, dtype=dtype)
 
 
 _COMPILED: dict[tuple[type, str, Any], Callable[..., Any]] = {}

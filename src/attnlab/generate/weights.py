@@ -38,6 +38,8 @@ import torch
 from torch import nn
 
 from attnlab.models.base import LanguageModel
+from attnlab.nn.cache import resolve_cache_dtype
+from attnlab.nn.multihead import SelfAttention
 from attnlab.nn.quantized import (
     BF16Linear,
     Int4Linear,
@@ -45,6 +47,7 @@ from attnlab.nn.quantized import (
     WeightOnlyLinear,
     int4_group_size,
 )
+from attnlab.nn.recurrent import refuse_cache_dtype
 
 WEIGHT_MODES = ("fp32", "bf16", "int8", "int4")
 _LAYERS = {"bf16": BF16Linear, "int8": Int8Linear, "int4": Int4Linear}
@@ -109,6 +112,17 @@ def quantize_weights(model: nn.Module, mode: str) -> nn.Module:
         parent, _, attr = name.rpartition(".")
         setattr(model.get_submodule(parent), attr, layer(linear))
     return model
+
+
+def check_cache_dtype(model: nn.Module, cache_dtype: str | None) -> None:
+    """A clear error up front when ``cache_dtype`` ("fp32", "bf16"; None: the compute dtype)
+    is unknown or the model has no KV cache to store in it (recurrent models)."""
+    if cache_dtype is None:
+        return
+    resolve_cache_dtype(cache_dtype)
+    if not any(isinstance(m, SelfAttention) for m in model.modules()):
+        kind = getattr(getattr(model, "cfg", None), "kind", None) or type(model).__name__
+        refuse_cache_dtype(kind, cache_dtype)
 
 
 def weights_mode(model: nn.Module) -> str:

@@ -48,7 +48,10 @@ def render_index(reports: list[dict], pending: list[tuple[str, str, str]] = ()) 
         "training distribution (e.g. >= 0.99 per-token accuracy on the training lengths) and "
         "measures it on every seed; an arm the verdict compares that misses it makes the verdict "
         "**inconclusive**, and the report says which arm missed and by how much. Reference arms "
-        "(shown, not compared) are marked as such.",
+        "(shown, not compared) are marked as such. An arm whose failure is the claim (one head "
+        "on a task that needs two) is held to having learned its training setup -- its training "
+        "converged (doubling the steps barely lowers its loss) -- never to the outcome the claim "
+        "predicts for it.",
         "- **Seeds and spread.** Full-size numbers come from at least 3 seeds (timing "
         "experiments: 3 measurement rounds), reported as mean (min-max); figures carry bands or "
         "error bars, and a difference inside the spread is called so. Fewer than 3 seeds: "

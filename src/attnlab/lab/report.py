@@ -15,6 +15,12 @@ a :class:`Competence` criterion (e.g. ">= 0.99 per-token accuracy on the trainin
 measures it on every seed. A report whose arm misses its criterion must carry the verdict
 "inconclusive" (:func:`gate` builds it; :class:`Report` refuses anything else), and says which
 arm missed and by how much instead of drawing a verdict.
+
+A criterion measures whether the arm learned its *training setup*, never the outcome the claim
+predicts for it. Where an arm's failure is the finding (one attention head on a task that needs
+two), its criterion is convergence -- e.g. the training loss falls by at most a stated amount
+when the steps double -- so a failure at the plateau counts, and a failure that more training
+would remove makes the verdict inconclusive.
 """
 
 from __future__ import annotations

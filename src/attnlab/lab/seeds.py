@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from typing import Any
 
 import torch
@@ -41,20 +41,29 @@ def run_jobs(
     a module-level function; jobs are picklable tuples). Every job runs on one torch thread
     (small models: a second thread costs more than it gives). With ``cost(job)``, the costliest
     jobs start first, so a long one does not start last and run alone. The environment variable
-    ``ATTNLAB_LAB_WORKERS`` caps ``workers`` (e.g. 1 when two experiments run side by side)."""
+    ``ATTNLAB_LAB_WORKERS`` caps ``workers`` (e.g. 1 when two experiments run side by side).
+    A job goes to the pool only when a worker is free: an interrupt (Ctrl-C reaches the workers
+    too) or a failed job ends the run after the running jobs, with no queued job starting."""
     cap = os.environ.get("ATTNLAB_LAB_WORKERS")
     if cap:
         workers = min(workers, max(1, int(cap)))
     if workers <= 1 or len(jobs) <= 1:
         torch.set_num_threads(1)
         return {job: fn(job) for job in jobs}
-    order = sorted(jobs, key=lambda job: -cost(job)) if cost is not None else jobs
+    pending = list(sorted(jobs, key=lambda job: -cost(job)) if cost is not None else jobs)
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with torch threads
+    results, running = {}, {}
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=ctx, initializer=torch.set_num_threads, initargs=(1,)
     ) as pool:
-        futures = {job: pool.submit(fn, job) for job in order}
-        return {job: futures[job].result() for job in jobs}
+        while pending or running:  # a job is handed over only when a worker is free, so an
+            while pending and len(running) < workers:  # interrupt leaves none queued
+                job = pending.pop(0)
+                running[pool.submit(fn, job)] = job
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                results[running.pop(future)] = future.result()  # a failed job stops the run
+    return {job: results[job] for job in jobs}
 
 
 def run_arms(

@@ -65,7 +65,9 @@ class LanguageModel(nn.Module):
         """ids (B, T) -> logits (B, T, V). ``positions`` (B, T) override 0..T-1 (left padding)."""
         raise NotImplementedError
 
-    def new_cache(self, batch_size: int, max_len: int) -> DecodeCache:
+    def new_cache(self, batch_size: int, max_len: int, dtype: str | None = None) -> DecodeCache:
+        """Decoding state for ``batch_size`` rows; ``dtype`` ("fp32", "bf16") is the KV cache's,
+        None the model's compute dtype (models without a KV cache accept only None)."""
         raise NotImplementedError
 
 
@@ -96,7 +98,7 @@ class Seq2SeqModel(nn.Module):
         """
         raise NotImplementedError
 
-    def new_cache(self, encoded: Encoded, max_len: int) -> DecodeCache:
+    def new_cache(self, encoded: Encoded, max_len: int, dtype: str | None = None) -> DecodeCache:
         raise NotImplementedError
 
     def forward(

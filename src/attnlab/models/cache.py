@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from attnlab.config import ModelConfig
-from attnlab.nn.cache import KVCache
+from attnlab.nn.cache import KVCache, resolve_cache_dtype
 
 
 class TransformerCache:
@@ -29,10 +29,19 @@ class TransformerCache:
 
     @classmethod
     def empty(
-        cls, cfg: ModelConfig, n_layers: int, batch_size: int, max_len: int, like: Tensor
+        cls,
+        cfg: ModelConfig,
+        n_layers: int,
+        batch_size: int,
+        max_len: int,
+        like: Tensor,
+        dtype: str | torch.dtype | None = None,
     ) -> TransformerCache:
-        """A fresh cache of ``n_layers`` KV buffers for ``max_len`` positions, in ``like``'s dtype
-        and device (the model's parameters)."""
+        """A fresh cache of ``n_layers`` KV buffers for ``max_len`` positions on ``like``'s device,
+        in ``dtype`` ("fp32", "bf16", ``attnlab.nn.cache.CACHE_DTYPES``) or, by default, in
+        ``like``'s dtype: the model's compute dtype (its parameters', or the compute dtype of
+        reduced-precision layers)."""
+        dtype = resolve_cache_dtype(dtype) or like.dtype
         layers = [
             KVCache(
                 batch_size,
@@ -40,7 +49,7 @@ class TransformerCache:
                 max_len,
                 cfg.head_dim,
                 cfg.value_dim,
-                dtype=like.dtype,
+                dtype=dtype,
                 device=like.device,
                 window=cfg.attn_window,  # sliding-window attention: trimmed to the window
             )

@@ -86,8 +86,12 @@ class DecoderLM(LanguageModel):
         logits = self.lm_head(self.hook_final(self.final_norm(x)))  # (B, T, V)
         return ModelOutput(logits, tuple(weights) if need_weights else None)
 
-    def new_cache(self, batch_size: int, max_len: int | None = None) -> TransformerCache:
+    def new_cache(
+        self, batch_size: int, max_len: int | None = None, dtype: str | None = None
+    ) -> TransformerCache:
+        """Empty KV buffers for ``max_len`` positions (default: the context window), in ``dtype``
+        ("fp32", "bf16") or the model's compute dtype."""
         max_len = max_len or self.max_len
         return TransformerCache.empty(
-            self.cfg, len(self.blocks), batch_size, max_len, self.lm_head.weight
+            self.cfg, len(self.blocks), batch_size, max_len, self.lm_head.weight, dtype
         )

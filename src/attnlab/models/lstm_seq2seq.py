@@ -70,6 +70,7 @@ from attnlab.nn.recurrent import (
     attention_step,
     lstm_right_padded,
     make_score,
+    refuse_cache_dtype,
 )
 
 State = tuple[Tensor, Tensor]  # (h, c), each (L, B, D)
@@ -298,9 +299,13 @@ class LSTMSeq2Seq(Seq2SeqModel):
         weights = torch.stack(alphas, dim=1) if alphas else None  # (B, T, S)
         return torch.stack(outs, dim=1), (h, c), weights  # (B, T, D)
 
-    def new_cache(self, encoded: Encoded, max_len: int | None = None) -> RecurrentCache:
+    def new_cache(
+        self, encoded: Encoded, max_len: int | None = None, dtype: str | None = None
+    ) -> RecurrentCache:
         """Decoding state for ``encoded``: (h^d_0, c^d_0) and the per-source tensors (mask,
-        features, projected keys), reordered together by ``reorder``. ``max_len`` is unused."""
+        features, projected keys), reordered together by ``reorder``. ``max_len`` is unused;
+        ``dtype`` must be None (no KV cache)."""
+        refuse_cache_dtype("lstm_seq2seq", dtype)
         source, state = self._prepare_source(encoded)
         return RecurrentCache(state, source)
 

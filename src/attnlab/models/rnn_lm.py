@@ -38,7 +38,7 @@ from attnlab.config import ModelConfig
 from attnlab.models.base import LanguageModel, ModelOutput, check_ids, check_padding_mask
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.hooks import HookPoint
-from attnlab.nn.recurrent import RecurrentCache, SimpleRNN
+from attnlab.nn.recurrent import RecurrentCache, SimpleRNN, refuse_cache_dtype
 
 
 class RNNLM(LanguageModel):
@@ -88,8 +88,12 @@ class RNNLM(LanguageModel):
         logits = self.lm_head(self.drop(out))  # (B, T, V)
         return ModelOutput(logits, None)
 
-    def new_cache(self, batch_size: int, max_len: int | None = None) -> RecurrentCache:
-        """Zero initial state h_0 for ``batch_size`` rows; ``max_len`` is accepted and unused."""
+    def new_cache(
+        self, batch_size: int, max_len: int | None = None, dtype: str | None = None
+    ) -> RecurrentCache:
+        """Zero initial state h_0 for ``batch_size`` rows; ``max_len`` is accepted and unused,
+        ``dtype`` must be None (no KV cache)."""
+        refuse_cache_dtype("rnn_lm", dtype)
         param = self.lm_head.weight
         h0 = torch.zeros(
             self.cfg.n_layers, batch_size, self.cfg.d_model, dtype=param.dtype, device=param.device

@@ -115,9 +115,14 @@ class TransformerEncoderDecoder(Seq2SeqModel):
                 f"target length {offset + tgt_in.size(1)} exceeds max_len={self.max_len}"
             )
 
-    def new_cache(self, encoded: Encoded, max_len: int | None = None) -> TransformerCache:
+    def new_cache(
+        self, encoded: Encoded, max_len: int | None = None, dtype: str | None = None
+    ) -> TransformerCache:
+        """The decoder's self-attention KV buffers in ``dtype`` ("fp32", "bf16") or the compute
+        dtype; the cross-attention keys/values of the source stay in the compute dtype."""
         max_len = max_len or self.max_len
         b = encoded.memory.size(0)
-        cache = TransformerCache.empty(self.cfg, len(self.blocks), b, max_len, self.lm_head.weight)
+        weight = self.lm_head.weight
+        cache = TransformerCache.empty(self.cfg, len(self.blocks), b, max_len, weight, dtype)
         cache.src_mask = encoded.src_mask
         return cache

@@ -152,11 +152,13 @@ def fused_attention(q, k, v, mask, causal, factor, dropout_p, bias=None) -> Tens
     """
     t, s = q.size(-2), k.size(-2)
     if k.size(1) != q.size(1):  # grouped key/value heads: the kernel shares them (no copy)
-        return _fused_grouped(q, k, v, attention_mask(mask, causal, t, s, q.device), factor,
-                              dropout_p, bias)  # fmt: skip
+        return _fused_grouped(
+            q, k, v, attention_mask(mask, causal, t, s, q.device), factor, dropout_p, bias
+        )
     if bias is not None:
-        return _fused_with_bias(q, k, v, attention_mask(mask, causal, t, s, q.device), factor,
-                                dropout_p, bias)  # fmt: skip
+        return _fused_with_bias(
+            q, k, v, attention_mask(mask, causal, t, s, q.device), factor, dropout_p, bias
+        )
     if causal and (mask is not None or t != s):  # the kernel's is_causal is top-left aligned
         mask, causal = attention_mask(mask, causal, t, s, q.device), False
     if mask is None:

@@ -9,12 +9,32 @@ With sliding-window attention (window W) no query ever looks further back than W
 the cache is trimmed to the window: it holds at most 2W positions, and when full it keeps only the
 last W - 1 (one copy every W + 1 tokens instead of a copy per token). ``start`` is then the
 absolute position of the first key held; ``length`` always counts every token consumed.
+
+The buffers have their own dtype (:data:`CACHE_DTYPES`): by default the model's compute dtype,
+or bf16 to halve the bytes a decode step reads per cached position (``GenerationConfig
+(cache_dtype="bf16")``). New keys/values are rounded to it when written; attention reads them
+back in that dtype (``attnlab.nn.multihead.MultiHeadBase.attend`` widens them to the query's).
 """
 
 from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+CACHE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def resolve_cache_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
+    """A cache dtype by name ("fp32", "bf16"), a torch dtype among those, or None (the model's
+    compute dtype); anything else is refused with the supported names."""
+    if name is None or name in CACHE_DTYPES.values():
+        return name
+    if isinstance(name, str) and name in CACHE_DTYPES:
+        return CACHE_DTYPES[name]
+    raise ValueError(
+        f"unsupported KV cache dtype {name!r}; choose from {', '.join(CACHE_DTYPES)} "
+        "(or leave it unset for the model's compute dtype)"
+    )
 
 
 class KVCache:

@@ -121,7 +121,15 @@ class MultiHeadBase(nn.Module):
 
         Written out (each value at its hook point) when the weights are wanted, for hard
         attention, or while an inner point is hooked; else the fused kernel.
+
+        Keys and values read from a KV cache in another dtype (a bf16 cache under fp32
+        queries, ``attnlab.nn.cache``) are widened to the query's dtype first: every product
+        then runs in the compute dtype (on the 2-core AVX-512 host, widening then the fp32 kernel
+        took 0.34 ms per layer of the medium LM at 544 cached positions, the bf16 kernel 1.24 ms;
+        benchmarks/ANALYSIS.md, "Reduced-precision decode").
         """
+        if k.dtype != q.dtype:  # a cache stored in a smaller dtype
+            k, v = k.to(q.dtype), v.to(q.dtype)  # (B, H_kv, S, Dk|Dv)
         p = self.dropout if self.training else 0.0
         if not (need_weights or self.activation == "hardmax" or self.inner_points_active()):
             opts = dict(causal=causal, scale=self.scale, dropout_p=p, bias=bias)

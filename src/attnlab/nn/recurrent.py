@@ -311,6 +311,15 @@ def attention_step(
 # ------------------------------------------------------------------------------ decoding state
 
 
+def refuse_cache_dtype(model: str, dtype: object) -> None:
+    """Recurrent models keep a hidden state, not keys and values: a KV cache dtype is refused."""
+    if dtype is not None:
+        raise ValueError(
+            f"{model} keeps a hidden state, not a KV cache, so a cache dtype ({dtype!r}, "
+            "--kv-cache) does not apply; leave it unset (Transformer models take fp32 or bf16)"
+        )
+
+
 class RecurrentCache:
     """Mutable decoding state of a recurrent model; the model updates it in place.
 

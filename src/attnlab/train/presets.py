@@ -23,20 +23,9 @@ from attnlab.errors import ConfigError
 _SMALL_SEQ2SEQ = dict(
     kind="encoder_decoder", d_model=64, n_heads=4, n_layers=2, d_ff=256, max_len=64, dropout=0.0
 )
-_FAST_TRAIN = dict(
-    batch_size=128,
-    lr=3e-3,
-    min_lr=1e-4,
-    warmup_steps=100,
-    weight_decay=0.01,
-    betas=[0.9, 0.98],
-    grad_clip=1.0,
-    n_train=20000,
-    n_val=1000,
-    eval_batches=8,
-    log_every=20,
-    threads=1,
-)
+_FAST_TRAIN = dict(batch_size=128, lr=3e-3, min_lr=1e-4, warmup_steps=100, weight_decay=0.01,
+                   betas=[0.9, 0.98], grad_clip=1.0, n_train=20000, n_val=1000, eval_batches=8,
+                   log_every=20, threads=1)  # fmt: skip
 
 RUN_PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     "dates": {
