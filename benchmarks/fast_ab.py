@@ -166,7 +166,7 @@ def generation_contenders(new_tokens: int) -> dict[str, Work]:
         return work
 
     works = {"plain": work_for("plain", plain), "fast": with_paths(work_for("fast", fast), ())}
-    for path in ("replay",):
+    for path in ("replay", "one_query"):
         works[f"fast - {path}"] = with_paths(work_for(f"fast - {path}", fast), (path,))
     works["plain - dict_tags"] = without_dict_tags(work_for("plain - dict_tags", plain))
     return works
