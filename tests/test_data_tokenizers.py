@@ -132,6 +132,13 @@ def test_byte_level_bpe_round_trips_any_text(bpe_byte, text):
     assert bpe_byte.decode(bpe_byte.encode(text)) == text
 
 
+def test_bpe_spells_out_special_token_strings_in_text(bpe_byte):
+    # Found by the property test above: "<eos>" in user text once encoded as the eos id.
+    ids = bpe_byte.encode("a <eos> b", add_eos=True)
+    assert ids.count(bpe_byte.eos_id) == 1 and ids[-1] == bpe_byte.eos_id
+    assert bpe_byte.decode(ids) == "a <eos> b"
+
+
 def test_metaspace_bpe_maps_unseen_characters_to_unk(bpe_meta):
     assert bpe_meta.unk_id == 3
     assert bpe_meta.unk_id in bpe_meta.encode("the 🦜")

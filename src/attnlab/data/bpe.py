@@ -10,8 +10,8 @@ The specials come first in the vocabulary (ids 0, 1, 2 = <pad>, <bos>, <eos>), a
 attnlab tokenizer. ``to_dict`` embeds the library's own JSON under ``"hf"`` so the file reloads
 with :func:`attnlab.data.load_tokenizer`.
 
-Deviation from plain BPE: special-token strings that occur literally in the text (e.g. "<eos>")
-are matched as the special token by the library, whereas the char/byte tokenizers spell them out.
+Special-token strings that occur literally in the text (e.g. "<eos>") are spelled out as
+ordinary text, as the char/byte tokenizers do, so a user's text never injects a control token.
 """
 
 from __future__ import annotations
@@ -57,6 +57,9 @@ class BPETokenizer(Tokenizer):
                     f"{hf.token_to_id(tok)}; train with BPETokenizer.train so specials come first"
                 )
         self.hf = hf
+        # A literal "<eos>" in user text is text, not the special token: encode
+        # special-token strings as ordinary bytes so decode(encode(s)) == s.
+        self.hf.encode_special_tokens = True
         self.byte_level = isinstance(hf.pre_tokenizer, pre_tokenizers.ByteLevel)
         self._bytes = _byte_decoder() if self.byte_level else {}
 
