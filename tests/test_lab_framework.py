@@ -34,8 +34,10 @@ def _report(quick: bool = True, **kw) -> Report:
 
 @pytest.fixture
 def dummy_experiment():
-    @experiment("dummy-test", claim="a claim", notes="000")
+    @experiment("dummy-test", notes="000")
     def run(quick, out_dir, seed):
+        """a claim
+        over two lines."""
         fig = bar_chart({"x": 1.0, "y": 2.0}, ylabel="v", title="t", reference=0.5)
         report = _report(quick)
         report.figures.append(save_chart(fig, out_dir, "bars.png", "two bars"))
@@ -87,6 +89,12 @@ def test_unknown_experiment_names_the_choices(dummy_experiment):
         ValueError, match="unknown experiment 'dummy-tst'.*Did you mean 'dummy-test'"
     ):
         get_experiment("dummy-tst")
+
+
+def test_the_claim_is_the_run_docstring_in_one_line(dummy_experiment):
+    assert get_experiment("dummy-test").claim == "a claim over two lines."
+    with pytest.raises(ValueError, match="docstring stating the claim"):
+        experiment("dummy-nodoc", notes="000")(lambda quick, out_dir, seed: None)
 
 
 def test_cli_list_and_errors(capsys, tmp_path, dummy_experiment):

@@ -77,13 +77,10 @@ def _one_seed(seed: int, quick: bool, fit_cfg: FitConfig) -> dict:
     return out
 
 
-@experiment(
-    "attention",
-    claim="Hard (argmax) attention is a retrieval of one value: it suffices for key-value lookup "
-    "but not for a task that needs an average of many values, where soft attention succeeds.",
-    notes="004 Sec. 1.2 (soft vs hard attention), eq. 9",
-)
+@experiment("attention", notes="004 Sec. 1.2 (soft vs hard attention), eq. 9")
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """Hard (argmax) attention is a retrieval of one value: it suffices for key-value lookup
+    but not for a task that needs an average of many values, where soft attention succeeds."""
     seeds = start_seeds(seed, quick)
     fit_cfg = FitConfig(steps=20 if quick else 1000, batch_size=64, lr=3e-3, warmup_steps=50)
     runs = [_one_seed(s, quick, fit_cfg) for s in seeds]

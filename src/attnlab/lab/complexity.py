@@ -87,14 +87,11 @@ def crossover(ns: list[int], a: list[float], b: list[float]) -> float:
     return math.inf
 
 
-@experiment(
-    "complexity",
-    claim="Per layer, self-attention costs O(n^2 d) with O(1) sequential steps and a recurrent "
-    "layer O(n d^2) with O(n) sequential steps, so self-attention is cheaper when n < d.",
-    notes="004 'Complexity figures'; Vaswani et al. 2017 Table 1",
-)
+@experiment("complexity", notes="004 'Complexity figures'; Vaswani et al. 2017 Table 1")
 @torch.no_grad()
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """Per layer, self-attention costs O(n^2 d) with O(1) sequential steps and a recurrent
+    layer O(n d^2) with O(n) sequential steps, so self-attention is cheaper when n < d."""
     rounds = start_seeds(seed, quick)  # each round re-measures everything
     widths = (32,) if quick else (64, 256)
     ns = [8, 16, 32, 64] if quick else [16, 32, 64, 128, 256, 512, 1024, 2048]

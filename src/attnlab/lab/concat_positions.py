@@ -153,14 +153,10 @@ def train_job(job: tuple) -> dict:
             "loss": result.final_loss(), "scales": scales}  # fmt: skip
 
 
-@experiment(
-    "concat_positions",
-    claim="Concatenating sinusoids to the input and mapping [x; PE] with learned weights lets "
-    "the network build a flexible position function (a Fourier series), compared with adding "
-    "them.",
-    notes="004 eq. 15-16 (the author's hypothesis)",
-)
+@experiment("concat_positions", notes="004 eq. 15-16 (the author's hypothesis)")
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """Concatenating sinusoids to the input and mapping [x; PE] with learned weights lets the
+    network build a flexible position function (a Fourier series), compared with adding them."""
     seeds = start_seeds(seed, quick)
     per = run_arms(train_job, [(a, t) for a in ARMS for t in TASKS], seeds, quick)
     final = {k: [r["final"] for r in v] for k, v in per.items()}

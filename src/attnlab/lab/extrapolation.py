@@ -204,14 +204,11 @@ def fit_config(quick: bool, lr: float) -> FitConfig:
 LRS = (1e-3, 3e-3)  # swept per arm on the first seed, chosen on validation accuracy
 
 
-@experiment(
-    "extrapolation",
-    claim="Learned position vectors exist only for indices seen in training, so a model with "
-    "them fails on longer inputs; a pre-defined function (sinusoids) is defined everywhere "
-    "and might be preferred; rotary (relative) positions are expected to degrade least.",
-    notes="004 'Position representations'",
-)
+@experiment("extrapolation", notes="004 'Position representations'")
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """Learned position vectors exist only for indices seen in training, so a model with them
+    fails on longer inputs; a pre-defined function (sinusoids) is defined everywhere and might
+    be preferred; rotary (relative) positions are expected to degrade least."""
     seeds = start_seeds(seed, quick)
     arms = ARMS + (REFERENCE_ARMS[:1] if quick else REFERENCE_ARMS)
     lrs = (3e-3,) if quick else LRS

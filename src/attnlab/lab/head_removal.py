@@ -89,13 +89,10 @@ def removable(curve: list[float], tol: float) -> int:
     return (over[0] if over else len(curve)) - 1
 
 
-@experiment(
-    "head_removal",
-    claim="Most heads of a trained multi-head Transformer can be removed at test time with "
-    "little loss; a few heads matter a lot.",
-    notes="000/001 'Multi-head attention'; Michel et al. 2019",
-)
+@experiment("head_removal", notes="000/001 'Multi-head attention'; Michel et al. 2019")
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """Most heads of a trained multi-head Transformer can be removed at test time with little
+    loss; a few heads matter a lot."""
     seeds = start_seeds(seed, quick)
     train, val, chars, source = text_windows(quick, 32 if quick else 64)
     _, bi = unigram_bigram(train, val, len(chars))

@@ -260,12 +260,12 @@ def plateau_drops(ladder: dict, budget: int) -> list[float]:
 
 @experiment(
     "heads",
-    claim="Multi-head attention costs the same FLOPs and about the same time as single-head "
-    "attention at equal d_model, and one layer of it does what one head cannot: serve several "
-    "relations at once (here: name the token 1 back and the token 2 back at every position).",
     notes="000 'Multi-head Self-Attention'; 001 'Multi-head Attention'; 004 eq. 13",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """Multi-head attention costs the same FLOPs and about the same time as single-head
+    attention at equal d_model, and one layer of it does what one head cannot: serve several
+    relations at once (here: name the token 1 back and the token 2 back at every position)."""
     torch.set_num_threads(1)
     batch, t, d = (4, 32, 64) if quick else (8, 128, 128)
     repeats = 3 if quick else 30

@@ -233,12 +233,12 @@ def _cell(value: float | None) -> float | str:
 
 @experiment(
     "induction",
-    claim="A 2-layer attention-only model trained on repeated random segments develops "
-    "induction heads (attending to the token after the previous occurrence); the loss drops on "
-    "the repeat, and ablating those heads removes the effect.",
     notes="000 'The key-query-value self-attention mechanism'; Olsson et al. 2022",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """A 2-layer attention-only model trained on repeated random segments develops induction
+    heads (attending to the token after the previous occurrence); the loss drops on the repeat,
+    and ablating those heads removes the effect."""
     seeds = start_seeds(seed, quick)
     res = run_jobs(train_job, [(s, quick) for s in seeds], 1 if quick else 2)
     runs = [res[(s, quick)] for s in seeds]

@@ -232,12 +232,12 @@ def job_cost(job: tuple[str, int, str, bool, int]) -> float:
 
 @experiment(
     "long_range",
-    claim="A plain LSTM encoder-decoder must squeeze the whole input into one vector, so its "
-    "accuracy falls as inputs grow; with attention (Bahdanau, Transformer) each output reads "
-    "the source directly and long inputs stay solvable.",
     notes="004 eq. 1-8 (seq2seq, attention); 000 'Transformer Encoder-Decoder'",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """A plain LSTM encoder-decoder must squeeze the whole input into one vector, so its
+    accuracy falls as inputs grow; with attention (Bahdanau, Transformer) each output reads the
+    source directly and long inputs stay solvable."""
     torch.set_num_threads(1)
     lengths = (4, 8) if quick else (8, 16, 32, 48)
     n_train, n_test = sizes(quick)

@@ -191,14 +191,11 @@ def _one_seed(seed: int, length: int, n_train: int, fit_cfg: FitConfig) -> dict:
     return out
 
 
-@experiment(
-    "nonlinearity",
-    claim="Stacked self-attention without the feed-forward net is one linear map of the values "
-    "(alpha* = A2 A1, V* = V2 V1), so it cannot learn what needs an elementwise nonlinearity; "
-    "the FFN adds it.",
-    notes="000 'Elementwise nonlinearity' (errata E3)",
-)
+@experiment("nonlinearity", notes="000 'Elementwise nonlinearity' (errata E3)")
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """Stacked self-attention without the feed-forward net is one linear map of the values
+    (alpha* = A2 A1, V* = V2 V1), so it cannot learn what needs an elementwise nonlinearity;
+    the FFN adds it."""
     torch.set_num_threads(1)
     collapse_rows = []
     for n_layers, relu in ((2, False), (4, False), (2, True)):

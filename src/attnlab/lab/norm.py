@@ -126,13 +126,10 @@ def train_steps(quick: bool) -> int:
     return 30 if quick else 400
 
 
-@experiment(
-    "norm",
-    claim="Pre-norm (h = f(LN(h)) + h) has much better gradients at initialisation than "
-    "post-norm (h = LN(f(h) + h)), so it trains faster and without a learning-rate warm-up.",
-    notes="000 'Add & Norm'; Xiong et al. 2020",
-)
+@experiment("norm", notes="000 'Add & Norm'; Xiong et al. 2020")
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """Pre-norm (h = f(LN(h)) + h) has much better gradients at initialisation than post-norm
+    (h = LN(f(h) + h)), so it trains faster and without a learning-rate warm-up."""
     seeds = start_seeds(seed, quick)
     context, n_layers = (32 if quick else 64), depth(quick)
     data, vocab, source = char_data(quick, 0, context)

@@ -131,14 +131,11 @@ def _one_seed(seed: int, n_train: int, n_pairs: int, fit_cfg: FitConfig) -> dict
     return {"acc": accs, "rows": rows, "maps": maps}
 
 
-@experiment(
-    "order",
-    claim="Without position information self-attention sees a set: 'the oven cooked the bread' "
-    "and 'the bread cooked the oven' get identical outputs up to the permutation, so the model "
-    "cannot tell them apart; learned, sinusoidal, concatenated or rotary positions fix it.",
-    notes="000 'Position representations'; 001 'Properties'; 004 eq. 14",
-)
+@experiment("order", notes="000 'Position representations'; 001 'Properties'; 004 eq. 14")
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """Without position information self-attention sees a set: 'the oven cooked the bread' and
+    'the bread cooked the oven' get identical outputs up to the permutation, so the model
+    cannot tell them apart; learned, sinusoidal, concatenated or rotary positions fix it."""
     seeds = start_seeds(seed, quick)
     n_train, n_pairs = (1000, 100) if quick else (6000, 1000)
     fit_cfg = FitConfig(steps=30 if quick else 800, batch_size=64, lr=3e-3, warmup_steps=20)

@@ -99,12 +99,12 @@ def n_params(name: str) -> int:
 
 @experiment(
     "parallelism",
-    claim="An RNN's serial dependency makes its training step time grow linearly with the "
-    "sequence length and gain little from parallel hardware, while a Transformer processes "
-    "all positions at once.",
     notes="000 'Parallelization issues with dependence on the sequence index'",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """An RNN's serial dependency makes its training step time grow linearly with the sequence
+    length and gain little from parallel hardware, while a Transformer processes all positions
+    at once."""
     lengths = (8, 16, 32) if quick else (32, 64, 128, 256, 512)
     batches = (1, 2) if quick else (1, 16)
     threads = (1, 2)

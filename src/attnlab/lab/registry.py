@@ -3,18 +3,22 @@
 An experiment is one module in ``attnlab/lab/`` that registers its run function with the
 :func:`experiment` decorator::
 
-    @experiment("order", claim="without positions ... cannot tell ...", notes="000; 004 eq. 14")
-    def run(quick: bool, out_dir: Path, seed: int) -> Report: ...
+    @experiment("order", notes="000; 004 eq. 14")
+    def run(quick: bool, out_dir: Path, seed: int) -> Report:
+        "Without positions, self-attention cannot tell ... (the claim, as the docstring)"
 
 ``run`` trains what it needs, saves its PNGs into ``out_dir`` and returns a :class:`Report`;
-the runner times it and writes the report. Adding an experiment needs no edit anywhere else:
-:func:`discover` imports every public module of the package, and importing registers.
+the runner times it and writes the report. Its docstring is the claim, in one paragraph;
+``attnlab experiment --list`` and the index show it. Adding an experiment needs no edit
+anywhere else: :func:`discover` imports every public module of the package, and importing
+registers.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
 import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,12 +42,19 @@ class Experiment:
 EXPERIMENTS: dict[str, Experiment] = {}
 
 
-def experiment(name: str, *, claim: str, notes: str) -> Callable[[RunFunction], RunFunction]:
-    """Decorator registering ``run(quick, out_dir, seed) -> Report`` under ``name``."""
+def experiment(name: str, *, notes: str) -> Callable[[RunFunction], RunFunction]:
+    """Decorator registering ``run(quick, out_dir, seed) -> Report`` under ``name``; the claim
+    it tests is ``run``'s docstring."""
     if not name or not name.replace("_", "").replace("-", "").isalnum() or name != name.lower():
         raise ValueError(f"experiment name {name!r} must be lower-case letters, digits, - or _")
 
     def register(run: RunFunction) -> RunFunction:
+        claim = " ".join(inspect.cleandoc(run.__doc__ or "").split())
+        if not claim:
+            raise ValueError(
+                f"experiment {name!r}: give its run function a docstring stating the claim of "
+                "the notes it tests"
+            )
         previous = EXPERIMENTS.get(name)
         if previous is not None and previous.run.__module__ != run.__module__:
             raise ValueError(

@@ -107,14 +107,11 @@ def train_job(job: tuple) -> dict:
             "grad0": grad0, "probe": probes, "diverged": result.diverged}  # fmt: skip
 
 
-@experiment(
-    "residual",
-    claim="Residual connections make deep stacks trainable (without them training degrades as "
-    "depth grows), and the residual stream carries the position information of the embedding "
-    "to every layer.",
-    notes="000 'Residual Connections'",
-)
+@experiment("residual", notes="000 'Residual Connections'")
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """Residual connections make deep stacks trainable (without them training degrades as depth
+    grows), and the residual stream carries the position information of the embedding to every
+    layer."""
     seeds = start_seeds(seed, quick)
     train, val, chars, source = text_windows(quick, 32)
     uni, bi = unigram_bigram(train, val, len(chars))

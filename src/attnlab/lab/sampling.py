@@ -161,12 +161,12 @@ def quality_diversity_chart(rows: list[dict[str, Any]], out_dir: Path,
 
 @experiment(
     "sampling",
-    claim="Greedy sampling always takes the most probable token, so its output is the most "
-    "likely but repetitive and identical run to run; random-weighted sampling varies and can "
-    "wander ('too creative'); temperature, top-k and top-p trade between the two.",
     notes="003 'Linear + Softmax - Prediction' (greedy vs random-weighted sampling)",
 )
 def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Report:
+    """Greedy sampling always takes the most probable token, so its output is the most likely
+    but repetitive and identical run to run; random-weighted sampling varies and can wander
+    ('too creative'); temperature, top-k and top-p trade between the two."""
     seeds = start_seeds(seed, quick)
     # the char_lm experiment's models, one per seed (trained there, reloaded here)
     trained = run_jobs(train_job, [(s, quick, text, str(out_dir)) for s in seeds],

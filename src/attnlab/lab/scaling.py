@@ -79,12 +79,12 @@ def unit_variance_qk(model: torch.nn.Module, d_model: int) -> None:
 
 @experiment(
     "scaling",
-    claim="The variance of q.k grows like d_k for unit-variance q, k, and dividing by sqrt(d_k) "
-    "keeps it near 1; unscaled logits saturate the softmax (low entropy, vanishing gradient) "
-    "and slow training.",
     notes="001 'Scaling the Dot Product'; 004 Sec. 1.2; 000 'Attention logit scaling'",
 )
 def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    """The variance of q.k grows like d_k for unit-variance q, k, and dividing by sqrt(d_k)
+    keeps it near 1; unscaled logits saturate the softmax (low entropy, vanishing gradient) and
+    slow training."""
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(seed)
     n, n_queries, n_keys = (4000, 200, 32) if quick else (100_000, 2000, 32)
