@@ -59,14 +59,5 @@ def prepare_lm(
         window=getattr(model, "max_len", None),
     )
     batch = left_pad(ids, specials.pad)
-    stepper = LMStepper(
-        model,
-        batch.ids,
-        batch.mask,
-        config.max_new_tokens,
-        use_cache=config.use_cache,
-        compile=config.compile,
-        pad_id=specials.pad,
-        cache_dtype=config.cache_dtype,
-    )
+    stepper = LMStepper(model, batch.ids, batch.mask, config, pad_id=specials.pad)
     return Prepared(stepper, batch, specials, config, model.vocab_size)

@@ -69,15 +69,5 @@ def prepare_seq2seq(
         config = config.replace(max_new_tokens=window)
     ids = as_id_lists(sources, tokenizer, "source")
     batch = prepare_sources(ids, vocab_size=model.vocab_size, window=window, pad_id=specials.pad)
-    stepper = Seq2SeqStepper(
-        model,
-        batch.ids,
-        batch.mask,
-        specials.bos,
-        config.max_new_tokens,
-        use_cache=config.use_cache,
-        compile=config.compile,
-        pad_id=specials.pad,
-        cache_dtype=config.cache_dtype,
-    )
+    stepper = Seq2SeqStepper(model, batch.ids, batch.mask, specials.bos, config, specials.pad)
     return Prepared(stepper, batch, specials, config, model.tgt_vocab_size)

@@ -45,6 +45,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab.generate.config import GenerationConfig
 from attnlab.generate.prompts import position_ids
 from attnlab.models.base import Encoded, LanguageModel, Seq2SeqModel
 
@@ -63,15 +64,14 @@ class LMStepper:
         model: LanguageModel,
         ids: Tensor,
         mask: Tensor | None,
-        max_new_tokens: int,
-        *,
-        use_cache: bool = True,
-        compile: bool = False,
+        config: GenerationConfig,
         pad_id: int = 0,
-        cache_dtype: str | None = None,
     ):
-        self.model, self.use_cache, self.cache_dtype = model, use_cache, cache_dtype
-        self.compiled = make_compiled_step(model, "forward") if compile else None
+        """ids, mask (R, P): the left-padded prompts; ``config`` gives max_new_tokens (N),
+        use_cache, compile and cache_dtype."""
+        self.model, self.use_cache, self.cache_dtype = model, config.use_cache, config.cache_dtype
+        self.compiled = make_compiled_step(model, "forward") if config.compile else None
+        max_new_tokens = config.max_new_tokens
         self.window: int | None = getattr(model, "max_len", None)
         rows, p = ids.shape
         device = _device(model)
@@ -181,15 +181,13 @@ class Seq2SeqStepper:
         src: Tensor,
         src_mask: Tensor,
         bos_id: int,
-        max_new_tokens: int,
-        *,
-        use_cache: bool = True,
-        compile: bool = False,
+        config: GenerationConfig,
         pad_id: int = 0,
-        cache_dtype: str | None = None,
     ):
-        self.model, self.use_cache, self.cache_dtype = model, use_cache, cache_dtype
-        self.compiled = make_compiled_step(model, "decode") if compile else None
+        """src, src_mask (R, S): the right-padded sources; ``config`` as for :class:`LMStepper`."""
+        self.model, self.use_cache, self.cache_dtype = model, config.use_cache, config.cache_dtype
+        self.compiled = make_compiled_step(model, "decode") if config.compile else None
+        max_new_tokens = config.max_new_tokens
         device = _device(model)
         self.src, self.src_mask = src.to(device), src_mask.to(device)  # (R, S)
         self.encoded: Encoded | None = None  # encoded in start(), under inference mode
