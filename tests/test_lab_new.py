@@ -57,6 +57,53 @@ def test_concat_positions_quick_report(tmp_path):
     assert (tmp_path / "learning_copy.png").is_file() and (
         tmp_path / "learning_permute.png"
     ).is_file()
+    # every compared arm and task is swept over LRS; exactly one lr each is chosen, the one the
+    # main table and the competence check report
+    from attnlab.lab.concat_positions import COMPARED, LRS, TASKS
+
+    sweep = report.table("learning-rate sweep (validation sets, every seed)").rows
+    assert len(sweep) == len(TASKS) * len(COMPARED) * len(LRS)
+    chosen = {(r["task"], r["position input"]): r["peak lr"] for r in sweep if r["chosen"]}
+    assert len(chosen) == len(TASKS) * len(COMPARED)
+    rows = report.table("accuracy and learning speed per task and position input").rows
+    for row in rows:
+        if row["position input"] in COMPARED:
+            assert row["peak lr"] == chosen[(row["task"], row["position input"])]
+            assert report.metrics["lr"][f"{row['position input']}, {row['task']}"] == row["peak lr"]
+
+
+def test_concat_positions_lr_is_chosen_on_validation_only():
+    import math
+
+    from attnlab.lab.concat_positions import choose_lr
+
+    def run(val, steps, loss=0.1, final=0.0):  # ``final`` is the test accuracy: never looked at
+        return {"val": val, "val_steps": steps, "loss": loss, "final": final, "steps": 1}
+
+    plateau = [run(1.0, 300), run(0.926, math.inf), run(1.0, 300)]  # fast, one seed stuck
+    slower = [run(1.0, 600), run(1.0, 1100), run(0.995, 500)]  # every seed >= 0.99
+    assert choose_lr({3e-3: plateau, 1e-3: slower}) == 1e-3
+    faster = [run(1.0, 400, final=0.1), run(1.0, 500), run(1.0, 400)]
+    assert choose_lr({1e-3: slower, 3e-3: faster}) == 3e-3  # all pass: fewest steps (val) wins
+    worst = [run(0.5, math.inf), run(0.9, math.inf), run(0.9, math.inf)]
+    better = [run(0.8, math.inf), run(0.8, math.inf), run(0.8, math.inf)]
+    assert choose_lr({1e-2: worst, 1e-3: better}) == 1e-3  # none pass: the best worst seed
+
+
+def test_concat_positions_test_set_is_held_out_from_validation():
+    from attnlab.lab.concat_positions import task_data
+
+    for task in ("copy", "permute"):
+        data = task_data(task, True, 0)
+        (val, _), (test, _) = data["val"], data["test"]
+        assert val.shape == test.shape and not torch.equal(val, test)
+    data = task_data("permute", True, 0)  # the same permutation in validation and test
+    n = data["n_max"]
+    for ids, _ in (data["val"], data["test"]):
+        first = ids[:, 1 : n + 1]  # (N, n) x_1..x_n
+        out = ids[:, n + 2 : 2 * n + 2]  # (N, n) x_pi(1)..x_pi(n)
+        perm = [first[0].tolist().index(v) for v in out[0].tolist()]
+        assert torch.equal(out, first[:, perm])
 
 
 def test_complexity_counts_and_crossover():

@@ -20,8 +20,11 @@ Two decoder-LM tasks on the copy layout of ``extrapolation`` (loss on the output
 "copy" (output x_1..x_n: a fixed relative offset, which sums of sinusoids make easy) and
 "permute" (output x_{pi(1)}..x_{pi(n)} for a fixed random permutation pi of 1..n, n = 12: each
 output position must find an arbitrary input position, a position function with no simple
-relative form). Measured per seed: validation accuracy every 100 steps, steps to 0.99, final
-accuracy.
+relative form). Each compared arm (input x task) is trained at every peak lr of ``LRS`` on every
+seed; one lr per arm is chosen on the validation sets (``choose_lr``), and at that lr every seed
+is measured on a separate test set from the same distribution: accuracy every 100 steps, steps
+to 0.99 and final accuracy (the competence criterion). Both inputs can stall on a plateau at an
+lr that suits the other (see ``steps``), so a shared lr would compare recipes, not inputs.
 
 Shapes: N examples, B batch, T = 2 n + 3.
 """
@@ -59,7 +62,7 @@ from attnlab.lab.report import (
     overlap,
     spread_text,
 )
-from attnlab.lab.seeds import run_arms, start_seeds
+from attnlab.lab.seeds import run_jobs, start_seeds
 from attnlab.nn.positional import ConcatPositions
 
 ARMS = {"added": "sinusoidal", "concatenated": "concat", "concatenated, unit": "concat"}
@@ -67,6 +70,8 @@ COMPARED = ("added", "concatenated")
 TASKS = ("copy", "permute")
 THRESHOLD = 0.99
 N_PERMUTE = 12
+LRS = (1e-3, 3e-3, 1e-2)  # peak lrs swept for each compared arm and task, on every seed
+REFERENCE_LR = 3e-3  # the raw-sinusoid reference arm is not swept
 
 
 def permuted_examples(n: int, length: int, perm: np.ndarray, n_symbols: int,
@@ -92,11 +97,13 @@ def task_data(task: str, quick: bool, seed: int) -> dict:
     if task == "copy":
         train = copy_examples(n_train, rng.integers(1, n_max + 1, n_train), n_symbols, rng)
         val = copy_examples(400, rng.integers(1, n_max + 1, 400), n_symbols, rng)
+        test = copy_examples(400, rng.integers(1, n_max + 1, 400), n_symbols, rng)
     else:
         perm = rng.permutation(n_max)
         train = permuted_examples(n_train, n_max, perm, n_symbols, rng)
         val = permuted_examples(400, n_max, perm, n_symbols, rng)
-    return {"train": train, "val": val, "vocab": FIRST_SYMBOL + n_symbols,
+        test = permuted_examples(400, n_max, perm, n_symbols, rng)
+    return {"train": train, "val": val, "test": test, "vocab": FIRST_SYMBOL + n_symbols,
             "max_len": 2 * n_max + 3, "n_max": n_max, "n_train": n_train}  # fmt: skip
 
 
@@ -122,26 +129,50 @@ def build(arm: str, vocab: int, max_len: int, quick: bool) -> torch.nn.Module:
 
 
 def steps(quick: bool, task: str = "copy") -> int:
-    """Training steps: 'permute' gets more. At 1200 steps seed 2 of the added arm stalled at
-    0.82 validation accuracy; with the 2000-step schedule (lr stays high longer) it reaches 1.0
-    at step 700. The concatenated arm's seed 1 still plateaus at 0.93 from step 300 to 2000 (a
-    development check, 2026-11-25): a plateau, which more steps alone do not fix."""
+    """Training steps: 'permute' gets more. At 1200 steps (lr 3e-3) seed 2 of the added arm
+    stalled at 0.82 validation accuracy; with the 2000-step schedule (lr stays high longer) it
+    reaches 1.0 at step 700. More steps do not lift a plateau, the learning rate does
+    (development probes, 2026-11-25, permute, validation accuracy): at lr 3e-3 the concatenated
+    arm's seed 1 sits at 0.92-0.93 from step 300 to 2000, at lr 1e-3 it reaches 1.0 at step
+    1100; the added arm does the reverse (at 1e-3 seeds 1 and 2 sit at 0.78 and 0.93 to step
+    2000, at 3e-3 all three reach 1.0). Hence a sweep of the peak lr per arm (:data:`LRS`)."""
     return 40 if quick else (2000 if task == "permute" else 1200)
 
 
+def fit_config(quick: bool, task: str, lr: float) -> FitConfig:
+    """AdamW at peak ``lr``, warm-up (120 steps: 6-10% of a run) + cosine to 0."""
+    return FitConfig(steps=steps(quick, task), batch_size=32 if quick else 64, lr=lr,
+                     warmup_steps=10 if quick else 120)  # fmt: skip
+
+
+def arm_lrs(arm: str) -> tuple[float, ...]:
+    """The peak learning rates an arm is trained at: the sweep for a compared arm, the one
+    reference rate otherwise."""
+    return LRS if arm in COMPARED else (REFERENCE_LR,)
+
+
+def first_reach(curve: list[tuple[int, float]]) -> float:
+    """The first checked step at which accuracy is >= THRESHOLD (inf if never)."""
+    return next((s for s, a in curve if a >= THRESHOLD), math.inf)
+
+
 def train_job(job: tuple) -> dict:
-    arm, task, seed, quick = job
+    """One (arm, task, peak lr, seed) run: validation accuracy (which chooses the lr) and
+    held-out test accuracy (which measures competence and speed) every ``every`` steps."""
+    arm, task, lr, seed, quick = job
     data = task_data(task, quick, seed)
     torch.manual_seed(seed)
     model = build(arm, data["vocab"], data["max_len"], quick)
     every = 20 if quick else 100
-    cfg = FitConfig(steps=steps(quick, task), batch_size=32 if quick else 64, lr=3e-3,
-                    warmup_steps=10 if quick else 120)  # fmt: skip
+    cfg = fit_config(quick, task, lr)
     result = fit(model, data["train"], copy_loss, cfg, seed=seed,
-                 evaluate=lambda m: copy_accuracy(m, *data["val"])[0],
+                 evaluate=lambda m: (copy_accuracy(m, *data["val"])[0],
+                                     copy_accuracy(m, *data["test"])[0]),
                  eval_at=range(every, cfg.steps + 1, every))  # fmt: skip
-    curve = [(s, a) for s, a in result.evals]
-    reached = next((s for s, a in curve if a >= THRESHOLD), math.inf)
+    val_curve = [(s, v) for s, (v, _) in result.evals]
+    test_curve = [(s, t) for s, (_, t) in result.evals]
+    val = copy_accuracy(model, *data["val"])[0]
+    middle = next((v for s, v in val_curve if s >= cfg.steps // 2), val)
     scales = signal_scales(model, data["max_len"])
     if arm.startswith("concatenated"):  # what the learned map does with each half, after training
         w = model.embed.pos_enc.proj.weight  # (D, D + d_pos)
@@ -149,8 +180,57 @@ def train_job(job: tuple) -> dict:
         c = getattr(model.embed.pos_enc, "scale", 1.0)
         scales["mapped tokens (|W_x| x RMS(E))"] = rms(w[:, :d]) * rms(model.embed.tok_emb.weight)
         scales["mapped positions (|W_p| x RMS(c PE))"] = rms(w[:, d:]) * c * math.sqrt(0.5)
-    return {"curve": curve, "final": copy_accuracy(model, *data["val"])[0], "steps": reached,
-            "loss": result.final_loss(), "scales": scales}  # fmt: skip
+    return {"lr": lr, "val": val, "val_steps": first_reach(val_curve),
+            "plateau": val < THRESHOLD and val - middle < 0.01,  # flat over the second half
+            "final": copy_accuracy(model, *data["test"])[0], "steps": first_reach(test_curve),
+            "curve": test_curve, "loss": result.final_loss(), "scales": scales}  # fmt: skip
+
+
+def choose_lr(runs: dict[float, list[dict]]) -> float:
+    """The peak lr (``{lr: one run per seed}``) whose seeds do best on *validation* data: most
+    seeds ending >= THRESHOLD, then fewest steps to it (mean over seeds), then the best
+    worst-seed accuracy, then the lowest final training loss. The test set is not looked at."""
+
+    def key(lr: float) -> tuple:
+        val = [r["val"] for r in runs[lr]]
+        mean_steps = float(np.mean([r["val_steps"] for r in runs[lr]]))
+        mean_loss = float(np.mean([r["loss"] for r in runs[lr]]))
+        return sum(v >= THRESHOLD for v in val), -mean_steps, min(val), -mean_loss
+
+    return max(runs, key=key)
+
+
+def train_all(seeds: list[int], quick: bool) -> tuple[dict, dict]:
+    """Every arm x task x lr x seed, two single-threaded runs at a time (the longest first).
+    Returns ({(arm, task, lr): runs in seed order}, {(arm, task): the chosen lr})."""
+    keys = [(a, t, lr) for a in ARMS for t in TASKS for lr in arm_lrs(a)]
+    jobs = [(*k, s, quick) for k in keys for s in seeds]
+    done = run_jobs(train_job, jobs, 1 if quick else 2, cost=lambda j: steps(j[-1], j[1]))
+    sweep = {k: [done[(*k, s, quick)] for s in seeds] for k in keys}
+    chosen = {(a, t): choose_lr({lr: sweep[(a, t, lr)] for lr in arm_lrs(a)})
+              for a in ARMS for t in TASKS}  # fmt: skip
+    return sweep, chosen
+
+
+def sweep_rows(sweep: dict, chosen: dict) -> list[dict]:
+    """One row per compared arm, task and peak lr: the validation numbers the choice rests on."""
+    return [{"task": t, "position input": a, "peak lr": lr,
+             "val accuracy per seed": ", ".join(f"{r['val']:.3f}" for r in rs),
+             f"seeds >= {THRESHOLD}": sum(r["val"] >= THRESHOLD for r in rs),
+             f"steps to {THRESHOLD} (val)": spread_text([r["val_steps"] for r in rs]),
+             "final train loss": spread_text([r["loss"] for r in rs]),
+             "chosen": lr == chosen[(a, t)]}
+            for t in TASKS for a in COMPARED for lr in LRS
+            for rs in [sweep[(a, t, lr)]]]  # fmt: skip
+
+
+def misses_text(sweep: dict, seeds: list[int]) -> str:
+    """The runs of the sweep that end below THRESHOLD on validation, plateau or still rising."""
+    parts = [f"{t}, {a}, lr {lr:g}, seed {s}: {r['val']:.3f} "
+             f"({'flat over the second half' if r['plateau'] else 'still rising'})"
+             for (a, t, lr), rs in sweep.items() if a in COMPARED
+             for s, r in zip(seeds, rs) if r["val"] < THRESHOLD]  # fmt: skip
+    return "; ".join(parts) if parts else "none"
 
 
 @experiment("concat_positions", notes="004 eq. 15-16 (the author's hypothesis)")
@@ -158,50 +238,58 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     """Concatenating sinusoids to the input and mapping [x; PE] with learned weights lets the
     network build a flexible position function (a Fourier series), compared with adding them."""
     seeds = start_seeds(seed, quick)
-    per = run_arms(train_job, [(a, t) for a in ARMS for t in TASKS], seeds, quick)
+    sweep, chosen = train_all(seeds, quick)
+    per = {(a, t): sweep[(a, t, chosen[(a, t)])] for a in ARMS for t in TASKS}
     final = {k: [r["final"] for r in v] for k, v in per.items()}
     reach = {k: [r["steps"] for r in v] for k, v in per.items()}
-    rows = [{"task": t, "position input": a, "val accuracy": spread_text(final[(a, t)]),
+    rows = [{"task": t, "position input": a, "peak lr": chosen[(a, t)],
+             "test accuracy": spread_text(final[(a, t)]),
              f"steps to {THRESHOLD}": spread_text(reach[(a, t)]),
              "seeds reaching it": sum(math.isfinite(x) for x in reach[(a, t)]),
              "final train loss": spread_text([r["loss"] for r in per[(a, t)]])}
             for t in TASKS for a in ARMS]  # fmt: skip
-    competence = [Competence(f"{a}, {t}", "validation accuracy on its own task (training "
-                             "distribution)", THRESHOLD, final[(a, t)], in_verdict=a in COMPARED)
+    competence = [Competence(f"{a}, {t}", "held-out accuracy on its own task (training "
+                             "distribution; test set, not used to choose the lr)", THRESHOLD,
+                             final[(a, t)], in_verdict=a in COMPARED)
                   for t in TASKS for a in ARMS]  # fmt: skip
     verdicts, parts = [], []
     for t in TASKS:
         add, cat = reach[("added", t)], reach[("concatenated", t)]
+        lrs = f"lr {chosen[('added', t)]:g} vs {chosen[('concatenated', t)]:g}"
         if max(cat) < min(add):
             verdicts.append("held")
             parts.append(f"{t}: concatenated reaches {THRESHOLD} in {spread_text(cat)} steps, "
-                         f"added in {spread_text(add)}")  # fmt: skip
+                         f"added in {spread_text(add)} ({lrs})")  # fmt: skip
         elif max(add) < min(cat):
             verdicts.append("did not hold")
             parts.append(f"{t}: added is faster ({spread_text(add)} steps vs concatenated "
-                         f"{spread_text(cat)})")  # fmt: skip
+                         f"{spread_text(cat)}; {lrs})")  # fmt: skip
         else:
             verdicts.append("mixed")
-            within = " (inside the seed spread)" if overlap(add, cat) else ""
+            within = ", inside the seed spread" if overlap(add, cat) else ""
             parts.append(f"{t}: steps to {THRESHOLD} added {spread_text(add)}, concatenated "
-                         f"{spread_text(cat)}{within}")  # fmt: skip
+                         f"{spread_text(cat)} ({lrs}{within})")  # fmt: skip
     verdict = verdicts[0] if len(set(verdicts)) == 1 else "mixed"
     unit = {t: spread_text(final[("concatenated, unit", t)]) for t in TASKS}
     rescued = all(min(final[("concatenated, unit", t)]) >= THRESHOLD for t in TASKS)
     rescue = (": the learned map alone makes raw sinusoids usable" if rescued else
               ": the learned map alone does not make raw sinusoids usable; the scale "
               "matters as it does when adding")  # fmt: skip
+    every = 20 if quick else 100
     reason = (
-        "; ".join(parts) + f" (mean (min-max) over {len(seeds)} seeds, validation checked "
-        f"every 100 steps). Concatenated at the token scale the final accuracy is "
+        "; ".join(parts) + f" (mean (min-max) over {len(seeds)} seeds, each arm at the peak lr "
+        f"it does best with on validation data, held-out accuracy checked every {every} steps). "
+        f"Concatenated at the token scale the final accuracy is "
         f"{spread_text(final[('concatenated', 'copy')])} (copy) and "
         f"{spread_text(final[('concatenated', 'permute')])} (permute); concatenated raw "
-        f"(unit) sinusoids reach {unit['copy']} and {unit['permute']}" + rescue + "."
+        f"(unit) sinusoids (lr {REFERENCE_LR:g}) reach {unit['copy']} and {unit['permute']}"
+        + rescue
+        + "."
     )
     figures = []
     for t in TASKS:
         curves = {
-            a: (
+            f"{a} (lr {chosen[(a, t)]:g})": (
                 [s for s, _ in per[(a, t)][0]["curve"]],
                 [[v for _, v in r["curve"]] for r in per[(a, t)]],
             )
@@ -210,14 +298,17 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         fig = seeds_chart(
             curves,
             xlabel="training step",
-            ylabel="validation accuracy per token",
+            ylabel="held-out accuracy per token",
             title=f"{t}: added vs concatenated sinusoids ({len(seeds)} seed(s))",
             hline=THRESHOLD,
         )
-        figures.append(save_chart(fig, out_dir, f"learning_{t}.png", f"Validation accuracy "
-                                  f"during training on '{t}' (mean over seeds, min-max band); "
-                                  f"the dashed line is {THRESHOLD}."))  # fmt: skip
+        figures.append(save_chart(fig, out_dir, f"learning_{t}.png", f"Held-out (test) accuracy "
+                                  f"during training on '{t}', each arm at its chosen peak lr "
+                                  f"(mean over seeds, min-max band); the dashed line is "
+                                  f"{THRESHOLD}."))  # fmt: skip
     scales = per[("concatenated", "permute")][0]["scales"]
+    data = {t: task_data(t, quick, 0) for t in TASKS}
+    cfg = {t: fit_config(quick, t, LRS[0]) for t in TASKS}
     return Report(
         name="concat_positions",
         title="Concatenated vs added sinusoidal positions",
@@ -232,27 +323,44 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "sinusoids at the same scale concatenated and mapped back to d_model by a learned "
             "linear layer (ConcatPositions, PE width = d_model); concatenated raw sinusoids "
             "(reference).",
-            f"Tasks: 'copy' with n uniform in 1..{task_data('copy', quick, 0)['n_max']}; "
-            f"'permute' with n = {task_data('permute', quick, 0)['n_max']} and a fixed random "
-            "permutation per seed; loss and accuracy on the output half only; "
-            f"{task_data('copy', quick, 0)['n_train']} training and 400 validation sequences.",
-            f"AdamW lr 3e-3, {steps(quick, 'copy')} (copy) and {steps(quick, 'permute')} "
-            f"(permute) steps of {32 if quick else 64}, warm-up + cosine; "
-            "validation accuracy every 100 steps; two single-threaded runs at a time.",
+            f"Tasks: 'copy' with n uniform in 1..{data['copy']['n_max']}; 'permute' with n = "
+            f"{data['permute']['n_max']} and a fixed random permutation per seed; loss and "
+            f"accuracy on the output half only; {data['copy']['n_train']} training, 400 "
+            "validation and 400 test sequences per seed, all from the training distribution.",
+            f"AdamW, {cfg['copy'].steps} (copy) and {cfg['permute'].steps} (permute) steps of "
+            f"{cfg['copy'].batch_size}, warm-up {cfg['copy'].warmup_steps} steps + cosine to 0. "
+            f"Peak lr swept over {', '.join(f'{lr:g}' for lr in LRS)} for each compared arm and "
+            "task on every seed; one lr per arm and task is chosen on the validation sets (most "
+            f"seeds ending >= {THRESHOLD}, then fewest steps to it, then the worst seed's "
+            "accuracy) and all its seeds are reported at that lr; competence and steps are "
+            f"measured on the test sets. The reference arm runs at lr {REFERENCE_LR:g} only. "
+            "One torch thread per run, two runs at a time.",
             "The concatenated arm's learned map after training (seed "
             f"{seeds[0]}, permute): " + ", ".join(f"{k} {v:.3g}" for k, v in scales.items()) + ".",
         ],
-        tables=[Table("accuracy and learning speed per task and position input", rows)],
+        tables=[
+            Table("accuracy and learning speed per task and position input", rows),
+            Table("learning-rate sweep (validation sets, every seed)", sweep_rows(sweep, chosen)),
+        ],
         figures=figures,
         **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={
             "final": {f"{a}, {t}": v for (a, t), v in final.items()},
             "steps": {f"{a}, {t}": v for (a, t), v in reach.items()},
+            "sweep_val": {
+                f"{a}, {t}, lr {lr:g}": [r["val"] for r in rs] for (a, t, lr), rs in sweep.items()
+            },
         },  # fmt: skip
-        metrics={"final": {f"{a}, {t}": float(np.mean(v)) for (a, t), v in final.items()}},
+        metrics={
+            "final": {f"{a}, {t}": float(np.mean(v)) for (a, t), v in final.items()},
+            "lr": {f"{a}, {t}": lr for (a, t), lr in chosen.items()},
+        },  # fmt: skip
         findings=[
             "Learning speed is the measurable side of 'flexible': both inputs can in principle "
             "represent any position function at this width; the question is how fast training "
             "finds it.",
+            f"The peak lr is part of each input's recipe. Sweep runs ending below {THRESHOLD} on "
+            f"validation: {misses_text(sweep, seeds)}. A run flat over its second half sits on a "
+            "plateau rather than climbing slowly.",
         ],
     )
