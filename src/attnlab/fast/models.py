@@ -56,25 +56,15 @@ class FastDecoderLM(DecoderLM):
 class FastTransformerEncoder(TransformerEncoder):
     """The Transformer encoder with packed right-padded batches."""
 
-    def forward(
-        self,
-        ids: Tensor,
-        *,
-        key_padding_mask: Tensor | None = None,
-        need_weights: bool = False,
-        token_types: Tensor | None = None,
-    ) -> EncoderOutput:
-        packings = None if need_weights else row_groups(self, key_padding_mask)
-        if packings is None:
-            return super().forward(
-                ids,
-                key_padding_mask=key_padding_mask,
-                need_weights=need_weights,
-                token_types=token_types,
-            )
+    def forward(self, ids: Tensor, **inputs) -> EncoderOutput:
+        """:meth:`TransformerEncoder.forward` (the same keywords), on packed rows."""
+        key_padding_mask = inputs.get("key_padding_mask")
+        packings = None if inputs.get("need_weights") else row_groups(self, key_padding_mask)
+        if packings is None or set(inputs) - {"key_padding_mask", "need_weights", "token_types"}:
+            return super().forward(ids, **inputs)  # the plain form; it names unknown keywords
         (packing,) = packings
         self.check_input(ids, key_padding_mask)
-        x = pack(self.embed(ids, token_types=token_types), packing)  # (N, D)
+        x = pack(self.embed(ids, token_types=inputs.get("token_types")), packing)  # (N, D)
         with packed(packing):
             hidden = self.stack(x, padding_mask(key_padding_mask)).hidden  # (N, D)
         return EncoderOutput(unpack(hidden, packing), None)  # (B, T, D), zeros at padding

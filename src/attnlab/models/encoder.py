@@ -117,19 +117,11 @@ class EncoderClassifier(Classifier):
         nn.init.zeros_(self.head.bias)
 
     def forward(
-        self,
-        ids: Tensor,
-        *,
-        key_padding_mask: Tensor | None = None,
-        need_weights: bool = False,
-        token_types: Tensor | None = None,
+        self, ids: Tensor, *, key_padding_mask: Tensor | None = None, **inputs
     ) -> ModelOutput:
-        hidden, attentions = self.encoder(
-            ids,
-            key_padding_mask=key_padding_mask,
-            need_weights=need_weights,
-            token_types=token_types,
-        )  # (B, T, D)
+        """ids (B, T) -> class logits (B, C); the other keywords (``need_weights``,
+        ``token_types``) go to :meth:`TransformerEncoder.forward` unchanged."""
+        hidden, attentions = self.encoder(ids, key_padding_mask=key_padding_mask, **inputs)
         if self.encoder.pooler is not None:
             pooled = self.encoder.pool(hidden)  # (B, D)
         elif self.pooling == "cls":

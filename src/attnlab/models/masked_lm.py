@@ -58,20 +58,9 @@ class MaskedLM(nn.Module):
         else:
             nn.init.normal_(self.mlm.decoder.weight, 0.0, 0.02)
 
-    def forward(
-        self,
-        ids: Tensor,
-        *,
-        key_padding_mask: Tensor | None = None,
-        token_types: Tensor | None = None,
-        need_weights: bool = False,
-    ) -> ModelOutput:
-        """ids (B, T) -> logits (B, T, V). key_padding_mask (B, T): True = real token;
-        token_types (B, T): segment ids (BERT's sentence A = 0 / B = 1), default all 0."""
-        hidden, attentions = self.encoder(
-            ids,
-            key_padding_mask=key_padding_mask,
-            token_types=token_types,
-            need_weights=need_weights,
-        )
+    def forward(self, ids: Tensor, **inputs) -> ModelOutput:
+        """ids (B, T) -> logits (B, T, V); the keywords (``key_padding_mask`` (B, T) True = real
+        token, ``token_types`` (B, T) BERT's sentence A = 0 / B = 1, ``need_weights``) go to
+        :meth:`TransformerEncoder.forward` unchanged."""
+        hidden, attentions = self.encoder(ids, **inputs)
         return ModelOutput(self.mlm(hidden), attentions)
