@@ -1,8 +1,11 @@
 """Experiment ``heads`` (quick form): multi-head attention costs exactly the FLOPs of one head at
 the same d_model; the two-relation task's targets are the tokens 1 and 2 back; 1 and 4 heads
-have the same parameters; the gate judges the 1-head arm by convergence, not by its accuracy."""
+have the same parameters; the gate judges the 1-head arm by convergence, not by its accuracy,
+and a flat loss on the one-relation saddle is not convergence."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import torch
@@ -10,13 +13,17 @@ import torch
 from attnlab.lab import run_experiment
 from attnlab.lab.heads import (
     ARMS,
+    GAIN,
     OFFSETS,
+    PLATEAU,
     SETTINGS,
     _targets,
     attention_flops,
     attention_to_offsets,
+    converged,
     make_reader,
     make_sequences,
+    one_relation_level,
     pair_accuracy,
     pair_loss,
 )
@@ -54,6 +61,22 @@ def test_flop_formula_matches_the_counter():
     assert counted == 3 * formula
 
 
+def _run(loss: float, both: float) -> dict:
+    return {"loss": loss, "acc": {"both": both}}
+
+
+def test_plateau_check_needs_a_flat_loss_a_flat_accuracy_and_to_be_off_the_saddle():
+    level = one_relation_level(quick=False)
+    assert abs(level - math.log(64)) < 1e-12
+    low = level - 3  # off the saddle: both relations partly named
+    assert converged({8: _run(low + PLATEAU / 2, 0.15), 16: _run(low, 0.16)}, 8, quick=False)
+    # the loss still falls, or the claim's quantity still rises: not converged
+    assert not converged({8: _run(low + 2 * PLATEAU, 0.15), 16: _run(low, 0.16)}, 8, False)
+    assert not converged({8: _run(low, 0.15), 16: _run(low, 0.15 + 2 * GAIN)}, 8, False)
+    # flat on the one-relation saddle (one read-out at chance): not converged either
+    assert not converged({8: _run(level, 1 / 64), 16: _run(level - 0.01, 1 / 64)}, 8, False)
+
+
 def test_quick_heads_run(tmp_path):
     """One quick run (xdist would repeat a module fixture per worker), every check."""
     report, _ = run_experiment("heads", quick=True, out_dir=tmp_path / "heads")
@@ -63,16 +86,28 @@ def test_quick_heads_run(tmp_path):
     # backward costs twice the forward: counted fwd+bwd = 3 x the closed-form forward count
     assert all(r["counted FLOPs (fwd+bwd)"] == 3 * r["formula FLOPs (fwd)"] for r in rows)
     rows = report.table("(b) the token 1 back and 2 back at once (mean (min-max) over seeds)").rows
-    assert [(r["model"], r["heads"]) for r in rows if r["steps"] == 30] == ARMS
-    assert [r["steps"] for r in rows if r["heads"] == 1][:2] == [30, 60]  # the plateau check
+    assert [(r["model"], r["heads"]) for r in rows] == ARMS
+    assert [r["steps"] for r in rows[1:]] == [30, 30, 30]
     for setting in SETTINGS:  # same width: the head count does not change the parameter count
         assert len({r["parameters"] for r in rows if r["model"] == setting}) == 1
-    # the 1-head attention-only arm is judged by convergence (its failure is the finding),
-    # the 4-head arm by accuracy; the full-block arms are references
-    one, four = report.competence[:2]
-    assert "plateau" in one.criterion and not one.higher_is_better and one.in_verdict
+    # the 1-head attention-only arm is judged by convergence (its failure is the finding): loss
+    # and accuracy plateaus and off the saddle; the 4-head arm by accuracy; full blocks: references
+    loss, acc, saddle, four = report.competence[:4]
+    assert {c.arm for c in (loss, acc, saddle)} == {"attention only, 1 head"}
+    assert (
+        "plateau" in loss.criterion and "plateau" in acc.criterion and "saddle" in saddle.criterion
+    )
+    assert all(c.in_verdict and not c.higher_is_better for c in (loss, acc, saddle))
+    assert saddle.threshold == one_relation_level(quick=True) - PLATEAU
     assert "right" in four.criterion and four.in_verdict
-    assert [c.in_verdict for c in report.competence[2:]] == [False, False]
+    assert [c.in_verdict for c in report.competence[4:]] == [False, False]
     assert len(report.per_seed["one_head_loss_drop"]) == 1 and report.seeds == [0]
-    assert report.per_seed["one_head_steps"] in (60, 120, 240)  # doubled until it plateaus
+    # the ladder: 120 and 240 steps, 480 (the cap) when the check at 120 -> 240 fails
+    (steps,) = report.per_seed["one_head_steps"]
+    ladder = report.table(
+        "the 1-head attention-only arm, per seed and budget (test accuracy; the "
+        "drop and the rise from half the steps are the plateau check)"
+    ).rows
+    assert [r["steps"] for r in ladder] == [120, 240, 480][: [240, 480].index(steps) + 2]
+    assert ladder[-1]["loss drop from half the steps"] == report.per_seed["one_head_loss_drop"][0]
     assert (tmp_path / "heads" / "learning.png").is_file()
