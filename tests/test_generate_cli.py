@@ -53,19 +53,14 @@ def cli(capsys, *argv):
     return code, out, err
 
 
+def run_cli(capsys, path, flags: str, *values: str):
+    """`attnlab generate --checkpoint PATH` + the space-separated ``flags`` + raw ``values``."""
+    return cli(capsys, "--checkpoint", path, *flags.split(), *values)
+
+
 def test_lm_output_streams_the_prompt_and_the_generated_text(runs, capsys):
     path, model = runs["lm"]
-    code, out, _ = cli(
-        capsys,
-        "--checkpoint",
-        path,
-        "--prompt",
-        "the ",
-        "--temperature",
-        "0",
-        "--max-new-tokens",
-        "12",
-    )
+    code, out, _ = run_cli(capsys, path, "--temperature 0 --max-new-tokens 12 --prompt", "the ")
     want = generate(
         model, "the ", GenerationConfig(temperature=0, max_new_tokens=12), tokenizer=TOK
     )
@@ -74,20 +69,8 @@ def test_lm_output_streams_the_prompt_and_the_generated_text(runs, capsys):
 
 def test_seeded_samples_repeat_and_are_separated(runs, capsys):
     path, model = runs["lm"]
-    args = (
-        "--checkpoint",
-        path,
-        "--prompt",
-        "",
-        "--seed",
-        "5",
-        "--num-samples",
-        "2",
-        "--top-p",
-        "0.9",
-        "--max-new-tokens",
-        "15",
-    )
+    flags = "--seed 5 --num-samples 2 --top-p 0.9 --max-new-tokens 15 --prompt"
+    args = ("--checkpoint", path, *flags.split(), "")
     _, first, _ = cli(capsys, *args)
     _, again, _ = cli(capsys, *args, "--no-stream")
     assert first == again and first.count("\n---\n") == 1
@@ -101,18 +84,8 @@ def test_seeded_samples_repeat_and_are_separated(runs, capsys):
 
 def test_beams_print_the_n_best(runs, capsys):
     path, model = runs["lm"]
-    code, out, err = cli(
-        capsys,
-        "--checkpoint",
-        path,
-        "--prompt",
-        "ab",
-        "--beams",
-        "3",
-        "--num-samples",
-        "2",
-        "--max-new-tokens",
-        "6",
+    code, out, err = run_cli(
+        capsys, path, "--prompt ab --beams 3 --num-samples 2 --max-new-tokens 6"
     )
     res = generate(model, "ab", GenerationConfig(num_beams=3, max_new_tokens=6), tokenizer=TOK)
     assert out.splitlines() == ["ab" + TOK.decode(h.tokens) for h in res.nbest[0][:2]]
@@ -122,31 +95,13 @@ def test_beams_print_the_n_best(runs, capsys):
 def test_seq2seq_source_and_source_file(runs, capsys, tmp_path):
     path, model = runs["s2s"]
     cfg = GenerationConfig(temperature=0, max_new_tokens=10)
-    code, out, _ = cli(
-        capsys,
-        "--checkpoint",
-        path,
-        "--source",
-        "abc",
-        "--temperature",
-        "0",
-        "--max-new-tokens",
-        "10",
-    )
+    code, out, _ = run_cli(capsys, path, "--source abc --temperature 0 --max-new-tokens 10")
     assert code == 0
     assert out == generate_seq2seq(model, "abc", cfg, tokenizer=TOK).texts[0] + "\n"
     src = tmp_path / "src.txt"
     src.write_text("abc\nhello there\nz\n", encoding="utf-8")
-    code, out, _ = cli(
-        capsys,
-        "--checkpoint",
-        path,
-        "--source-file",
-        str(src),
-        "--temperature",
-        "0",
-        "--max-new-tokens",
-        "10",
+    code, out, _ = run_cli(
+        capsys, path, "--temperature 0 --max-new-tokens 10 --source-file", str(src)
     )
     want = generate_seq2seq(model, ["abc", "hello there", "z"], cfg, tokenizer=TOK).texts
     assert out.splitlines() == want
@@ -154,17 +109,7 @@ def test_seq2seq_source_and_source_file(runs, capsys, tmp_path):
 
 def test_long_prompt_warning_goes_to_stderr(runs, capsys):
     path, _ = runs["lm"]
-    code, out, err = cli(
-        capsys,
-        "--checkpoint",
-        path,
-        "--prompt",
-        "ab" * 30,
-        "--temperature",
-        "0",
-        "--max-new-tokens",
-        "5",
-    )
+    code, out, err = run_cli(capsys, path, "--temperature 0 --max-new-tokens 5 --prompt", "ab" * 30)
     assert code == 0 and "attnlab: warning: prompt 0 has 60 tokens" in err
     assert "Traceback" not in err
 
