@@ -49,7 +49,7 @@ from typing import Any
 
 import torch
 
-from attnlab.bench.generation import build_pair
+from attnlab.bench.generation import build_pair, hf_greedy
 from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.lm_train import SHAPES, LMShape
 from attnlab.fast import accelerate
@@ -123,8 +123,13 @@ def run(settings, ctx) -> dict[str, Any]:
             del hf, ours, models
     finally:
         transformers.logging.set_verbosity(verbosity)
-    return {"status": "ok", "new_tokens": n, "bandwidth_bytes_per_s": bandwidth, "runs": runs,
-            "targets": targets}  # fmt: skip
+    return {
+        "status": "ok",
+        "new_tokens": n,
+        "bandwidth_bytes_per_s": bandwidth,
+        "runs": runs,
+        "targets": targets,
+    }
 
 
 def quantize(model, mode: str):
@@ -144,8 +149,9 @@ def _one_case(settings, ctx, shape, models, hf, context: int, batch: int, n: int
         works[name] = _attnlab_work(model, prompts, n, compiled, decode_s[name], cache)
     if compiled:
         decode_s["int8_eager"] = []
-        works["int8_eager"] = _attnlab_work(models["int8"][0], prompts, n, False,
-                                            decode_s["int8_eager"])  # fmt: skip
+        works["int8_eager"] = _attnlab_work(
+            models["int8"][0], prompts, n, False, decode_s["int8_eager"]
+        )
     decode_s["hf_gpt2"] = []
     works["hf_gpt2"] = _hf_work(hf, prompts, n, decode_s["hf_gpt2"])
     label = f"decode {shape.name} ctx {context} batch {batch}"
@@ -164,8 +170,10 @@ def _one_case(settings, ctx, shape, models, hf, context: int, batch: int, n: int
             "decode_tokens_per_s": batch / step_ms * 1e3,
         }
         whole = info[name]["tokens_per_s"]
-        ctx.say(f"  {name:10s} {batch / step_ms * 1e3:9.1f} decode tok/s ({step_ms:.2f} ms/step; "
-                f"whole call {whole:.1f} tok/s)")  # fmt: skip
+        ctx.say(
+            f"  {name:10s} {batch / step_ms * 1e3:9.1f} decode tok/s ({step_ms:.2f} ms/step; "
+            f"whole call {whole:.1f} tok/s)"
+        )
     hf_rate = info["hf_gpt2"]["decode_tokens_per_s"]
     return {
         "model": {
@@ -174,7 +182,7 @@ def _one_case(settings, ctx, shape, models, hf, context: int, batch: int, n: int
             "n_heads": shape.n_heads,
             "d_model": shape.d_model,
             "vocab": shape.vocab,
-        },  # fmt: skip
+        },
         "context": context,
         "batch": batch,
         "new_tokens": n,
@@ -184,7 +192,7 @@ def _one_case(settings, ctx, shape, models, hf, context: int, batch: int, n: int
             f"{k}_vs_hf_gpt2": ratio(v["decode_tokens_per_s"], hf_rate)
             for k, v in info.items()
             if k != "hf_gpt2"
-        },  # fmt: skip
+        },
     }
 
 
@@ -229,9 +237,7 @@ def _hf_work(hf, prompts: list[list[int]], n: int, decode_s: list):
 
     def work(r: int) -> float:
         clock.clear()
-        out = hf.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                          do_sample=False, use_cache=True, pad_token_id=0,
-                          stopping_criteria=StoppingCriteriaList([Clock()]))  # fmt: skip
+        out = hf_greedy(hf, ids, mask, n, stopping_criteria=StoppingCriteriaList([Clock()]))
         if r >= 0:
             decode_s.append(clock[-1] - clock[0])  # tokens 2..n
         return float(out[:, ids.size(1) :].numel())

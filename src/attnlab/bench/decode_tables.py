@@ -23,24 +23,40 @@ def render_decode(s: dict[str, Any]) -> list[str]:
     for row in s["runs"]:
         m = row["model"]
         for c in row["contenders"]:
-            rows.append([
-                f"{m['name']} ({m['n_layers']}L, {m['d_model']}D)",
-                str(row["context"]),
-                str(row["batch"]),
-                c["name"],
-                fmt_num(c["decode_tokens_per_s"], ",.1f"),
-                fmt_num(c["decode_ms_per_step"], ".2f"),
-                fmt_num(c["tokens_per_s"], ",.1f"),
-                "" if c["name"] == "hf_gpt2"
-                else fmt_num(row["ratios"].get(f"{c['name']}_vs_hf_gpt2"), ".2f"),
-                fmt_num(c.get("bytes_per_step", 0) / 2**20, ".1f") if "bytes_per_step" in c else "",
-                fmt_num(c.get("floor_ms_per_step"), ".2f"),
-                fmt_num(c.get("of_floor"), ".2f"),
-                fmt_num(c["rel_spread"], ".0%"),
-            ])  # fmt: skip
-    header = ["model", "context", "batch", "contender", "decode tok/s", "ms/step",
-              "whole-call tok/s", "ratio", "MiB read/step", "floor ms", "of floor",
-              "spread"]  # fmt: skip
+            rows.append(
+                [
+                    f"{m['name']} ({m['n_layers']}L, {m['d_model']}D)",
+                    str(row["context"]),
+                    str(row["batch"]),
+                    c["name"],
+                    fmt_num(c["decode_tokens_per_s"], ",.1f"),
+                    fmt_num(c["decode_ms_per_step"], ".2f"),
+                    fmt_num(c["tokens_per_s"], ",.1f"),
+                    ""
+                    if c["name"] == "hf_gpt2"
+                    else fmt_num(row["ratios"].get(f"{c['name']}_vs_hf_gpt2"), ".2f"),
+                    fmt_num(c.get("bytes_per_step", 0) / 2**20, ".1f")
+                    if "bytes_per_step" in c
+                    else "",
+                    fmt_num(c.get("floor_ms_per_step"), ".2f"),
+                    fmt_num(c.get("of_floor"), ".2f"),
+                    fmt_num(c["rel_spread"], ".0%"),
+                ]
+            )
+    header = [
+        "model",
+        "context",
+        "batch",
+        "contender",
+        "decode tok/s",
+        "ms/step",
+        "whole-call tok/s",
+        "ratio",
+        "MiB read/step",
+        "floor ms",
+        "of floor",
+        "spread",
+    ]
     return out + md_table(header, rows)
 
 
@@ -58,16 +74,27 @@ def render_quality(s: dict[str, Any]) -> list[str]:
         "",
     ]
     rows = [
-        [lm["model"], mode, fmt_num(r.get("perplexity"), ".4f"),
-         fmt_num(r.get("perplexity_change"), "+.3%"), fmt_num(r["greedy_prefix"], ".0%"),
-         fmt_num(r["top1_agreement"], ".1%")]
+        [
+            lm["model"],
+            mode,
+            fmt_num(r.get("perplexity"), ".4f"),
+            fmt_num(r.get("perplexity_change"), "+.3%"),
+            fmt_num(r["greedy_prefix"], ".0%"),
+            fmt_num(r["top1_agreement"], ".1%"),
+        ]
         for mode, r in lm["modes"].items()
-    ]  # fmt: skip
+    ]
     g = s["gpt2"]
     rows += [
-        [g["model"], mode, "", "", fmt_num(r["greedy_prefix"], ".0%"),
-         fmt_num(r["top1_agreement"], ".1%")]
+        [
+            g["model"],
+            mode,
+            "",
+            "",
+            fmt_num(r["greedy_prefix"], ".0%"),
+            fmt_num(r["top1_agreement"], ".1%"),
+        ]
         for mode, r in g["modes"].items()
-    ]  # fmt: skip
+    ]
     header = ["model", "weights", "perplexity", "change vs fp32", "greedy prefix", "top-1 agree"]
     return out + md_table(header, rows)

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from attnlab.bench.generation import make_hf_work
 from attnlab.bench.harness import interleave, ratio
 
 KV_HEADS = (6, 3, 2, 1)
@@ -74,19 +75,6 @@ def _greedy_work(model, prompts: list[list[int]], n: int, outputs: list):
         tokens = generate(model, prompts, cfg).tokens
         outputs.append(list(tokens[0]))
         return float(sum(len(t) for t in tokens))
-
-    return work
-
-
-def _hf_work(model, prompt: list[int], n: int, outputs: list):
-    ids = torch.tensor([prompt])
-    mask = torch.ones_like(ids)
-
-    def work(r: int) -> float:
-        out = model.generate(ids, attention_mask=mask, max_new_tokens=n, min_new_tokens=n,
-                             do_sample=False, use_cache=True, pad_token_id=0)  # fmt: skip
-        outputs.append(out[0, ids.size(1) :].tolist())
-        return float(n)
 
     return work
 
@@ -152,13 +140,26 @@ def _llama_pair(tiny: bool):
 
     from attnlab.interop.pretrained import from_hf_model
 
-    shape = dict(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-                 hidden_size=576, intermediate_size=1536, vocab_size=49152,
-                 max_position_embeddings=2048, tie_word_embeddings=True,
-                 rope_theta=100000.0)  # fmt: skip
+    shape = dict(
+        num_hidden_layers=30,
+        num_attention_heads=9,
+        num_key_value_heads=3,
+        hidden_size=576,
+        intermediate_size=1536,
+        vocab_size=49152,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        rope_theta=100000.0,
+    )
     if tiny:
-        shape.update(num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                     hidden_size=32, intermediate_size=64, vocab_size=97)  # fmt: skip
+        shape.update(
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            hidden_size=32,
+            intermediate_size=64,
+            vocab_size=97,
+        )
     torch.manual_seed(0)
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**shape)).eval()
     return hf, from_hf_model(hf).eval()
@@ -176,7 +177,7 @@ def run_vs_transformers(settings, ctx) -> list[dict[str, Any]]:
         outputs: dict[str, list] = {"attnlab": [], "transformers": []}
         works = {
             "attnlab": _greedy_work(ours, [prompt.tolist()], n, outputs["attnlab"]),
-            "transformers": _hf_work(hf, prompt.tolist(), n, outputs["transformers"]),
+            "transformers": make_hf_work(hf, prompt.tolist(), n, outputs["transformers"]),
         }
         ctx.say(f"modern vs_transformers {name}: {n} new tokens after 64, batch 1")
         timings = interleave(

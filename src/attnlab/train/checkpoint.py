@@ -147,9 +147,9 @@ def _write_checkpoint_files(
     tokenizer: Any | None,
     labels: Any | None,
     step: int,
-    train_state: dict[str, Any] | None,
-    opt_tensors: dict[str, Tensor] | None,
-    manifest_extra: dict[str, Any],
+    train_state: dict[str, Any] | None = None,
+    opt_tensors: dict[str, Tensor] | None = None,
+    manifest_extra: dict[str, Any] | None = None,
 ) -> None:
     """Write every file of a checkpoint into the (new, empty) directory ``tmp``, fsynced.
 
@@ -176,7 +176,7 @@ def _write_checkpoint_files(
         if opt_tensors is not None:
             entries[OPTIMIZER] = write_safetensors(tmp / OPTIMIZER, opt_tensors, {"format": "pt"})
         put(STATE, _json_bytes(train_state))
-    manifest = {**header, "step": step, **manifest_extra, "files": entries}
+    manifest = {**header, "step": step, **(manifest_extra or {}), "files": entries}
     write_synced(tmp / MANIFEST, _json_bytes(manifest))
     if train_state is not None:
         fsync_dir(tmp / TRAIN_STATE)
@@ -258,17 +258,18 @@ def save_checkpoint(
     tmp = root / f".tmp-{name}-{os.getpid()}-{secrets.token_hex(3)}"
     final = root / name
     with storage_errors(final, "save the checkpoint"):
-        try:
-            tmp.mkdir()
-            _write_checkpoint_files(
-                tmp, model=model, config=config, tokenizer=tokenizer, labels=labels, step=step,
-                train_state=train_state, opt_tensors=opt_tensors,
-                manifest_extra={"metric": metric, "higher_is_better": higher_is_better},
-            )  # fmt: skip
-            _place_dir(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        _write_via(
+            tmp,
+            final,
+            model=model,
+            config=config,
+            tokenizer=tokenizer,
+            labels=labels,
+            step=step,
+            train_state=train_state,
+            opt_tensors=opt_tensors,
+            manifest_extra={"metric": metric, "higher_is_better": higher_is_better},
+        )
         atomic_write_text(root / LATEST, name + "\n")
         if is_best:
             atomic_write_text(root / BEST, name + "\n")
@@ -305,23 +306,29 @@ def save_inference_checkpoint(
     ensure_writable_dir(final.parent)
     tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}-{secrets.token_hex(3)}")
     with storage_errors(final, "export the model"):
-        try:
-            tmp.mkdir()
-            _write_checkpoint_files(
-                tmp,
-                model=model,
-                config=config,
-                tokenizer=tokenizer,
-                labels=labels,
-                step=step,
-                train_state=None,
-                opt_tensors=None,
-                manifest_extra={},
-            )
-            if final.is_dir() and not any(final.iterdir()):
-                final.rmdir()
-            _place_dir(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        _write_via(
+            tmp,
+            final,
+            replace_empty=True,
+            model=model,
+            config=config,
+            tokenizer=tokenizer,
+            labels=labels,
+            step=step,
+        )
     return final
+
+
+def _write_via(tmp: Path, final: Path, *, replace_empty: bool = False, **files: Any) -> None:
+    """Write the checkpoint files into the fresh directory ``tmp``, then move it to ``final``
+    (an empty directory there first removed, with ``replace_empty``); on any failure ``tmp`` is
+    removed and ``final`` is left as it was."""
+    try:
+        tmp.mkdir()
+        _write_checkpoint_files(tmp, **files)
+        if replace_empty and final.is_dir() and not any(final.iterdir()):
+            final.rmdir()
+        _place_dir(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
