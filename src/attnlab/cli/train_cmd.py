@@ -74,11 +74,12 @@ FLAG_FIELDS = {  # flag -> (config field, type, help)
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "train", help="train a model (LM, seq2seq or classifier) with checkpoints and resume",
+        "train",
+        help="train a model (LM, seq2seq or classifier) with checkpoints and resume",
         description="Train a model. Example: attnlab train --preset dates   |   attnlab train "
         "--preset char-lm --text input.txt --out runs/mylm   |   torchrun --nproc_per_node 2 "
         "-m attnlab train --preset dates",
-    )  # fmt: skip
+    )
     g = p.add_argument_group("run")
     from attnlab.train.presets import RUN_PRESETS
 

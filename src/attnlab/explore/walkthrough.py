@@ -237,9 +237,13 @@ def positions_view(
 def _signal(enc: nn.Module, pos: Tensor) -> dict[str, Any]:
     if isinstance(enc, positional.LearnedPositions):
         table = enc.table.weight[pos]  # (T, D)
-        return {"kind": "learned", "equation": "x~_i = x_i + P_i,  P ∈ R^{N×d} (learned)",
-                "note": "000 'Position representations': a learned table P, one row per "
-                        "position; N bounds the length.", "values": matrix(table)}  # fmt: skip
+        return {
+            "kind": "learned",
+            "equation": "x~_i = x_i + P_i,  P ∈ R^{N×d} (learned)",
+            "note": "000 'Position representations': a learned table P, one row per "
+            "position; N bounds the length.",
+            "values": matrix(table),
+        }
     if isinstance(enc, positional.SinusoidalPositions):
         pe = positional.sinusoidal_table(pos, enc.d_model, enc.base)  # (T, D)
         return {
@@ -292,24 +296,67 @@ def bahdanau_steps(q: dict[str, Tensor], axes: dict[str, list[str]], score: str)
     rows, cols = axes["rows"], axes["cols"]
     energy, keys, name = SCORES[score]
     return [
-        _step("h_enc", "Encoder states h^e_t", "h^e_t, c^e_t = LSTM(x_t, h^e_{t-1}, c^e_{t-1})",
-              "004 eq. 2: the LSTM encoder reads the source.", q["h_enc"], cols,
-              _dims("d", q["h_enc"].size(-1))),
-        _step("f", "Features f_t = T_θ(h^e_t)", "f_t = T_θ(h^e_t)",
-              "004 eq. 5: a learned map of each encoder state.", q["f"], cols,
-              _dims("d", q["f"].size(-1))),
-        _step("keys", f"The source half of the score, {keys}", keys,
-              f"004 eq. 6 ({name}): it depends only on the source, so it is computed once.",
-              q["keys"], cols, _dims("a", q["keys"].size(-1))),
-        _step("e", "Energies e_lt", energy, f"004 eq. 6 ({name}); h^d_{{l-1}} is the decoder "
-              "state before step l.", q["e"], rows, cols),
-        _step("alpha", "Alignment α_l = softmax(e_l)", "α_lt = exp(e_lt) / Σ_t' exp(e_lt')",
-              "004 eq. 7: over the real source positions; each row sums to 1.", q["alpha"], rows,
-              cols),
-        _step("v_l", "Context v_l = Σ_t α_lt f_t", "v_l = Σ_t α_lt f_t",
-              "004 eq. 8: the attention-weighted sum of the features.", q["v_l"], rows,
-              _dims("d", q["v_l"].size(-1))),
-        _step("h_dec", "Decoder states h^d_l", "h^d_l, c^d_l = LSTM([y_{l-1}; v_l], h^d_{l-1}, "
-              "c^d_{l-1})", "004 eq. 4: the context joins the previous output as input.",
-              q["h_dec"], rows, _dims("d", q["h_dec"].size(-1))),
-    ]  # fmt: skip
+        _step(
+            "h_enc",
+            "Encoder states h^e_t",
+            "h^e_t, c^e_t = LSTM(x_t, h^e_{t-1}, c^e_{t-1})",
+            "004 eq. 2: the LSTM encoder reads the source.",
+            q["h_enc"],
+            cols,
+            _dims("d", q["h_enc"].size(-1)),
+        ),
+        _step(
+            "f",
+            "Features f_t = T_θ(h^e_t)",
+            "f_t = T_θ(h^e_t)",
+            "004 eq. 5: a learned map of each encoder state.",
+            q["f"],
+            cols,
+            _dims("d", q["f"].size(-1)),
+        ),
+        _step(
+            "keys",
+            f"The source half of the score, {keys}",
+            keys,
+            f"004 eq. 6 ({name}): it depends only on the source, so it is computed once.",
+            q["keys"],
+            cols,
+            _dims("a", q["keys"].size(-1)),
+        ),
+        _step(
+            "e",
+            "Energies e_lt",
+            energy,
+            f"004 eq. 6 ({name}); h^d_{{l-1}} is the decoder state before step l.",
+            q["e"],
+            rows,
+            cols,
+        ),
+        _step(
+            "alpha",
+            "Alignment α_l = softmax(e_l)",
+            "α_lt = exp(e_lt) / Σ_t' exp(e_lt')",
+            "004 eq. 7: over the real source positions; each row sums to 1.",
+            q["alpha"],
+            rows,
+            cols,
+        ),
+        _step(
+            "v_l",
+            "Context v_l = Σ_t α_lt f_t",
+            "v_l = Σ_t α_lt f_t",
+            "004 eq. 8: the attention-weighted sum of the features.",
+            q["v_l"],
+            rows,
+            _dims("d", q["v_l"].size(-1)),
+        ),
+        _step(
+            "h_dec",
+            "Decoder states h^d_l",
+            "h^d_l, c^d_l = LSTM([y_{l-1}; v_l], h^d_{l-1}, c^d_{l-1})",
+            "004 eq. 4: the context joins the previous output as input.",
+            q["h_dec"],
+            rows,
+            _dims("d", q["h_dec"].size(-1)),
+        ),
+    ]

@@ -42,63 +42,133 @@ def competence_of(name: str, data: dict) -> list[Competence]:
     stored; the criterion text says which)."""
     if name == "attention":
         rows = [r for r in _rows(data, "test accuracy") if r["attention"].startswith("soft")]
-        return [_acc_rule(f"soft, {r['model']}, {r['task']}", "test accuracy (training "
-                          "distribution)", r["test accuracy"]) for r in rows]  # fmt: skip
+        return [
+            _acc_rule(
+                f"soft, {r['model']}, {r['task']}",
+                "test accuracy (training distribution)",
+                r["test accuracy"],
+            )
+            for r in rows
+        ]
     if name == "char_lm":
         bigram = _rows(data, "validation")[1]["val bits/char"]
         tf = _rows(data, "validation")[2]["val bits/char"]
-        return [Competence("Transformer LM", "validation bits/char below the bigram baseline",
-                           bigram, [tf], higher_is_better=False)]  # fmt: skip
+        return [
+            Competence(
+                "Transformer LM",
+                "validation bits/char below the bigram baseline",
+                bigram,
+                [tf],
+                higher_is_better=False,
+            )
+        ]
     if name == "extrapolation":
         inside = data["metrics"]["inside"]
-        return [_acc_rule(k, "per-token copy accuracy on the training lengths", v)
-                for k, v in inside.items()]  # fmt: skip
+        return [
+            _acc_rule(k, "per-token copy accuracy on the training lengths", v)
+            for k, v in inside.items()
+        ]
     if name == "heads":
-        return [_acc_rule(f"{r['model']}, {r['heads']} head(s)", "all three roles right "
-                          "(test, training distribution)", r["all three"])
-                for r in _rows(data, "(b)")]  # fmt: skip
+        return [
+            _acc_rule(
+                f"{r['model']}, {r['heads']} head(s)",
+                "all three roles right (test, training distribution)",
+                r["all three"],
+            )
+            for r in _rows(data, "(b)")
+        ]
     if name == "long_range":
         out = []
         for r in _rows(data, "reversal: per-token"):
             for arm in ("LSTM + Bahdanau attention", "Transformer encoder-decoder"):
-                out.append(_acc_rule(f"{arm}, reversal T = {r['length']}", "per-token accuracy "
-                                     "at its training length", r[arm]))  # fmt: skip
+                out.append(
+                    _acc_rule(
+                        f"{arm}, reversal T = {r['length']}",
+                        "per-token accuracy at its training length",
+                        r[arm],
+                    )
+                )
         for r in _rows(data, "dates"):
-            out.append(_acc_rule(f"{r['model']}, dates", "per-token accuracy (training "
-                                 "distribution)", r["token accuracy"]))  # fmt: skip
+            out.append(
+                _acc_rule(
+                    f"{r['model']}, dates",
+                    "per-token accuracy (training distribution)",
+                    r["token accuracy"],
+                )
+            )
         return out
     if name == "nonlinearity":
-        return [_acc_rule(f"{r['model']}, {r['task']}", "test accuracy (training distribution)",
-                          r["test accuracy"])
-                for r in _rows(data, "(b)") if "with FFN" in r["model"]]  # fmt: skip
+        return [
+            _acc_rule(
+                f"{r['model']}, {r['task']}",
+                "test accuracy (training distribution)",
+                r["test accuracy"],
+            )
+            for r in _rows(data, "(b)")
+            if "with FFN" in r["model"]
+        ]
     if name == "norm":
-        rows = [r for r in _rows(data, "(b)") if r["peak lr"] == min(x["peak lr"] for x in
-                _rows(data, "(b)"))]  # fmt: skip
+        rows = [
+            r
+            for r in _rows(data, "(b)")
+            if r["peak lr"] == min(x["peak lr"] for x in _rows(data, "(b)"))
+        ]
         best = min(r["final loss"] for r in _rows(data, "(b)"))
-        return [Competence(f"{r['norm']}-norm, warm-up {r['warm-up steps']}, lr {r['peak lr']:g}",
-                           "final training loss within 0.1 of the best run", best + 0.1,
-                           [r["final loss"]], higher_is_better=False) for r in rows]  # fmt: skip
+        return [
+            Competence(
+                f"{r['norm']}-norm, warm-up {r['warm-up steps']}, lr {r['peak lr']:g}",
+                "final training loss within 0.1 of the best run",
+                best + 0.1,
+                [r["final loss"]],
+                higher_is_better=False,
+            )
+            for r in rows
+        ]
     if name == "order":
-        return [_acc_rule(r["positions"], "test accuracy (swap-closed, training distribution)",
-                          r["test accuracy (swap-closed)"])
-                for r in _rows(data, "accuracy") if r["positions"] != "none"]  # fmt: skip
+        return [
+            _acc_rule(
+                r["positions"],
+                "test accuracy (swap-closed, training distribution)",
+                r["test accuracy (swap-closed)"],
+            )
+            for r in _rows(data, "accuracy")
+            if r["positions"] != "none"
+        ]
     if name == "sampling":
         human = [r for r in _rows(data, "decoding") if r["strategy"].startswith("validation")][0]
-        return [Competence("character LM", "validation bits/char below the bigram baseline "
-                           "(3.58 on this text, char_lm report)", 3.58,
-                           [human["own NLL (bits/char)"]], higher_is_better=False)]  # fmt: skip
+        return [
+            Competence(
+                "character LM",
+                "validation bits/char below the bigram baseline "
+                "(3.58 on this text, char_lm report)",
+                3.58,
+                [human["own NLL (bits/char)"]],
+                higher_is_better=False,
+            )
+        ]
     if name == "scaling":
-        return [_acc_rule(f"scaled logits, W_q, W_k init {r['W_q, W_k init']}",
-                          "test accuracy (training distribution)", r["test accuracy"])
-                for r in _rows(data, "training") if r["scale_logits"]]  # fmt: skip
+        return [
+            _acc_rule(
+                f"scaled logits, W_q, W_k init {r['W_q, W_k init']}",
+                "test accuracy (training distribution)",
+                r["test accuracy"],
+            )
+            for r in _rows(data, "training")
+            if r["scale_logits"]
+        ]
     if name == "translation":
         out = []
         for r in _rows(data, "test scores"):
-            out.append(Competence(r["model"], "lower-cased beam BLEU >= 0.9 x the public "
-                                  f"tutorial's {r['tutorial lc BLEU']:g} on the same data (a "
-                                  "level its recipe is known to reach)",
-                                  round(0.9 * r["tutorial lc BLEU"], 2),
-                                  [r["lc BLEU beam 5"]]))  # fmt: skip
+            out.append(
+                Competence(
+                    r["model"],
+                    "lower-cased beam BLEU >= 0.9 x the public "
+                    f"tutorial's {r['tutorial lc BLEU']:g} on the same data (a "
+                    "level its recipe is known to reach)",
+                    round(0.9 * r["tutorial lc BLEU"], 2),
+                    [r["lc BLEU beam 5"]],
+                )
+            )
         return out
     if name == "parallelism":
         return []
@@ -114,8 +184,22 @@ def rederive(root: Path, name: str) -> Report:
     reason = data["verdict_reason"]
     old = data["verdict"]
     verdict, why = gate(old, reason, competence, n_seeds=1)
-    keep = {k: data[k] for k in ("name", "title", "claim", "source", "setup", "metrics",
-                                 "quick", "seed", "command", "wall_time_s", "machine")}  # fmt: skip
+    keep = {
+        k: data[k]
+        for k in (
+            "name",
+            "title",
+            "claim",
+            "source",
+            "setup",
+            "metrics",
+            "quick",
+            "seed",
+            "command",
+            "wall_time_s",
+            "machine",
+        )
+    }
     report = Report(
         **keep,
         tables=[Table(t["caption"], t["rows"]) for t in data["tables"]],

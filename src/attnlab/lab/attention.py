@@ -63,17 +63,28 @@ def _one_seed(seed: int, quick: bool, fit_cfg: FitConfig) -> dict:
         for shape, n_layers, n_heads in SHAPES:
             for label, activation, ste in VARIANTS:
                 torch.manual_seed(seed)
-                cfg = ModelConfig(kind="classifier", vocab_size=train.vocab_size,
-                                  n_classes=train.n_classes, d_model=32, n_heads=n_heads,
-                                  n_layers=n_layers, d_ff=128, max_len=16, pooling="cls",
-                                  attention=activation, straight_through=ste)  # fmt: skip
+                cfg = ModelConfig(
+                    kind="classifier",
+                    vocab_size=train.vocab_size,
+                    n_classes=train.n_classes,
+                    d_model=32,
+                    n_heads=n_heads,
+                    n_layers=n_layers,
+                    d_ff=128,
+                    max_len=16,
+                    pooling="cls",
+                    attention=activation,
+                    straight_through=ste,
+                )
                 model = build_model(cfg)
                 result, test_acc = fit_classifier(model, train, test, fit_cfg, seed=seed)
                 out[(task, shape, label)] = {
                     "test accuracy": test_acc,
-                    "majority class": majority, "final train loss": result.final_loss(),
+                    "majority class": majority,
+                    "final train loss": result.final_loss(),
                     "late drop": result.loss_at(0.75, 50) - result.final_loss(50),
-                    "train s": result.seconds}  # fmt: skip
+                    "train s": result.seconds,
+                }
     return out
 
 
@@ -90,12 +101,19 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     for key in runs[0]:
         task, shape, label = key
         per = [r[key] for r in runs]
-        rows.append({"task": task, "model": shape, "attention": label,
-                     "test accuracy": accs[key], "min-max": spread_text(acc_seeds[key]),
-                     "majority class": per[0]["majority class"],
-                     "final train loss": spread_text([p["final train loss"] for p in per]),
-                     "loss drop, last quarter": max(p["late drop"] for p in per),
-                     "train s": spread(p["train s"] for p in per)["mean"]})  # fmt: skip
+        rows.append(
+            {
+                "task": task,
+                "model": shape,
+                "attention": label,
+                "test accuracy": accs[key],
+                "min-max": spread_text(acc_seeds[key]),
+                "majority class": per[0]["majority class"],
+                "final train loss": spread_text([p["final train loss"] for p in per]),
+                "loss drop, last quarter": max(p["late drop"] for p in per),
+                "train s": spread(p["train s"] for p in per)["mean"],
+            }
+        )
     one = SHAPES[0][0]
     soft, hard = VARIANTS[0][0], VARIANTS[1][0]
     competence = [
@@ -108,10 +126,16 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         for t in TASKS
         for sh, _, _ in SHAPES
     ]
-    competence += [Competence(f"hard (straight-through), {one}, {t}", "trained to a plateau: "
-                              "training-loss drop over the last quarter of training (nats)",
-                              PLATEAU, [r[(t, one, hard)]["late drop"] for r in runs],
-                              higher_is_better=False) for t in TASKS]  # fmt: skip
+    competence += [
+        Competence(
+            f"hard (straight-through), {one}, {t}",
+            "trained to a plateau: training-loss drop over the last quarter of training (nats)",
+            PLATEAU,
+            [r[(t, one, hard)]["late drop"] for r in runs],
+            higher_is_better=False,
+        )
+        for t in TASKS
+    ]
     one, deep = SHAPES[0][0], SHAPES[1][0]
     short = {soft: "soft", hard: "hard ST", VARIANTS[2][0]: "hard, no grad"}
     keys = [(t, sh, v) for t in TASKS for sh, _, _ in SHAPES for v, _, _ in VARIANTS]
@@ -140,8 +164,10 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         lo(acc_seeds[(COUNT, one, soft)]) > 0.9,
         hi(acc_seeds[(COUNT, one, hard)]) < lo(acc_seeds[(COUNT, one, soft)]) - 0.2,
     ]
-    spread_note = (f" Over seeds: hard counting {spread_text(acc_seeds[(COUNT, one, hard)])}, "
-                   f"hard lookup {spread_text(acc_seeds[(LOOKUP, one, hard)])}.")  # fmt: skip
+    spread_note = (
+        f" Over seeds: hard counting {spread_text(acc_seeds[(COUNT, one, hard)])}, "
+        f"hard lookup {spread_text(acc_seeds[(LOOKUP, one, hard)])}."
+    )
     reason = (
         f"with one layer and one head, hard attention (straight-through) reaches "
         f"{accs[(LOOKUP, one, hard)]:.3f} on key-value lookup (soft "

@@ -52,8 +52,10 @@ def resolve_text(quick: bool, seed: int, text: str | None, work: Path) -> tuple[
     if text is not None:
         path = Path(text)
         if not path.exists():
-            raise UserError(f"--text {text!r} does not exist; give a UTF-8 text file or a "
-                            "directory of .txt files")  # fmt: skip
+            raise UserError(
+                f"--text {text!r} does not exist; give a UTF-8 text file or a "
+                "directory of .txt files"
+            )
         return path, f"the file {text}"
     if not quick and SHAKESPEARE.is_file():
         return SHAKESPEARE, f"tinyshakespeare ({SHAKESPEARE})"
@@ -69,16 +71,36 @@ def recipe(quick: bool, seed: int, text: Path) -> RunConfig:
     """A 4-layer, d_model 128 char Transformer: the ``char-lm`` preset shortened to 1000 steps
     for CPU, with lr 3e-3 and no dropout (at this budget the model underfits: a development run
     with lr 1e-3 and dropout 0.1 had validation loss 2.37 at step 250, this recipe 2.24)."""
-    model = ModelConfig(kind="decoder_lm", d_model=64 if quick else 128, n_heads=4,
-                        n_layers=2 if quick else 4, max_len=64 if quick else 128,
-                        dropout=0.0)  # fmt: skip
-    cfg = TrainConfig(task="lm", data=str(text), tokenizer="char", val_fraction=0.1,
-                      context_len=64 if quick else 128, batch_size=16 if quick else 32,
-                      steps=40 if quick else 1000, lr=3e-3, min_lr=1e-4,
-                      warmup_steps=5 if quick else 100, weight_decay=0.1, betas=(0.9, 0.95),
-                      eval_every=20 if quick else 250, eval_batches=4 if quick else 20,
-                      save_every=0 if quick else 250, keep_last=1, log_every=5 if quick else 25,
-                      seed=seed, progress=False, threads=1 if quick else 0)  # fmt: skip
+    model = ModelConfig(
+        kind="decoder_lm",
+        d_model=64 if quick else 128,
+        n_heads=4,
+        n_layers=2 if quick else 4,
+        max_len=64 if quick else 128,
+        dropout=0.0,
+    )
+    cfg = TrainConfig(
+        task="lm",
+        data=str(text),
+        tokenizer="char",
+        val_fraction=0.1,
+        context_len=64 if quick else 128,
+        batch_size=16 if quick else 32,
+        steps=40 if quick else 1000,
+        lr=3e-3,
+        min_lr=1e-4,
+        warmup_steps=5 if quick else 100,
+        weight_decay=0.1,
+        betas=(0.9, 0.95),
+        eval_every=20 if quick else 250,
+        eval_batches=4 if quick else 20,
+        save_every=0 if quick else 250,
+        keep_last=1,
+        log_every=5 if quick else 25,
+        seed=seed,
+        progress=False,
+        threads=1 if quick else 0,
+    )
     return RunConfig(model, cfg)
 
 
@@ -101,9 +123,11 @@ def train_char_lm(quick: bool, seed: int, text: str | None, out_dir: Path) -> tu
     run_dir = run_dir_for(run_config, path, base)
     result = train(run_config, run_dir=run_dir, resume=True, progress=False)
     if result.stopped_by is not None:
-        raise UserError(f"training stopped by {result.stopped_by} at step {result.step}; the "
-                        f"checkpoint is in {str(run_dir)!r}: run the same command again to "
-                        "continue")  # fmt: skip
+        raise UserError(
+            f"training stopped by {result.stopped_by} at step {result.step}; the "
+            f"checkpoint is in {str(run_dir)!r}: run the same command again to "
+            "continue"
+        )
     return result, path, origin
 
 
@@ -115,15 +139,17 @@ def count_baselines(train_text: str, val_text: str) -> dict[str, float]:
     total = len(train_text)
     unigram = -sum(math.log2((uni[c] + 1) / (total + v)) for c in val_text) / len(val_text)
     pairs = Counter(zip(train_text, train_text[1:]))
-    bigram = -sum(math.log2((pairs[(a, b)] + 1) / (uni[a] + v))
-                  for a, b in zip(val_text, val_text[1:])) / (len(val_text) - 1)  # fmt: skip
+    bigram = -sum(
+        math.log2((pairs[(a, b)] + 1) / (uni[a] + v)) for a, b in zip(val_text, val_text[1:])
+    ) / (len(val_text) - 1)
     return {"unigram": unigram, "bigram": bigram}
 
 
 def samples(model: Any, tok: Any, n_chars: int, temperature: float, seed: int) -> list[str]:
     """One continuation per prompt (temperature 0 = greedy)."""
-    cfg = GenerationConfig(max_new_tokens=n_chars, temperature=temperature, seed=seed,
-                           stop_token_ids=())  # fmt: skip
+    cfg = GenerationConfig(
+        max_new_tokens=n_chars, temperature=temperature, seed=seed, stop_token_ids=()
+    )
     result = generate(model, list(PROMPTS), cfg, tokenizer=tok)
     return [p + t for p, t in zip(PROMPTS, result.texts)]
 
@@ -158,8 +184,12 @@ def train_job(job: tuple) -> dict[str, float]:
         if isinstance(r.get("train_loss"), (int, float))
     ]  # one per log_every steps
     tail = logged[-max(1, 50 // recipe(quick, seed, Path(".")).train.log_every) :]
-    return {"val": float(result.metrics["val_loss"]), "train": float(np.mean(tail)),
-            "steps": result.step, "train_s": result.elapsed_s}  # fmt: skip
+    return {
+        "val": float(result.metrics["val_loss"]),
+        "train": float(np.mean(tail)),
+        "steps": result.step,
+        "train_s": result.elapsed_s,
+    }
 
 
 @experiment("char_lm", notes="000 'Transformer Decoder'; 003 'Decoding'")
@@ -168,8 +198,7 @@ def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Repor
     words and layout: its validation loss falls far below count-based unigram and bigram
     baselines and its samples look like the training text."""
     seeds = start_seeds(seed, quick)
-    res = run_jobs(train_job, [(s, quick, text, str(out_dir)) for s in seeds],
-                   1 if quick else 2)  # fmt: skip
+    res = run_jobs(train_job, [(s, quick, text, str(out_dir)) for s in seeds], 1 if quick else 2)
     per = [res[(s, quick, text, str(out_dir))] for s in seeds]
     result, path, origin = train_char_lm(quick, seeds[0], text, out_dir)  # reloaded: samples
     model, tok, cfg = result.model, result.tokenizer, recipe(quick, seeds[0], path)
@@ -180,29 +209,39 @@ def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Repor
     rows = [
         {"model": "unigram counts (no context)", "val bits/char": base["unigram"]},
         {"model": "bigram counts, add-one", "val bits/char": base["bigram"]},
-        {"model": f"Transformer LM ({n_params:,} parameters)",
-         "val bits/char": spread_text(val_bits),
-         "val loss (nats/char)": spread_text([r["val"] for r in per]),
-         "val perplexity": spread_text([math.exp(r["val"]) for r in per]),
-         "train bits/char (last 50 steps)": spread_text(train_bits)},
-    ]  # fmt: skip
+        {
+            "model": f"Transformer LM ({n_params:,} parameters)",
+            "val bits/char": spread_text(val_bits),
+            "val loss (nats/char)": spread_text([r["val"] for r in per]),
+            "val perplexity": spread_text([math.exp(r["val"]) for r in per]),
+            "train bits/char (last 50 steps)": spread_text(train_bits),
+        },
+    ]
     n_chars = 120 if quick else 400
     text_rows = []
     for label, temperature in (("temperature 0.8", 0.8), ("greedy", 0.0)):
         for sample in samples(model, tok, n_chars, temperature, seeds[0]):
             text_rows.append({"decoding": label, "sample": _one_line(sample)})
     figures = [loss_figure(result.run_dir, out_dir, f"char LM on {path.name}, seed {seeds[0]}")]
-    competence = [Competence("Transformer LM", "training bits/char (mean of the last 50 steps) "
-                             "below the bigram baseline's validation bits/char", base["bigram"],
-                             train_bits, higher_is_better=False)]  # fmt: skip
+    competence = [
+        Competence(
+            "Transformer LM",
+            "training bits/char (mean of the last 50 steps) "
+            "below the bigram baseline's validation bits/char",
+            base["bigram"],
+            train_bits,
+            higher_is_better=False,
+        )
+    ]
     margin = [base["bigram"] - v for v in val_bits]
-    verdict = ("held" if min(margin) > 0.25 else
-               "mixed" if min(margin) > 0 else "did not hold")  # fmt: skip
-    reason = (f"validation {spread_text(val_bits)} bits/char (mean (min-max) over {len(seeds)} "
-              f"seeds) against {base['bigram']:.2f} for the bigram and {base['unigram']:.2f} for "
-              f"the unigram baseline (held = every seed more than 0.25 bits below the bigram), "
-              f"after {per[0]['steps']} steps ({spread_text([r['train_s'] / 60 for r in per], 2)}"
-              " min of training per seed).")  # fmt: skip
+    verdict = "held" if min(margin) > 0.25 else "mixed" if min(margin) > 0 else "did not hold"
+    reason = (
+        f"validation {spread_text(val_bits)} bits/char (mean (min-max) over {len(seeds)} "
+        f"seeds) against {base['bigram']:.2f} for the bigram and {base['unigram']:.2f} for "
+        f"the unigram baseline (held = every seed more than 0.25 bits below the bigram), "
+        f"after {per[0]['steps']} steps ({spread_text([r['train_s'] / 60 for r in per], 2)}"
+        " min of training per seed)."
+    )
     m, t = cfg.model, cfg.train
     return Report(
         name="char_lm",
@@ -236,7 +275,7 @@ def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Repor
             "baselines": base,
             "steps": per[0]["steps"],
             "train_s": [r["train_s"] for r in per],
-        },  # fmt: skip
+        },
         findings=[
             "Greedy decoding tends to fall into a loop (the most likely continuation of a "
             "phrase leads back to it), while sampling at temperature 0.8 keeps varying; "

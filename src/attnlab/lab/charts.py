@@ -46,8 +46,9 @@ def line_chart(
         )
         if bands and label in bands:
             lo, hi = bands[label]
-            ax.fill_between(list(xs), list(lo), list(hi), color=line.get_color(), alpha=0.18,
-                            linewidth=0)  # fmt: skip
+            ax.fill_between(
+                list(xs), list(lo), list(hi), color=line.get_color(), alpha=0.18, linewidth=0
+            )
     if hline is not None:
         ax.axhline(hline, color="gray", linestyle="--", linewidth=1)
     if vline is not None:
@@ -102,8 +103,10 @@ def curves_chart(
 
 def _running_mean(ys: list[float], smooth: int) -> list[float]:
     k = max(1, min(smooth, len(ys)))
-    return [sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1])
-            for i in range(len(ys))]  # fmt: skip
+    return [
+        sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1])
+        for i in range(len(ys))
+    ]
 
 
 def bar_chart(
@@ -132,22 +135,44 @@ def bar_chart(
         lo = [max(0.0, values[k] - errors.get(k, (values[k], values[k]))[0]) for k in labels]
         hi = [max(0.0, errors.get(k, (values[k], values[k]))[1] - values[k]) for k in labels]
         yerr = [lo, hi]
-    bars = ax.bar(range(len(labels)), heights, color="tab:blue", alpha=0.8, yerr=yerr,
-                  capsize=3 if yerr else 0, error_kw={"elinewidth": 1})  # fmt: skip
+    bars = ax.bar(
+        range(len(labels)),
+        heights,
+        color="tab:blue",
+        alpha=0.8,
+        yerr=yerr,
+        capsize=3 if yerr else 0,
+        error_kw={"elinewidth": 1},
+    )
     tops = heights if yerr is None else [h + e for h, e in zip(heights, yerr[1])]
     for x, (top, h) in enumerate(zip(tops, heights)):
-        ax.annotate(f"{h:.3g}", (x, top), xytext=(0, 2), textcoords="offset points",
-                    ha="center", va="bottom", fontsize=7)  # fmt: skip
+        ax.annotate(
+            f"{h:.3g}",
+            (x, top),
+            xytext=(0, 2),
+            textcoords="offset points",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+        )
     ax.set_xticks(range(len(labels)))
-    ax.set_xticklabels(labels, rotation=30 if long else 0, ha="right" if long else "center",
-                       fontsize=8)  # fmt: skip
+    ax.set_xticklabels(
+        labels, rotation=30 if long else 0, ha="right" if long else "center", fontsize=8
+    )
     ax.margins(y=0.12)
     del bars
     if references:
         for x, k in enumerate(labels):
             if k in references:
-                ax.hlines(references[k], x - 0.45, x + 0.45, colors="tab:red", linestyles="--",
-                          linewidth=1, label=reference_label if x == 0 else None)  # fmt: skip
+                ax.hlines(
+                    references[k],
+                    x - 0.45,
+                    x + 0.45,
+                    colors="tab:red",
+                    linestyles="--",
+                    linewidth=1,
+                    label=reference_label if x == 0 else None,
+                )
         ax.legend(fontsize=8, loc="lower right")
     if reference is not None:
         ax.axhline(reference, color="tab:red", linestyle="--", linewidth=1, label=reference_label)

@@ -50,8 +50,9 @@ def recurrence_loop(x: torch.Tensor, rnn: nn.RNN) -> torch.Tensor:
     h = torch.zeros(1, rnn.hidden_size)
     out = []
     for t in range(x.size(1)):
-        h = torch.tanh(x[:, t] @ rnn.weight_ih_l0.T + rnn.bias_ih_l0 + h @ rnn.weight_hh_l0.T
-                       + rnn.bias_hh_l0)  # fmt: skip
+        h = torch.tanh(
+            x[:, t] @ rnn.weight_ih_l0.T + rnn.bias_ih_l0 + h @ rnn.weight_hh_l0.T + rnn.bias_hh_l0
+        )
         out.append(h)
     return torch.stack(out, dim=1)
 
@@ -120,21 +121,30 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                     best_ms(attention_core, q, k, v, repeats=repeats)
                 )
                 ms.setdefault(("recurrent", d), {}).setdefault(r, []).append(
-                    best_ms(rnn, x, repeats=repeats))  # fmt: skip
+                    best_ms(rnn, x, repeats=repeats)
+                )
     rows, cross_flops, cross_ms = [], {}, {}
     for d in widths:
         cross_flops[d] = crossover(ns, flops[("self-attention", d)], flops[("recurrent", d)])
-        cross_ms[d] = [crossover(ns, ms[("self-attention", d)][r], ms[("recurrent", d)][r])
-                       for r in rounds]  # fmt: skip
+        cross_ms[d] = [
+            crossover(ns, ms[("self-attention", d)][r], ms[("recurrent", d)][r]) for r in rounds
+        ]
         for j, n in enumerate(ns):
             att = [ms[("self-attention", d)][r][j] for r in rounds]
             rec = [ms[("recurrent", d)][r][j] for r in rounds]
-            rows.append({"d": d, "n": n, "attention FLOPs": flops[("self-attention", d)][j],
-                         "recurrent FLOPs": flops[("recurrent", d)][j],
-                         "FLOP ratio att/rec": flops[("self-attention", d)][j]
-                         / flops[("recurrent", d)][j],
-                         "attention ms": spread_text(att), "recurrent ms": spread_text(rec),
-                         "time ratio": spread(att)["mean"] / spread(rec)["mean"]})  # fmt: skip
+            rows.append(
+                {
+                    "d": d,
+                    "n": n,
+                    "attention FLOPs": flops[("self-attention", d)][j],
+                    "recurrent FLOPs": flops[("recurrent", d)][j],
+                    "FLOP ratio att/rec": flops[("self-attention", d)][j]
+                    / flops[("recurrent", d)][j],
+                    "attention ms": spread_text(att),
+                    "recurrent ms": spread_text(rec),
+                    "time ratio": spread(att)["mean"] / spread(rec)["mean"],
+                }
+            )
     near = {d: all(d / 4 <= c <= 4 * d for c in cross_ms[d]) for d in widths}
     flop_exact = all(abs(cross_flops[d] / d - 1) < 0.05 for d in widths)
     checks = [flop_exact, *near.values()]
@@ -160,17 +170,39 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             logy=True,
             vline=d,
         )
-        figures.append(save_chart(fig, out_dir, f"time_d{d}.png", f"Forward time of the "
-                                  f"attention core and of the recurrence at d = {d} (mean over "
-                                  "rounds, min-max band); the dashed line is n = d, the "
-                                  "predicted crossover."))  # fmt: skip
-    fig = line_chart({f"{arm}, d = {d}": (ns, flops[(arm, d)]) for d in widths
-                      for arm in ("self-attention", "recurrent")},
-                     xlabel="sequence length n", ylabel="FLOPs per layer (forward)",
-                     title="counted FLOPs: 4 n^2 d vs 4 n d^2", logx=True, logy=True)  # fmt: skip
-    figures.append(save_chart(fig, out_dir, "flops.png", "FLOPs per layer against n: the "
-                              "attention line (slope 2) crosses the recurrent one (slope 1) at "
-                              "n = d."))  # fmt: skip
+        figures.append(
+            save_chart(
+                fig,
+                out_dir,
+                f"time_d{d}.png",
+                f"Forward time of the "
+                f"attention core and of the recurrence at d = {d} (mean over "
+                "rounds, min-max band); the dashed line is n = d, the "
+                "predicted crossover.",
+            )
+        )
+    fig = line_chart(
+        {
+            f"{arm}, d = {d}": (ns, flops[(arm, d)])
+            for d in widths
+            for arm in ("self-attention", "recurrent")
+        },
+        xlabel="sequence length n",
+        ylabel="FLOPs per layer (forward)",
+        title="counted FLOPs: 4 n^2 d vs 4 n d^2",
+        logx=True,
+        logy=True,
+    )
+    figures.append(
+        save_chart(
+            fig,
+            out_dir,
+            "flops.png",
+            "FLOPs per layer against n: the "
+            "attention line (slope 2) crosses the recurrent one (slope 1) at "
+            "n = d.",
+        )
+    )
     return Report(
         name="complexity",
         title="The cost table: self-attention O(n^2 d) vs recurrence O(n d^2)",
@@ -201,7 +233,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "crossover_ms": {str(d): spread(v) for d, v in cross_ms.items()},
             "flop_check": {str(d): list(v) for d, v in check.items()},
             "ns": ns,
-        },  # fmt: skip
+        },
         findings=[
             "Sequential operations: the attention core is three calls whatever n is (its n^2 "
             "scores are independent of each other); the recurrence's n steps each wait for the "

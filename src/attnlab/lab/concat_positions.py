@@ -74,8 +74,9 @@ LRS = (1e-3, 3e-3, 1e-2)  # peak lrs swept for each compared arm and task, on ev
 REFERENCE_LR = 3e-3  # the raw-sinusoid reference arm is not swept
 
 
-def permuted_examples(n: int, length: int, perm: np.ndarray, n_symbols: int,
-                      rng: np.random.Generator) -> tuple[Tensor, Tensor]:  # fmt: skip
+def permuted_examples(
+    n: int, length: int, perm: np.ndarray, n_symbols: int, rng: np.random.Generator
+) -> tuple[Tensor, Tensor]:
     """``<bos> x_1..x_n | x_pi(1)..x_pi(n) <eos>`` (ids (N, T)) and targets (N, T - 1) that are
     -100 outside the output half."""
     t = 2 * length + 3
@@ -103,8 +104,15 @@ def task_data(task: str, quick: bool, seed: int) -> dict:
         train = permuted_examples(n_train, n_max, perm, n_symbols, rng)
         val = permuted_examples(400, n_max, perm, n_symbols, rng)
         test = permuted_examples(400, n_max, perm, n_symbols, rng)
-    return {"train": train, "val": val, "test": test, "vocab": FIRST_SYMBOL + n_symbols,
-            "max_len": 2 * n_max + 3, "n_max": n_max, "n_train": n_train}  # fmt: skip
+    return {
+        "train": train,
+        "val": val,
+        "test": test,
+        "vocab": FIRST_SYMBOL + n_symbols,
+        "max_len": 2 * n_max + 3,
+        "n_max": n_max,
+        "n_train": n_train,
+    }
 
 
 class ScaledConcat(ConcatPositions):
@@ -141,8 +149,12 @@ def steps(quick: bool, task: str = "copy") -> int:
 
 def fit_config(quick: bool, task: str, lr: float) -> FitConfig:
     """AdamW at peak ``lr``, warm-up (120 steps: 6-10% of a run) + cosine to 0."""
-    return FitConfig(steps=steps(quick, task), batch_size=32 if quick else 64, lr=lr,
-                     warmup_steps=10 if quick else 120)  # fmt: skip
+    return FitConfig(
+        steps=steps(quick, task),
+        batch_size=32 if quick else 64,
+        lr=lr,
+        warmup_steps=10 if quick else 120,
+    )
 
 
 def arm_lrs(arm: str) -> tuple[float, ...]:
@@ -165,10 +177,15 @@ def train_job(job: tuple) -> dict:
     model = build(arm, data["vocab"], data["max_len"], quick)
     every = 20 if quick else 100
     cfg = fit_config(quick, task, lr)
-    result = fit(model, data["train"], copy_loss, cfg, seed=seed,
-                 evaluate=lambda m: (copy_accuracy(m, *data["val"])[0],
-                                     copy_accuracy(m, *data["test"])[0]),
-                 eval_at=range(every, cfg.steps + 1, every))  # fmt: skip
+    result = fit(
+        model,
+        data["train"],
+        copy_loss,
+        cfg,
+        seed=seed,
+        evaluate=lambda m: (copy_accuracy(m, *data["val"])[0], copy_accuracy(m, *data["test"])[0]),
+        eval_every=every,
+    )
     val_curve = [(s, v) for s, (v, _) in result.evals]
     test_curve = [(s, t) for s, (_, t) in result.evals]
     val = copy_accuracy(model, *data["val"])[0]
@@ -180,10 +197,17 @@ def train_job(job: tuple) -> dict:
         c = getattr(model.embed.pos_enc, "scale", 1.0)
         scales["mapped tokens (|W_x| x RMS(E))"] = rms(w[:, :d]) * rms(model.embed.tok_emb.weight)
         scales["mapped positions (|W_p| x RMS(c PE))"] = rms(w[:, d:]) * c * math.sqrt(0.5)
-    return {"lr": lr, "val": val, "val_steps": first_reach(val_curve),
-            "plateau": val < THRESHOLD and val - middle < 0.01,  # flat over the second half
-            "final": copy_accuracy(model, *data["test"])[0], "steps": first_reach(test_curve),
-            "curve": test_curve, "loss": result.final_loss(), "scales": scales}  # fmt: skip
+    return {
+        "lr": lr,
+        "val": val,
+        "val_steps": first_reach(val_curve),
+        "plateau": val < THRESHOLD and val - middle < 0.01,  # flat over the second half
+        "final": copy_accuracy(model, *data["test"])[0],
+        "steps": first_reach(test_curve),
+        "curve": test_curve,
+        "loss": result.final_loss(),
+        "scales": scales,
+    }
 
 
 def choose_lr(runs: dict[float, list[dict]]) -> float:
@@ -207,29 +231,42 @@ def train_all(seeds: list[int], quick: bool) -> tuple[dict, dict]:
     jobs = [(*k, s, quick) for k in keys for s in seeds]
     done = run_jobs(train_job, jobs, 1 if quick else 2, cost=lambda j: steps(j[-1], j[1]))
     sweep = {k: [done[(*k, s, quick)] for s in seeds] for k in keys}
-    chosen = {(a, t): choose_lr({lr: sweep[(a, t, lr)] for lr in arm_lrs(a)})
-              for a in ARMS for t in TASKS}  # fmt: skip
+    chosen = {
+        (a, t): choose_lr({lr: sweep[(a, t, lr)] for lr in arm_lrs(a)}) for a in ARMS for t in TASKS
+    }
     return sweep, chosen
 
 
 def sweep_rows(sweep: dict, chosen: dict) -> list[dict]:
     """One row per compared arm, task and peak lr: the validation numbers the choice rests on."""
-    return [{"task": t, "position input": a, "peak lr": lr,
-             "val accuracy per seed": ", ".join(f"{r['val']:.3f}" for r in rs),
-             f"seeds >= {THRESHOLD}": sum(r["val"] >= THRESHOLD for r in rs),
-             f"steps to {THRESHOLD} (val)": spread_text([r["val_steps"] for r in rs]),
-             "final train loss": spread_text([r["loss"] for r in rs]),
-             "chosen": lr == chosen[(a, t)]}
-            for t in TASKS for a in COMPARED for lr in LRS
-            for rs in [sweep[(a, t, lr)]]]  # fmt: skip
+    return [
+        {
+            "task": t,
+            "position input": a,
+            "peak lr": lr,
+            "val accuracy per seed": ", ".join(f"{r['val']:.3f}" for r in rs),
+            f"seeds >= {THRESHOLD}": sum(r["val"] >= THRESHOLD for r in rs),
+            f"steps to {THRESHOLD} (val)": spread_text([r["val_steps"] for r in rs]),
+            "final train loss": spread_text([r["loss"] for r in rs]),
+            "chosen": lr == chosen[(a, t)],
+        }
+        for t in TASKS
+        for a in COMPARED
+        for lr in LRS
+        for rs in [sweep[(a, t, lr)]]
+    ]
 
 
 def misses_text(sweep: dict, seeds: list[int]) -> str:
     """The runs of the sweep that end below THRESHOLD on validation, plateau or still rising."""
-    parts = [f"{t}, {a}, lr {lr:g}, seed {s}: {r['val']:.3f} "
-             f"({'flat over the second half' if r['plateau'] else 'still rising'})"
-             for (a, t, lr), rs in sweep.items() if a in COMPARED
-             for s, r in zip(seeds, rs) if r["val"] < THRESHOLD]  # fmt: skip
+    parts = [
+        f"{t}, {a}, lr {lr:g}, seed {s}: {r['val']:.3f} "
+        f"({'flat over the second half' if r['plateau'] else 'still rising'})"
+        for (a, t, lr), rs in sweep.items()
+        if a in COMPARED
+        for s, r in zip(seeds, rs)
+        if r["val"] < THRESHOLD
+    ]
     return "; ".join(parts) if parts else "none"
 
 
@@ -242,39 +279,63 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     per = {(a, t): sweep[(a, t, chosen[(a, t)])] for a in ARMS for t in TASKS}
     final = {k: [r["final"] for r in v] for k, v in per.items()}
     reach = {k: [r["steps"] for r in v] for k, v in per.items()}
-    rows = [{"task": t, "position input": a, "peak lr": chosen[(a, t)],
-             "test accuracy": spread_text(final[(a, t)]),
-             f"steps to {THRESHOLD}": spread_text(reach[(a, t)]),
-             "seeds reaching it": sum(math.isfinite(x) for x in reach[(a, t)]),
-             "final train loss": spread_text([r["loss"] for r in per[(a, t)]])}
-            for t in TASKS for a in ARMS]  # fmt: skip
-    competence = [Competence(f"{a}, {t}", "held-out accuracy on its own task (training "
-                             "distribution; test set, not used to choose the lr)", THRESHOLD,
-                             final[(a, t)], in_verdict=a in COMPARED)
-                  for t in TASKS for a in ARMS]  # fmt: skip
+    rows = [
+        {
+            "task": t,
+            "position input": a,
+            "peak lr": chosen[(a, t)],
+            "test accuracy": spread_text(final[(a, t)]),
+            f"steps to {THRESHOLD}": spread_text(reach[(a, t)]),
+            "seeds reaching it": sum(math.isfinite(x) for x in reach[(a, t)]),
+            "final train loss": spread_text([r["loss"] for r in per[(a, t)]]),
+        }
+        for t in TASKS
+        for a in ARMS
+    ]
+    competence = [
+        Competence(
+            f"{a}, {t}",
+            "held-out accuracy on its own task (training "
+            "distribution; test set, not used to choose the lr)",
+            THRESHOLD,
+            final[(a, t)],
+            in_verdict=a in COMPARED,
+        )
+        for t in TASKS
+        for a in ARMS
+    ]
     verdicts, parts = [], []
     for t in TASKS:
         add, cat = reach[("added", t)], reach[("concatenated", t)]
         lrs = f"lr {chosen[('added', t)]:g} vs {chosen[('concatenated', t)]:g}"
         if max(cat) < min(add):
             verdicts.append("held")
-            parts.append(f"{t}: concatenated reaches {THRESHOLD} in {spread_text(cat)} steps, "
-                         f"added in {spread_text(add)} ({lrs})")  # fmt: skip
+            parts.append(
+                f"{t}: concatenated reaches {THRESHOLD} in {spread_text(cat)} steps, "
+                f"added in {spread_text(add)} ({lrs})"
+            )
         elif max(add) < min(cat):
             verdicts.append("did not hold")
-            parts.append(f"{t}: added is faster ({spread_text(add)} steps vs concatenated "
-                         f"{spread_text(cat)}; {lrs})")  # fmt: skip
+            parts.append(
+                f"{t}: added is faster ({spread_text(add)} steps vs concatenated "
+                f"{spread_text(cat)}; {lrs})"
+            )
         else:
             verdicts.append("mixed")
             within = ", inside the seed spread" if overlap(add, cat) else ""
-            parts.append(f"{t}: steps to {THRESHOLD} added {spread_text(add)}, concatenated "
-                         f"{spread_text(cat)} ({lrs}{within})")  # fmt: skip
+            parts.append(
+                f"{t}: steps to {THRESHOLD} added {spread_text(add)}, concatenated "
+                f"{spread_text(cat)} ({lrs}{within})"
+            )
     verdict = verdicts[0] if len(set(verdicts)) == 1 else "mixed"
     unit = {t: spread_text(final[("concatenated, unit", t)]) for t in TASKS}
     rescued = all(min(final[("concatenated, unit", t)]) >= THRESHOLD for t in TASKS)
-    rescue = (": the learned map alone makes raw sinusoids usable" if rescued else
-              ": the learned map alone does not make raw sinusoids usable; the scale "
-              "matters as it does when adding")  # fmt: skip
+    rescue = (
+        ": the learned map alone makes raw sinusoids usable"
+        if rescued
+        else ": the learned map alone does not make raw sinusoids usable; the scale "
+        "matters as it does when adding"
+    )
     every = 20 if quick else 100
     reason = (
         "; ".join(parts) + f" (mean (min-max) over {len(seeds)} seeds, each arm at the peak lr "
@@ -302,10 +363,17 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             title=f"{t}: added vs concatenated sinusoids ({len(seeds)} seed(s))",
             hline=THRESHOLD,
         )
-        figures.append(save_chart(fig, out_dir, f"learning_{t}.png", f"Held-out (test) accuracy "
-                                  f"during training on '{t}', each arm at its chosen peak lr "
-                                  f"(mean over seeds, min-max band); the dashed line is "
-                                  f"{THRESHOLD}."))  # fmt: skip
+        figures.append(
+            save_chart(
+                fig,
+                out_dir,
+                f"learning_{t}.png",
+                f"Held-out (test) accuracy "
+                f"during training on '{t}', each arm at its chosen peak lr "
+                f"(mean over seeds, min-max band); the dashed line is "
+                f"{THRESHOLD}.",
+            )
+        )
     scales = per[("concatenated", "permute")][0]["scales"]
     data = {t: task_data(t, quick, 0) for t in TASKS}
     cfg = {t: fit_config(quick, t, LRS[0]) for t in TASKS}
@@ -350,11 +418,11 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "sweep_val": {
                 f"{a}, {t}, lr {lr:g}": [r["val"] for r in rs] for (a, t, lr), rs in sweep.items()
             },
-        },  # fmt: skip
+        },
         metrics={
             "final": {f"{a}, {t}": float(np.mean(v)) for (a, t), v in final.items()},
             "lr": {f"{a}, {t}": lr for (a, t), lr in chosen.items()},
-        },  # fmt: skip
+        },
         findings=[
             "Learning speed is the measurable side of 'flexible': both inputs can in principle "
             "represent any position function at this width; the question is how fast training "

@@ -12,26 +12,68 @@ Shapes: N windows, T context, V characters.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from attnlab.config import ModelConfig
+
 # Where the shared data lives relative to the working directory: a checkout next to shared/
 # (../shared) or a worktree one level further down (../../shared).
-SHAKESPEARE_PLACES = tuple(Path(*[".."] * k) / "shared" / "data" / "tinyshakespeare.txt"
-                           for k in (1, 2))  # fmt: skip
+SHAKESPEARE_PLACES = tuple(
+    Path(*[".."] * k) / "shared" / "data" / "tinyshakespeare.txt" for k in (1, 2)
+)
 SHAKESPEARE = next((p for p in SHAKESPEARE_PLACES if p.is_file()), SHAKESPEARE_PLACES[0])
 
 SPEAKERS = ("KING", "QUEEN", "FOOL", "DUKE", "NURSE", "FIRST GUARD")
-SUBJECTS = ("the king", "my lord", "the queen", "this fool", "a soldier", "the old man",
-            "my love", "the night", "your father", "the duke")  # fmt: skip
-VERBS = ("loves", "fears", "calls", "waits for", "speaks to", "remembers", "follows", "sees",
-         "betrays", "forgives")  # fmt: skip
-OBJECTS = ("the crown", "his daughter", "the sea", "our cause", "the castle", "her brother",
-           "the morning", "a letter", "the gods", "my sword")  # fmt: skip
-TAILS = (".", "!", "?", ", and so do I.", " in the dark.", " with all his heart.",
-         " before the dawn.", ", I swear it.")  # fmt: skip
+SUBJECTS = (
+    "the king",
+    "my lord",
+    "the queen",
+    "this fool",
+    "a soldier",
+    "the old man",
+    "my love",
+    "the night",
+    "your father",
+    "the duke",
+)
+VERBS = (
+    "loves",
+    "fears",
+    "calls",
+    "waits for",
+    "speaks to",
+    "remembers",
+    "follows",
+    "sees",
+    "betrays",
+    "forgives",
+)
+OBJECTS = (
+    "the crown",
+    "his daughter",
+    "the sea",
+    "our cause",
+    "the castle",
+    "her brother",
+    "the morning",
+    "a letter",
+    "the gods",
+    "my sword",
+)
+TAILS = (
+    ".",
+    "!",
+    "?",
+    ", and so do I.",
+    " in the dark.",
+    " with all his heart.",
+    " before the dawn.",
+    ", I swear it.",
+)
 
 
 def generated_text(n_lines: int, seed: int) -> str:
@@ -42,8 +84,11 @@ def generated_text(n_lines: int, seed: int) -> str:
         speaker = SPEAKERS[rng.integers(len(SPEAKERS))]
         sentences = []
         for _ in range(int(rng.integers(1, 4))):
-            words = (SUBJECTS[rng.integers(len(SUBJECTS))], VERBS[rng.integers(len(VERBS))],
-                     OBJECTS[rng.integers(len(OBJECTS))])  # fmt: skip
+            words = (
+                SUBJECTS[rng.integers(len(SUBJECTS))],
+                VERBS[rng.integers(len(VERBS))],
+                OBJECTS[rng.integers(len(OBJECTS))],
+            )
             sentence = " ".join(words) + TAILS[rng.integers(len(TAILS))]
             sentences.append(sentence[0].upper() + sentence[1:])
         parts.append(f"{speaker}:\n" + " ".join(sentences) + "\n")
@@ -87,8 +132,16 @@ def unigram_bigram(train: Tensor, val: Tensor, vocab: int) -> tuple[float, float
     uni = torch.bincount(flat, minlength=vocab).double() + 1
     uni_loss = float(-(uni / uni.sum()).log()[vflat].mean())
     pairs = torch.zeros(vocab, vocab, dtype=torch.float64) + 1
-    pairs.index_put_((flat[:-1], flat[1:]), torch.ones(len(flat) - 1, dtype=torch.float64),
-                     accumulate=True)  # fmt: skip
+    pairs.index_put_(
+        (flat[:-1], flat[1:]), torch.ones(len(flat) - 1, dtype=torch.float64), accumulate=True
+    )
     cond = pairs / pairs.sum(1, keepdim=True)
     bi_loss = float(-cond[vflat[:-1], vflat[1:]].log().mean())
     return uni_loss, bi_loss
+
+
+def char_lm_config(vocab: int, context: int, n_layers: int = 2, **changes: Any) -> ModelConfig:
+    """The lab's character LM: a decoder-only Transformer of width 64 with 4 heads, over
+    ``context`` characters; ``changes`` override any field (e.g. ``norm_placement``)."""
+    fields = dict(d_model=64, n_heads=4, n_layers=n_layers, **changes)
+    return ModelConfig(kind="decoder_lm", vocab_size=vocab, max_len=context, **fields)

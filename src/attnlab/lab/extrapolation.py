@@ -53,8 +53,9 @@ PAD, BOS, EOS, SEP = 0, 1, 2, 3
 FIRST_SYMBOL = 4  # symbols are ids 4 .. 4 + n_symbols - 1
 
 
-def copy_examples(n: int, lengths: np.ndarray | list[int], n_symbols: int,
-                  rng: np.random.Generator) -> tuple[Tensor, Tensor]:  # fmt: skip
+def copy_examples(
+    n: int, lengths: np.ndarray | list[int], n_symbols: int, rng: np.random.Generator
+) -> tuple[Tensor, Tensor]:
     """``n`` copy sequences (ids (N, T), right-padded) and their targets (N, T - 1), -100
     everywhere except the copy half: target t is ids[t + 1] for t + 1 inside the copy."""
     lengths = np.asarray(lengths)
@@ -88,8 +89,16 @@ def copy_accuracy(model: nn.Module, ids: Tensor, targets: Tensor) -> tuple[float
 
 def model_config(kind: str, vocab_size: int, max_len: int, quick: bool) -> ModelConfig:
     d = 32 if quick else 64
-    return ModelConfig(kind="decoder_lm", vocab_size=vocab_size, d_model=d, n_heads=4,
-                       n_layers=2, d_ff=4 * d, max_len=max_len, positional=kind)  # fmt: skip
+    return ModelConfig(
+        kind="decoder_lm",
+        vocab_size=vocab_size,
+        d_model=d,
+        n_heads=4,
+        n_layers=2,
+        d_ff=4 * d,
+        max_len=max_len,
+        positional=kind,
+    )
 
 
 def position_table(model: nn.Module) -> Tensor | None:
@@ -167,10 +176,17 @@ def train_job(job: tuple) -> dict:
     if table is not None:  # rows at or past the longest training sequence (2N + 2 tokens)
         moved = float((table.detach() - before)[2 * data["n_max"] + 2 :].abs().max())
     scores = {k: copy_accuracy(model, *data["tests"][k]) for k in data["lengths"]}
-    out = {"val": copy_accuracy(model, *data["val"])[0], "loss": result.final_loss(),
-           "curve": result.losses, "token": [scores[k][0] for k in data["lengths"]],
-           "exact": [scores[k][1] for k in data["lengths"]], "moved": moved, "scales": scales,
-           "seconds": result.seconds, "diverged": result.diverged}  # fmt: skip
+    out = {
+        "val": copy_accuracy(model, *data["val"])[0],
+        "loss": result.final_loss(),
+        "curve": result.losses,
+        "token": [scores[k][0] for k in data["lengths"]],
+        "exact": [scores[k][1] for k in data["lengths"]],
+        "moved": moved,
+        "scales": scales,
+        "seconds": result.seconds,
+        "diverged": result.diverged,
+    }
     if job_keeps_model(job):
         out["state"] = model.state_dict()
     return out
@@ -190,15 +206,23 @@ def make_data(quick: bool, seed: int) -> dict:
     train = copy_examples(n_train, rng.integers(1, n_max + 1, n_train), n_symbols, rng)
     val = copy_examples(400, rng.integers(1, n_max + 1, 400), n_symbols, rng)
     tests = {k: copy_examples(200, [k] * 200, n_symbols, rng) for k in lengths}
-    return {"n_max": n_max, "lengths": lengths, "vocab": FIRST_SYMBOL + n_symbols,
-            "max_len": 2 * max(lengths) + 3, "train": train, "val": val, "tests": tests,
-            "n_train": n_train}  # fmt: skip
+    return {
+        "n_max": n_max,
+        "lengths": lengths,
+        "vocab": FIRST_SYMBOL + n_symbols,
+        "max_len": 2 * max(lengths) + 3,
+        "train": train,
+        "val": val,
+        "tests": tests,
+        "n_train": n_train,
+    }
 
 
 def fit_config(quick: bool, lr: float) -> FitConfig:
     steps = 60 if quick else 1500
-    return FitConfig(steps=steps, batch_size=32 if quick else 64, lr=lr,
-                     warmup_steps=10 if quick else 150)  # fmt: skip
+    return FitConfig(
+        steps=steps, batch_size=32 if quick else 64, lr=lr, warmup_steps=10 if quick else 150
+    )
 
 
 LRS = (1e-3, 3e-3)  # swept per arm on the first seed, chosen on validation accuracy
@@ -219,38 +243,74 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     workers = 1 if quick else 2
     jobs += [(a, REFERENCE_LR, seeds[0], quick) for a in arms if a not in ARMS]
     sweep = run_jobs(train_job, jobs, workers)
-    best_lr = {a: max(lrs, key=lambda lr: (sweep[(a, lr, seeds[0], quick)]["val"],
-                                           -sweep[(a, lr, seeds[0], quick)]["loss"]))
-               for a in ARMS}  # fmt: skip
+    best_lr = {
+        a: max(
+            lrs,
+            key=lambda lr: (
+                sweep[(a, lr, seeds[0], quick)]["val"],
+                -sweep[(a, lr, seeds[0], quick)]["loss"],
+            ),
+        )
+        for a in ARMS
+    }
     best_lr.update({a: REFERENCE_LR for a in arms if a not in ARMS})
     # 2. the other seeds at that rate
     rest = run_jobs(
         train_job, [(a, best_lr[a], s, quick) for a in arms for s in seeds[1:]], workers
     )
-    runs = {a: [sweep[(a, best_lr[a], seeds[0], quick)]] + [rest[(a, best_lr[a], s, quick)]
-                                                            for s in seeds[1:]]
-            for a in arms}  # fmt: skip
+    runs = {
+        a: [sweep[(a, best_lr[a], seeds[0], quick)]]
+        + [rest[(a, best_lr[a], s, quick)] for s in seeds[1:]]
+        for a in arms
+    }
     token = {a: [r["token"] for r in runs[a]] for a in arms}  # [seed][length]
     exact = {a: [r["exact"] for r in runs[a]] for a in arms}
     val = {a: [r["val"] for r in runs[a]] for a in arms}
     unseen = [j for j, k in enumerate(lengths) if k > n_max]
     outside = {a: [float(np.mean([t[j] for j in unseen])) for t in token[a]] for a in arms}
-    competence = [Competence(a, f"per-token copy accuracy on validation copies of the training "
-                             f"lengths n <= {n_max}", THRESHOLD, val[a],
-                             in_verdict=a in ARMS) for a in arms]  # fmt: skip
+    competence = [
+        Competence(
+            a,
+            f"per-token copy accuracy on validation copies of the training lengths n <= {n_max}",
+            THRESHOLD,
+            val[a],
+            in_verdict=a in ARMS,
+        )
+        for a in arms
+    ]
     rows = []
     for a in arms:
         mean, lo, hi = bands(token[a])
-        rows.append({"positions": a, "lr": best_lr[a], "val acc (n <= N)": spread_text(val[a]),
-                     "final train loss": spread_text([r["loss"] for r in runs[a]]),
-                     **{f"n={k}": f"{m:.3f} ({x:.2f}-{y:.2f})" if len(seeds) > 1 else m
-                        for k, m, x, y in zip(lengths, mean, lo, hi)}})  # fmt: skip
-    exact_rows = [{"positions": a, **{f"n={k}": spread_text([e[j] for e in exact[a]])
-                                      for j, k in enumerate(lengths)}} for a in arms]  # fmt: skip
-    sweep_rows = [{"positions": a, "peak lr": lr,
-                   f"val acc (seed {seeds[0]})": sweep[(a, lr, seeds[0], quick)]["val"],
-                   "final train loss": sweep[(a, lr, seeds[0], quick)]["loss"],
-                   "chosen": lr == best_lr[a]} for a in ARMS for lr in lrs]  # fmt: skip
+        rows.append(
+            {
+                "positions": a,
+                "lr": best_lr[a],
+                "val acc (n <= N)": spread_text(val[a]),
+                "final train loss": spread_text([r["loss"] for r in runs[a]]),
+                **{
+                    f"n={k}": f"{m:.3f} ({x:.2f}-{y:.2f})" if len(seeds) > 1 else m
+                    for k, m, x, y in zip(lengths, mean, lo, hi)
+                },
+            }
+        )
+    exact_rows = [
+        {
+            "positions": a,
+            **{f"n={k}": spread_text([e[j] for e in exact[a]]) for j, k in enumerate(lengths)},
+        }
+        for a in arms
+    ]
+    sweep_rows = [
+        {
+            "positions": a,
+            "peak lr": lr,
+            f"val acc (seed {seeds[0]})": sweep[(a, lr, seeds[0], quick)]["val"],
+            "final train loss": sweep[(a, lr, seeds[0], quick)]["loss"],
+            "chosen": lr == best_lr[a],
+        }
+        for a in ARMS
+        for lr in lrs
+    ]
     scales = {a: runs[a][0]["scales"] for a in arms}
     moved = {a: max(r["moved"] for r in runs[a]) for a in arms if runs[a][0]["moved"] is not None}
     figures = _figures(out_dir, arms, lengths, token, n_max, seeds, runs, data, quick)
@@ -275,7 +335,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             + "; ".join(
                 f"{a}: tokens {scales[a]['tokens']:.3f}, positions {scales[a]['positions']:.3f}"
                 for a in arms
-            )  # fmt: skip
+            )
             + ". Unit sinusoids next to N(0, 0.02) tokens carry ~35x the token signal; the "
             "'sinusoidal' arm scales them to the token RMS (x~_i = x_i + c PE(i), c = "
             "sqrt(2) RMS(E)), the 'sinusoidal, unit' arm keeps them raw (a reference arm).",
@@ -295,7 +355,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table("per-token copy accuracy by copied length n (mean (min-max) over seeds)", rows),
             Table("exact match of the whole copy by n", exact_rows),
             Table("learning-rate sweep (validation, first seed)", sweep_rows),
-        ],  # fmt: skip
+        ],
         figures=figures,
         **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={"outside": outside, "val": val},
@@ -308,7 +368,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "learned_rows_moved": moved,
             "signal_rms": scales,
             "lengths": lengths,
-        },  # fmt: skip
+        },
         findings=[
             "Modern relative schemes against rotary (base 10 000) beyond N: "
             + ", ".join(f"{a} {spread_text(outside[a])}" for a in ARMS[3:])
@@ -344,13 +404,19 @@ def _verdict(outside: dict, val: dict, n_max: int, lengths: list[int]) -> tuple[
         ):
             inside_spread.append(a)
     verdict = "held" if len(beats) == 2 else ("mixed" if beats else "did not hold")
-    reason = (f"per-token copy accuracy on lengths never seen in training (n > N = {n_max}, "
-              "mean (min-max) over seeds): " + ", ".join(f"{a} {spread_text(outside[a])}"
-                                                       for a in outside if a in ARMS)
-              + "; on validation copies of the training lengths: "
-              + ", ".join(f"{a} {spread_text(val[a])}" for a in val if a in ARMS) + "."
-              + (f" {', '.join(inside_spread)} is above learned only inside the seed spread."
-                 if inside_spread else ""))  # fmt: skip
+    reason = (
+        f"per-token copy accuracy on lengths never seen in training (n > N = {n_max}, "
+        "mean (min-max) over seeds): "
+        + ", ".join(f"{a} {spread_text(outside[a])}" for a in outside if a in ARMS)
+        + "; on validation copies of the training lengths: "
+        + ", ".join(f"{a} {spread_text(val[a])}" for a in val if a in ARMS)
+        + "."
+        + (
+            f" {', '.join(inside_spread)} is above learned only inside the seed spread."
+            if inside_spread
+            else ""
+        )
+    )
     return verdict, reason
 
 
@@ -363,13 +429,29 @@ def _figures(out_dir, arms, lengths, token, n_max, seeds, runs, data, quick) -> 
         f"seed{'s' if len(seeds) > 1 else ''}, min-max band)",
         vline=n_max,
     )
-    figures = [save_chart(fig, out_dir, "accuracy_vs_length.png", "Per-token copy accuracy "
-                          "against the copied length n, mean over seeds with the min-max band; "
-                          "the dashed line is the longest training n.")]  # fmt: skip
-    figures.append(save_chart(curves_chart({a: [r["curve"] for r in runs[a]] for a in arms},
-                                            title="Training loss on the copy half", logy=True),
-                              out_dir, "training.png", "Training loss per arm (mean over seeds, "
-                              "min-max band), at each arm's chosen learning rate."))  # fmt: skip
+    figures = [
+        save_chart(
+            fig,
+            out_dir,
+            "accuracy_vs_length.png",
+            "Per-token copy accuracy "
+            "against the copied length n, mean over seeds with the min-max band; "
+            "the dashed line is the longest training n.",
+        )
+    ]
+    figures.append(
+        save_chart(
+            curves_chart(
+                {a: [r["curve"] for r in runs[a]] for a in arms},
+                title="Training loss on the copy half",
+                logy=True,
+            ),
+            out_dir,
+            "training.png",
+            "Training loss per arm (mean over seeds, "
+            "min-max band), at each arm's chosen learning rate.",
+        )
+    )
     return figures + attention_figures(out_dir, runs, data, quick, seeds)
 
 
@@ -387,12 +469,23 @@ def attention_figures(out_dir, runs, data, quick, seeds) -> list:
         model.load_state_dict(runs[kind][0]["state"])
         model.eval()
         maps = attention_maps(model, ids[: 2 * longest + 2])
-        fig = plot_attention(maps.self_attn[-1], labels[:-1], labels[:-1],  # (H, T, T)
-                             title=f"positions={kind}, layer {cfg_layers} of {cfg_layers} "
-                             f"(last), n={longest}", first_layer=cfg_layers)  # fmt: skip
-        figures.append(save_chart(fig, out_dir, f"attention_{kind}.png", f"Self-attention of "
-                                  f"layer {cfg_layers} (the last) of the {kind} model (seed "
-                                  f"{seeds[0]}) on a copy of length {longest} (twice the "
-                                  "training length): a working copy attends from each copied "
-                                  "token to the symbol after its first occurrence."))  # fmt: skip
+        fig = plot_attention(
+            maps.self_attn[-1],
+            labels[:-1],
+            labels[:-1],  # (H, T, T)
+            title=f"positions={kind}, layer {cfg_layers} of {cfg_layers} (last), n={longest}",
+            first_layer=cfg_layers,
+        )
+        figures.append(
+            save_chart(
+                fig,
+                out_dir,
+                f"attention_{kind}.png",
+                f"Self-attention of "
+                f"layer {cfg_layers} (the last) of the {kind} model (seed "
+                f"{seeds[0]}) on a copy of length {longest} (twice the "
+                "training length): a working copy attends from each copied "
+                "token to the symbol after its first occurrence.",
+            )
+        )
     return figures

@@ -93,12 +93,13 @@ def fit(
     seed: int = 0,
     evaluate: Callable[[nn.Module], float] | None = None,
     eval_at: Sequence[int] = (),
+    eval_every: int = 0,
 ) -> FitResult:
     """Train ``model`` in place on rows of ``data`` (tensors sharing their first dim N).
 
-    ``evaluate(model)`` (e.g. test accuracy) is called after each step count in ``eval_at``; the
-    values land in ``FitResult.evals`` as (step, value). Returns the loss history; the model is
-    left in eval mode.
+    ``evaluate(model)`` (e.g. test accuracy) is called after each step count in ``eval_at`` and
+    every ``eval_every`` steps (0: never); the values land in ``FitResult.evals`` as (step,
+    value). Returns the loss history; the model is left in eval mode.
     """
     n = _rows(data)
     optimizer = torch.optim.AdamW(
@@ -127,7 +128,8 @@ def fit(
         losses.append(value)
         norms.append(norm)
         lrs.append(lr)
-        if evaluate is not None and step + 1 in eval_at:
+        due = step + 1 in eval_at or (eval_every > 0 and (step + 1) % eval_every == 0)
+        if evaluate is not None and due:
             evals.append((step + 1, evaluate(model)))  # its time counts in ``seconds``
             model.train()
     seconds = time.perf_counter() - start

@@ -29,9 +29,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from attnlab.config import ModelConfig
 from attnlab.lab.charts import bar_chart, curves_chart, save_chart
-from attnlab.lab.corpus import text_windows, unigram_bigram
+from attnlab.lab.corpus import char_lm_config, text_windows, unigram_bigram
 from attnlab.lab.fit import FitConfig, eval_loss, fit, lm_loss
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
@@ -43,9 +42,7 @@ UNMASKED_TARGET = 0.3  # nats/char: copying the visible next character is nearly
 
 
 def make_model(arm: str, vocab: int, context: int, quick: bool) -> nn.Module:
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=vocab, d_model=64, n_heads=4, n_layers=2,
-                      max_len=context)  # fmt: skip
-    model = build_model(cfg)
+    model = build_model(char_lm_config(vocab, context))
     if arm == "unmasked":
         for block in model.blocks:
             block.causal = False  # every position attends to the whole window, future included
@@ -67,8 +64,14 @@ def prefix_loss(model: nn.Module, windows: torch.Tensor) -> float:
 
 
 @torch.no_grad()
-def continue_text(model: nn.Module, prompt: torch.Tensor, n: int, context: int,
-                  temperature: float, gen: torch.Generator) -> list[int]:  # fmt: skip
+def continue_text(
+    model: nn.Module,
+    prompt: torch.Tensor,
+    n: int,
+    context: int,
+    temperature: float,
+    gen: torch.Generator,
+) -> list[int]:
     """Generate ``n`` characters after ``prompt`` (1-D ids) one at a time, the model fed only
     the text so far (the last ``context`` characters); temperature 0 = greedy."""
     model.eval()
@@ -89,19 +92,31 @@ def train_job(job: tuple) -> dict:
     train, val, chars, _ = text_windows(quick, context)
     torch.manual_seed(seed)
     model = make_model(arm, len(chars), context, quick)
-    cfg = FitConfig(steps=40 if quick else 800, batch_size=32 if quick else 64, lr=3e-3,
-                    warmup_steps=10 if quick else 100, min_lr=1e-4)  # fmt: skip
+    cfg = FitConfig(
+        steps=40 if quick else 800,
+        batch_size=32 if quick else 64,
+        lr=3e-3,
+        warmup_steps=10 if quick else 100,
+        min_lr=1e-4,
+    )
     result = fit(model, (train,), lm_loss, cfg, seed=seed)
     probe = val[: 16 if quick else 48]
     gen = torch.Generator().manual_seed(seed)
     prompts = [val[i, :24] for i in range(3)]
     n_new = 80 if quick else 160
-    samples = {name: [continue_text(model, p, n_new, context, temp, gen) for p in prompts]
-               for name, temp in (("greedy", 0.0), ("tau 0.8", 0.8))}  # fmt: skip
-    return {"losses": result.losses, "train": result.final_loss(),
-            "val teacher-forced": eval_loss(model, (val[:256],), lm_loss),
-            "val prefix": prefix_loss(model, probe), "samples": samples,
-            "prompts": [p.tolist() for p in prompts], "seconds": result.seconds}  # fmt: skip
+    samples = {
+        name: [continue_text(model, p, n_new, context, temp, gen) for p in prompts]
+        for name, temp in (("greedy", 0.0), ("tau 0.8", 0.8))
+    }
+    return {
+        "losses": result.losses,
+        "train": result.final_loss(),
+        "val teacher-forced": eval_loss(model, (val[:256],), lm_loss),
+        "val prefix": prefix_loss(model, probe),
+        "samples": samples,
+        "prompts": [p.tolist() for p in prompts],
+        "seconds": result.seconds,
+    }
 
 
 def distinct_ratio(ids: list[int], n: int = 4) -> float:
@@ -119,28 +134,56 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     train, val, chars, source = text_windows(quick, context)
     uni, bi = unigram_bigram(train, val, len(chars))
     per = run_arms(train_job, ARMS, seeds, quick)
-    num = {a: {k: [r[k] for r in per[a]] for k in ("train", "val teacher-forced", "val prefix")}
-           for a in ARMS}  # fmt: skip
-    rows = [{"arm": a, **{f"{k} (nats/char)": spread_text(v) for k, v in num[a].items()},
-             "greedy distinct 4-grams": spread_text([
-                 float(np.mean([distinct_ratio(x) for x in r["samples"]["greedy"]]))
-                 for r in per[a]])} for a in ARMS]  # fmt: skip
+    num = {
+        a: {k: [r[k] for r in per[a]] for k in ("train", "val teacher-forced", "val prefix")}
+        for a in ARMS
+    }
+    rows = [
+        {
+            "arm": a,
+            **{f"{k} (nats/char)": spread_text(v) for k, v in num[a].items()},
+            "greedy distinct 4-grams": spread_text(
+                [
+                    float(np.mean([distinct_ratio(x) for x in r["samples"]["greedy"]]))
+                    for r in per[a]
+                ]
+            ),
+        }
+        for a in ARMS
+    ]
     rows += [
         {"arm": "unigram counts", "val prefix (nats/char)": f"{uni:.3g}"},
         {"arm": "bigram counts", "val prefix (nats/char)": f"{bi:.3g}"},
     ]
     decode = lambda ids: "".join(chars[i] for i in ids).replace("\n", " / ")  # noqa: E731
     first = {a: per[a][0] for a in ARMS}
-    sample_rows = [{"arm": a, "decoding": mode, "prompt": decode(first[a]["prompts"][i]),
-                    "continuation": decode(first[a]["samples"][mode][i])}
-                   for a in ARMS for mode in ("greedy", "tau 0.8") for i in range(2)]  # fmt: skip
+    sample_rows = [
+        {
+            "arm": a,
+            "decoding": mode,
+            "prompt": decode(first[a]["prompts"][i]),
+            "continuation": decode(first[a]["samples"][mode][i]),
+        }
+        for a in ARMS
+        for mode in ("greedy", "tau 0.8")
+        for i in range(2)
+    ]
     competence = [
-        Competence("masked", "validation loss, teacher-forced (nats/char), below the bigram "
-                   "baseline", bi, num["masked"]["val teacher-forced"], higher_is_better=False),
-        Competence("unmasked", "training loss (nats/char) with the future visible (its own "
-                   "training condition)", UNMASKED_TARGET, num["unmasked"]["train"],
-                   higher_is_better=False),
-    ]  # fmt: skip
+        Competence(
+            "masked",
+            "validation loss, teacher-forced (nats/char), below the bigram baseline",
+            bi,
+            num["masked"]["val teacher-forced"],
+            higher_is_better=False,
+        ),
+        Competence(
+            "unmasked",
+            "training loss (nats/char) with the future visible (its own training condition)",
+            UNMASKED_TARGET,
+            num["unmasked"]["train"],
+            higher_is_better=False,
+        ),
+    ]
     lower_train = max(num["unmasked"]["train"]) < min(num["masked"]["train"])
     cannot_generate = min(num["unmasked"]["val prefix"]) > max(num["masked"]["val prefix"])
     worse_than_bigram = min(num["unmasked"]["val prefix"]) > bi
@@ -154,21 +197,41 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"{uni:.2f})" + (", worse than the bigram baseline." if worse_than_bigram else ".")
     )
     figures = [
-        save_chart(curves_chart({a: [r["losses"] for r in per[a]] for a in ARMS},
-                                title="training loss (teacher forcing)", logy=True),
-                   out_dir, "training.png", "Training loss of both arms (mean over seeds, min-max "
-                   "band): without the mask the model can read the character it must predict."),
-        save_chart(bar_chart({f"{a}, {k}": spread(num[a][k])["mean"] for a in ARMS
-                              for k in ("train", "val prefix")},
-                             ylabel="nats per character",
-                             title="loss seen in training vs loss when generating",
-                             errors={f"{a}, {k}": (min(num[a][k]), max(num[a][k]))
-                                     for a in ARMS for k in ("train", "val prefix")},
-                             reference=bi, reference_label=f"bigram counts ({bi:.2f})"),
-                   out_dir, "losses.png", "Training loss and validation prefix loss (the model "
-                   "fed only the text so far) per arm, mean over seeds with min-max bars; the "
-                   "dashed line is the bigram baseline."),
-    ]  # fmt: skip
+        save_chart(
+            curves_chart(
+                {a: [r["losses"] for r in per[a]] for a in ARMS},
+                title="training loss (teacher forcing)",
+                logy=True,
+            ),
+            out_dir,
+            "training.png",
+            "Training loss of both arms (mean over seeds, min-max "
+            "band): without the mask the model can read the character it must predict.",
+        ),
+        save_chart(
+            bar_chart(
+                {
+                    f"{a}, {k}": spread(num[a][k])["mean"]
+                    for a in ARMS
+                    for k in ("train", "val prefix")
+                },
+                ylabel="nats per character",
+                title="loss seen in training vs loss when generating",
+                errors={
+                    f"{a}, {k}": (min(num[a][k]), max(num[a][k]))
+                    for a in ARMS
+                    for k in ("train", "val prefix")
+                },
+                reference=bi,
+                reference_label=f"bigram counts ({bi:.2f})",
+            ),
+            out_dir,
+            "losses.png",
+            "Training loss and validation prefix loss (the model "
+            "fed only the text so far) per arm, mean over seeds with min-max bars; the "
+            "dashed line is the bigram baseline.",
+        ),
+    ]
     model_cfg = make_model("masked", len(chars), context, quick)
     n_params = sum(p.numel() for p in model_cfg.parameters())
     return Report(
@@ -203,7 +266,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "losses": {a: {k: spread(v) for k, v in num[a].items()} for a in ARMS},
             "unigram": uni,
             "bigram": bi,
-        },  # fmt: skip
+        },
         findings=[
             "The masked model's prefix loss equals its teacher-forced loss up to the sample "
             f"({spread_text(num['masked']['val prefix'])} vs "

@@ -36,9 +36,14 @@ TOLERANCES = (0.05, 0.1)  # nats per character
 
 
 def make_model(vocab: int, context: int, quick: bool) -> nn.Module:
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=vocab, d_model=64 if quick else 128,
-                      n_heads=4 if quick else 8, n_layers=2 if quick else 4,
-                      max_len=context)  # fmt: skip
+    cfg = ModelConfig(
+        kind="decoder_lm",
+        vocab_size=vocab,
+        d_model=64 if quick else 128,
+        n_heads=4 if quick else 8,
+        n_layers=2 if quick else 4,
+        max_len=context,
+    )
     return build_model(cfg)
 
 
@@ -50,8 +55,9 @@ def val_loss(model: nn.Module, windows: torch.Tensor, removed: list[tuple[int, i
         return eval_loss(model, (windows,), lm_loss)
 
 
-def greedy_removal(model: nn.Module, windows: torch.Tensor, n_layers: int,
-                   n_heads: int) -> tuple[list[float], list[tuple[int, int]]]:  # fmt: skip
+def greedy_removal(
+    model: nn.Module, windows: torch.Tensor, n_layers: int, n_heads: int
+) -> tuple[list[float], list[tuple[int, int]]]:
     """Losses after removing 0, 1, ..., L H heads, each step the head that hurts least."""
     left = [(layer, h) for layer in range(n_layers) for h in range(n_heads)]
     removed: list[tuple[int, int]] = []
@@ -71,16 +77,28 @@ def train_job(job: tuple) -> dict:
     train, val, chars, _ = text_windows(quick, context)
     torch.manual_seed(seed)
     model = make_model(len(chars), context, quick)
-    cfg = FitConfig(steps=40 if quick else 1500, batch_size=32 if quick else 64, lr=3e-3,
-                    warmup_steps=10 if quick else 100, min_lr=1e-4)  # fmt: skip
+    cfg = FitConfig(
+        steps=40 if quick else 1500,
+        batch_size=32 if quick else 64,
+        lr=3e-3,
+        warmup_steps=10 if quick else 100,
+        min_lr=1e-4,
+    )
     fit(model, (train,), lm_loss, cfg, seed=seed)
     probe = val[: 32 if quick else 128]
     n_layers, n_heads = len(model.blocks), model.blocks[0].self_attn.n_heads
-    one = inspect.head_ablation_effects(model, probe[:, :-1], metric="loss",
-                                        targets=probe[:, 1:]).effects  # (L, H)  # fmt: skip
+    one = inspect.head_ablation_effects(
+        model, probe[:, :-1], metric="loss", targets=probe[:, 1:]
+    ).effects  # (L, H)
     curve, order = greedy_removal(model, probe, n_layers, n_heads)
-    return {"val": val_loss(model, val[:256], []), "one": one.tolist(), "curve": curve,
-            "order": order, "L": n_layers, "H": n_heads}  # fmt: skip
+    return {
+        "val": val_loss(model, val[:256], []),
+        "one": one.tolist(),
+        "curve": curve,
+        "order": order,
+        "L": n_layers,
+        "H": n_heads,
+    }
 
 
 def removable(curve: list[float], tol: float) -> int:
@@ -132,14 +150,26 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         "min-max band); dashed: the bigram baseline."
     )
     figures = [save_chart(fig, out_dir, "greedy.png", caption)]
-    rows = [{"seed": s, "clean loss": r["curve"][0],
-             **{f"removable at +{t}": removable(r["curve"], t) for t in TOLERANCES},
-             "heads costing < 0.05 alone": h, "largest single-head cost": w,
-             "last 3 heads kept (layer, head)": str([(a + 1, b + 1) for a, b in r["order"][-3:]])}
-            for s, r, h, w in zip(seeds, runs, harmless, worst)]  # fmt: skip
-    effect_rows = [{"seed": s, "layer": layer + 1,
-                    **{f"head {h + 1}": r["one"][layer][h] for h in range(r["H"])}}
-                   for s, r in zip(seeds, runs) for layer in range(r["L"])]  # fmt: skip
+    rows = [
+        {
+            "seed": s,
+            "clean loss": r["curve"][0],
+            **{f"removable at +{t}": removable(r["curve"], t) for t in TOLERANCES},
+            "heads costing < 0.05 alone": h,
+            "largest single-head cost": w,
+            "last 3 heads kept (layer, head)": str([(a + 1, b + 1) for a, b in r["order"][-3:]]),
+        }
+        for s, r, h, w in zip(seeds, runs, harmless, worst)
+    ]
+    effect_rows = [
+        {
+            "seed": s,
+            "layer": layer + 1,
+            **{f"head {h + 1}": r["one"][layer][h] for h in range(r["H"])},
+        }
+        for s, r in zip(seeds, runs)
+        for layer in range(r["L"])
+    ]
     return Report(
         name="head_removal",
         title="Removing heads: how many does a trained model need?",
@@ -166,10 +196,10 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "removable": {str(t): v for t, v in keep.items()},
             "worst": worst,
             "harmless": harmless,
-        },  # fmt: skip
+        },
         metrics={
             "curve_mean": bands([r["curve"] for r in runs])[0],
             "bigram": bi,
             "clean": spread([r["curve"][0] for r in runs]),
-        },  # fmt: skip
+        },
     )

@@ -127,8 +127,15 @@ class BlockReader(nn.Module):
 
     def __init__(self, vocab: int, length: int, n_heads: int, d_model: int = D_MODEL):
         super().__init__()
-        cfg = ModelConfig(kind="encoder", vocab_size=vocab, d_model=d_model, n_heads=n_heads,
-                          n_layers=1, d_ff=4 * d_model, max_len=length)  # fmt: skip
+        cfg = ModelConfig(
+            kind="encoder",
+            vocab_size=vocab,
+            d_model=d_model,
+            n_heads=n_heads,
+            n_layers=1,
+            d_ff=4 * d_model,
+            max_len=length,
+        )
         self.encoder = build_model(cfg)
         self.heads = nn.ModuleList(nn.Linear(d_model, vocab) for _ in OFFSETS)
 
@@ -152,8 +159,10 @@ def pair_loss(model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
     """Sum over the relations of the cross-entropy of naming x_{t-k} at every t > 2."""
     (ids,) = batch
     start = max(OFFSETS)
-    return sum(F.cross_entropy(logits[:, start:].transpose(1, 2), target)
-               for logits, target in zip(model(ids), _targets(ids)))  # fmt: skip
+    return sum(
+        F.cross_entropy(logits[:, start:].transpose(1, 2), target)
+        for logits, target in zip(model(ids), _targets(ids))
+    )
 
 
 @torch.no_grad()
@@ -161,8 +170,9 @@ def pair_accuracy(model: nn.Module, ids: Tensor) -> dict[str, float]:
     """Per-position accuracy of each relation and of both at once."""
     model.eval()
     start = max(OFFSETS)
-    correct = [logits[:, start:].argmax(-1) == target
-               for logits, target in zip(model(ids), _targets(ids))]  # fmt: skip
+    correct = [
+        logits[:, start:].argmax(-1) == target for logits, target in zip(model(ids), _targets(ids))
+    ]
     out = {f"{k} back": float(c.float().mean()) for k, c in zip(OFFSETS, correct)}
     out["both"] = float(torch.stack(correct).all(dim=0).float().mean())
     return out
@@ -219,15 +229,26 @@ def train_arm(job: tuple) -> dict:
     model = make_reader(setting, vocab, length, n_heads)
     cfg = fit_config(quick, lr, steps)
     every = max(1, cfg.steps // 20)
-    result = fit(model, (train,), pair_loss, cfg, seed=seed,
-                 eval_at=range(every, cfg.steps + 1, every),
-                 evaluate=lambda m: pair_accuracy(m, test)["both"])  # fmt: skip
-    return {"acc": pair_accuracy(model, test), "valid": pair_accuracy(model, valid)["both"],
-            "steps": [s for s, _ in result.evals], "curve": [v for _, v in result.evals],
-            "losses": result.losses, "loss": result.final_loss(max(1, cfg.steps // 10)),
-            "reach": next((s for s, v in result.evals if v >= REACH), math.inf),
-            "looks": attention_to_offsets(model, test[:500]),
-            "parameters": sum(p.numel() for p in model.parameters())}  # fmt: skip
+    result = fit(
+        model,
+        (train,),
+        pair_loss,
+        cfg,
+        seed=seed,
+        eval_every=every,
+        evaluate=lambda m: pair_accuracy(m, test)["both"],
+    )
+    return {
+        "acc": pair_accuracy(model, test),
+        "valid": pair_accuracy(model, valid)["both"],
+        "steps": [s for s, _ in result.evals],
+        "curve": [v for _, v in result.evals],
+        "losses": result.losses,
+        "loss": result.final_loss(max(1, cfg.steps // 10)),
+        "reach": next((s for s, v in result.evals if v >= REACH), math.inf),
+        "looks": attention_to_offsets(model, test[:500]),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
 
 
 def fit_config(quick: bool, lr: float, steps: int) -> FitConfig:
@@ -286,28 +307,42 @@ def train_arms(seeds: list[int], quick: bool, steps: int) -> tuple[dict, dict, d
     ladder = {s: {b: done[(s, *one, best, b, quick)] for b in (first, 2 * first)} for s in seeds}
     last = dict.fromkeys(seeds, first)
     cap = first * 2**DOUBLINGS
-    while todo := [s for s in seeds if 2 * last[s] < cap and not converged(ladder[s], last[s],
-                                                                            quick)]:  # fmt: skip
-        more = run_jobs(train_arm, [(s, *one, best, 4 * last[s], quick) for s in todo], workers,
-                        cost=_steps)  # fmt: skip
+    while todo := [
+        s for s in seeds if 2 * last[s] < cap and not converged(ladder[s], last[s], quick)
+    ]:
+        more = run_jobs(
+            train_arm, [(s, *one, best, 4 * last[s], quick) for s in todo], workers, cost=_steps
+        )
         for s in todo:
             last[s] *= 2
             ladder[s][2 * last[s]] = more[(s, *one, best, 2 * last[s], quick)]
     runs = {(arm, s): done[(s, *arm, LR, steps, quick)] for s in seeds for arm in ARMS[1:]}
-    sweep_rows = [{"lr": job[3], "both right (validation)": done[job]["valid"],
-                   "both right (test)": done[job]["acc"]["both"],
-                   "final training loss": done[job]["loss"]} for job in sweep]  # fmt: skip
+    sweep_rows = [
+        {
+            "lr": job[3],
+            "both right (validation)": done[job]["valid"],
+            "both right (test)": done[job]["acc"]["both"],
+            "final training loss": done[job]["loss"],
+        }
+        for job in sweep
+    ]
     return runs, ladder, last, best, sweep_rows
 
 
 def _result_row(arm: tuple[str, int], per: list[dict], lr: float, steps: int | str) -> dict:
     """One row of table (b): an arm's accuracies and final loss, mean (min-max) over seeds."""
-    return {"model": arm[0], "heads": arm[1], "d_head": D_MODEL // arm[1],
-            "parameters": per[0]["parameters"], "lr": lr, "steps": steps,
-            **{f"{k} back": spread_text([p["acc"][f"{k} back"] for p in per]) for k in OFFSETS},
-            "both right": spread_text([p["acc"]["both"] for p in per]),
-            f"steps to {REACH}": spread_text([p["reach"] for p in per]),
-            "final training loss": spread_text([p["loss"] for p in per])}  # fmt: skip
+    return {
+        "model": arm[0],
+        "heads": arm[1],
+        "d_head": D_MODEL // arm[1],
+        "parameters": per[0]["parameters"],
+        "lr": lr,
+        "steps": steps,
+        **{f"{k} back": spread_text([p["acc"][f"{k} back"] for p in per]) for k in OFFSETS},
+        "both right": spread_text([p["acc"]["both"] for p in per]),
+        f"steps to {REACH}": spread_text([p["reach"] for p in per]),
+        "final training loss": spread_text([p["loss"] for p in per]),
+    }
 
 
 def cost_table(quick: bool) -> tuple[list[dict], dict[int, int], tuple[int, int, int], int]:
@@ -320,8 +355,15 @@ def cost_table(quick: bool) -> tuple[list[dict], dict[int, int], tuple[int, int,
     for h in (1, 2, 4, 8):
         counted, formula = attention_flops(h, batch, t, d)
         flops[h] = counted
-        rows.append({"heads": h, "d_head": d // h, "counted FLOPs (fwd+bwd)": counted,
-                     "formula FLOPs (fwd)": formula, "fwd+bwd ms (median)": times[h]})  # fmt: skip
+        rows.append(
+            {
+                "heads": h,
+                "d_head": d // h,
+                "counted FLOPs (fwd+bwd)": counted,
+                "formula FLOPs (fwd)": formula,
+                "fwd+bwd ms (median)": times[h],
+            }
+        )
     return rows, flops, (batch, t, d), repeats
 
 
@@ -351,37 +393,81 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     budget_text = ", ".join(str(b) for b in budgets)
     rows = [_result_row(one, [final[s] for s in seeds], best_lr, f"per seed: {budget_text}")]
     rows += [_result_row(arm, [runs[(arm, s)] for s in seeds], LR, steps) for arm in ARMS[1:]]
-    ladder_rows = [{"seed": s, "steps": b, "final training loss": r["loss"],
-                    "loss drop from half the steps": (ladder[s][b // 2]["loss"] - r["loss"]
-                                                      if b // 2 in ladder[s] else math.nan),
-                    "both-right rise from half the steps": (
-                        r["acc"]["both"] - ladder[s][b // 2]["acc"]["both"]
-                        if b // 2 in ladder[s] else math.nan),
-                    **{f"{k} back": r["acc"][f"{k} back"] for k in OFFSETS},
-                    "both right": r["acc"]["both"],
-                    **{f"weight on t-{k}": r["looks"][0][i] for i, k in enumerate(OFFSETS)}}
-                   for s in seeds for b, r in sorted(ladder[s].items())]  # fmt: skip
+    ladder_rows = [
+        {
+            "seed": s,
+            "steps": b,
+            "final training loss": r["loss"],
+            "loss drop from half the steps": (
+                ladder[s][b // 2]["loss"] - r["loss"] if b // 2 in ladder[s] else math.nan
+            ),
+            "both-right rise from half the steps": (
+                r["acc"]["both"] - ladder[s][b // 2]["acc"]["both"]
+                if b // 2 in ladder[s]
+                else math.nan
+            ),
+            **{f"{k} back": r["acc"][f"{k} back"] for k in OFFSETS},
+            "both right": r["acc"]["both"],
+            **{f"weight on t-{k}": r["looks"][0][i] for i, k in enumerate(OFFSETS)},
+        }
+        for s in seeds
+        for b, r in sorted(ladder[s].items())
+    ]
     competence = [
-        Competence(_label(one), "training plateau: training-loss drop (nats) when the steps "
-                   f"double, at each seed's last doubling (to {budget_text} steps)", PLATEAU,
-                   drop, higher_is_better=False),
-        Competence(_label(one), "accuracy plateau: rise of both right (test) when the steps "
-                   "double, at each seed's last doubling", GAIN, gain, higher_is_better=False),
-        Competence(_label(one), "off the one-relation saddle: final training loss (nats; log V "
-                   f"= {level:.2f} with one relation named, the other at chance)",
-                   level - PLATEAU, final_loss, higher_is_better=False),
-        Competence(_label(four), "both relations right (test, training distribution)",
-                   ACCURACY, both[four]),
-        Competence(_label(ARMS[2]), "both relations right (test, training distribution)",
-                   ACCURACY, both[ARMS[2]], in_verdict=False),
-        Competence(_label(ARMS[3]), "both relations right (test, training distribution)",
-                   ACCURACY, both[ARMS[3]], in_verdict=False),
-    ]  # fmt: skip
-    looks_rows = [{"arm": _label(arm), "seed": s, "head": h + 1, "steps": budgets[i]
-                   if arm == one else steps,
-                   **{f"weight on t-{k}": runs[(arm, s)]["looks"][h][j]
-                      for j, k in enumerate(OFFSETS)}}
-                  for arm in ARMS for i, s in enumerate(seeds) for h in range(arm[1])]  # fmt: skip
+        Competence(
+            _label(one),
+            "training plateau: training-loss drop (nats) when the steps "
+            f"double, at each seed's last doubling (to {budget_text} steps)",
+            PLATEAU,
+            drop,
+            higher_is_better=False,
+        ),
+        Competence(
+            _label(one),
+            "accuracy plateau: rise of both right (test) when the steps "
+            "double, at each seed's last doubling",
+            GAIN,
+            gain,
+            higher_is_better=False,
+        ),
+        Competence(
+            _label(one),
+            "off the one-relation saddle: final training loss (nats; log V "
+            f"= {level:.2f} with one relation named, the other at chance)",
+            level - PLATEAU,
+            final_loss,
+            higher_is_better=False,
+        ),
+        Competence(
+            _label(four), "both relations right (test, training distribution)", ACCURACY, both[four]
+        ),
+        Competence(
+            _label(ARMS[2]),
+            "both relations right (test, training distribution)",
+            ACCURACY,
+            both[ARMS[2]],
+            in_verdict=False,
+        ),
+        Competence(
+            _label(ARMS[3]),
+            "both relations right (test, training distribution)",
+            ACCURACY,
+            both[ARMS[3]],
+            in_verdict=False,
+        ),
+    ]
+    looks_rows = [
+        {
+            "arm": _label(arm),
+            "seed": s,
+            "head": h + 1,
+            "steps": budgets[i] if arm == one else steps,
+            **{f"weight on t-{k}": runs[(arm, s)]["looks"][h][j] for j, k in enumerate(OFFSETS)},
+        }
+        for arm in ARMS
+        for i, s in enumerate(seeds)
+        for h in range(arm[1])
+    ]
     all_budgets = sorted({b for s in seeds for b in ladder[s]})
     ladder_text = ", ".join(map(str, all_budgets))
 
@@ -390,37 +476,65 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         which = "" if len(having) == len(seeds) else f" (seed {', '.join(map(str, having))})"
         return f"{_label(one)}, {b} steps{which}"
 
-    curves = {_label(arm): (runs[(arm, seeds[0])]["steps"], [runs[(arm, s)]["curve"]
-                                                             for s in seeds])
-              for arm in ARMS[1:]}  # fmt: skip
+    curves = {
+        _label(arm): (runs[(arm, seeds[0])]["steps"], [runs[(arm, s)]["curve"] for s in seeds])
+        for arm in ARMS[1:]
+    }
     for b in all_budgets:
         having = [s for s in seeds if b in ladder[s]]
-        curves[one_label(b)] = (ladder[having[0]][b]["steps"],
-                                [ladder[s][b]["curve"] for s in having])  # fmt: skip
-    fig = seeds_chart(curves, xlabel="training step", ylabel="both relations right (test)",
-                      title=f"token 1 back and 2 back at once ({len(seeds)} seed(s), min-max "
-                      "band)", logx=True)  # fmt: skip
-    fig.axes[0].axhline(1 / sizes(quick)[0] ** 2, color="tab:red", linestyle="--", linewidth=1,
-                        label="chance (1/V^2)")  # fmt: skip
+        curves[one_label(b)] = (
+            ladder[having[0]][b]["steps"],
+            [ladder[s][b]["curve"] for s in having],
+        )
+    fig = seeds_chart(
+        curves,
+        xlabel="training step",
+        ylabel="both relations right (test)",
+        title=f"token 1 back and 2 back at once ({len(seeds)} seed(s), min-max band)",
+        logx=True,
+    )
+    fig.axes[0].axhline(
+        1 / sizes(quick)[0] ** 2,
+        color="tab:red",
+        linestyle="--",
+        linewidth=1,
+        label="chance (1/V^2)",
+    )
     fig.axes[0].legend(fontsize=8)
     loss_curves = {_label(arm): [runs[(arm, s)]["losses"] for s in seeds] for arm in ARMS[1:]}
     for b in all_budgets:
         loss_curves[one_label(b)] = [ladder[s][b]["losses"] for s in seeds if b in ladder[s]]
-    loss_fig = curves_chart(loss_curves, title="training loss (sum over the two relations)",
-                            logy=True)  # fmt: skip
-    loss_fig.axes[0].axhline(level, color="gray", linestyle=":", linewidth=1,
-                             label="log V: one relation named, the other at chance")  # fmt: skip
+    loss_fig = curves_chart(
+        loss_curves, title="training loss (sum over the two relations)", logy=True
+    )
+    loss_fig.axes[0].axhline(
+        level,
+        color="gray",
+        linestyle=":",
+        linewidth=1,
+        label="log V: one relation named, the other at chance",
+    )
     loss_fig.axes[0].legend(fontsize=7)
     figures = [
-        save_chart(fig, out_dir, "learning.png", "Test accuracy (both relations right) during "
-                   "training (log step axis), 1 vs 4 heads, attention only and full Transformer "
-                   "block (mean over seeds, min-max band), evaluated 20 times per run; the 1-head "
-                   f"attention-only arm at each budget of its ladder ({ladder_text} steps)."),
-        save_chart(loss_fig, out_dir, "training.png", "Training loss (sum of the two read-outs' "
-                   "cross-entropy), mean over seeds with the min-max band; the 1-head "
-                   "attention-only arm at each budget of its ladder (its plateau check); dotted: "
-                   "log V, the loss with one relation named and the other at chance."),
-    ]  # fmt: skip
+        save_chart(
+            fig,
+            out_dir,
+            "learning.png",
+            "Test accuracy (both relations right) during "
+            "training (log step axis), 1 vs 4 heads, attention only and full Transformer "
+            "block (mean over seeds, min-max band), evaluated 20 times per run; the 1-head "
+            f"attention-only arm at each budget of its ladder ({ladder_text} steps).",
+        ),
+        save_chart(
+            loss_fig,
+            out_dir,
+            "training.png",
+            "Training loss (sum of the two read-outs' "
+            "cross-entropy), mean over seeds with the min-max band; the 1-head "
+            "attention-only arm at each budget of its ladder (its plateau check); dotted: "
+            "log V, the loss with one relation named and the other at chance.",
+        ),
+    ]
     same_flops = len(set(flops.values())) == 1
     ms = [r["fwd+bwd ms (median)"] for r in cost_rows]
     time_ratio = max(ms) / min(ms)
@@ -442,7 +556,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"to {spread_text(final_loss)} (log V = {level:.2f}) and its both right rises by "
         f"{spread_text(gain)}. With the FFN (full block): 4 heads "
         f"{spread_text(both[ARMS[3]])}, 1 head {spread_text(both[ARMS[2]])}."
-    )  # fmt: skip
+    )
     looks_one = [final[s]["looks"][0] for s in seeds]
     findings = [
         "Why one head cannot: one attention distribution per query gives one mixture; to serve "
@@ -464,7 +578,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             + ", ".join(
                 f"{b} steps loss {r['loss']:.3g} both {r['acc']['both']:.3g}"
                 for b, r in sorted(ladder[s].items())
-            )  # fmt: skip
+            )
             for s in seeds
         )
         + f". A loss near log V = {level:.2f} means the head serves one relation alone (one "
@@ -535,16 +649,16 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                 "the 1-head attention-only arm, per seed and budget (test accuracy; the drop "
                 "and the rise from half the steps are the plateau check)",
                 ladder_rows,
-            ),  # fmt: skip
+            ),
             Table(
                 f"learning rate of the 1-head attention-only arm (seed {seeds[0]}, {first} steps)",
                 sweep_rows,
-            ),  # fmt: skip
+            ),
             Table(
                 "where the heads look: mean attention weight from t to t-1 and t-2 (test, at "
                 "the end of training)",
                 looks_rows,
-            ),  # fmt: skip
+            ),
         ],
         figures=figures,
         **gated_fields(verdict, reason, competence, seeds, quick),

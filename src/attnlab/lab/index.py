@@ -69,16 +69,29 @@ def render_index(reports: list[dict], pending: list[tuple[str, str, str]] = ()) 
         link = f"[{r.get('title', r['_dir'])}]({r['_dir']}/README.md)"
         rederived = (r.get("findings") or [""])[0].startswith("Re-derived")
         verdict = f"**{r.get('verdict', '?')}**" + (" (re-derived)" if rederived else "")
-        cells = [link, r.get("source", ""), verdict,
-                 competence_cell(r.get("competence")), str(len(r.get("seeds") or [r.get("seed")])),
-                 r.get("verdict_reason", ""), f"{float(r.get('wall_time_s', 0)):.0f} s",
-                 f"`{r.get('command', '')}`"]  # fmt: skip
-        lines.append("| " + " | ".join(format_cell(c) if i else c for i, c in enumerate(cells))
-                     + " |")  # fmt: skip
+        cells = [
+            link,
+            r.get("source", ""),
+            verdict,
+            competence_cell(r.get("competence")),
+            str(len(r.get("seeds") or [r.get("seed")])),
+            r.get("verdict_reason", ""),
+            f"{float(r.get('wall_time_s', 0)):.0f} s",
+            f"`{r.get('command', '')}`",
+        ]
+        lines.append(
+            "| " + " | ".join(format_cell(c) if i else c for i, c in enumerate(cells)) + " |"
+        )
     if pending:
-        lines += ["", "## Not yet run at full size", "",
-                  "Registered, tested in their `--quick` form, no committed full-size report yet:",
-                  "", "| experiment | notes | claim | command |", "|---|---|---|---|"]  # fmt: skip
+        lines += [
+            "",
+            "## Not yet run at full size",
+            "",
+            "Registered, tested in their `--quick` form, no committed full-size report yet:",
+            "",
+            "| experiment | notes | claim | command |",
+            "|---|---|---|---|",
+        ]
         for n, notes, claim in pending:
             command = f"`attnlab experiment {n} --seed 0`"
             lines.append(f"| {n} | {format_cell(notes)} | {format_cell(claim)} | {command} |")
@@ -99,8 +112,9 @@ def competence_cell(competence: list[dict] | None) -> str:
         text = f"missed: {', '.join(failed)} ({passing}/{len(compared)} pass)"
     else:
         text = f"all {len(compared)} compared arms pass"
-    ref_missed = [c["arm"] for c in competence if not c.get("in_verdict", True)
-                  and not c.get("passed")]  # fmt: skip
+    ref_missed = [
+        c["arm"] for c in competence if not c.get("in_verdict", True) and not c.get("passed")
+    ]
     if ref_missed:
         text += f"; reference arms that missed: {', '.join(ref_missed)}"
     return text

@@ -65,12 +65,24 @@ def model_config(name: str, vocab_size: int, max_len: int, quick: bool) -> Model
     """The three families at comparable sizes (~0.1-0.2 M parameters at full size)."""
     d_rnn, d_tf = (64, 32) if quick else (128, 64)
     if name == "transformer":
-        return ModelConfig(kind="encoder_decoder", vocab_size=vocab_size, d_model=d_tf,
-                           n_heads=4, n_layers=2, d_ff=4 * d_tf, max_len=max_len,
-                           positional="learned")  # fmt: skip
-    return ModelConfig(kind="lstm_seq2seq", vocab_size=vocab_size, d_model=d_rnn, n_layers=1,
-                       rnn_attention="additive" if name == "bahdanau" else "none",
-                       reverse_source=name == "lstm")  # fmt: skip
+        return ModelConfig(
+            kind="encoder_decoder",
+            vocab_size=vocab_size,
+            d_model=d_tf,
+            n_heads=4,
+            n_layers=2,
+            d_ff=4 * d_tf,
+            max_len=max_len,
+            positional="learned",
+        )
+    return ModelConfig(
+        kind="lstm_seq2seq",
+        vocab_size=vocab_size,
+        d_model=d_rnn,
+        n_layers=1,
+        rnn_attention="additive" if name == "bahdanau" else "none",
+        reverse_source=name == "lstm",
+    )
 
 
 def make_batch(pairs: list[tuple[str, str]], tok: CharTokenizer) -> Seq2SeqBatch:
@@ -96,8 +108,9 @@ def score(model: nn.Module, batch: Seq2SeqBatch, chunk: int = 250) -> tuple[Tens
     tokens, exact = [], []
     for i in range(0, batch.src.size(0), chunk):
         part = Seq2SeqBatch(*(t[i : i + chunk] for t in batch))
-        logits = model(part.src, part.tgt_in, src_mask=part.src_mask,
-                       tgt_mask=part.tgt_mask).logits  # (B, T, V)  # fmt: skip
+        logits = model(
+            part.src, part.tgt_in, src_mask=part.src_mask, tgt_mask=part.tgt_mask
+        ).logits  # (B, T, V)
         tokens.append((logits.argmax(-1) == part.tgt_out) & part.tgt_mask)  # (B, T)
         exact.append(correct_predictions(logits, part, "seq2seq"))  # (B,)
     return torch.cat(tokens), torch.cat(exact)
@@ -106,12 +119,17 @@ def score(model: nn.Module, batch: Seq2SeqBatch, chunk: int = 250) -> tuple[Tens
 def fit_config(name: str, quick: bool) -> FitConfig:
     """Equal budgets (steps x batch); the learning rate is each family's own best guess."""
     lr = 1e-3 if name == "transformer" else 3e-3  # 3e-3 made the Transformer stall on reversal
-    return FitConfig(steps=25 if quick else 1500, batch_size=32 if quick else 64, lr=lr,
-                     warmup_steps=5 if quick else 150)  # fmt: skip
+    return FitConfig(
+        steps=25 if quick else 1500,
+        batch_size=32 if quick else 64,
+        lr=lr,
+        warmup_steps=5 if quick else 150,
+    )
 
 
-def train_and_test(name: str, tok: CharTokenizer, train: list, test: list, max_len: int,
-                   quick: bool, seed: int) -> tuple[nn.Module, Tensor, Tensor, float]:  # fmt: skip
+def train_and_test(
+    name: str, tok: CharTokenizer, train: list, test: list, max_len: int, quick: bool, seed: int
+) -> tuple[nn.Module, Tensor, Tensor, float]:
     """Train one model; returns it, its token and whole-target hits on ``test``, train seconds."""
     torch.manual_seed(seed)
     model = build_model(model_config(name, tok.vocab_size, max_len, quick))
@@ -121,27 +139,51 @@ def train_and_test(name: str, tok: CharTokenizer, train: list, test: list, max_l
     return model, tokens, exact, result.seconds
 
 
-def alignment_figures(models: dict[str, nn.Module], tok: CharTokenizer, source: str,
-                      target: str, out_dir: Path) -> list[FigureRef]:  # fmt: skip
+def alignment_figures(
+    models: dict[str, nn.Module], tok: CharTokenizer, source: str, target: str, out_dir: Path
+) -> list[FigureRef]:
     """Bahdanau alignment and the Transformer's last-layer cross-attention on one example."""
     src = tok.encode(source)
     tgt_in = [tok.bos_id, *tok.encode(target)]
     src_labels, out_labels = list(source), [*target, "<eos>"]
     figures = []
     maps = attention_maps(models["bahdanau"], src, target=tgt_in)
-    fig = plot_alignment(maps.cross_attn[0, 0], src_labels, out_labels,  # (T, S)
-                         title=f"LSTM + Bahdanau, reversal of length {len(source)}")  # fmt: skip
-    figures.append(save_chart(fig, out_dir, "alignment_bahdanau.png", "Bahdanau alignment "
-                              "alpha_lt on the longest reversal: the anti-diagonal is the "
-                              "reversal."))  # fmt: skip
+    fig = plot_alignment(
+        maps.cross_attn[0, 0],
+        src_labels,
+        out_labels,  # (T, S)
+        title=f"LSTM + Bahdanau, reversal of length {len(source)}",
+    )
+    figures.append(
+        save_chart(
+            fig,
+            out_dir,
+            "alignment_bahdanau.png",
+            "Bahdanau alignment "
+            "alpha_lt on the longest reversal: the anti-diagonal is the "
+            "reversal.",
+        )
+    )
     maps = attention_maps(models["transformer"], src, target=tgt_in)
     n_layers = maps.cross_attn.shape[0]  # (L, H, T, S)
-    fig = plot_attention(maps.cross_attn[-1], out_labels, src_labels,  # (H, T, S)
-                         title=f"Transformer cross-attention, layer {n_layers} of {n_layers} "
-                         f"(last), length {len(source)}", first_layer=n_layers)  # fmt: skip
-    figures.append(save_chart(fig, out_dir, "cross_attention_transformer.png", "Transformer "
-                              "cross-attention of the last decoder layer, one panel per head, on "
-                              "the same example."))  # fmt: skip
+    fig = plot_attention(
+        maps.cross_attn[-1],
+        out_labels,
+        src_labels,  # (H, T, S)
+        title=f"Transformer cross-attention, layer {n_layers} of {n_layers} "
+        f"(last), length {len(source)}",
+        first_layer=n_layers,
+    )
+    figures.append(
+        save_chart(
+            fig,
+            out_dir,
+            "cross_attention_transformer.png",
+            "Transformer "
+            "cross-attention of the last decoder layer, one panel per head, on "
+            "the same example.",
+        )
+    )
     return figures
 
 
@@ -160,20 +202,34 @@ def reversal_rows(lengths: tuple[int, ...], acc: dict[str, list[float]]) -> list
     return [{"length": t, **{MODELS[n]: acc[n][k] for n in MODELS}} for k, t in enumerate(lengths)]
 
 
-def charts(lengths: tuple[int, ...], token_acc: dict, exact: dict, per_position: dict,
-           steps: str, out_dir: Path) -> list[FigureRef]:  # fmt: skip
+def charts(
+    lengths: tuple[int, ...],
+    token_acc: dict,
+    exact: dict,
+    per_position: dict,
+    steps: str,
+    out_dir: Path,
+) -> list[FigureRef]:
     """Token accuracy and exact match against T, and accuracy per output position at max T."""
     figures = []
-    for acc, file, what in ((token_acc, "accuracy_vs_length.png", "per-token accuracy"),
-                            (exact, "exact_vs_length.png", "exact match")):  # fmt: skip
+    for acc, file, what in (
+        (token_acc, "accuracy_vs_length.png", "per-token accuracy"),
+        (exact, "exact_vs_length.png", "exact match"),
+    ):
         fig = line_chart(
             {MODELS[n]: (lengths, acc[n]) for n in MODELS},
             xlabel="sequence length T",
             ylabel=f"{what} (test)",
             title=f"Reversal: {what}",
         )
-        figures.append(save_chart(fig, out_dir, file, f"Reversal {what} against the input "
-                                  f"length; every model trained for {steps}."))  # fmt: skip
+        figures.append(
+            save_chart(
+                fig,
+                out_dir,
+                file,
+                f"Reversal {what} against the input length; every model trained for {steps}.",
+            )
+        )
     positions = list(range(1, lengths[-1] + 1))
     fig = line_chart(
         {MODELS[n]: (positions, per_position[n]) for n in MODELS},
@@ -204,8 +260,9 @@ def task_data(kind: str, length: int, quick: bool, seed: int) -> tuple:
     """(tokenizer, train pairs, test pairs, model max_len) of "reverse" at ``length`` or "dates"."""
     n_train, n_test = sizes(quick)
     if kind == "reverse":
-        task: ReverseTask | DateTask = ReverseTask(min_len=length, max_len=length,
-                                                   alphabet=ALPHABET)  # fmt: skip
+        task: ReverseTask | DateTask = ReverseTask(
+            min_len=length, max_len=length, alphabet=ALPHABET
+        )
         tok = CharTokenizer(ALPHABET)
     else:
         task = DateTask()
@@ -244,8 +301,9 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     tok = CharTokenizer(ALPHABET)
     date_models = ("lstm", "bahdanau", "transformer")
     seeds = seed_list(seed, quick)
-    jobs = [("reverse", length, name, quick, s) for s in seeds for length in lengths
-            for name in MODELS]  # fmt: skip
+    jobs = [
+        ("reverse", length, name, quick, s) for s in seeds for length in lengths for name in MODELS
+    ]
     jobs += [("dates", 0, name, quick, s) for s in seeds for name in date_models]
     results = run_jobs(run_job, jobs, 1 if quick else 2, cost=job_cost)  # 1 thread each
     token_acc: dict[str, list[float]] = {name: [] for name in MODELS}  # mean over seeds per T
@@ -288,15 +346,30 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         date_acc[MODELS[name]] = spread(exact_s)["mean"]
         date_tokens[name] = token_s
         date_curves[MODELS[name]] = (list(range(len(bins))), list(bins.values()))
-        date_rows.append({"model": MODELS[name], "exact match": spread_text(exact_s),
-                          "token accuracy": spread_text(token_s),
-                          **{f"tokens, source {k}": v for k, v in bins.items()}})  # fmt: skip
-    fig = line_chart(date_curves, xlabel="source length bin: " + ", ".join(
-        f"{i} = {k}" for i, k in enumerate(bins)), ylabel="per-token accuracy (test)",
-        title="Date normalisation by source length")  # fmt: skip
-    figures.append(save_chart(fig, out_dir, "dates.png", "Per-token accuracy on date "
-                              f"normalisation ({len(dates.formats)} formats) by source length "
-                              f"(characters), {steps} each."))  # fmt: skip
+        date_rows.append(
+            {
+                "model": MODELS[name],
+                "exact match": spread_text(exact_s),
+                "token accuracy": spread_text(token_s),
+                **{f"tokens, source {k}": v for k, v in bins.items()},
+            }
+        )
+    fig = line_chart(
+        date_curves,
+        xlabel="source length bin: " + ", ".join(f"{i} = {k}" for i, k in enumerate(bins)),
+        ylabel="per-token accuracy (test)",
+        title="Date normalisation by source length",
+    )
+    figures.append(
+        save_chart(
+            fig,
+            out_dir,
+            "dates.png",
+            "Per-token accuracy on date "
+            f"normalisation ({len(dates.formats)} formats) by source length "
+            f"(characters), {steps} each.",
+        )
+    )
     plain = [max(a, b) for a, b in zip(token_acc["lstm"], token_acc["lstm_forward"])]
     attn = [min(a, b) for a, b in zip(token_acc["bahdanau"], token_acc["transformer"])]
     best_plain_long = max(tok_seeds["lstm"][-1] + tok_seeds["lstm_forward"][-1])
@@ -304,12 +377,15 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     held = plain[0] - plain[-1] > 0.2 and worst_attn_long > best_plain_long + 0.2
     verdict = "held" if held else ("mixed" if attn[-1] > plain[-1] else "did not hold")
     at = {n: spread_text(tok_seeds[n][-1]) for n in MODELS}
-    reason = (f"per-token accuracy at T = {lengths[-1]} (mean (min-max) over {len(seeds)} "
-              f"seeds): plain LSTM {at['lstm']} (reversed) / {at['lstm_forward']} (as written), "
-              f"down from {plain[0]:.2f} at T = {lengths[0]}; Bahdanau {at['bahdanau']}, "
-              f"Transformer {at['transformer']}. Dates (not a test of length: accuracy is flat "
-              "across source lengths) exact match: "
-              + ", ".join(f"{k} {v:.2f}" for k, v in date_acc.items()) + ".")  # fmt: skip
+    reason = (
+        f"per-token accuracy at T = {lengths[-1]} (mean (min-max) over {len(seeds)} "
+        f"seeds): plain LSTM {at['lstm']} (reversed) / {at['lstm_forward']} (as written), "
+        f"down from {plain[0]:.2f} at T = {lengths[0]}; Bahdanau {at['bahdanau']}, "
+        f"Transformer {at['transformer']}. Dates (not a test of length: accuracy is flat "
+        "across source lengths) exact match: "
+        + ", ".join(f"{k} {v:.2f}" for k, v in date_acc.items())
+        + "."
+    )
     competence = [
         Competence(
             f"{MODELS[n]}, reversal T = {t}",
@@ -320,9 +396,16 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         for n in ("bahdanau", "transformer")
         for i, t in enumerate(lengths)
     ]
-    competence += [Competence(f"{MODELS[n]}, dates", "per-token accuracy (training "
-                              "distribution)", 0.99, date_tokens[n], in_verdict=False)
-                   for n in date_models]  # fmt: skip
+    competence += [
+        Competence(
+            f"{MODELS[n]}, dates",
+            "per-token accuracy (training distribution)",
+            0.99,
+            date_tokens[n],
+            in_verdict=False,
+        )
+        for n in date_models
+    ]
     m_rnn, m_tf = model_config("lstm", 3, 8, quick), model_config("transformer", 3, 8, quick)
     return Report(
         name="long_range",
@@ -359,7 +442,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             Table(
                 "training time (s, summed over runs)", [{MODELS[n]: s for n, s in seconds.items()}]
             ),
-        ],  # fmt: skip
+        ],
         figures=figures,
         **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={
@@ -371,7 +454,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "token_accuracy": token_acc,
             "exact_match": exact,
             "dates": date_acc,
-        },  # fmt: skip
+        },
         findings=[
             "The plain LSTM's per-token accuracy by length: "
             + ", ".join(f"T={t}: {a:.2f}" for t, a in zip(lengths, token_acc["lstm"]))

@@ -86,10 +86,11 @@ class AttentionStack(nn.Module):
         self.tok_emb = nn.Embedding(vocab_size, d_model)
         self.pos_enc = LearnedPositions(max_len, d_model)
         self.attn = nn.ModuleList(
-            SelfAttention(d_model, n_heads) if attention == "softmax"
+            SelfAttention(d_model, n_heads)
+            if attention == "softmax"
             else PositionalAttention(d_model, max_len)
             for _ in range(n_layers)
-        )  # fmt: skip
+        )
         self.ffn = nn.ModuleList(FeedForward(d_model, 4 * d_model) for _ in range(n_layers))
         self.use_ffn = ffn
         self.head = nn.Linear(d_model, n_classes)
@@ -185,9 +186,11 @@ def _one_seed(seed: int, length: int, n_train: int, fit_cfg: FitConfig) -> dict:
             name = f"{attention} weights, {'with' if ffn else 'no'} FFN"
             out[(task_name, name)] = {
                 "test accuracy": test_acc,
-                "majority class": majority, "final train loss": result.final_loss(),
+                "majority class": majority,
+                "final train loss": result.final_loss(),
                 "affine gap": affine_gap(model, test.ids[:64]),
-                "train s": result.seconds}  # fmt: skip
+                "train s": result.seconds,
+            }
     return out
 
 
@@ -200,9 +203,14 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     collapse_rows = []
     for n_layers, relu in ((2, False), (4, False), (2, True)):
         gap, rows_gap = collapse_gaps(n_layers, relu, seed)
-        collapse_rows.append({"layers": n_layers, "between layers": "ReLU" if relu else "nothing",
-                              "max |stack(X) - A* X V*^T|": gap,
-                              "max |rowsum(A*) - 1|": rows_gap})  # fmt: skip
+        collapse_rows.append(
+            {
+                "layers": n_layers,
+                "between layers": "ReLU" if relu else "nothing",
+                "max |stack(X) - A* X V*^T|": gap,
+                "max |rowsum(A*) - 1|": rows_gap,
+            }
+        )
     seeds = seed_list(seed, quick)
     length, n_train = 12, (1000 if quick else 10_000)
     fit_cfg = FitConfig(steps=25 if quick else 1500, batch_size=64, lr=3e-3, warmup_steps=30)
@@ -212,27 +220,42 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     for key in runs[0]:
         per = [r[key] for r in runs]
         accs[key] = spread(acc_seeds[key])["mean"]
-        rows.append({"task": key[0], "model": key[1], "test accuracy": accs[key],
-                     "min-max": spread_text(acc_seeds[key]),
-                     "majority class": per[0]["majority class"],
-                     "final train loss": spread(p["final train loss"] for p in per)["mean"],
-                     "affine gap": max(p["affine gap"] for p in per),
-                     "train s": spread(p["train s"] for p in per)["mean"]})  # fmt: skip
+        rows.append(
+            {
+                "task": key[0],
+                "model": key[1],
+                "test accuracy": accs[key],
+                "min-max": spread_text(acc_seeds[key]),
+                "majority class": per[0]["majority class"],
+                "final train loss": spread(p["final train loss"] for p in per)["mean"],
+                "affine gap": max(p["affine gap"] for p in per),
+                "train s": spread(p["train s"] for p in per)["mean"],
+            }
+        )
     chance = {t: 1 / n for t, n in N_CLASSES.items()}
     labels = {(t, m): f"{t.split()[0]}: {m.replace(' weights', '')}" for t, m in accs}
     figures = [
-        save_chart(bar_chart({labels[k]: a for k, a in accs.items()},
-                             ylabel="test accuracy", title="attention stacks with and without "
-                             f"FFN ({len(seeds)} seed(s))",
-                             errors={labels[k]: (min(v), max(v)) for k, v in acc_seeds.items()},
-                             references={labels[k]: chance[k[0]] for k in accs},
-                             reference_label="chance (1/2 XOR, 1/3 mod 3)"),
-                   out_dir, "accuracy.png", "Test accuracy of each variant on both tasks (mean "
-                   "over seeds, min-max bars); the dashed segments are chance: 1/2 for XOR, 1/3 "
-                   "for the count mod 3."),
-    ]  # fmt: skip
-    competence = [Competence(f"{m}, {t}", "test accuracy (training distribution)", 0.99,
-                             acc_seeds[(t, m)]) for t, m in accs if "with FFN" in m]  # fmt: skip
+        save_chart(
+            bar_chart(
+                {labels[k]: a for k, a in accs.items()},
+                ylabel="test accuracy",
+                title=f"attention stacks with and without FFN ({len(seeds)} seed(s))",
+                errors={labels[k]: (min(v), max(v)) for k, v in acc_seeds.items()},
+                references={labels[k]: chance[k[0]] for k in accs},
+                reference_label="chance (1/2 XOR, 1/3 mod 3)",
+            ),
+            out_dir,
+            "accuracy.png",
+            "Test accuracy of each variant on both tasks (mean "
+            "over seeds, min-max bars); the dashed segments are chance: 1/2 for XOR, 1/3 "
+            "for the count mod 3.",
+        ),
+    ]
+    competence = [
+        Competence(f"{m}, {t}", "test accuracy (training distribution)", 0.99, acc_seeds[(t, m)])
+        for t, m in accs
+        if "with FFN" in m
+    ]
     tasks = N_CLASSES
     exact = all(r["max |stack(X) - A* X V*^T|"] < 1e-10 for r in collapse_rows[:2])
     broken = collapse_rows[2]["max |stack(X) - A* X V*^T|"] > 1e-3
@@ -306,7 +329,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         metrics={
             "collapse": [r["max |stack(X) - A* X V*^T|"] for r in collapse_rows],
             "rows": rows,
-        },  # fmt: skip
+        },
         findings=[
             "000's combined weight alpha*_ik = alpha_jk sum_j alpha_ij is ill-formed (j is bound "
             "and free); the measured identity is alpha* = A2 A1 (errata E3).",

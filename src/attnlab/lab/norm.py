@@ -33,7 +33,7 @@ from torch import nn
 
 from attnlab.config import ModelConfig
 from attnlab.lab.charts import curves_chart, line_chart, save_chart
-from attnlab.lab.corpus import char_ids, corpus_text, windows
+from attnlab.lab.corpus import char_ids, char_lm_config, corpus_text, windows
 from attnlab.lab.fit import FitConfig, block_grad_norms, fit, lm_loss
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
@@ -46,9 +46,9 @@ TARGET = 2.5  # nats per character: the time-to-target loss (a bigram model sits
 
 
 def lm_config(placement: str, n_layers: int, vocab: int, context: int) -> ModelConfig:
-    return ModelConfig(kind="decoder_lm", vocab_size=vocab, d_model=64, n_heads=4,
-                       n_layers=n_layers, max_len=context, norm_placement=placement,
-                       final_norm=placement == "pre")  # fmt: skip
+    return char_lm_config(
+        vocab, context, n_layers, norm_placement=placement, final_norm=placement == "pre"
+    )
 
 
 def initialise(model: nn.Module, init: str) -> None:
@@ -81,8 +81,9 @@ def char_data(quick: bool, seed: int, context: int) -> tuple[torch.Tensor, int, 
     return windows(char_ids(text[:400_000], chars), context), len(chars), source
 
 
-def layer_gradient_norms(placement: str, init: str, n_layers: int, batch: torch.Tensor,
-                         vocab: int, seed: int) -> tuple[list[float], list[float]]:  # fmt: skip
+def layer_gradient_norms(
+    placement: str, init: str, n_layers: int, batch: torch.Tensor, vocab: int, seed: int
+) -> tuple[list[float], list[float]]:
     """Per block: ||grad|| of all its parameters, and of its feed-forward W1, at init."""
     torch.manual_seed(seed)
     model = build_model(lm_config(placement, n_layers, vocab, batch.size(1)))
@@ -108,14 +109,20 @@ def train_job(job: tuple) -> dict:
     torch.manual_seed(seed)
     model = build_model(lm_config(placement, depth(quick), vocab, context))
     initialise(model, "xavier")
-    cfg = FitConfig(steps=train_steps(quick), batch_size=32, lr=lr, warmup_steps=warmup,
-                    grad_clip=0.0)  # fmt: skip
+    cfg = FitConfig(
+        steps=train_steps(quick), batch_size=32, lr=lr, warmup_steps=warmup, grad_clip=0.0
+    )
     result = fit(model, (data,), lm_loss, cfg, seed=seed)
     per_step = result.seconds / max(1, len(result.losses))
     reached = steps_to(result.losses, TARGET)
-    return {"losses": result.losses, "final": result.final_loss(), "diverged": result.diverged,
-            "steps to target": reached, "s to target": reached * per_step,
-            "max |grad|": max(result.grad_norms, default=math.nan)}  # fmt: skip
+    return {
+        "losses": result.losses,
+        "final": result.final_loss(),
+        "diverged": result.diverged,
+        "steps to target": reached,
+        "s to target": reached * per_step,
+        "max |grad|": max(result.grad_norms, default=math.nan),
+    }
 
 
 def depth(quick: bool) -> int:
@@ -140,18 +147,25 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     for init in INITS:
         for p in PLACEMENTS:
             for s in seeds:
-                batch = data[torch.randperm(len(data), generator=torch.Generator().manual_seed(s))
-                             [:32]]  # fmt: skip
+                batch = data[
+                    torch.randperm(len(data), generator=torch.Generator().manual_seed(s))[:32]
+                ]
                 blocks, w1 = layer_gradient_norms(p, init, n_layers, batch, vocab, s)
                 ratio.setdefault((init, p), []).append(max(blocks) / min(blocks))
                 ratio_w1.setdefault((init, p), []).append(max(w1) / min(w1))
                 grads0.setdefault((init, p), blocks)
-    grad_rows = [{"init": i, "norm": p,
-                  "max/min |grad block| over layers": spread_text(ratio[(i, p)]),
-                  "max/min |grad W1|": spread_text(ratio_w1[(i, p)]),
-                  "layer 1 |grad block|": grads0[(i, p)][0],
-                  f"layer {n_layers} |grad block|": grads0[(i, p)][-1]}
-                 for i in INITS for p in PLACEMENTS]  # fmt: skip
+    grad_rows = [
+        {
+            "init": i,
+            "norm": p,
+            "max/min |grad block| over layers": spread_text(ratio[(i, p)]),
+            "max/min |grad W1|": spread_text(ratio_w1[(i, p)]),
+            "layer 1 |grad block|": grads0[(i, p)][0],
+            f"layer {n_layers} |grad block|": grads0[(i, p)][-1],
+        }
+        for i in INITS
+        for p in PLACEMENTS
+    ]
     # (b) training: a warm-up sweep over a learning-rate sweep, every seed
     lrs = (3e-3,) if quick else (1e-3, 3e-3)
     warmups = (0, 5) if quick else (0, 100)
@@ -162,22 +176,34 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         for lr in lrs:
             for w in warmups:
                 rs = per[(p, lr, w)]
-                rows.append({"norm": p, "peak lr": lr, "warm-up": w,
-                             "final loss": spread_text([r["final"] for r in rs]),
-                             "steps to target": spread_text([r["steps to target"] for r in rs]),
-                             "s to target": spread_text([r["s to target"] for r in rs]),
-                             "reached (seeds)": sum(math.isfinite(r["steps to target"])
-                                                    for r in rs),
-                             "diverged (seeds)": sum(r["diverged"] for r in rs)})  # fmt: skip
+                rows.append(
+                    {
+                        "norm": p,
+                        "peak lr": lr,
+                        "warm-up": w,
+                        "final loss": spread_text([r["final"] for r in rs]),
+                        "steps to target": spread_text([r["steps to target"] for r in rs]),
+                        "s to target": spread_text([r["s to target"] for r in rs]),
+                        "reached (seeds)": sum(math.isfinite(r["steps to target"]) for r in rs),
+                        "diverged (seeds)": sum(r["diverged"] for r in rs),
+                    }
+                )
     best = {}  # placement -> (lr, warm-up) with the lowest mean final loss
     for p in PLACEMENTS:
-        mean_final = {(lr, w): np.mean([r["final"] for r in per[(p, lr, w)]])
-                      for lr in lrs for w in warmups}  # fmt: skip
+        mean_final = {
+            (lr, w): np.mean([r["final"] for r in per[(p, lr, w)]]) for lr in lrs for w in warmups
+        }
         best[p] = min(mean_final, key=mean_final.get)
-    competence = [Competence(f"{p}-norm (best: lr {best[p][0]:g}, warm-up {best[p][1]})",
-                             "final training loss (nats/char) of its best setting",
-                             TARGET, [r["final"] for r in per[(p, *best[p])]],
-                             higher_is_better=False) for p in PLACEMENTS]  # fmt: skip
+    competence = [
+        Competence(
+            f"{p}-norm (best: lr {best[p][0]:g}, warm-up {best[p][1]})",
+            "final training loss (nats/char) of its best setting",
+            TARGET,
+            [r["final"] for r in per[(p, *best[p])]],
+            higher_is_better=False,
+        )
+        for p in PLACEMENTS
+    ]
 
     def reached(p: str, w: int) -> list[float]:
         """Peak rates at which every seed of (p, warm-up w) reaches the target."""
@@ -189,8 +215,12 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     pre_better = max(ratio[(prim, "pre")]) < min(ratio[(prim, "post")])
     no_warm = {p: reached(p, 0) for p in PLACEMENTS}
     pre_no_warmup = len(no_warm["pre"]) >= len(no_warm["post"]) and no_warm["pre"]
-    fastest = {p: min(np.mean([r["steps to target"] for r in per[(p, lr, w)]])
-                      for lr in lrs for w in warmups) for p in PLACEMENTS}  # fmt: skip
+    fastest = {
+        p: min(
+            np.mean([r["steps to target"] for r in per[(p, lr, w)]]) for lr in lrs for w in warmups
+        )
+        for p in PLACEMENTS
+    }
     pre_faster = fastest["pre"] < fastest["post"]
     checks = [pre_better, bool(pre_no_warmup), pre_faster]
     reason = (
@@ -205,22 +235,41 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     )
     layers = list(range(1, n_layers + 1))
     figures = [
-        save_chart(line_chart({f"{p}-norm, {i}": (layers, grads0[(i, p)])
-                               for i in ("xavier", "library") for p in PLACEMENTS},
-                              xlabel="layer (1 = bottom)", ylabel="gradient norm of the block",
-                              title=f"gradients at initialisation, {n_layers} layers, seed "
-                              f"{seeds[0]}", logy=True),
-                   out_dir, "gradients.png", "Gradient norm of each block's parameters at "
-                   "initialisation (one batch, log scale), Xavier and library init; the ratios "
-                   "over all seeds are in the table."),
-        save_chart(curves_chart({f"{p}-norm, lr {lr:g}, warm-up {w}":
-                                 [r["losses"] for r in per[(p, lr, w)]]
-                                 for p in PLACEMENTS for w in (warmups[0], warmups[-1])
-                                 for lr in lrs[-1:]},
-                                title=f"training loss at peak lr {lrs[-1]:g}", logy=True),
-                   out_dir, "training.png", f"Training loss at peak lr {lrs[-1]:g}, without and "
-                   f"with {warmups[-1]} warm-up steps (mean over seeds, min-max band)."),
-    ]  # fmt: skip
+        save_chart(
+            line_chart(
+                {
+                    f"{p}-norm, {i}": (layers, grads0[(i, p)])
+                    for i in ("xavier", "library")
+                    for p in PLACEMENTS
+                },
+                xlabel="layer (1 = bottom)",
+                ylabel="gradient norm of the block",
+                title=f"gradients at initialisation, {n_layers} layers, seed {seeds[0]}",
+                logy=True,
+            ),
+            out_dir,
+            "gradients.png",
+            "Gradient norm of each block's parameters at "
+            "initialisation (one batch, log scale), Xavier and library init; the ratios "
+            "over all seeds are in the table.",
+        ),
+        save_chart(
+            curves_chart(
+                {
+                    f"{p}-norm, lr {lr:g}, warm-up {w}": [r["losses"] for r in per[(p, lr, w)]]
+                    for p in PLACEMENTS
+                    for w in (warmups[0], warmups[-1])
+                    for lr in lrs[-1:]
+                },
+                title=f"training loss at peak lr {lrs[-1]:g}",
+                logy=True,
+            ),
+            out_dir,
+            "training.png",
+            f"Training loss at peak lr {lrs[-1]:g}, without and "
+            f"with {warmups[-1]} warm-up steps (mean over seeds, min-max band).",
+        ),
+    ]
     return Report(
         name="norm",
         title="Pre-norm vs post-norm: gradients at initialisation and warm-up",
@@ -246,13 +295,13 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                 grad_rows,
             ),
             Table("(b) training with and without warm-up", rows),
-        ],  # fmt: skip
+        ],
         figures=figures,
         **outcome(checks, reason, competence, seeds, quick),
         per_seed={
             "ratio": {f"{i}, {p}": v for (i, p), v in ratio.items()},
             "ratio_w1": {f"{i}, {p}": v for (i, p), v in ratio_w1.items()},
-        },  # fmt: skip
+        },
         metrics={
             "spread": {p: spread(ratio[(prim, p)])["mean"] for p in PLACEMENTS},
             "spread_library": {p: spread(ratio[("library", p)])["mean"] for p in PLACEMENTS},
@@ -265,7 +314,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "mean_curves": {
                 p: bands([r["losses"] for r in per[(p, *best[p])]])[0][-1] for p in PLACEMENTS
             },
-        },  # fmt: skip
+        },
         findings=[
             "Per-layer gradients at init (seed "
             f"{seeds[0]}): "
@@ -274,7 +323,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                 f"{grads0[(i, p)][-1]:.3g}"
                 for i in INITS
                 for p in PLACEMENTS
-            )  # fmt: skip
+            )
             + ".",
             "Under the library init the post-norm imbalance sits at layer 1 (the first "
             "LayerNorm rescales the 0.02-std embeddings); the N(0, 1)-embedding control gives "

@@ -119,15 +119,28 @@ def _one_seed(seed: int, n_train: int, n_pairs: int, fit_cfg: FitConfig) -> dict
     rows, accs, maps = {}, {}, {}
     for i, kind in enumerate(KINDS):
         torch.manual_seed(seed + i)
-        cfg = ModelConfig(kind="classifier", vocab_size=len(WORDS), n_classes=len(NOUNS),
-                          d_model=32, n_heads=4, n_layers=2, d_ff=64, max_len=16,
-                          positional=kind, pooling="cls")  # fmt: skip
+        cfg = ModelConfig(
+            kind="classifier",
+            vocab_size=len(WORDS),
+            n_classes=len(NOUNS),
+            d_model=32,
+            n_heads=4,
+            n_layers=2,
+            d_ff=64,
+            max_len=16,
+            positional=kind,
+            pooling="cls",
+        )
         model = build_model(cfg)
         result, acc = fit_classifier(model, train, test, fit_cfg, seed=seed)
         gap, prob_gap, weights = equivariance_gap(model, kind)
         accs[kind], maps[kind] = acc, weights
-        rows[kind] = {"final train loss": result.final_loss(), GAP: gap, PROB_GAP: prob_gap,
-                      "train s": result.seconds}  # fmt: skip
+        rows[kind] = {
+            "final train loss": result.final_loss(),
+            GAP: gap,
+            PROB_GAP: prob_gap,
+            "train s": result.seconds,
+        }
     return {"acc": accs, "rows": rows, "maps": maps}
 
 
@@ -146,41 +159,70 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     rows = []
     for kind in KINDS:
         rs = [p["rows"][kind] for p in per_seed]
-        rows.append({"positions": kind, "test accuracy (swap-closed)": accs[kind],
-                     "min-max over seeds": spread_text(acc_seeds[kind]),
-                     "final train loss": spread_text([r["final train loss"] for r in rs]),
-                     GAP: max(r[GAP] for r in rs), PROB_GAP: max(r[PROB_GAP] for r in rs),
-                     "train s": sum(r["train s"] for r in rs) / len(rs)})  # fmt: skip
+        rows.append(
+            {
+                "positions": kind,
+                "test accuracy (swap-closed)": accs[kind],
+                "min-max over seeds": spread_text(acc_seeds[kind]),
+                "final train loss": spread_text([r["final train loss"] for r in rs]),
+                GAP: max(r[GAP] for r in rs),
+                PROB_GAP: max(r[PROB_GAP] for r in rs),
+                "train s": sum(r["train s"] for r in rs) / len(rs),
+            }
+        )
     what = "test accuracy on held-out sentences and their swaps (the training grammar)"
     competence = [Competence(k, what, 0.99, acc_seeds[k]) for k in KINDS[1:]]
     errors = {k: (min(v), max(v)) for k, v in acc_seeds.items()}
-    figures = [save_chart(
-        bar_chart(accs, ylabel="test accuracy", title=f"predict the subject ({len(seeds)} "
-                  f"seed{'s' if len(seeds) > 1 else ''}, min-max bars)", reference=0.5,
-                  reference_label="best possible without order (1/2)", errors=errors),
-        out_dir, "accuracy.png", "Test accuracy per position representation (mean over seeds, "
-        "min-max error bars); the test set holds every sentence and its swap, so a model blind "
-        "to order scores at most 1/2.")]  # fmt: skip
+    figures = [
+        save_chart(
+            bar_chart(
+                accs,
+                ylabel="test accuracy",
+                title=f"predict the subject ({len(seeds)} "
+                f"seed{'s' if len(seeds) > 1 else ''}, min-max bars)",
+                reference=0.5,
+                reference_label="best possible without order (1/2)",
+                errors=errors,
+            ),
+            out_dir,
+            "accuracy.png",
+            "Test accuracy per position representation (mean over seeds, "
+            "min-max error bars); the test set holds every sentence and its swap, so a model blind "
+            "to order scores at most 1/2.",
+        )
+    ]
     for kind in ("none", "learned"):
         fig = heatmap_panels(
-            [(maps[kind][0], EXAMPLE.split(), EXAMPLE.split(), EXAMPLE[6:]),
-             (maps[kind][1], SWAPPED.split(), SWAPPED.split(), SWAPPED[6:])],
-            title=f"positions = {kind}: layer 1, head 1 of the trained encoder")  # fmt: skip
-        figures.append(save_chart(fig, out_dir, f"attention_{kind}.png",
-                                  f"Layer-1 attention (head 1) on both sentences, positions = "
-                                  f"{kind}. Without positions each word attends exactly as its "
-                                  "counterpart in the other sentence (the maps are permutations "
-                                  "of each other)." if kind == "none" else
-                                  f"Layer-1 attention (head 1) on both sentences, positions = "
-                                  f"{kind}: the maps differ."))  # fmt: skip
+            [
+                (maps[kind][0], EXAMPLE.split(), EXAMPLE.split(), EXAMPLE[6:]),
+                (maps[kind][1], SWAPPED.split(), SWAPPED.split(), SWAPPED[6:]),
+            ],
+            title=f"positions = {kind}: layer 1, head 1 of the trained encoder",
+        )
+        figures.append(
+            save_chart(
+                fig,
+                out_dir,
+                f"attention_{kind}.png",
+                f"Layer-1 attention (head 1) on both sentences, positions = "
+                f"{kind}. Without positions each word attends exactly as its "
+                "counterpart in the other sentence (the maps are permutations "
+                "of each other)."
+                if kind == "none"
+                else f"Layer-1 attention (head 1) on both sentences, positions = "
+                f"{kind}: the maps differ.",
+            )
+        )
     gap_none = rows[0][GAP]
     learned = {k: min(acc_seeds[k]) for k in KINDS[1:]}
     held = max(acc_seeds["none"]) <= 0.5 + 1e-9 and gap_none < 1e-9 and min(learned.values()) > 0.9
     worst = min(learned, key=learned.get)
-    reason = (f"without positions the encoder output of the swapped sentence equals the permuted "
-              f"output to {gap_none:.1e} (float64) and test accuracy is "
-              f"{spread_text(acc_seeds['none'])} (<= 1/2 by construction), while every position "
-              f"kind reaches >= {learned[worst]:.3f} on every seed (lowest: {worst}).")  # fmt: skip
+    reason = (
+        f"without positions the encoder output of the swapped sentence equals the permuted "
+        f"output to {gap_none:.1e} (float64) and test accuracy is "
+        f"{spread_text(acc_seeds['none'])} (<= 1/2 by construction), while every position "
+        f"kind reaches >= {learned[worst]:.3f} on every seed (lowest: {worst})."
+    )
     return Report(
         name="order",
         title="Order: self-attention without positions cannot tell who cooked whom",

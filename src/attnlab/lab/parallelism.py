@@ -126,10 +126,17 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     rows = []
     for (name, b, th, t), v in ms.items():
         if th == 1:
-            rows.append({"model": name, "B": b, "T": t, "ms / step (1 thread)": spread(v)["mean"],
-                         "min-max over rounds": f"{min(v):.3g}-{max(v):.3g}",
-                         "tokens / s": b * t / (spread(v)["mean"] / 1000),
-                         "us / token": 1000 * spread(v)["mean"] / (b * t)})  # fmt: skip
+            rows.append(
+                {
+                    "model": name,
+                    "B": b,
+                    "T": t,
+                    "ms / step (1 thread)": spread(v)["mean"],
+                    "min-max over rounds": f"{min(v):.3g}-{max(v):.3g}",
+                    "tokens / s": b * t / (spread(v)["mean"] / 1000),
+                    "us / token": 1000 * spread(v)["mean"] / (b * t),
+                }
+            )
     tps = {}  # (name, B, threads) -> per round tokens/s at shortest and longest T
     fit_rows = []
     for name in MODELS:
@@ -141,13 +148,18 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                 tps[(name, b, th)] = (short, long)
                 if th == 1:
                     mean = bands(per_round)[0]
-                    fit_rows.append({"model": name, "B": b, "parameters": n_params(name),
-                                     "ms per extra position (slope)":
-                                         float(np.polyfit(lengths, mean, 1)[0]),
-                                     "tokens/s at shortest T": spread_text(short),
-                                     "tokens/s at longest T": spread_text(long),
-                                     "step-time growth": mean[-1] / mean[0],
-                                     "length ratio": lengths[-1] / lengths[0]})  # fmt: skip
+                    fit_rows.append(
+                        {
+                            "model": name,
+                            "B": b,
+                            "parameters": n_params(name),
+                            "ms per extra position (slope)": float(np.polyfit(lengths, mean, 1)[0]),
+                            "tokens/s at shortest T": spread_text(short),
+                            "tokens/s at longest T": spread_text(long),
+                            "step-time growth": mean[-1] / mean[0],
+                            "length ratio": lengths[-1] / lengths[0],
+                        }
+                    )
     speedup = {}  # (name, B, T) -> per round 1-thread / 2-thread
     thread_rows = []
     for name in MODELS:
@@ -161,15 +173,15 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     b1, big, t_max = batches[0], batches[-1], lengths[-1]
     rnn_long, tf_long = tps[(FUSED, b1, 1)][1], tps[(TF, b1, 1)][1]
     checks = {
-        "Transformer above the fused RNN at B = 1, longest T (outside the spread)":
-            min(tf_long) > max(rnn_long),
-        "fused RNN throughput flat in T at B = 1 (<= 1.1x)":
-            np.mean(rnn_long) <= 1.1 * np.mean(tps[(FUSED, b1, 1)][0]),
-        "Transformer throughput grows with T at B = 1 (> 1.1x)":
-            np.mean(tf_long) > 1.1 * np.mean(tps[(TF, b1, 1)][0]),
+        "Transformer above the fused RNN at B = 1, longest T (outside the spread)": min(tf_long)
+        > max(rnn_long),
+        "fused RNN throughput flat in T at B = 1 (<= 1.1x)": np.mean(rnn_long)
+        <= 1.1 * np.mean(tps[(FUSED, b1, 1)][0]),
+        "Transformer throughput grows with T at B = 1 (> 1.1x)": np.mean(tf_long)
+        > 1.1 * np.mean(tps[(TF, b1, 1)][0]),
         "a second thread helps the Transformer more than the fused RNN (B = 1, longest T, "
         "outside the spread)": min(speedup[(TF, b1, t_max)]) > max(speedup[(FUSED, b1, t_max)]),
-    }  # fmt: skip
+    }
     reason = (
         f"B = 1, T {lengths[0]} -> {t_max}, 1 thread, tokens/s (mean (min-max) over "
         f"{len(rounds)} rounds): fused RNN {spread_text(tps[(FUSED, b1, 1)][0])} -> "
@@ -212,9 +224,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         ],
         figures=figures,
         **outcome(list(checks.values()), reason, [], rounds, quick),
-        per_seed={
-            "ms": {f"{n}, B={b}, threads={th}, T={t}": v for (n, b, th, t), v in ms.items()}
-        },  # fmt: skip
+        per_seed={"ms": {f"{n}, B={b}, threads={th}, T={t}": v for (n, b, th, t), v in ms.items()}},
         metrics={
             "ms": {
                 f"{n}, B={b}, threads={th}": [spread(ms[(n, b, th, t)])["mean"] for t in lengths]
@@ -224,7 +234,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             },
             "speedup": {f"{n}, B={b}, T={t}": v for (n, b, t), v in speedup.items()},
             "lengths": list(lengths),
-        },  # fmt: skip
+        },
         findings=[
             "Per step an RNN does T dependent (B, D) x (D, D) products forward and again "
             "backward; the fused kernel removes Python's per-step cost but not the dependency. "
@@ -277,10 +287,25 @@ def _figures(out_dir, ms, lengths, batches, rounds, speedup) -> list:
         hline=1.0,
     )
     return [
-        save_chart(step, out_dir, "step_time.png", "Training-step time against T (log-log; "
-                   "slope 1 = linear growth), mean over rounds with the min-max band."),
-        save_chart(tput, out_dir, "throughput.png", "Tokens per second against T (mean over "
-                   "rounds). With one sequence (B = 1) only the positions can run in parallel."),
-        save_chart(threads, out_dir, "threads.png", "Speed-up of 2 intra-op threads over 1 at "
-                   "B = 1 (mean over rounds, min-max band); 1 = no gain."),
-    ]  # fmt: skip
+        save_chart(
+            step,
+            out_dir,
+            "step_time.png",
+            "Training-step time against T (log-log; "
+            "slope 1 = linear growth), mean over rounds with the min-max band.",
+        ),
+        save_chart(
+            tput,
+            out_dir,
+            "throughput.png",
+            "Tokens per second against T (mean over "
+            "rounds). With one sequence (B = 1) only the positions can run in parallel.",
+        ),
+        save_chart(
+            threads,
+            out_dir,
+            "threads.png",
+            "Speed-up of 2 intra-op threads over 1 at "
+            "B = 1 (mean over rounds, min-max band); 1 = no gain.",
+        ),
+    ]

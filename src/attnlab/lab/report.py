@@ -247,19 +247,31 @@ class Report:
         out += ["## Setup", ""] + [f"- {s}" for s in self.setup] + [""]
         if len(self.seeds) > 1:
             seeds = ", ".join(str(s) for s in self.seeds)
-            out += [f"Seeds: {seeds}; numbers are the mean over seeds with the (min-max) range "
-                    "unless a table says otherwise.", ""]  # fmt: skip
+            out += [
+                f"Seeds: {seeds}; numbers are the mean over seeds with the (min-max) range "
+                "unless a table says otherwise.",
+                "",
+            ]
         elif self.seeds:
             out += [f"One seed ({self.seeds[0]}): no spread is measured.", ""]
         out += ["## Competence", ""]
         if self.competence:
-            out += ["Each arm must learn its own training distribution before it is compared; "
-                    "an arm that misses makes the verdict inconclusive.", ""]  # fmt: skip
-            rows = [{"arm": c.arm, "criterion": c.criterion,
-                     "threshold": (">= " if c.higher_is_better else "<= ") + f"{c.threshold:g}",
-                     "per seed": ", ".join(f"{v:.4g}" for v in c.values),
-                     "passed": c.passed, "in verdict": c.in_verdict}
-                    for c in self.competence]  # fmt: skip
+            out += [
+                "Each arm must learn its own training distribution before it is compared; "
+                "an arm that misses makes the verdict inconclusive.",
+                "",
+            ]
+            rows = [
+                {
+                    "arm": c.arm,
+                    "criterion": c.criterion,
+                    "threshold": (">= " if c.higher_is_better else "<= ") + f"{c.threshold:g}",
+                    "per seed": ", ".join(f"{v:.4g}" for v in c.values),
+                    "passed": c.passed,
+                    "in verdict": c.in_verdict,
+                }
+                for c in self.competence
+            ]
             out += [Table("competence", rows).to_markdown(), ""]
         else:
             out += ["(no trained arm is compared in this experiment)", ""]

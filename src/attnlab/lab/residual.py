@@ -28,9 +28,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attnlab.config import ModelConfig
 from attnlab.lab.charts import save_chart, seeds_chart
-from attnlab.lab.corpus import text_windows, unigram_bigram
+from attnlab.lab.corpus import char_lm_config, text_windows, unigram_bigram
 from attnlab.lab.fit import FitConfig, block_grad_norms, eval_loss, fit, lm_loss
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import Competence, Report, Table, outcome, spread_text
@@ -48,9 +47,7 @@ def _add_norm_without_residual(self, x, norm, sublayer, norm_point, resid_point)
 
 
 def make_model(arm: str, vocab: int, context: int, n_layers: int) -> nn.Module:
-    cfg = ModelConfig(kind="decoder_lm", vocab_size=vocab, d_model=64, n_heads=4,
-                      n_layers=n_layers, max_len=context)  # fmt: skip
-    model = build_model(cfg)
+    model = build_model(char_lm_config(vocab, context, n_layers))
     if arm == "without residuals":
         for block in model.blocks:
             block._add_norm = types.MethodType(_add_norm_without_residual, block)
@@ -61,8 +58,7 @@ def make_model(arm: str, vocab: int, context: int, n_layers: int) -> nn.Module:
 def layer_outputs(model: nn.Module, ids: torch.Tensor) -> list[torch.Tensor]:
     """The residual stream after the embedding and after each block: L + 1 tensors (B, T, D)."""
     outs = [model.embed(ids)]
-    handles = [b.register_forward_hook(lambda m, a, out: outs.append(out.x))
-               for b in model.blocks]  # fmt: skip
+    handles = [b.register_forward_hook(lambda m, a, out: outs.append(out.x)) for b in model.blocks]
     try:
         model.eval()
         model(ids)
@@ -97,14 +93,25 @@ def train_job(job: tuple) -> dict:
     model = make_model(arm, len(chars), context, n_layers)
     grad0 = block_grad_norms(model, train[:32])[0]  # the first block, at initialisation
     model.zero_grad()
-    cfg = FitConfig(steps=30 if quick else 400, batch_size=32, lr=1e-3,
-                    warmup_steps=5 if quick else 40, min_lr=1e-4)  # fmt: skip
+    cfg = FitConfig(
+        steps=30 if quick else 400,
+        batch_size=32,
+        lr=1e-3,
+        warmup_steps=5 if quick else 40,
+        min_lr=1e-4,
+    )
     result = fit(model, (train,), lm_loss, cfg, seed=seed)
     val_loss = eval_loss(model, (val[:256],), lm_loss)
     probe_ids = val[: 64 if quick else 400, :context]  # (N, T): the probe's own two halves
     probes = [position_probe(h) for h in layer_outputs(model, probe_ids)]
-    return {"losses": result.losses, "train": result.final_loss(), "val": val_loss,
-            "grad0": grad0, "probe": probes, "diverged": result.diverged}  # fmt: skip
+    return {
+        "losses": result.losses,
+        "train": result.final_loss(),
+        "val": val_loss,
+        "grad0": grad0,
+        "probe": probes,
+        "diverged": result.diverged,
+    }
 
 
 @experiment("residual", notes="000 'Residual Connections'")
@@ -118,17 +125,35 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     ds = depths(quick)
     per = run_arms(train_job, [(a, d) for a in ARMS for d in ds], seeds, quick)
     val_loss = {k: [r["val"] for r in v] for k, v in per.items()}
-    rows = [{"residuals": a, "layers": d,
-             "train loss": spread_text([r["train"] for r in per[(a, d)]]),
-             "val loss": spread_text(val_loss[(a, d)]),
-             "|grad| block 1 at init": spread_text([r["grad0"] for r in per[(a, d)]]),
-             "position probe, last layer": spread_text([r["probe"][-1] for r in per[(a, d)]])}
-            for d in ds for a in ARMS]  # fmt: skip
-    competence = [Competence(f"with residuals, {d} layers", "validation loss (nats/char) below "
-                             "the bigram baseline", bi, val_loss[("with residuals", d)],
-                             higher_is_better=False) for d in ds]  # fmt: skip
-    gap = {d: [b - a for a, b in zip(val_loss[("with residuals", d)],
-                                     val_loss[("without residuals", d)])] for d in ds}  # fmt: skip
+    rows = [
+        {
+            "residuals": a,
+            "layers": d,
+            "train loss": spread_text([r["train"] for r in per[(a, d)]]),
+            "val loss": spread_text(val_loss[(a, d)]),
+            "|grad| block 1 at init": spread_text([r["grad0"] for r in per[(a, d)]]),
+            "position probe, last layer": spread_text([r["probe"][-1] for r in per[(a, d)]]),
+        }
+        for d in ds
+        for a in ARMS
+    ]
+    competence = [
+        Competence(
+            f"with residuals, {d} layers",
+            "validation loss (nats/char) below the bigram baseline",
+            bi,
+            val_loss[("with residuals", d)],
+            higher_is_better=False,
+        )
+        for d in ds
+    ]
+    gap = {
+        d: [
+            b - a
+            for a, b in zip(val_loss[("with residuals", d)], val_loss[("without residuals", d)])
+        ]
+        for d in ds
+    }
     trainable = min(gap[ds[-1]]) > 0.1  # without residuals clearly worse at the deepest stack
     # degrades as depth grows: the gap at the deepest stack exceeds the shallowest's on every
     # seed (outside the spread), not just on average
@@ -206,7 +231,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         per_seed={
             "val": {f"{a}, {d}": v for (a, d), v in val_loss.items()},
             "probe_last": {f"{a}, {deep}": [r["probe"][-1] for r in per[(a, deep)]] for a in ARMS},
-        },  # fmt: skip
+        },
         metrics={
             "unigram": uni,
             "bigram": bi,

@@ -94,15 +94,17 @@ def own_nll(model: Any, tok: Any, prompts: list[str], continuations: list[list[i
     return total / max(count, 1) / math.log(2)
 
 
-def decode(model: Any, tok: Any, prompts: list[str], n_new: int, seed: int,
-           **strategy: Any) -> list[list[int]]:  # fmt: skip
+def decode(
+    model: Any, tok: Any, prompts: list[str], n_new: int, seed: int, **strategy: Any
+) -> list[list[int]]:
     """Continuations (without the prompt) of every prompt under one strategy, as token ids."""
     cfg = GenerationConfig(max_new_tokens=n_new, seed=seed, stop_token_ids=(), **strategy)
     return generate(model, prompts, cfg, tokenizer=tok).tokens
 
 
-def pick_prompts(val_text: str, n: int, prompt_len: int, n_new: int,
-                 rng: np.random.Generator) -> tuple[list[str], list[str]]:  # fmt: skip
+def pick_prompts(
+    val_text: str, n: int, prompt_len: int, n_new: int, rng: np.random.Generator
+) -> tuple[list[str], list[str]]:
     """``n`` validation windows, each cut into a prompt and the text that really follows it,
     starting at a line start where possible so prompts read naturally."""
     starts = [m.end() for m in re.finditer(r"\n(?=\S)", val_text[: -(prompt_len + n_new + 1)])]
@@ -114,8 +116,9 @@ def pick_prompts(val_text: str, n: int, prompt_len: int, n_new: int,
     return prompts, truth
 
 
-def quality_diversity_chart(rows: list[dict[str, Any]], out_dir: Path,
-                            per_seed: dict[tuple[str, str], list[float]]):  # fmt: skip
+def quality_diversity_chart(
+    rows: list[dict[str, Any]], out_dir: Path, per_seed: dict[tuple[str, str], list[float]]
+):
     """Own NLL (y) against distinct-2 (x), one labelled point per strategy and the human text
     (the mean over seeds, with min-max error bars from ``per_seed[(strategy, metric)]``)."""
     fig = new_figure(6.4, 4.4)
@@ -169,8 +172,9 @@ def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Repor
     ('too creative'); temperature, top-k and top-p trade between the two."""
     seeds = start_seeds(seed, quick)
     # the char_lm experiment's models, one per seed (trained there, reloaded here)
-    trained = run_jobs(train_job, [(s, quick, text, str(out_dir)) for s in seeds],
-                       1 if quick else 2)  # fmt: skip
+    trained = run_jobs(
+        train_job, [(s, quick, text, str(out_dir)) for s in seeds], 1 if quick else 2
+    )
     per_model = [trained[(s, quick, text, str(out_dir))] for s in seeds]
     result, path, origin = train_char_lm(quick, seeds[0], text, out_dir)
     train_text, val_text = split_text(path)
@@ -178,8 +182,9 @@ def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Repor
     vocabulary = set(words(train_text))
     n_prompts, prompt_len = (8, 12) if quick else (64, 24)
     n_new = result.model.max_len - prompt_len
-    prompts, truth = pick_prompts(val_text, n_prompts, prompt_len, n_new,
-                                  np.random.default_rng(seeds[0]))  # fmt: skip
+    prompts, truth = pick_prompts(
+        val_text, n_prompts, prompt_len, n_new, np.random.default_rng(seeds[0])
+    )
     per_seed_rows: list[list[dict[str, Any]]] = []
     outputs: dict[str, list[str]] = {}
     for s in seeds:  # seed s: model s, sampling seeds s and s + 100 (the rerun)
@@ -194,47 +199,64 @@ def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Repor
             same = float(np.mean([a == b for a, b in zip(first, again)]))
             rows.append(_metrics(name, model, tok, prompts, first, vocabulary, same))
         truth_ids = [tok.encode(t) for t in truth]
-        rows.append(_metrics("validation text (human)", model, tok, prompts, truth_ids,
-                             vocabulary, unchanged=1.0))  # fmt: skip
+        rows.append(
+            _metrics(
+                "validation text (human)", model, tok, prompts, truth_ids, vocabulary, unchanged=1.0
+            )
+        )
         per_seed_rows.append(rows)
     keys = [k for k in per_seed_rows[0][0] if k != "strategy"]
     names = [r["strategy"] for r in per_seed_rows[0]]
-    vals = {(n, k): [rows[i][k] for rows in per_seed_rows] for i, n in enumerate(names)
-            for k in keys}  # fmt: skip
+    vals = {
+        (n, k): [rows[i][k] for rows in per_seed_rows] for i, n in enumerate(names) for k in keys
+    }
     rows = [{"strategy": n, **{k: float(np.mean(vals[(n, k)])) for k in keys}} for n in names]
     table_rows = [{"strategy": n, **{k: spread_text(vals[(n, k)]) for k in keys}} for n in names]
     figures = [quality_diversity_chart(rows, out_dir, vals)]
     outputs["validation text (human)"] = truth
-    shown = [{"prompt": _cell(prompts[i]), "strategy": name, "continuation": _cell(texts[i])}
-             for i in range(min(2, len(prompts))) for name, texts in outputs.items()]  # fmt: skip
+    shown = [
+        {"prompt": _cell(prompts[i]), "strategy": name, "continuation": _cell(texts[i])}
+        for i in range(min(2, len(prompts)))
+        for name, texts in outputs.items()
+    ]
 
     def every_seed(test) -> bool:
         return all(test({r["strategy"]: r for r in seed_rows}) for seed_rows in per_seed_rows)
 
     nll, rep, d2 = "own NLL (bits/char)", "rep-4", "distinct-2"
     checks = {
-        "greedy is the most likely": every_seed(lambda b: b["greedy"][nll]
-                                                < b["sampling tau=1"][nll]),
+        "greedy is the most likely": every_seed(
+            lambda b: b["greedy"][nll] < b["sampling tau=1"][nll]
+        ),
         "greedy repeats more": every_seed(lambda b: b["greedy"][rep] > b["sampling tau=1"][rep]),
-        "greedy is less diverse": every_seed(lambda b: b["greedy"][d2]
-                                             < b["sampling tau=1"][d2]),
-        "greedy is deterministic": every_seed(lambda b: b["greedy"]["unchanged"] == 1.0
-                                              and b["sampling tau=1"]["unchanged"] < 1.0),
-    }  # fmt: skip
+        "greedy is less diverse": every_seed(lambda b: b["greedy"][d2] < b["sampling tau=1"][d2]),
+        "greedy is deterministic": every_seed(
+            lambda b: b["greedy"]["unchanged"] == 1.0 and b["sampling tau=1"]["unchanged"] < 1.0
+        ),
+    }
     verdict = verdict_of(list(checks.values()))
-    competence = [Competence("character LM (the char_lm experiment's)", "training bits/char (mean "
-                             "of the last 50 steps) below the bigram baseline's validation "
-                             "bits/char", bigram, [r["train"] / math.log(2) for r in per_model],
-                             higher_is_better=False)]  # fmt: skip
+    competence = [
+        Competence(
+            "character LM (the char_lm experiment's)",
+            "training bits/char (mean "
+            "of the last 50 steps) below the bigram baseline's validation "
+            "bits/char",
+            bigram,
+            [r["train"] / math.log(2) for r in per_model],
+            higher_is_better=False,
+        )
+    ]
     reason = (
         f"on every seed's model ({len(seeds)}): "
         + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in checks.items())
         + ". Mean (min-max) over seeds: "
-        + "; ".join(f"{n}: NLL {spread_text(vals[(n, nll)])} bits/char, rep-4 "
-                    f"{spread_text(vals[(n, rep)], 2)}, distinct-2 {spread_text(vals[(n, d2)], 2)}"
-                    for n in ("greedy", "sampling tau=1", "validation text (human)"))
+        + "; ".join(
+            f"{n}: NLL {spread_text(vals[(n, nll)])} bits/char, rep-4 "
+            f"{spread_text(vals[(n, rep)], 2)}, distinct-2 {spread_text(vals[(n, d2)], 2)}"
+            for n in ("greedy", "sampling tau=1", "validation text (human)")
+        )
         + "."
-    )  # fmt: skip
+    )
     return Report(
         name="sampling",
         title="Greedy vs random-weighted sampling from one character-level LM",
@@ -276,8 +298,15 @@ def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Repor
     )
 
 
-def _metrics(name: str, model: Any, tok: Any, prompts: list[str], ids: list[list[int]],
-             vocabulary: set[str], unchanged: float) -> dict[str, Any]:  # fmt: skip
+def _metrics(
+    name: str,
+    model: Any,
+    tok: Any,
+    prompts: list[str],
+    ids: list[list[int]],
+    vocabulary: set[str],
+    unchanged: float,
+) -> dict[str, Any]:
     texts = [tok.decode(x) for x in ids]
     return {
         "strategy": name,

@@ -63,8 +63,11 @@ def saturation(
     # ||diag(a) - a a^T||_F^2 = sum_j a_j^2 - 2 sum_j a_j^3 + (sum_j a_j^2)^2
     s2, s3 = (a**2).sum(-1), (a**3).sum(-1)
     jac = (s2 - 2 * s3 + s2**2).clamp_min(0).sqrt()
-    return {"entropy": float(entropy.mean()), "max weight": float(a.max(-1).values.mean()),
-            "jacobian norm": float(jac.mean())}  # fmt: skip
+    return {
+        "entropy": float(entropy.mean()),
+        "max weight": float(a.max(-1).values.mean()),
+        "jacobian norm": float(jac.mean()),
+    }
 
 
 def unit_variance_qk(model: torch.nn.Module, d_model: int) -> None:
@@ -93,8 +96,14 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         v_raw, v_scaled = logit_variance(d, n, gen)
         raw.append(v_raw)
         scaled.append(v_scaled)
-        var_rows.append({"d_k": d, "Var(q.k)": v_raw, "Var(q.k)/d_k": v_raw / d,
-                         "Var(q.k / sqrt(d_k))": v_scaled})  # fmt: skip
+        var_rows.append(
+            {
+                "d_k": d,
+                "Var(q.k)": v_raw,
+                "Var(q.k)/d_k": v_raw / d,
+                "Var(q.k / sqrt(d_k))": v_scaled,
+            }
+        )
     slope_raw, slope_scaled = slope(list(DIMS), raw), slope(list(DIMS), scaled)
     sat_rows, sat = [], {True: [], False: []}
     for d in DIMS:
@@ -103,33 +112,62 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             m = saturation(d, n_queries, n_keys, scale, gen)
             sat[scale].append(m)
             tag = "scaled" if scale else "unscaled"
-            row.update({f"entropy {tag}": m["entropy"], f"max weight {tag}": m["max weight"],
-                        f"|Jacobian| {tag}": m["jacobian norm"]})  # fmt: skip
+            row.update(
+                {
+                    f"entropy {tag}": m["entropy"],
+                    f"max weight {tag}": m["max weight"],
+                    f"|Jacobian| {tag}": m["jacobian norm"],
+                }
+            )
         sat_rows.append(row)
     seeds = seed_list(seed, quick)
     per_seed_runs = [_training(quick, s) for s in seeds]
     train_rows, acc_seeds = _combine(per_seed_runs)
     curves = {label: [c[label] for _, c in per_seed_runs] for label in per_seed_runs[0][1]}
     figures = [
-        save_chart(line_chart(
-            {"Var(q.k)": (DIMS, raw), "Var(q.k / sqrt(d_k))": (DIMS, scaled),
-             "d_k (reference)": (DIMS, list(DIMS))},
-            xlabel="d_k", ylabel="variance", title="logit variance, q, k ~ N(0, I)",
-            logx=True, logy=True), out_dir, "variance.png",
+        save_chart(
+            line_chart(
+                {
+                    "Var(q.k)": (DIMS, raw),
+                    "Var(q.k / sqrt(d_k))": (DIMS, scaled),
+                    "d_k (reference)": (DIMS, list(DIMS)),
+                },
+                xlabel="d_k",
+                ylabel="variance",
+                title="logit variance, q, k ~ N(0, I)",
+                logx=True,
+                logy=True,
+            ),
+            out_dir,
+            "variance.png",
             f"Logit variance against d_k (log-log). Fitted slopes: {slope_raw:.3f} unscaled, "
-            f"{slope_scaled:.3f} scaled."),
-        save_chart(line_chart(
-            {"unscaled": (DIMS, [m["entropy"] for m in sat[False]]),
-             "scaled by 1/sqrt(d_k)": (DIMS, [m["entropy"] for m in sat[True]]),
-             f"uniform, log {n_keys}": (DIMS, [math.log(n_keys)] * len(DIMS))},
-            xlabel="d_k", ylabel="mean attention entropy (nats)",
-            title=f"softmax saturation over {n_keys} keys", logx=True), out_dir, "entropy.png",
+            f"{slope_scaled:.3f} scaled.",
+        ),
+        save_chart(
+            line_chart(
+                {
+                    "unscaled": (DIMS, [m["entropy"] for m in sat[False]]),
+                    "scaled by 1/sqrt(d_k)": (DIMS, [m["entropy"] for m in sat[True]]),
+                    f"uniform, log {n_keys}": (DIMS, [math.log(n_keys)] * len(DIMS)),
+                },
+                xlabel="d_k",
+                ylabel="mean attention entropy (nats)",
+                title=f"softmax saturation over {n_keys} keys",
+                logx=True,
+            ),
+            out_dir,
+            "entropy.png",
             "Mean entropy of an attention row against d_k: unscaled rows collapse towards "
-            "one-hot (entropy 0)."),
-        save_chart(curves_chart(curves, title="key-value lookup, d_head = 256"), out_dir,
-                   "training.png", "Training loss with and without 1/sqrt(d_k), for both "
-                   "initialisations of W_q, W_k (mean over seeds, min-max band)."),
-    ]  # fmt: skip
+            "one-hot (entropy 0).",
+        ),
+        save_chart(
+            curves_chart(curves, title="key-value lookup, d_head = 256"),
+            out_dir,
+            "training.png",
+            "Training loss with and without 1/sqrt(d_k), for both "
+            "initialisations of W_q, W_k (mean over seeds, min-max band).",
+        ),
+    ]
     ent_raw = [m["entropy"] for m in sat[False]]
     ent_scaled = [m["entropy"] for m in sat[True]]
     math_held = abs(slope_raw - 1) < 0.05 and abs(slope_scaled) < 0.05
@@ -141,8 +179,9 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     if not (math_held or sat_held):
         verdict = "did not hold"
     lib = {r["scale_logits"]: r for r in train_rows if r["W_q, W_k init"] != "N(0, 1/D)"}
-    ent0 = {(r["W_q, W_k init"], r["scale_logits"]): r["attention entropy at init"]
-            for r in train_rows}  # fmt: skip
+    ent0 = {
+        (r["W_q, W_k init"], r["scale_logits"]): r["attention entropy at init"] for r in train_rows
+    }
     lib_key, unit_key = ("N(0, 0.02)", False), ("N(0, 1/D)", False)
     reason = (
         f"Var(q.k) grows with slope {slope_raw:.3f} in log-log (1 predicted) and the scaled "
@@ -155,9 +194,15 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         f"{len(seeds)} seed(s), unit-variance unscaled {spread_text(unit_acc[False])} vs scaled "
         f"{spread_text(unit_acc[True])}."
     )
-    competence = [Competence(f"scaled logits, W_q, W_k init {init}", "test accuracy (training "
-                             "distribution)", 0.99, acc_seeds[(init, True)])
-                  for init in INITS]  # fmt: skip
+    competence = [
+        Competence(
+            f"scaled logits, W_q, W_k init {init}",
+            "test accuracy (training distribution)",
+            0.99,
+            acc_seeds[(init, True)],
+        )
+        for init in INITS
+    ]
     return Report(
         name="scaling",
         title="Scaling: the 1/sqrt(d_k) in scaled dot-product attention",
@@ -194,7 +239,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                 sat_rows,
             ),
             Table("training with and without scaling (d_head = 256)", train_rows),
-        ],  # fmt: skip
+        ],
         figures=figures,
         **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={"test_accuracy": {f"{i}, scaled={sc}": v for (i, sc), v in acc_seeds.items()}},
@@ -222,7 +267,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "entropy_scaled": ent_scaled,
             "jacobian_raw": [m["jacobian norm"] for m in sat[False]],
             "jacobian_scaled": [m["jacobian norm"] for m in sat[True]],
-        },  # fmt: skip
+        },
     )
 
 
@@ -238,8 +283,10 @@ def _combine(runs: list) -> tuple[list[dict], dict]:
         per = [r[0][i] for r in runs]
         key = (first["W_q, W_k init"], first["scale_logits"])
         acc[key] = [p["test accuracy"] for p in per]
-        row = {k: (sum(p[k] for p in per) / len(per) if isinstance(v, float) else v)
-               for k, v in first.items()}  # fmt: skip
+        row = {
+            k: (sum(p[k] for p in per) / len(per) if isinstance(v, float) else v)
+            for k, v in first.items()
+        }
         row["diverged"] = any(p["diverged"] for p in per)
         row["test accuracy min-max"] = spread_text(acc[key])
         rows.append(row)
@@ -255,10 +302,20 @@ def _training(quick: bool, seed: int) -> tuple[list[dict], dict[str, list[float]
     for init in INITS:
         for scale in (True, False):
             torch.manual_seed(seed)
-            cfg = ModelConfig(kind="classifier", vocab_size=train.vocab_size,
-                              n_classes=train.n_classes, d_model=64, n_heads=1, d_head=256,
-                              d_v=64, n_layers=2, d_ff=128, max_len=8, pooling="cls",
-                              scale_logits=scale)  # fmt: skip
+            cfg = ModelConfig(
+                kind="classifier",
+                vocab_size=train.vocab_size,
+                n_classes=train.n_classes,
+                d_model=64,
+                n_heads=1,
+                d_head=256,
+                d_v=64,
+                n_layers=2,
+                d_ff=128,
+                max_len=8,
+                pooling="cls",
+                scale_logits=scale,
+            )
             model = build_model(cfg)
             if init == "N(0, 1/D)":
                 unit_variance_qk(model, cfg.d_model)
@@ -266,12 +323,19 @@ def _training(quick: bool, seed: int) -> tuple[list[dict], dict[str, list[float]
             result, test_acc = fit_classifier(model, train, test, fit_cfg, seed=seed)
             label = f"{'scaled' if scale else 'unscaled'}, init {init}"
             curves[label] = result.losses
-            rows.append({"W_q, W_k init": init, "scale_logits": scale,
-                         "attention entropy at init": entropy_init,
-                         "loss @10%": result.loss_at(0.1), "loss @50%": result.loss_at(0.5),
-                         "final loss": result.final_loss(),
-                         "test accuracy": test_acc,
-                         "diverged": result.diverged, "train s": result.seconds})  # fmt: skip
+            rows.append(
+                {
+                    "W_q, W_k init": init,
+                    "scale_logits": scale,
+                    "attention entropy at init": entropy_init,
+                    "loss @10%": result.loss_at(0.1),
+                    "loss @50%": result.loss_at(0.5),
+                    "final loss": result.final_loss(),
+                    "test accuracy": test_acc,
+                    "diverged": result.diverged,
+                    "train s": result.seconds,
+                }
+            )
     return rows, curves
 
 

@@ -48,8 +48,12 @@ def kv_lookup(
     pairs = n_keys + keys * n_values + values  # (N, n)
     ids = np.concatenate([query[:, None], pairs], axis=1)  # (N, n + 1)
     labels = values[np.arange(n), pick]
-    return TaskData(torch.from_numpy(ids).long(), torch.from_numpy(labels).long(),
-                    n_keys + n_keys * n_values, n_values)  # fmt: skip
+    return TaskData(
+        torch.from_numpy(ids).long(),
+        torch.from_numpy(labels).long(),
+        n_keys + n_keys * n_values,
+        n_values,
+    )
 
 
 def counting(n: int, length: int, rng: np.random.Generator) -> TaskData:

@@ -121,42 +121,85 @@ def recipes(quick: bool) -> dict[str, Recipe]:
     steps, warmup = STEPS[quick], 30 if quick else 200
     bf16 = "fp32" if quick or not cpu_has_native_bf16() else "bf16"
     return {
-        "transformer": Recipe("Transformer encoder-decoder", dict(
-            kind="encoder_decoder", d_model=d, n_heads=4 if quick else 8, n_layers=2 if quick
-            else 3, d_ff=ff, dropout=0.1, positional="learned", max_len=256),
-            dict(lr=2e-3 if quick else 1e-3, warmup_steps=warmup, steps=steps, dtype=bf16)),
-        "bahdanau": Recipe("LSTM + Bahdanau attention", dict(
-            kind="lstm_seq2seq", d_model=d, n_layers=1, rnn_attention="additive",
-            bidirectional=True, dropout=0.3),
-            dict(lr=3e-3 if quick else 1e-3, warmup_steps=warmup, steps=steps, dtype="fp32")),
-        "lstm": Recipe("plain LSTM seq2seq (reversed source)", dict(
-            kind="lstm_seq2seq", d_model=d, n_layers=2, rnn_attention="none",
-            reverse_source=True, dropout=0.3),
-            dict(lr=3e-3 if quick else 1e-3, warmup_steps=warmup, steps=steps, dtype="fp32")),
-    }  # fmt: skip
+        "transformer": Recipe(
+            "Transformer encoder-decoder",
+            dict(
+                kind="encoder_decoder",
+                d_model=d,
+                n_heads=4 if quick else 8,
+                n_layers=2 if quick else 3,
+                d_ff=ff,
+                dropout=0.1,
+                positional="learned",
+                max_len=256,
+            ),
+            dict(lr=2e-3 if quick else 1e-3, warmup_steps=warmup, steps=steps, dtype=bf16),
+        ),
+        "bahdanau": Recipe(
+            "LSTM + Bahdanau attention",
+            dict(
+                kind="lstm_seq2seq",
+                d_model=d,
+                n_layers=1,
+                rnn_attention="additive",
+                bidirectional=True,
+                dropout=0.3,
+            ),
+            dict(lr=3e-3 if quick else 1e-3, warmup_steps=warmup, steps=steps, dtype="fp32"),
+        ),
+        "lstm": Recipe(
+            "plain LSTM seq2seq (reversed source)",
+            dict(
+                kind="lstm_seq2seq",
+                d_model=d,
+                n_layers=2,
+                rnn_attention="none",
+                reverse_source=True,
+                dropout=0.3,
+            ),
+            dict(lr=3e-3 if quick else 1e-3, warmup_steps=warmup, steps=steps, dtype="fp32"),
+        ),
+    }
 
 
 def train_config(quick: bool, seed: int, data: Path, **changes: Any) -> TrainConfig:
     """Shared optimisation settings: AdamW, warm-up + cosine, label smoothing 0.1, length buckets
     of 50 batches (full size), one thread (two runs go side by side), and a greedy validation
     BLEU on the first VAL_SENTENCES validation pairs every 250 steps (20 in the quick form)."""
-    return TrainConfig(task="seq2seq", data=str(data / "train.jsonl"),
-                       val_data=str(data / "val.jsonl"), tokenizer="bpe",
-                       bpe_vocab_size=400 if quick else 8000, batch_size=32 if quick else 128,
-                       length_buckets=0 if quick else 50, min_lr=changes["lr"] / 10,
-                       betas=(0.9, 0.98), weight_decay=0.01, label_smoothing=0.1,
-                       eval_every=EVAL_EVERY[quick],
-                       eval_batches=VAL_SENTENCES // (32 if quick else 128),
-                       save_every=0 if quick else 250, keep_last=1, best_metric="val_bleu",
-                       seed=seed, log_every=5 if quick else 25, progress=False, threads=1,
-                       **changes)  # fmt: skip
+    return TrainConfig(
+        task="seq2seq",
+        data=str(data / "train.jsonl"),
+        val_data=str(data / "val.jsonl"),
+        tokenizer="bpe",
+        bpe_vocab_size=400 if quick else 8000,
+        batch_size=32 if quick else 128,
+        length_buckets=0 if quick else 50,
+        min_lr=changes["lr"] / 10,
+        betas=(0.9, 0.98),
+        weight_decay=0.01,
+        label_smoothing=0.1,
+        eval_every=EVAL_EVERY[quick],
+        eval_batches=VAL_SENTENCES // (32 if quick else 128),
+        save_every=0 if quick else 250,
+        keep_last=1,
+        best_metric="val_bleu",
+        seed=seed,
+        log_every=5 if quick else 25,
+        progress=False,
+        threads=1,
+        **changes,
+    )
 
 
 # Data ----------------------------------------------------------------------------------------
 def load_multi30k(data_dir: Path) -> dict[str, list[tuple[str, str]]]:
     """(German, English) pairs of the train, val and test splits of a Multi30k-style directory."""
-    missing = [f"{stem}.{lang}" for stem in SPLITS.values() for lang in ("de", "en")
-               if not (data_dir / f"{stem}.{lang}").is_file()]  # fmt: skip
+    missing = [
+        f"{stem}.{lang}"
+        for stem in SPLITS.values()
+        for lang in ("de", "en")
+        if not (data_dir / f"{stem}.{lang}").is_file()
+    ]
     if missing:
         raise DataError(
             f"the translation data directory {str(data_dir)!r} lacks {', '.join(missing)}; it "
@@ -169,15 +212,27 @@ def load_multi30k(data_dir: Path) -> dict[str, list[tuple[str, str]]]:
 NOUNS = (("Mann", "man", "m"), ("Frau", "woman", "f"), ("Kind", "child", "n"),
          ("Hund", "dog", "m"), ("Katze", "cat", "f"), ("Junge", "boy", "m"),
          ("Mädchen", "girl", "n"))  # fmt: skip
-ADJECTIVES = (("klein", "small"), ("groß", "big"), ("jung", "young"), ("alt", "old"),
-              ("braun", "brown"))  # fmt: skip
-VERBS = (("läuft", "runs"), ("spielt", "plays"), ("sitzt", "sits"), ("steht", "stands"),
-         ("schläft", "sleeps"))  # fmt: skip
+ADJECTIVES = (
+    ("klein", "small"),
+    ("groß", "big"),
+    ("jung", "young"),
+    ("alt", "old"),
+    ("braun", "brown"),
+)
+VERBS = (
+    ("läuft", "runs"),
+    ("spielt", "plays"),
+    ("sitzt", "sits"),
+    ("steht", "stands"),
+    ("schläft", "sleeps"),
+)
 PLACES = (("im Park", "in the park"), ("auf der Straße", "on the street"),
           ("am Strand", "on the beach"), ("vor dem Haus", "in front of the house"),
           ("im Wasser", "in the water"))  # fmt: skip
-ARTICLES = {"ein": {"m": ("ein", "er"), "f": ("eine", "e"), "n": ("ein", "es")},
-            "der": {"m": ("der", "e"), "f": ("die", "e"), "n": ("das", "e")}}  # fmt: skip
+ARTICLES = {
+    "ein": {"m": ("ein", "er"), "f": ("eine", "e"), "n": ("ein", "es")},
+    "der": {"m": ("der", "e"), "f": ("die", "e"), "n": ("das", "e")},
+}
 
 
 def synthetic_pairs(n: int, rng: np.random.Generator) -> list[tuple[str, str]]:
@@ -194,8 +249,12 @@ def synthetic_pairs(n: int, rng: np.random.Generator) -> list[tuple[str, str]]:
         de_np = f"{article} {adj[0] + ending} {noun}" if adj else f"{article} {noun}"
         en_np = f"{adj[1]} {en_noun}" if adj else en_noun
         en_det = "the" if kind == "der" else ("an" if en_np[0] in "aeiou" else "a")
-        pairs.append((f"{de_np[0].upper()}{de_np[1:]} {verb} {place}.",
-                      f"{en_det.title()} {en_np} {en_verb} {en_place}."))  # fmt: skip
+        pairs.append(
+            (
+                f"{de_np[0].upper()}{de_np[1:]} {verb} {place}.",
+                f"{en_det.title()} {en_np} {en_verb} {en_place}.",
+            )
+        )
     return pairs
 
 
@@ -209,8 +268,9 @@ def write_jsonl(pairs: list[tuple[str, str]], path: Path) -> None:
 # Training, decoding, scoring -----------------------------------------------------------------
 def train_one(recipe: Recipe, cfg: TrainConfig, run_dir: Path) -> Any:
     """Train (or continue, or just reload) one model; an interrupt saves and stops the run."""
-    result = train(RunConfig(ModelConfig(**recipe.model), cfg), run_dir=run_dir, resume=True,
-                   progress=False)  # fmt: skip
+    result = train(
+        RunConfig(ModelConfig(**recipe.model), cfg), run_dir=run_dir, resume=True, progress=False
+    )
     if result.stopped_by is not None:
         raise UserError(
             f"{recipe.label} stopped by {result.stopped_by} at step {result.step}/{cfg.steps}; "
@@ -222,8 +282,9 @@ def train_one(recipe: Recipe, cfg: TrainConfig, run_dir: Path) -> Any:
 def translate(model: Any, tok: Any, sources: list[str], beams: int, batch: int = 100) -> list[str]:
     """Greedy (beams = 1) or beam-search translations of ``sources``."""
     longest = max(len(tok.encode(s)) for s in sources)
-    cfg = GenerationConfig(max_new_tokens=min(int(1.5 * longest) + 10, 250), temperature=0.0,
-                           num_beams=beams, seed=0)  # fmt: skip
+    cfg = GenerationConfig(
+        max_new_tokens=min(int(1.5 * longest) + 10, 250), temperature=0.0, num_beams=beams, seed=0
+    )
     out: list[str] = []
     for i in range(0, len(sources), batch):
         result = generate_seq2seq(model, sources[i : i + batch], cfg, tokenizer=tok)
@@ -247,9 +308,14 @@ def attention_figures(models: dict[str, Any], tok: Any, source: str, out_dir: Pa
     figures = []
     src_ids = tok.encode(source)
     src_labels = [tok.token_to_str(i) for i in src_ids]
-    for name, file, what in (("transformer", "cross_attention.png", "last decoder layer's "
-                              "cross-attention, one panel per head"),
-                             ("bahdanau", "alignment.png", "Bahdanau alignment")):  # fmt: skip
+    for name, file, what in (
+        (
+            "transformer",
+            "cross_attention.png",
+            "last decoder layer's cross-attention, one panel per head",
+        ),
+        ("bahdanau", "alignment.png", "Bahdanau alignment"),
+    ):
         model = models[name]
         target = tok.encode(translate(model, tok, [source], beams=1)[0])
         tgt_in, tgt_out = [tok.bos_id, *target], [*target, tok.eos_id]
@@ -257,12 +323,20 @@ def attention_figures(models: dict[str, Any], tok: Any, source: str, out_dir: Pa
         out_labels = [tok.token_to_str(i) for i in tgt_out]
         if name == "transformer":
             n_layers = maps.cross_attn.shape[0]  # (L, H, T, S)
-            fig = plot_attention(maps.cross_attn[-1], out_labels, src_labels,  # (H, T, S)
-                                 title="Transformer cross-attention, last layer",
-                                 first_layer=n_layers)  # fmt: skip
+            fig = plot_attention(
+                maps.cross_attn[-1],
+                out_labels,
+                src_labels,  # (H, T, S)
+                title="Transformer cross-attention, last layer",
+                first_layer=n_layers,
+            )
         else:
-            fig = plot_alignment(maps.cross_attn[0, 0], src_labels, out_labels,  # (T, S)
-                                 title="LSTM + Bahdanau alignment")  # fmt: skip
+            fig = plot_alignment(
+                maps.cross_attn[0, 0],
+                src_labels,
+                out_labels,  # (T, S)
+                title="LSTM + Bahdanau alignment",
+            )
         figures.append(save_chart(fig, out_dir, file, f"{what} on a test sentence."))
     return figures
 
@@ -282,25 +356,43 @@ def curves_figures(per: dict[str, list[dict]], n_val: int, out_dir: Path) -> lis
         for name, runs in per.items():
             n = min(len(r["curves"][key][0]) for r in runs)
             if n:
-                out[name + suffix] = (runs[0]["curves"][key][0][:n],
-                                      [r["curves"][key][1][:n] for r in runs])  # fmt: skip
+                out[name + suffix] = (
+                    runs[0]["curves"][key][0][:n],
+                    [r["curves"][key][1][:n] for r in runs],
+                )
         return out
 
-    bleu = seeds_chart(arm_curves("val_bleu"), xlabel="step",
-                       ylabel=f"validation BLEU (greedy, first {n_val} sentences)",
-                       title="German -> English: validation BLEU during training")  # fmt: skip
-    losses = seeds_chart({**arm_curves("train_loss", " train"), **arm_curves("val_loss", " val")},
-                         xlabel="step", ylabel="loss per target token (nats)",
-                         title="German -> English: training and validation loss",
-                         markers=False)  # fmt: skip
+    bleu = seeds_chart(
+        arm_curves("val_bleu"),
+        xlabel="step",
+        ylabel=f"validation BLEU (greedy, first {n_val} sentences)",
+        title="German -> English: validation BLEU during training",
+    )
+    losses = seeds_chart(
+        {**arm_curves("train_loss", " train"), **arm_curves("val_loss", " val")},
+        xlabel="step",
+        ylabel="loss per target token (nats)",
+        title="German -> English: training and validation loss",
+        markers=False,
+    )
     return [
-        save_chart(bleu, out_dir, "val_bleu.png", "Validation BLEU (cased sacreBLEU, greedy, "
-                   "the same validation sentences every time) against the optimizer step: mean "
-                   "over seeds, min-max band."),
-        save_chart(losses, out_dir, "loss.png", "Training loss (label-smoothed, eps = 0.1) and "
-                   "validation NLL per target token against the optimizer step: mean over "
-                   "seeds, min-max band."),
-    ]  # fmt: skip
+        save_chart(
+            bleu,
+            out_dir,
+            "val_bleu.png",
+            "Validation BLEU (cased sacreBLEU, greedy, "
+            "the same validation sentences every time) against the optimizer step: mean "
+            "over seeds, min-max band.",
+        ),
+        save_chart(
+            losses,
+            out_dir,
+            "loss.png",
+            "Training loss (label-smoothed, eps = 0.1) and "
+            "validation NLL per target token against the optimizer step: mean over "
+            "seeds, min-max band.",
+        ),
+    ]
 
 
 def prepare_data(
@@ -317,8 +409,11 @@ def prepare_data(
     else:
         splits = load_multi30k(Path(data) if data is not None else DEFAULT_DATA)
         if quick:  # a small slice of the real data
-            splits = {"train": splits["train"][:400], "val": splits["val"][:40],
-                      "test": splits["test"][:40]}  # fmt: skip
+            splits = {
+                "train": splits["train"][:400],
+                "val": splits["val"][:40],
+                "test": splits["test"][:40],
+            }
     for split in ("train", "val") if write else ():
         write_jsonl(splits[split], work / "data" / f"{split}.jsonl")
     return splits
@@ -332,8 +427,9 @@ def train_job(job: tuple) -> dict[str, Any]:
     splits = prepare_data(quick, seed, data, work, write=False)
     sources, refs = [s for s, _ in splits["test"]], [t for _, t in splits["test"]]
     recipe = recipes(quick)[name]
-    result = train_one(recipe, train_config(quick, seed, work / "data", **recipe.train),
-                       work / name)  # fmt: skip
+    result = train_one(
+        recipe, train_config(quick, seed, work / "data", **recipe.train), work / name
+    )
     greedy = translate(result.model, result.tokenizer, sources, beams=1)
     beam = translate(result.model, result.tokenizer, sources, beams=BEAMS)
     records = read_metrics(work / name)
@@ -353,9 +449,16 @@ def train_job(job: tuple) -> dict[str, Any]:
 def curve_rows(per: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """One row per evaluation step: each arm's validation BLEU over seeds (the figure's data)."""
     steps = per["transformer"][0]["curves"]["val_bleu"][0]
-    return [{"step": step, **{n: spread_text([r["curves"]["val_bleu"][1][i] for r in runs], 3)
-                              for n, runs in per.items()}}
-            for i, step in enumerate(steps)]  # fmt: skip
+    return [
+        {
+            "step": step,
+            **{
+                n: spread_text([r["curves"]["val_bleu"][1][i] for r in runs], 3)
+                for n, runs in per.items()
+            },
+        }
+        for i, step in enumerate(steps)
+    ]
 
 
 def last_gain(job: dict[str, Any]) -> float:
@@ -379,39 +482,66 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             train_job, [(n, str(root), data) for n in arms], seeds, quick
         ).items()
     }
-    num = {n: {"lc BLEU greedy": [r["greedy"]["lc_bleu"] for r in runs],
-               f"lc BLEU beam {BEAMS}": [r["beam"]["lc_bleu"] for r in runs],
-               "BLEU greedy": [r["greedy"]["bleu"] for r in runs],
-               f"BLEU beam {BEAMS}": [r["beam"]["bleu"] for r in runs],
-               f"chrF beam {BEAMS}": [r["beam"]["chrf"] for r in runs],
-               "val BLEU last": [r["curves"]["val_bleu"][1][-1] for r in runs],
-               "val BLEU last gain": [last_gain(r) for r in runs],
-               "val loss": [r["val loss"] for r in runs],
-               "s/step": [r["seconds"] / max(r["steps"], 1) for r in runs],
-               "train min": [r["seconds"] / 60 for r in runs]}
-           for n, runs in per.items()}  # fmt: skip
-    rows = [{"model": arms[n].label, "parameters": per[n][0]["parameters"],
-             "steps": per[n][0]["steps"], "dtype": arms[n].train["dtype"],
-             **{k: spread_text(v, 4) for k, v in num[n].items()},
-             "tutorial lc BLEU": REFERENCE_BLEU[n]} for n in arms]  # fmt: skip
+    num = {
+        n: {
+            "lc BLEU greedy": [r["greedy"]["lc_bleu"] for r in runs],
+            f"lc BLEU beam {BEAMS}": [r["beam"]["lc_bleu"] for r in runs],
+            "BLEU greedy": [r["greedy"]["bleu"] for r in runs],
+            f"BLEU beam {BEAMS}": [r["beam"]["bleu"] for r in runs],
+            f"chrF beam {BEAMS}": [r["beam"]["chrf"] for r in runs],
+            "val BLEU last": [r["curves"]["val_bleu"][1][-1] for r in runs],
+            "val BLEU last gain": [last_gain(r) for r in runs],
+            "val loss": [r["val loss"] for r in runs],
+            "s/step": [r["seconds"] / max(r["steps"], 1) for r in runs],
+            "train min": [r["seconds"] / 60 for r in runs],
+        }
+        for n, runs in per.items()
+    }
+    rows = [
+        {
+            "model": arms[n].label,
+            "parameters": per[n][0]["parameters"],
+            "steps": per[n][0]["steps"],
+            "dtype": arms[n].train["dtype"],
+            **{k: spread_text(v, 4) for k, v in num[n].items()},
+            "tutorial lc BLEU": REFERENCE_BLEU[n],
+        }
+        for n in arms
+    ]
     lc = {n: spread(num[n][f"lc BLEU beam {BEAMS}"]) for n in arms}
     step, every = STEPS[quick], EVAL_EVERY[quick]
-    competence = [c for n in arms for c in (
-        Competence(arms[n].label, "lower-cased beam BLEU on test >= 0.9 x the public tutorial's "
-                   f"{REFERENCE_BLEU[n]:g} on the same data (a level its recipe is known to "
-                   "reach)", round(0.9 * REFERENCE_BLEU[n], 2), num[n][f"lc BLEU beam {BEAMS}"]),
-        Competence(arms[n].label, f"plateau: validation BLEU gain over the last {every} of "
-                   f"{step} steps", PLATEAU_BLEU, num[n]["val BLEU last gain"],
-                   higher_is_better=False))]  # fmt: skip
+    competence = [
+        c
+        for n in arms
+        for c in (
+            Competence(
+                arms[n].label,
+                "lower-cased beam BLEU on test >= 0.9 x the public tutorial's "
+                f"{REFERENCE_BLEU[n]:g} on the same data (a level its recipe is known to "
+                "reach)",
+                round(0.9 * REFERENCE_BLEU[n], 2),
+                num[n][f"lc BLEU beam {BEAMS}"],
+            ),
+            Competence(
+                arms[n].label,
+                f"plateau: validation BLEU gain over the last {every} of {step} steps",
+                PLATEAU_BLEU,
+                num[n]["val BLEU last gain"],
+                higher_is_better=False,
+            ),
+        )
+    ]
     lc_of = {n: num[n][f"lc BLEU beam {BEAMS}"] for n in arms}
     first = all(min(lc_of["transformer"]) > max(lc_of[n]) for n in ("bahdanau", "lstm"))
     attention = min(lc_of["bahdanau"]) > max(lc_of["lstm"])
     checks = [first, attention, lc["transformer"]["mean"] >= 35]
-    reason = (f"lower-cased BLEU with beam search (mean (min-max) over {len(seeds)} seed(s)): "
-              + ", ".join(f"{arms[n].label} {spread_text(lc_of[n])}" for n in arms)
-              + " (claim: Transformer >= 35 and first, LSTM + Bahdanau above plain LSTM"
-              + ("" if first and attention else "; a difference inside the seeds' spread does "
-                 "not count") + ").")  # fmt: skip
+    reason = (
+        f"lower-cased BLEU with beam search (mean (min-max) over {len(seeds)} seed(s)): "
+        + ", ".join(f"{arms[n].label} {spread_text(lc_of[n])}" for n in arms)
+        + " (claim: Transformer >= 35 and first, LSTM + Bahdanau above plain LSTM"
+        + ("" if first and attention else "; a difference inside the seeds' spread does not count")
+        + ")."
+    )
     n_val = min(VAL_SENTENCES, len(splits["val"]))
     figures = curves_figures(per, n_val, out_dir)
     first_dir = root / f"seed{seeds[0]}"  # its finished runs are reloaded, not retrained
@@ -422,17 +552,24 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             first_dir / n,
         )
         for n in ("transformer", "bahdanau")
-    }  # fmt: skip
+    }
     sources, refs = [s for s, _ in splits["test"]], [t for _, t in splits["test"]]
-    figures += attention_figures({n: r.model for n, r in trained.items()},
-                                 trained["transformer"].tokenizer,
-                                 sources[min(2, len(sources) - 1)], out_dir)  # fmt: skip
-    samples = [{"source": sources[i], "reference": refs[i],
-                **{n: per[n][0]["samples"][i] for n in arms}}
-               for i in range(min(4, len(sources)))]  # fmt: skip
+    figures += attention_figures(
+        {n: r.model for n, r in trained.items()},
+        trained["transformer"].tokenizer,
+        sources[min(2, len(sources) - 1)],
+        out_dir,
+    )
+    samples = [
+        {"source": sources[i], "reference": refs[i], **{n: per[n][0]["samples"][i] for n in arms}}
+        for i in range(min(4, len(sources)))
+    ]
     n_train, batch = len(splits["train"]), 32 if quick else 128
-    origin = ("generated German-English pairs (quick)" if data is None and quick
-              else f"Multi30k from {data or DEFAULT_DATA}")  # fmt: skip
+    origin = (
+        "generated German-English pairs (quick)"
+        if data is None and quick
+        else f"Multi30k from {data or DEFAULT_DATA}"
+    )
     return Report(
         name="translation",
         title="Translation: Transformer vs LSTM + Bahdanau vs plain LSTM, German -> English",
@@ -446,9 +583,7 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             f"{len(sources):,} test pairs (test = test_2016_flickr for Multi30k).",
             f"One byte-level BPE tokenizer ({per['lstm'][0]['vocab']} ids) trained on both sides "
             "of the training pairs with `tokenizers`; decoder input/output embeddings tied.",
-            "Models: "
-            + "; ".join(f"{r.label}: {_describe(r.model)}" for r in arms.values())
-            + ".",  # fmt: skip
+            "Models: " + "; ".join(f"{r.label}: {_describe(r.model)}" for r in arms.values()) + ".",
             f"Training (`attnlab.train.train`, checkpointed, resumable): batches of {batch} "
             + (
                 "sentence pairs"
@@ -461,7 +596,7 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             + ("" if quick else ", two runs at a time")
             + ". Learning rates: "
             + ", ".join(f"{n} {r.train['lr']:g}" for n, r in arms.items())
-            + ".",  # fmt: skip
+            + ".",
             f"Matched budget: every arm trains {step} steps (~{step * batch / n_train:.1f} "
             f"epochs). Every {every} steps each run decodes the first "
             f"{n_val} validation sentences greedily (the same ones "
@@ -474,7 +609,7 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             PRECISION
             + " Per arm: "
             + ", ".join(f"{n} {r.train['dtype']}" for n, r in arms.items())
-            + ".",  # fmt: skip
+            + ".",
             *([] if quick else [HISTORY, COST]),
             "Tuning note (development runs, not repeated here): with sinusoidal positions (unit "
             "amplitude next to N(0, 0.02) token embeddings) and lr 5e-4 the Transformer reached "
@@ -497,7 +632,7 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
                 f"validation BLEU (greedy, {n_val} sentences) per evaluation, mean (min-max) "
                 "over seeds",
                 curve_rows(per),
-            ),  # fmt: skip
+            ),
             Table(f"sample test translations (beam search, seed {seeds[0]})", samples),
         ],
         figures=figures,
@@ -506,7 +641,7 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
         metrics={
             "lc_bleu": lc,
             "val_bleu": {n: [r["curves"]["val_bleu"] for r in per[n]] for n in arms},
-        },  # fmt: skip
+        },
         findings=_findings(num, arms, every),
     )
 
@@ -516,29 +651,36 @@ def _describe(model: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in model.items() if k not in skip)
 
 
-def _findings(num: dict[str, dict[str, list[float]]], arms: dict[str, Recipe],
-              every: int) -> list[str]:  # fmt: skip
+def _findings(
+    num: dict[str, dict[str, list[float]]], arms: dict[str, Recipe], every: int
+) -> list[str]:
     """Per arm: plateau or not, against the tutorial level, and what beam search adds."""
     out = []
     for n, r in arms.items():
         gains, lc = num[n]["val BLEU last gain"], spread(num[n][f"lc BLEU beam {BEAMS}"])
         below = lc["mean"] < 0.9 * REFERENCE_BLEU[n]
         if max(gains) > PLATEAU_BLEU:
-            state = (f"has not plateaued: validation BLEU still rose by {spread_text(gains)} over "
-                     f"the last {every} steps, so it is under-trained at this budget and the "
-                     "comparison is inconclusive")  # fmt: skip
+            state = (
+                f"has not plateaued: validation BLEU still rose by {spread_text(gains)} over "
+                f"the last {every} steps, so it is under-trained at this budget and the "
+                "comparison is inconclusive"
+            )
         else:
-            state = (f"reached its plateau (validation BLEU moved {spread_text(gains)} over the "
-                     f"last {every} steps)")  # fmt: skip
+            state = (
+                f"reached its plateau (validation BLEU moved {spread_text(gains)} over the "
+                f"last {every} steps)"
+            )
             if below:
                 state += (
                     "; it levelled off below the tutorial's level: by this criterion the "
                     "last steps of this schedule no longer closed the gap"
                 )
-        out.append(f"{r.label}: lower-cased beam BLEU {spread_text(num[n]['lc BLEU beam 5'])} "
-                   f"(tutorial {REFERENCE_BLEU[n]}); it {state}. Beam search adds "
-                   f"{lc['mean'] - spread(num[n]['lc BLEU greedy'])['mean']:+.1f} lc BLEU over "
-                   "greedy.")  # fmt: skip
+        out.append(
+            f"{r.label}: lower-cased beam BLEU {spread_text(num[n]['lc BLEU beam 5'])} "
+            f"(tutorial {REFERENCE_BLEU[n]}); it {state}. Beam search adds "
+            f"{lc['mean'] - spread(num[n]['lc BLEU greedy'])['mean']:+.1f} lc BLEU over "
+            "greedy."
+        )
     mean = {n: spread(num[n][f"lc BLEU beam {BEAMS}"])["mean"] for n in arms}
     out.append(
         "Attention vs a fixed vector: LSTM + Bahdanau minus plain LSTM = "

@@ -139,9 +139,13 @@ def _norm(cfg: ModelConfig) -> nn.Module:
 
 def _ffn(cfg: ModelConfig) -> nn.Module:
     return make_feedforward(
-        cfg.ffn, cfg.d_model, cfg.ff_dim, activation=cfg.activation, bias=cfg.feedforward_bias,
+        cfg.ffn,
+        cfg.d_model,
+        cfg.ff_dim,
+        activation=cfg.activation,
+        bias=cfg.feedforward_bias,
         dropout=cfg.dropout,
-    )  # fmt: skip
+    )
 
 
 def make_encoder_block(
