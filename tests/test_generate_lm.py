@@ -16,22 +16,13 @@ from attnlab.fast import accelerate
 from attnlab.generate import GenerationConfig, IncrementalDecoder, generate, stream
 from attnlab.models import LanguageModel, ModelOutput, build_model
 from hf_dirs import spread
+from tiny_configs import small_config
 
 GREEDY = GenerationConfig(temperature=0, max_new_tokens=20)
 
 
 def tiny_lm(positional: str = "learned", max_len: int = 256, kind: str = "decoder_lm", **kw):
-    cfg = ModelConfig(
-        kind=kind,
-        vocab_size=40,
-        d_model=32,
-        n_heads=4,
-        n_layers=2,
-        d_ff=64,
-        max_len=max_len,
-        positional=positional,
-        **kw,
-    )
+    cfg = small_config(kind, 40, max_len=max_len, positional=positional, **kw)
     # A recurrent W_hh with std 0.3 has spectral radius ~1.7: chaotic, so float32 rounding
     # alone would grow past 1e-5 over 200 steps. 0.12 keeps the recurrence contracting.
     return spread(build_model(cfg), 0.12 if kind == "rnn_lm" else 0.3)

@@ -13,23 +13,14 @@ from attnlab.fast import accelerate
 from attnlab.generate import GenerationConfig, generate_seq2seq, stream
 from attnlab.models import build_model
 from hf_dirs import spread
+from tiny_configs import small_config
 
 BOS, EOS = 1, 2
 GREEDY = GenerationConfig(temperature=0, max_new_tokens=20, bos_token_id=BOS, stop_token_ids=())
 
 
 def tiny_s2s(kind: str = "encoder_decoder", positional: str = "learned", **kw):
-    cfg = ModelConfig(
-        kind=kind,
-        vocab_size=30,
-        d_model=32,
-        n_heads=4,
-        n_layers=1,
-        d_ff=64,
-        max_len=256,
-        positional=positional,
-        **kw,
-    )
+    cfg = small_config(kind, 30, n_layers=1, max_len=256, positional=positional, **kw)
     return spread(build_model(cfg), 0.3 if kind == "encoder_decoder" else 0.12)
 
 

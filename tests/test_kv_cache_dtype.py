@@ -22,6 +22,7 @@ from attnlab.config import ModelConfig
 from attnlab.generate import GenerationConfig, generate, quantize_weights
 from attnlab.generate.weights import check_cache_dtype
 from attnlab.models import build_model
+from tiny_configs import small_config
 
 GREEDY = GenerationConfig(temperature=0, max_new_tokens=16)
 TOL = 0.02  # of the largest |logit|: see the module docstring
@@ -47,16 +48,7 @@ def _forget_compiled_steps():
 
 def tiny(max_len: int = 64, **kw):
     torch.manual_seed(5)
-    cfg = ModelConfig(
-        kind="decoder_lm",
-        vocab_size=40,
-        d_model=64,
-        n_heads=4,
-        n_layers=2,
-        d_ff=128,
-        max_len=max_len,
-        **kw,
-    )
+    cfg = small_config("decoder_lm", 40, d_model=64, d_ff=128, max_len=max_len, **kw)
     return build_model(cfg).eval()
 
 

@@ -135,31 +135,21 @@ def _gpt2_pair(tiny: bool):
     return hf, from_hf_model(hf).eval()
 
 
+# SmolLM2-135M's shape (random weights: nothing is downloaded), and a tiny one for the tests.
+SMOLLM2_135M = dict(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
+                   hidden_size=576, intermediate_size=1536, vocab_size=49152,
+                   max_position_embeddings=2048, tie_word_embeddings=True,
+                   rope_theta=100000.0)  # fmt: skip
+TINY_LLAMA = dict(SMOLLM2_135M, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                  hidden_size=32, intermediate_size=64, vocab_size=97)  # fmt: skip
+
+
 def _llama_pair(tiny: bool):
     import transformers
 
     from attnlab.interop.pretrained import from_hf_model
 
-    shape = dict(
-        num_hidden_layers=30,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        hidden_size=576,
-        intermediate_size=1536,
-        vocab_size=49152,
-        max_position_embeddings=2048,
-        tie_word_embeddings=True,
-        rope_theta=100000.0,
-    )
-    if tiny:
-        shape.update(
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            hidden_size=32,
-            intermediate_size=64,
-            vocab_size=97,
-        )
+    shape = TINY_LLAMA if tiny else SMOLLM2_135M
     torch.manual_seed(0)
     hf = transformers.LlamaForCausalLM(transformers.LlamaConfig(**shape)).eval()
     return hf, from_hf_model(hf).eval()

@@ -24,7 +24,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnlab.config import ModelConfig
 from attnlab.lab.charts import bar_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit_classifier
 from attnlab.lab.registry import experiment
@@ -63,19 +62,8 @@ def _one_seed(seed: int, quick: bool, fit_cfg: FitConfig) -> dict:
         for shape, n_layers, n_heads in SHAPES:
             for label, activation, ste in VARIANTS:
                 torch.manual_seed(seed)
-                cfg = ModelConfig(
-                    kind="classifier",
-                    vocab_size=train.vocab_size,
-                    n_classes=train.n_classes,
-                    d_model=32,
-                    n_heads=n_heads,
-                    n_layers=n_layers,
-                    d_ff=128,
-                    max_len=16,
-                    pooling="cls",
-                    attention=activation,
-                    straight_through=ste,
-                )
+                size = dict(d_model=32, n_heads=n_heads, n_layers=n_layers, d_ff=128, max_len=16)
+                cfg = train.classifier(attention=activation, straight_through=ste, **size)
                 model = build_model(cfg)
                 result, test_acc = fit_classifier(model, train, test, fit_cfg, seed=seed)
                 out[(task, shape, label)] = {

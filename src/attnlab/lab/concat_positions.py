@@ -149,12 +149,7 @@ def steps(quick: bool, task: str = "copy") -> int:
 
 def fit_config(quick: bool, task: str, lr: float) -> FitConfig:
     """AdamW at peak ``lr``, warm-up (120 steps: 6-10% of a run) + cosine to 0."""
-    return FitConfig(
-        steps=steps(quick, task),
-        batch_size=32 if quick else 64,
-        lr=lr,
-        warmup_steps=10 if quick else 120,
-    )
+    return FitConfig.sized(quick, steps(quick, task), warmup_steps=120, lr=lr)
 
 
 def arm_lrs(arm: str) -> tuple[float, ...]:

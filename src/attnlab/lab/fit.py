@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -56,6 +56,14 @@ class FitConfig:
             raise ValueError(f"FitConfig.lr={self.lr} must be > 0")
         if self.warmup_steps < 0 or self.min_lr < 0 or self.grad_clip < 0:
             raise ValueError("FitConfig warmup_steps, min_lr and grad_clip must be >= 0")
+
+    @classmethod
+    def sized(cls, quick: bool, steps: int, warmup_steps: int, **fields: Any) -> FitConfig:
+        """A full run's budget (``steps`` of batch 64 after ``warmup_steps``), or its CI-sized
+        ``--quick`` form: 40 steps of batch 32 after 10."""
+        if quick:
+            return cls(steps=40, batch_size=32, warmup_steps=10, **fields)
+        return cls(steps=steps, batch_size=64, warmup_steps=warmup_steps, **fields)
 
 
 class FitResult(NamedTuple):

@@ -92,13 +92,7 @@ def train_job(job: tuple) -> dict:
     train, val, chars, _ = text_windows(quick, context)
     torch.manual_seed(seed)
     model = make_model(arm, len(chars), context, quick)
-    cfg = FitConfig(
-        steps=40 if quick else 800,
-        batch_size=32 if quick else 64,
-        lr=3e-3,
-        warmup_steps=10 if quick else 100,
-        min_lr=1e-4,
-    )
+    cfg = FitConfig.sized(quick, 800, warmup_steps=100, lr=3e-3, min_lr=1e-4)
     result = fit(model, (train,), lm_loss, cfg, seed=seed)
     probe = val[: 16 if quick else 48]
     gen = torch.Generator().manual_seed(seed)

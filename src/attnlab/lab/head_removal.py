@@ -77,13 +77,7 @@ def train_job(job: tuple) -> dict:
     train, val, chars, _ = text_windows(quick, context)
     torch.manual_seed(seed)
     model = make_model(len(chars), context, quick)
-    cfg = FitConfig(
-        steps=40 if quick else 1500,
-        batch_size=32 if quick else 64,
-        lr=3e-3,
-        warmup_steps=10 if quick else 100,
-        min_lr=1e-4,
-    )
+    cfg = FitConfig.sized(quick, 1500, warmup_steps=100, lr=3e-3, min_lr=1e-4)
     fit(model, (train,), lm_loss, cfg, seed=seed)
     probe = val[: 32 if quick else 128]
     n_layers, n_heads = len(model.blocks), model.blocks[0].self_attn.n_heads

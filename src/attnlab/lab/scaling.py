@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnlab.config import ModelConfig
 from attnlab.lab.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit_classifier
 from attnlab.lab.registry import experiment
@@ -302,20 +301,8 @@ def _training(quick: bool, seed: int) -> tuple[list[dict], dict[str, list[float]
     for init in INITS:
         for scale in (True, False):
             torch.manual_seed(seed)
-            cfg = ModelConfig(
-                kind="classifier",
-                vocab_size=train.vocab_size,
-                n_classes=train.n_classes,
-                d_model=64,
-                n_heads=1,
-                d_head=256,
-                d_v=64,
-                n_layers=2,
-                d_ff=128,
-                max_len=8,
-                pooling="cls",
-                scale_logits=scale,
-            )
+            size = dict(d_model=64, n_heads=1, d_head=256, d_v=64, n_layers=2, d_ff=128, max_len=8)
+            cfg = train.classifier(scale_logits=scale, **size)
             model = build_model(cfg)
             if init == "N(0, 1/D)":
                 unit_variance_qk(model, cfg.d_model)

@@ -17,11 +17,13 @@ Shapes: N examples, T = n + 1 positions.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 from torch import Tensor
+
+from attnlab.config import ModelConfig
 
 
 class TaskData(NamedTuple):
@@ -33,6 +35,17 @@ class TaskData(NamedTuple):
     def majority_rate(self) -> float:
         """Share of the most common label: what a classifier that ignores its input can score."""
         return float(torch.bincount(self.labels).max()) / len(self.labels)
+
+    def classifier(self, **fields: Any) -> ModelConfig:
+        """A Transformer classifier for this task, reading the first ([cls]) position;
+        ``fields`` give its shape (d_model, n_heads, ...) and anything else."""
+        return ModelConfig(
+            kind="classifier",
+            vocab_size=self.vocab_size,
+            n_classes=self.n_classes,
+            pooling="cls",
+            **fields,
+        )
 
 
 def kv_lookup(
