@@ -438,23 +438,16 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             final_loss,
             higher_is_better=False,
         ),
-        Competence(
-            _label(four), "both relations right (test, training distribution)", ACCURACY, both[four]
-        ),
-        Competence(
-            _label(ARMS[2]),
-            "both relations right (test, training distribution)",
-            ACCURACY,
-            both[ARMS[2]],
-            in_verdict=False,
-        ),
-        Competence(
-            _label(ARMS[3]),
-            "both relations right (test, training distribution)",
-            ACCURACY,
-            both[ARMS[3]],
-            in_verdict=False,
-        ),
+        *[
+            Competence(
+                _label(a),
+                "both relations right (test, training distribution)",
+                ACCURACY,
+                both[a],
+                in_verdict=a == four,
+            )
+            for a in (four, *ARMS[2:])  # the full-block arms are references
+        ],
     ]
     looks_rows = [
         {
