@@ -84,13 +84,17 @@ def main(argv: list[str] | None = None) -> int:
             cpu[name].append(c)
             exact[name].append(e)
             loads.append(os.getloadavg()[0])
-            print(f"round {r + 1}: {name:6s} {s:7.1f} s of training, {c:7.1f} CPU s, "
-                  f"exact match {e:.2f}%", flush=True)  # fmt: skip
+            print(
+                f"round {r + 1}: {name:6s} {s:7.1f} s of training, {c:7.1f} CPU s, "
+                f"exact match {e:.2f}%",
+                flush=True,
+            )
 
     def cell(values: list[float], base: list[float]) -> str:
         med = statistics.median(values)
-        return (f"{med:.1f} ({min(values):.1f}-{max(values):.1f}) | "
-                f"{med / statistics.median(base):.3f}")  # fmt: skip
+        return (
+            f"{med:.1f} ({min(values):.1f}-{max(values):.1f}) | {med / statistics.median(base):.3f}"
+        )
 
     rows = [
         "| contender | s of training, median (min-max) | vs plain | CPU s of the process, median "

@@ -59,15 +59,25 @@ def probe(arm: str, dtype: str, steps: int, work: Path) -> dict:
     tail = [loss for _, loss in result.losses[-20:]]
     data = build_task_data(cfg, tokenizer=result.tokenizer)  # the run's own validation set
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    res = evaluate(result.model, data, batch_size=cfg.batch_size, max_batches=cfg.eval_batches,
-                   autocast_dtype=None if dtype == "fp32" else torch.bfloat16)  # fmt: skip
-    return {"arm": arm, "dtype": dtype, "steps": result.step,
-            "train loss (last 20 steps)": sum(tail) / len(tail),
-            f"CPU s/step (steps {first}-{last})": cpu, "wall s/step": wall,
-            "eval CPU s (256 sentences)": time.process_time() - cpu0,
-            "eval wall s": time.perf_counter() - wall0,
-            "val BLEU": res.metrics.get("val_bleu", float("nan")),
-            "val loss": res.metrics["val_loss"]}  # fmt: skip
+    res = evaluate(
+        result.model,
+        data,
+        batch_size=cfg.batch_size,
+        max_batches=cfg.eval_batches,
+        autocast_dtype=None if dtype == "fp32" else torch.bfloat16,
+    )
+    return {
+        "arm": arm,
+        "dtype": dtype,
+        "steps": result.step,
+        "train loss (last 20 steps)": sum(tail) / len(tail),
+        f"CPU s/step (steps {first}-{last})": cpu,
+        "wall s/step": wall,
+        "eval CPU s (256 sentences)": time.process_time() - cpu0,
+        "eval wall s": time.perf_counter() - wall0,
+        "val BLEU": res.metrics.get("val_bleu", float("nan")),
+        "val loss": res.metrics["val_loss"],
+    }
 
 
 def main() -> None:
@@ -92,9 +102,18 @@ def main() -> None:
     command = "python " + shlex.join(["benchmarks/translation_dtype.py", *sys.argv[1:]])
     out = {"command": command, "machine": machine_info(), "rows": rows}
     Path(args.out + ".json").write_text(json.dumps(out, indent=2) + "\n", encoding="utf-8")
-    text = ["# Translation: bf16 autocast vs fp32 per arm (probe)", "", "```", command, "```",
-            "", Table("probe", rows).to_markdown(), "",
-            f"Machine: {out['machine']}", ""]  # fmt: skip
+    text = [
+        "# Translation: bf16 autocast vs fp32 per arm (probe)",
+        "",
+        "```",
+        command,
+        "```",
+        "",
+        Table("probe", rows).to_markdown(),
+        "",
+        f"Machine: {out['machine']}",
+        "",
+    ]
     Path(args.out + ".md").write_text("\n".join(text), encoding="utf-8")
     print("\n".join(text))
 

@@ -207,11 +207,17 @@ def test_flatten_state_round_trips_structure():
 def test_streaming_safetensors_writer_is_read_by_the_library(tmp_path):
     base = torch.arange(12.0).reshape(3, 4)
     tensors = {
-        "f32": base, "t": base.t(), "bf16": base.to(torch.bfloat16), "f16": base.half(),
-        "i64": torch.arange(5), "u8": torch.arange(7, dtype=torch.uint8),
-        "i8": -torch.ones(2, dtype=torch.int8), "bool": torch.tensor([True, False, True]),
-        "scalar": torch.tensor(3.5), "empty": torch.zeros(0, 4),
-    }  # fmt: skip
+        "f32": base,
+        "t": base.t(),
+        "bf16": base.to(torch.bfloat16),
+        "f16": base.half(),
+        "i64": torch.arange(5),
+        "u8": torch.arange(7, dtype=torch.uint8),
+        "i8": -torch.ones(2, dtype=torch.int8),
+        "bool": torch.tensor([True, False, True]),
+        "scalar": torch.tensor(3.5),
+        "empty": torch.zeros(0, 4),
+    }
     entry = write_safetensors(tmp_path / "x.safetensors", tensors, {"k": "v"})
     data = (tmp_path / "x.safetensors").read_bytes()
     assert entry == {"bytes": len(data), "crc32": zlib.crc32(data)}

@@ -31,11 +31,41 @@ def _free_port() -> int:
 
 
 def _args(text: str, out, batch: int) -> list[str]:
-    return ["train", "--text", text, "--out", str(out), "--steps", str(STEPS), "--warmup-steps",
-            "2", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--d-ff", "32",
-            "--context-len", "16", "--max-len", "16", "--batch-size", str(batch),
-            "--eval-every", "3", "--eval-batches", "2", "--log-every", "1", "--no-progress",
-            "--no-plots", "--threads", "1"]  # fmt: skip
+    return [
+        "train",
+        "--text",
+        text,
+        "--out",
+        str(out),
+        "--steps",
+        str(STEPS),
+        "--warmup-steps",
+        "2",
+        "--d-model",
+        "16",
+        "--n-heads",
+        "2",
+        "--n-layers",
+        "1",
+        "--d-ff",
+        "32",
+        "--context-len",
+        "16",
+        "--max-len",
+        "16",
+        "--batch-size",
+        str(batch),
+        "--eval-every",
+        "3",
+        "--eval-batches",
+        "2",
+        "--log-every",
+        "1",
+        "--no-progress",
+        "--no-plots",
+        "--threads",
+        "1",
+    ]
 
 
 def _curve(out, key: str = "train_loss") -> list[float]:
@@ -64,9 +94,18 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
         "mind",
     ]
     text.write_text(" ".join(words[(i * 5) % len(words)] for i in range(2000)), encoding="utf-8")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_port", str(_free_port()), "-m", "attnlab",
-           *_args(str(text), tmp_path / "ddp", 4)]  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "attnlab",
+        *_args(str(text), tmp_path / "ddp", 4),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("attnlab train:") == 1  # only rank 0 reports and writes

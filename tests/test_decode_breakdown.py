@@ -18,8 +18,12 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "decode_breakdown.
 
 
 def test_breakdown_times_every_layer_and_replays_the_same_logits():
-    run = subprocess.run([sys.executable, str(SCRIPT), "small", "--tiny"], capture_output=True,
-                         text=True, timeout=600)  # fmt: skip
+    run = subprocess.run(
+        [sys.executable, str(SCRIPT), "small", "--tiny"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     rows = dict(re.findall(r"^  (full|no-guards|direct|call) +([0-9.]+) ms", run.stdout, re.M))
     assert set(rows) == {"full", "no-guards", "direct", "call"}

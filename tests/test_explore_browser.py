@@ -51,14 +51,24 @@ pytestmark = pytest.mark.skipif(
 def servers():
     sessions = {
         "lm": Session(trained_lm() if SHOOT else tiny_model(), TOK, name="tiny LM"),
-        "s2s": Session(trained_reverser() if SHOOT else tiny_model("encoder_decoder", seed=1),
-                       TOK, name="tiny encoder-decoder (reverses letters)"),
-        "clf": Session(tiny_model("classifier", n_classes=3), TOK, name="tiny classifier",
-                       labels=LabelSet(["neg", "neu", "pos"])),
+        "s2s": Session(
+            trained_reverser() if SHOOT else tiny_model("encoder_decoder", seed=1),
+            TOK,
+            name="tiny encoder-decoder (reverses letters)",
+        ),
+        "clf": Session(
+            tiny_model("classifier", n_classes=3),
+            TOK,
+            name="tiny classifier",
+            labels=LabelSet(["neg", "neu", "pos"]),
+        ),
         "rnn": Session(tiny_model("rnn_lm"), TOK, name="tiny RNN LM (no attention)"),
-        "lstm": Session(tiny_model("lstm_seq2seq", seed=2, rnn_attention="additive"), TOK,
-                        name="tiny Bahdanau LSTM"),
-    }  # fmt: skip
+        "lstm": Session(
+            tiny_model("lstm_seq2seq", seed=2, rnn_attention="additive"),
+            TOK,
+            name="tiny Bahdanau LSTM",
+        ),
+    }
     running = {k: (start_in_thread(s), s) for k, s in sessions.items()}
     yield {k: (r.url, s) for k, (r, s) in running.items()}
     for r, _ in running.values():
@@ -265,12 +275,17 @@ def test_screenshots_of_each_view(servers, page, tmp_path):
     out = DOCS_IMAGES if SHOOT else tmp_path
     out.mkdir(parents=True, exist_ok=True)
     shots = {
-        "lm": [("input", "#ax-sec-input"), ("model-view", "#ax-sec-model"),
-               ("head-view", "#ax-sec-head"), ("walkthrough", "#ax-sec-walk"),
-               ("positions", "#ax-sec-positions"), ("next-token", "#ax-sec-next")],
+        "lm": [
+            ("input", "#ax-sec-input"),
+            ("model-view", "#ax-sec-model"),
+            ("head-view", "#ax-sec-head"),
+            ("walkthrough", "#ax-sec-walk"),
+            ("positions", "#ax-sec-positions"),
+            ("next-token", "#ax-sec-next"),
+        ],
         "s2s": [("seq2seq-model-view", "#ax-sec-model")],
         "lstm": [("bahdanau", "#ax-sec-head")],
-    }  # fmt: skip
+    }
     for name, views in shots.items():
         url, _ = servers[name]
         query = f"?text={PERIODS}&head=decoder:0:0" if name == "lm" else "?text=edc&source=abcde"

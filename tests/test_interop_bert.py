@@ -122,8 +122,18 @@ def test_fill_mask_from_a_bert_directory_on_the_command_line(tmp_path, capsys):
     assert "[MASK]" not in out
     code = main(["generate", "--checkpoint", str(tmp_path), "--prompt", "no mask here"])
     assert code != 0 and "[MASK]" in capsys.readouterr().err
-    code = main(["plot", "attention", "--checkpoint", str(tmp_path), "--input", "the cat sat",
-                 "--out", str(tmp_path / "plots")])  # fmt: skip
+    code = main(
+        [
+            "plot",
+            "attention",
+            "--checkpoint",
+            str(tmp_path),
+            "--input",
+            "the cat sat",
+            "--out",
+            str(tmp_path / "plots"),
+        ]
+    )
     assert code == 0 and (tmp_path / "plots" / "self_attention.png").is_file()
 
 
@@ -174,7 +184,20 @@ def test_masked_lm_evaluation_of_a_text_file_equals_transformers(tmp_path, capsy
     n_tokens = len(found.tokenizer.encode(text, add_special=False))
     assert 0.1 * n_tokens < ours["val_masked_tokens"] < 0.25 * n_tokens
     (tmp_path / "t.txt").write_text(text)
-    assert main(["evaluate", "--checkpoint", str(tmp_path), "--text", str(tmp_path / "t.txt"),
-                 "--json", "--batch-size", "3"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "evaluate",
+                "--checkpoint",
+                str(tmp_path),
+                "--text",
+                str(tmp_path / "t.txt"),
+                "--json",
+                "--batch-size",
+                "3",
+            ]
+        )
+        == 0
+    )
     got = json.loads(capsys.readouterr().out)
     assert got["val_mlm_loss"] == pytest.approx(ours["val_mlm_loss"], rel=1e-6)

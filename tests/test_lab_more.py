@@ -164,8 +164,9 @@ def test_diversity_metrics_on_known_texts():
 # translation ---------------------------------------------------------------------------------
 def test_translation_quick_report_and_resume(out):
     report, path = run_experiment("translation", quick=True, out_dir=out / "translation")
-    data = _check_written(path, ["loss.png", "val_bleu.png", "cross_attention.png",
-                                 "alignment.png"])  # fmt: skip
+    data = _check_written(
+        path, ["loss.png", "val_bleu.png", "cross_attention.png", "alignment.png"]
+    )
     rows = report.table("test scores per model (mean (min-max) over seeds)").rows
     assert [r["steps"] for r in rows] == [60, 60, 60]  # matched budgets
     assert data["seeds"] == [0] and set(report.per_seed) == {"transformer", "bahdanau", "lstm"}
@@ -177,8 +178,9 @@ def test_translation_quick_report_and_resume(out):
     plateau = [c for c in report.competence if c.criterion.startswith("plateau")]
     assert len(plateau) == 3 and all(not c.higher_is_better for c in plateau)
     assert len(report.competence) == 6
-    table = report.table("validation BLEU (greedy, 40 sentences) per evaluation, mean (min-max) "
-                         "over seeds").rows  # fmt: skip
+    table = report.table(
+        "validation BLEU (greedy, 40 sentences) per evaluation, mean (min-max) over seeds"
+    ).rows
     assert [r["step"] for r in table] == [20, 40, 60]
     if any(not c.passed for c in report.competence):
         assert report.verdict == "inconclusive"
