@@ -34,7 +34,7 @@ from torch import Tensor, nn
 from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer, DateTask, ReverseTask, collate_pairs, encode_pairs
 from attnlab.data.batching import Seq2SeqBatch
-from attnlab.lab.charts import line_chart, save_chart
+from attnlab.lab.charts import save_chart, seeds_chart
 from attnlab.lab.fit import FitConfig, fit
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import (
@@ -210,28 +210,31 @@ def charts(
     steps: str,
     out_dir: Path,
 ) -> list[FigureRef]:
-    """Token accuracy and exact match against T, and accuracy per output position at max T."""
+    """Token accuracy and exact match against T, and accuracy per output position at max T:
+    each argument maps a model to one curve per seed ([seed][x]); the charts draw the mean over
+    seeds with a min-max band (:func:`attnlab.lab.charts.seeds_chart`)."""
     figures = []
     for acc, file, what in (
         (token_acc, "accuracy_vs_length.png", "per-token accuracy"),
         (exact, "exact_vs_length.png", "exact match"),
     ):
-        fig = line_chart(
+        fig = seeds_chart(
             {MODELS[n]: (lengths, acc[n]) for n in MODELS},
             xlabel="sequence length T",
             ylabel=f"{what} (test)",
-            title=f"Reversal: {what}",
+            title=f"Reversal: {what} ({len(acc[next(iter(MODELS))])} seeds, min-max band)",
         )
         figures.append(
             save_chart(
                 fig,
                 out_dir,
                 file,
-                f"Reversal {what} against the input length; every model trained for {steps}.",
+                f"Reversal {what} against the input length; every model trained for {steps}. "
+                "Mean over seeds, min-max band.",
             )
         )
     positions = list(range(1, lengths[-1] + 1))
-    fig = line_chart(
+    fig = seeds_chart(
         {MODELS[n]: (positions, per_position[n]) for n in MODELS},
         xlabel="output position l (y_l = x_{T+1-l})",
         ylabel="accuracy (test)",
@@ -243,8 +246,8 @@ def charts(
             out_dir,
             "accuracy_per_position.png",
             "Accuracy of each "
-            f"output position at T = {lengths[-1]}: output l copies input "
-            f"T + 1 - l, so a fixed-vector model that read the source as "
+            f"output position at T = {lengths[-1]} (mean over seeds, min-max band): output l "
+            f"copies input T + 1 - l, so a fixed-vector model that read the source as "
             "written recalls its last inputs (first outputs) best.",
         )
     )
@@ -309,23 +312,27 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     token_acc: dict[str, list[float]] = {name: [] for name in MODELS}  # mean over seeds per T
     tok_seeds: dict[str, list[list[float]]] = {name: [] for name in MODELS}  # [T][seed]
     exact: dict[str, list[float]] = {name: [] for name in MODELS}
-    seconds, longest, per_position = dict.fromkeys(MODELS, 0.0), {}, {}
+    exact_seeds: dict[str, list[list[float]]] = {name: [] for name in MODELS}  # [T][seed]
+    seconds, longest, per_position = dict.fromkeys(MODELS, 0.0), {}, {}  # [seed][l] at max T
     for length in lengths:
         for name in MODELS:
             per = [results[("reverse", length, name, quick, s)] for s in seeds]
             tok_seeds[name].append([float(p[1][:, :length].float().mean()) for p in per])
             token_acc[name].append(spread(tok_seeds[name][-1])["mean"])  # without <eos>
-            exact[name].append(spread([float(p[2].float().mean()) for p in per])["mean"])
+            exact_seeds[name].append([float(p[2].float().mean()) for p in per])
+            exact[name].append(spread(exact_seeds[name][-1])["mean"])
             seconds[name] += sum(p[3] for p in per)
-            state, tokens, whole, secs = per[0]
-            per_position[name] = tokens[:, :length].float().mean(0).tolist()  # (T,)
+            per_position[name] = [p[1][:, :length].float().mean(0).tolist() for p in per]
+            state = per[0][0]
             if length == lengths[-1]:
                 longest[name] = build_model(model_config(name, tok.vocab_size, length + 1, quick))
                 longest[name].load_state_dict(state)
                 longest[name].eval()
     budget = fit_config("lstm", quick)
     steps = f"{budget.steps} steps of {budget.batch_size}"
-    figures = charts(lengths, token_acc, exact, per_position, steps, out_dir)
+    by_seed = {n: [list(c) for c in zip(*v)] for n, v in tok_seeds.items()}  # [seed][T]
+    exact_by_seed = {n: [list(c) for c in zip(*v)] for n, v in exact_seeds.items()}
+    figures = charts(lengths, by_seed, exact_by_seed, per_position, steps, out_dir)
     example = ReverseTask(min_len=lengths[-1], max_len=lengths[-1], alphabet=ALPHABET)
     source, target = example.make_pairs(1, seed=seed + 2)[0]
     figures += alignment_figures(longest, tok, source, target, out_dir)
@@ -345,7 +352,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         bins = {k: spread([b[k] for b in bins_s])["mean"] for k in bins_s[0]}
         date_acc[MODELS[name]] = spread(exact_s)["mean"]
         date_tokens[name] = token_s
-        date_curves[MODELS[name]] = (list(range(len(bins))), list(bins.values()))
+        date_curves[MODELS[name]] = (list(range(len(bins))), [[b[k] for k in bins] for b in bins_s])
         date_rows.append(
             {
                 "model": MODELS[name],
@@ -354,7 +361,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                 **{f"tokens, source {k}": v for k, v in bins.items()},
             }
         )
-    fig = line_chart(
+    fig = seeds_chart(
         date_curves,
         xlabel="source length bin: " + ", ".join(f"{i} = {k}" for i, k in enumerate(bins)),
         ylabel="per-token accuracy (test)",
@@ -367,7 +374,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "dates.png",
             "Per-token accuracy on date "
             f"normalisation ({len(dates.formats)} formats) by source length "
-            f"(characters), {steps} each.",
+            f"(characters), {steps} each; mean over seeds, min-max band.",
         )
     )
     plain = [max(a, b) for a, b in zip(token_acc["lstm"], token_acc["lstm_forward"])]
@@ -447,6 +454,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         **gated_fields(verdict, reason, competence, seeds, quick),
         per_seed={
             "reversal_token_accuracy": {MODELS[n]: v for n, v in tok_seeds.items()},
+            "reversal_exact_match": {MODELS[n]: v for n, v in exact_seeds.items()},
             "dates_token_accuracy": {MODELS[n]: v for n, v in date_tokens.items()},
         },
         metrics={
@@ -467,8 +475,8 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             "what it could learn with longer training.",
             f"Accuracy per output position at T = {lengths[-1]} (first 8 outputs / last 8): "
             + "; ".join(
-                f"{MODELS[n]} {np.mean(per_position[n][:8]):.2f} / "
-                f"{np.mean(per_position[n][-8:]):.2f}"
+                f"{MODELS[n]} {np.mean(np.asarray(per_position[n])[:, :8]):.2f} / "
+                f"{np.mean(np.asarray(per_position[n])[:, -8:]):.2f}"
                 for n in MODELS
             )
             + ". The first outputs copy the last inputs, which a fixed vector read in order "
