@@ -30,7 +30,7 @@ from torch import nn
 
 from attnlab.bench.machine import load_average
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import line_chart, save_chart, seeds_chart
+from attnlab.lab.charts import save_chart, seeds_chart
 from attnlab.lab.fit import lm_loss
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import Report, Table, outcome, spread, spread_text
@@ -262,9 +262,12 @@ def _figures(out_dir, ms, lengths, batches, rounds, speedup) -> list:
         logx=True,
         logy=True,
     )
-    tput = line_chart(
+    tput = seeds_chart(
         {
-            k: (xs, [float(k.split("B = ")[1]) * t / v * 1000 for t, v in zip(xs, bands(ys)[0])])
+            k: (
+                xs,
+                [[float(k.split("B = ")[1]) * t / v * 1000 for t, v in zip(xs, run)] for run in ys],
+            )
             for k, (xs, ys) in step_ms.items()
         },
         xlabel="sequence length T",
@@ -298,8 +301,8 @@ def _figures(out_dir, ms, lengths, batches, rounds, speedup) -> list:
             tput,
             out_dir,
             "throughput.png",
-            "Tokens per second against T (mean over "
-            "rounds). With one sequence (B = 1) only the positions can run in parallel.",
+            "Tokens per second against T (mean over rounds, "
+            "min-max band). With one sequence (B = 1) only the positions can run in parallel.",
         ),
         save_chart(
             threads,
