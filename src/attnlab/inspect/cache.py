@@ -27,13 +27,7 @@ from contextlib import contextmanager
 import torch
 from torch import Tensor, nn
 
-from attnlab.inspect.names import (
-    InspectError,
-    Selection,
-    hook_points,
-    select,
-    unknown_name_message,
-)
+from attnlab.inspect.names import InspectError, Selection, hook_points, select, unknown_name_message
 
 
 class ActivationCache(Mapping[str, Tensor]):

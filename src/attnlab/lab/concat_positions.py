@@ -54,14 +54,7 @@ from attnlab.lab.extrapolation import (
 )
 from attnlab.lab.fit import FitConfig, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import (
-    Competence,
-    Report,
-    Table,
-    gated_fields,
-    overlap,
-    spread_text,
-)
+from attnlab.lab.report import Competence, Report, Table, gated_fields, overlap, spread_text
 from attnlab.lab.seeds import run_jobs, start_seeds
 from attnlab.nn.positional import ConcatPositions
 

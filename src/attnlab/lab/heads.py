@@ -72,15 +72,7 @@ from attnlab.config import ModelConfig
 from attnlab.lab.charts import curves_chart, save_chart, seeds_chart
 from attnlab.lab.fit import FitConfig, fit
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import (
-    Competence,
-    Report,
-    Table,
-    gated_fields,
-    overlap,
-    spread,
-    spread_text,
-)
+from attnlab.lab.report import Competence, Report, Table, gated_fields, overlap, spread, spread_text
 from attnlab.lab.seeds import run_jobs, seed_list
 from attnlab.models import build_model
 from attnlab.nn import LearnedPositions, SelfAttention

@@ -40,14 +40,7 @@ from attnlab.config import ModelConfig
 from attnlab.lab.charts import bar_chart, save_chart, seeds_chart
 from attnlab.lab.fit import FitConfig, fit, lm_loss
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import (
-    Competence,
-    Report,
-    Table,
-    outcome,
-    spread,
-    spread_text,
-)
+from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
 from attnlab.lab.seeds import run_jobs, start_seeds
 from attnlab.models import build_model
 

@@ -33,14 +33,7 @@ from torch import Tensor, nn
 from attnlab.lab.charts import bar_chart, save_chart
 from attnlab.lab.fit import FitConfig, fit_classifier
 from attnlab.lab.registry import experiment
-from attnlab.lab.report import (
-    Competence,
-    Report,
-    Table,
-    gated_fields,
-    spread,
-    spread_text,
-)
+from attnlab.lab.report import Competence, Report, Table, gated_fields, spread, spread_text
 from attnlab.lab.seeds import seed_list
 from attnlab.lab.tasks import TaskData
 from attnlab.models.base import ModelOutput

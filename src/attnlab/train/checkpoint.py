@@ -255,11 +255,9 @@ def save_checkpoint(
             f"extra_state and train_config must hold only JSON values (numbers, strings, "
             f"lists, dicts): {err}"
         ) from None
-    tmp = root / f".tmp-{name}-{os.getpid()}-{secrets.token_hex(3)}"
     final = root / name
     with storage_errors(final, "save the checkpoint"):
         _write_via(
-            tmp,
             final,
             model=model,
             config=config,
@@ -304,10 +302,8 @@ def save_inference_checkpoint(
         )
     _check_vocab(config, tokenizer, labels, str(final))
     ensure_writable_dir(final.parent)
-    tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}-{secrets.token_hex(3)}")
     with storage_errors(final, "export the model"):
         _write_via(
-            tmp,
             final,
             replace_empty=True,
             model=model,
@@ -319,10 +315,11 @@ def save_inference_checkpoint(
     return final
 
 
-def _write_via(tmp: Path, final: Path, *, replace_empty: bool = False, **files: Any) -> None:
-    """Write the checkpoint files into the fresh directory ``tmp``, then move it to ``final``
-    (an empty directory there first removed, with ``replace_empty``); on any failure ``tmp`` is
-    removed and ``final`` is left as it was."""
+def _write_via(final: Path, *, replace_empty: bool = False, **files: Any) -> None:
+    """Write the checkpoint files into a fresh sibling directory ``.tmp-NAME-PID-HEX``, then move
+    it to ``final`` (an empty directory there first removed, with ``replace_empty``); on any
+    failure the temporary directory is removed and ``final`` is left as it was."""
+    tmp = final.with_name(f".tmp-{final.name}-{os.getpid()}-{secrets.token_hex(3)}")
     try:
         tmp.mkdir()
         _write_checkpoint_files(tmp, **files)

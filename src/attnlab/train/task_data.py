@@ -31,13 +31,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from attnlab.data import (
-    LabelSet,
-    LMWindows,
-    Tokenizer,
-    collate_labelled,
-    collate_pairs,
-)
+from attnlab.data import LabelSet, LMWindows, Tokenizer, collate_labelled, collate_pairs
 from attnlab.errors import DataError
 
 
