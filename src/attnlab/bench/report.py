@@ -89,7 +89,7 @@ def write_markdown(
         "",
     ]
     lines += machine_lines(result)
-    lines += ["", "## Targets (issue 6)", ""] + targets_table(result)
+    lines += ["", "## Targets (issues 6 and 22)", ""] + targets_table(result)
     if notes:
         lines += ["", "## Analysis", "", notes.strip()]
     lines += ["", "## Results"] + suite_tables(result)
