@@ -124,8 +124,7 @@ class MultiHeadBase(nn.Module):
 
         Keys and values read from a KV cache in another dtype (a bf16 cache under fp32
         queries, ``attnlab.nn.cache``) are widened to the query's dtype first: every product
-        then runs in the compute dtype (on the 2-core AVX-512 host, widening then the fp32 kernel
-        took 0.34 ms per layer of the medium LM at 544 cached positions, the bf16 kernel 1.24 ms;
+        then runs in the compute dtype (measured faster on a CPU than PyTorch's bf16 kernel:
         benchmarks/ANALYSIS.md, "Reduced-precision decode").
         """
         if k.dtype != q.dtype:  # a cache stored in a smaller dtype
