@@ -32,7 +32,7 @@ import torch
 from torch import nn
 
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import curves_chart, line_chart, save_chart
+from attnlab.lab.charts import curves_chart, save_chart, seeds_chart
 from attnlab.lab.corpus import char_ids, char_lm_config, corpus_text, windows
 from attnlab.lab.fit import FitConfig, block_grad_norms, fit, lm_loss
 from attnlab.lab.registry import experiment
@@ -143,7 +143,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     # (a) gradients at initialisation, per init and seed
     ratio: dict[tuple[str, str], list[float]] = {}
     ratio_w1: dict[tuple[str, str], list[float]] = {}
-    grads0 = {}
+    grads: dict[tuple[str, str], list[list[float]]] = {}  # [seed][layer]
     for init in INITS:
         for p in PLACEMENTS:
             for s in seeds:
@@ -153,15 +153,15 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                 blocks, w1 = layer_gradient_norms(p, init, n_layers, batch, vocab, s)
                 ratio.setdefault((init, p), []).append(max(blocks) / min(blocks))
                 ratio_w1.setdefault((init, p), []).append(max(w1) / min(w1))
-                grads0.setdefault((init, p), blocks)
+                grads.setdefault((init, p), []).append(list(blocks))
     grad_rows = [
         {
             "init": i,
             "norm": p,
             "max/min |grad block| over layers": spread_text(ratio[(i, p)]),
             "max/min |grad W1|": spread_text(ratio_w1[(i, p)]),
-            "layer 1 |grad block|": grads0[(i, p)][0],
-            f"layer {n_layers} |grad block|": grads0[(i, p)][-1],
+            "layer 1 |grad block|": float(np.mean([g[0] for g in grads[(i, p)]])),
+            f"layer {n_layers} |grad block|": float(np.mean([g[-1] for g in grads[(i, p)]])),
         }
         for i in INITS
         for p in PLACEMENTS
@@ -236,22 +236,22 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     layers = list(range(1, n_layers + 1))
     figures = [
         save_chart(
-            line_chart(
+            seeds_chart(
                 {
-                    f"{p}-norm, {i}": (layers, grads0[(i, p)])
+                    f"{p}-norm, {i}": (layers, grads[(i, p)])
                     for i in ("xavier", "library")
                     for p in PLACEMENTS
                 },
                 xlabel="layer (1 = bottom)",
                 ylabel="gradient norm of the block",
-                title=f"gradients at initialisation, {n_layers} layers, seed {seeds[0]}",
+                title=f"gradients at initialisation, {n_layers} layers ({len(seeds)} seed(s))",
                 logy=True,
             ),
             out_dir,
             "gradients.png",
             "Gradient norm of each block's parameters at "
-            "initialisation (one batch, log scale), Xavier and library init; the ratios "
-            "over all seeds are in the table.",
+            "initialisation (one batch per seed, log scale), Xavier and library init: mean "
+            "over seeds with the min-max band.",
         ),
         save_chart(
             curves_chart(
@@ -316,11 +316,10 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
             },
         },
         findings=[
-            "Per-layer gradients at init (seed "
-            f"{seeds[0]}): "
+            "Per-layer gradients at init (mean over seeds): "
             + "; ".join(
-                f"{p}-norm, {i}: layer 1 {grads0[(i, p)][0]:.3g}, layer {n_layers} "
-                f"{grads0[(i, p)][-1]:.3g}"
+                f"{p}-norm, {i}: layer 1 {np.mean([g[0] for g in grads[(i, p)]]):.3g}, "
+                f"layer {n_layers} {np.mean([g[-1] for g in grads[(i, p)]]):.3g}"
                 for i in INITS
                 for p in PLACEMENTS
             )
