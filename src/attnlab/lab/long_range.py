@@ -208,11 +208,12 @@ def charts(
     exact: dict,
     per_position: dict,
     steps: str,
+    n_seeds: int,
     out_dir: Path,
 ) -> list[FigureRef]:
     """Token accuracy and exact match against T, and accuracy per output position at max T:
-    each argument maps a model to one curve per seed ([seed][x]); the charts draw the mean over
-    seeds with a min-max band (:func:`attnlab.lab.charts.seeds_chart`)."""
+    each argument maps a model to one curve per seed ([seed][x], ``n_seeds`` of them); the
+    charts draw the mean over seeds with a min-max band (:func:`attnlab.lab.charts.seeds_chart`)."""
     figures = []
     for acc, file, what in (
         (token_acc, "accuracy_vs_length.png", "per-token accuracy"),
@@ -222,7 +223,7 @@ def charts(
             {MODELS[n]: (lengths, acc[n]) for n in MODELS},
             xlabel="sequence length T",
             ylabel=f"{what} (test)",
-            title=f"Reversal: {what} ({len(acc[next(iter(MODELS))])} seeds, min-max band)",
+            title=f"Reversal: {what} ({n_seeds} seeds, min-max band)",
         )
         figures.append(
             save_chart(
@@ -332,7 +333,7 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
     steps = f"{budget.steps} steps of {budget.batch_size}"
     by_seed = {n: [list(c) for c in zip(*v)] for n, v in tok_seeds.items()}  # [seed][T]
     exact_by_seed = {n: [list(c) for c in zip(*v)] for n, v in exact_seeds.items()}
-    figures = charts(lengths, by_seed, exact_by_seed, per_position, steps, out_dir)
+    figures = charts(lengths, by_seed, exact_by_seed, per_position, steps, len(seeds), out_dir)
     example = ReverseTask(min_len=lengths[-1], max_len=lengths[-1], alphabet=ALPHABET)
     source, target = example.make_pairs(1, seed=seed + 2)[0]
     figures += alignment_figures(longest, tok, source, target, out_dir)

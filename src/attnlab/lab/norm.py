@@ -154,14 +154,18 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
                 ratio.setdefault((init, p), []).append(max(blocks) / min(blocks))
                 ratio_w1.setdefault((init, p), []).append(max(w1) / min(w1))
                 grads.setdefault((init, p), []).append(list(blocks))
+    ends = {  # (init, placement) -> mean over seeds of the bottom and top block's gradient
+        key: (float(np.mean([g[0] for g in gs])), float(np.mean([g[-1] for g in gs])))
+        for key, gs in grads.items()
+    }
     grad_rows = [
         {
             "init": i,
             "norm": p,
             "max/min |grad block| over layers": spread_text(ratio[(i, p)]),
             "max/min |grad W1|": spread_text(ratio_w1[(i, p)]),
-            "layer 1 |grad block|": float(np.mean([g[0] for g in grads[(i, p)]])),
-            f"layer {n_layers} |grad block|": float(np.mean([g[-1] for g in grads[(i, p)]])),
+            "layer 1 |grad block|": ends[(i, p)][0],
+            f"layer {n_layers} |grad block|": ends[(i, p)][1],
         }
         for i in INITS
         for p in PLACEMENTS
@@ -318,8 +322,8 @@ def run(quick: bool, out_dir: Path, seed: int) -> Report:
         findings=[
             "Per-layer gradients at init (mean over seeds): "
             + "; ".join(
-                f"{p}-norm, {i}: layer 1 {np.mean([g[0] for g in grads[(i, p)]]):.3g}, "
-                f"layer {n_layers} {np.mean([g[-1] for g in grads[(i, p)]]):.3g}"
+                f"{p}-norm, {i}: layer 1 {ends[(i, p)][0]:.3g}, "
+                f"layer {n_layers} {ends[(i, p)][1]:.3g}"
                 for i in INITS
                 for p in PLACEMENTS
             )
