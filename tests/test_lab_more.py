@@ -184,8 +184,24 @@ def test_translation_quick_report_and_resume(out):
     assert [r["step"] for r in table] == [20, 40, 60]
     if any(not c.passed for c in report.competence):
         assert report.verdict == "inconclusive"
-    recipe = translation.recipes(True)["lstm"]
     work = out / "translation" / "work" / "seed0"
+    sweep = report.table(
+        "learning-rate sweep (seed 0, 60 steps each): validation BLEU (greedy, 40 sentences) at "
+        "the last evaluation"
+    ).rows
+    assert len(sweep) == 3 * len(translation.LR_FACTORS)  # every arm at every rate
+    for name, recipe in translation.recipes(True).items():
+        points = [r for r in sweep if r["model"] == recipe.label]
+        lrs = [recipe.train["lr"] * f for f in translation.LR_FACTORS]
+        assert [r["lr"] for r in points] == [f"{lr:g}" for lr in lrs]
+        best = max(points, key=lambda r: r["val BLEU last"])
+        assert [r["chosen"] for r in points].count("yes") == 1 and best["chosen"] == "yes"
+        assert next(r for r in rows if r["model"] == recipe.label)["lr"] == best["lr"]
+        for lr in lrs:  # each sweep point trained in its own directory
+            assert (work / translation.run_name(name, lr, True) / "metrics.jsonl").is_file()
+    assert translation.run_name("lstm", 3e-3, True) == "lstm"  # the recipe's rate
+    assert translation.run_name("lstm", 9e-3, True) == "lstm-lr0.009"
+    recipe = translation.recipes(True)["lstm"]
     cfg = translation.train_config(True, 0, work / "data", **recipe.train)
     assert cfg.steps == 60 and cfg.dtype == "fp32"
     result = translation.train_one(recipe, cfg, work / "lstm")

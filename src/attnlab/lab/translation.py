@@ -20,6 +20,11 @@ arms train in fp32, with no bf16 autocast on their step-by-step decoders (:data:
 says why, from the probe ``benchmarks/translation_dtype.py``); the Transformer keeps bf16
 autocast where the CPU has it natively.
 
+Learning rates (issue 20 item 1): a sweep on the first seed trains every arm at its recipe's
+peak rate times each of ``LR_FACTORS`` for the full budget and keeps, per arm, the rate with the
+higher last validation BLEU (:func:`sweep`); the other seeds train at the chosen rate only. The
+runs at the recipe's rate keep their directory name (``ARM``), the others are ``ARM-lrLR``.
+
 Seeds: a full run trains every arm on ``lab.seeds`` (3 seeds), two single-threaded runs at a
 time (:func:`attnlab.lab.seeds.run_arms`). Training goes through :func:`attnlab.train.train`, so
 every (seed, arm) run checkpoints into ``runs/experiments/translation/matched/seedS/ARM``
@@ -45,6 +50,7 @@ Shapes: B sentences, S source tokens, T target tokens, H heads.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass
@@ -74,6 +80,7 @@ VAL_SENTENCES = 256  # the fixed validation subset of the learning curves (full 
 STEPS = {True: 60, False: 2500}  # every arm, quick and full size
 EVAL_EVERY = {True: 20, False: 250}  # steps between validation-BLEU evaluations
 PLATEAU_BLEU = 0.5  # an arm has plateaued when its last evaluation gained at most this
+LR_FACTORS = (1.0, 3.0)  # the learning-rate sweep: each arm's recipe lr times these
 HISTORY = (
     "Budget history: the first full run (2026-11-22; d_ff 1024, random batches, 2500 "
     "steps each) reached lower-cased BLEU (beam) 38.5 (Transformer), 24.7 (LSTM + Bahdanau) "
@@ -96,12 +103,15 @@ PRECISION = (
 COST = (
     "Cost on this machine (2 cores, AMD EPYC), measured before the full run "
     "(benchmarks/translation_dtype.md): one thread runs a step in 0.93 (Transformer, bf16), "
-    "0.90 (LSTM + Bahdanau, fp32) and 0.78 (plain LSTM, fp32) CPU seconds, so 3 seeds x 3 arms "
-    "x 2500 steps, two runs side by side, are ~163 min of training plus ~8 min of validation "
-    "evaluations and test decoding: about 2 h 50 min, nearly twice the 90 minutes issue 20 "
-    "allows translation. Every (seed, arm) run checkpoints every 250 steps and the command "
-    "continues an interrupted run, so the full run is made in pieces (e.g. `timeout -s INT 85m "
-    "attnlab experiment translation`, repeated until it writes this report)."
+    "0.90 (LSTM + Bahdanau, fp32) and 0.78 (plain LSTM, fp32) CPU seconds, so 2500 steps of "
+    "the three arms take ~109 min of CPU. The full run trains 3 seeds at the recipe's rates "
+    "plus one sweep point per arm (12 runs, ~7 h 15 min of CPU, ~3 h 40 min on both cores), "
+    "2 seeds more for every arm whose sweep picks the other rate (up to 6 runs, ~1 h 50 min on "
+    "both cores), and ~10 min of validation evaluations and test decoding: far over the 90 "
+    "minutes issue 20 allows translation. Every (seed, arm, lr) run checkpoints every 250 "
+    "steps and the command continues an interrupted run, so the full run is made in pieces "
+    "(e.g. `timeout -s INT 85m attnlab experiment translation`, repeated until it writes this "
+    "report)."
 )
 
 
@@ -419,20 +429,45 @@ def prepare_data(
     return splits
 
 
-def train_job(job: tuple) -> dict[str, Any]:
-    """One arm on one seed: train (or continue, or reload) it, decode the test set greedily and
-    with beam search, score both, and return the numbers and the run's learning curves."""
-    name, root, data, seed, quick = job
+def at_lr(recipe: Recipe, lr: float) -> Recipe:
+    """``recipe`` with its peak learning rate set to ``lr`` (the floor follows: lr / 10)."""
+    return dataclasses.replace(recipe, train={**recipe.train, "lr": lr})
+
+
+def run_name(name: str, lr: float, quick: bool) -> str:
+    """The run directory of one arm at one learning rate: the arm's name at its recipe's lr
+    (the runs of the matched budget), ``ARM-lrLR`` at the sweep's other rates."""
+    return name if lr == recipes(quick)[name].train["lr"] else f"{name}-lr{lr:g}"
+
+
+def fit(job: tuple) -> tuple[Any, Path, Recipe]:
+    """Train (or continue, or reload) one (arm, lr, seed) run of a ``job`` tuple
+    (name, lr, root, data, seed, quick); also returns its run directory and recipe."""
+    name, lr, root, data, seed, quick = job
     work = Path(root) / f"seed{seed}"
-    splits = prepare_data(quick, seed, data, work, write=False)
+    recipe = at_lr(recipes(quick)[name], lr)
+    run_dir = work / run_name(name, lr, quick)
+    result = train_one(recipe, train_config(quick, seed, work / "data", **recipe.train), run_dir)
+    return result, run_dir, recipe
+
+
+def sweep_job(job: tuple) -> dict[str, Any]:
+    """One point of the learning-rate sweep: its validation-BLEU curve (no test decoding)."""
+    _, run_dir, _ = fit(job)
+    return {"val_bleu": curve(read_metrics(run_dir), "val_bleu")}
+
+
+def train_job(job: tuple) -> dict[str, Any]:
+    """One arm on one seed at its chosen learning rate: train (or continue, or reload) it,
+    decode the test set greedily and with beam search, score both, and return the numbers and
+    the run's learning curves."""
+    *_, data, seed, quick = job
+    splits = prepare_data(quick, seed, data, Path(job[2]) / f"seed{seed}", write=False)
     sources, refs = [s for s, _ in splits["test"]], [t for _, t in splits["test"]]
-    recipe = recipes(quick)[name]
-    result = train_one(
-        recipe, train_config(quick, seed, work / "data", **recipe.train), work / name
-    )
+    result, run_dir, _ = fit(job)
     greedy = translate(result.model, result.tokenizer, sources, beams=1)
     beam = translate(result.model, result.tokenizer, sources, beams=BEAMS)
-    records = read_metrics(work / name)
+    records = read_metrics(run_dir)
     return {
         "parameters": sum(p.numel() for p in result.model.parameters()),
         "steps": result.step,
@@ -444,6 +479,33 @@ def train_job(job: tuple) -> dict[str, Any]:
         "curves": {k: curve(records, k) for k in ("val_bleu", "val_loss", "train_loss")},
         "vocab": result.tokenizer.vocab_size,
     }
+
+
+def sweep(
+    arms: dict[str, Recipe], root: Path, data: str | None, seed: int, quick: bool
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """The learning-rate sweep (issue 20): every arm at its recipe's lr times each of
+    ``LR_FACTORS``, on one seed with the full budget; the rate whose last validation BLEU is
+    highest is the arm's. Returns ({arm: chosen lr}, the sweep table's rows)."""
+    grid = {n: [r.train["lr"] * f for f in LR_FACTORS] for n, r in arms.items()}
+    points = run_arms(
+        sweep_job, [(n, lr, str(root), data) for n in arms for lr in grid[n]], [seed], quick
+    )
+    last = {arm: runs[0]["val_bleu"][1] for arm, runs in points.items()}
+    chosen = {n: max(grid[n], key=lambda lr: last[(n, lr, str(root), data)][-1]) for n in arms}
+    rows = [
+        {
+            "model": arms[n].label,
+            "lr": f"{lr:g}",
+            "val BLEU last": round(ys[-1], 2),
+            "val BLEU last gain": round(ys[-1] - ys[-2], 2) if len(ys) >= 2 else math.nan,
+            "chosen": "yes" if lr == chosen[n] else "",
+        }
+        for n in arms
+        for lr in grid[n]
+        for ys in [last[(n, lr, str(root), data)]]
+    ]
+    return chosen, rows
 
 
 def curve_rows(per: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -475,11 +537,12 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
     seeds = start_seeds(seed, quick)
     root = out_dir / "work" if quick else WORK_DIR
     splits = {s: prepare_data(quick, s, data, root / f"seed{s}") for s in seeds}[seeds[0]]
-    arms = recipes(quick)
+    lr, sweep_rows = sweep(recipes(quick), root, data, seeds[0], quick)
+    arms = {n: at_lr(r, lr[n]) for n, r in recipes(quick).items()}
     per = {
         arm[0]: runs
         for arm, runs in run_arms(
-            train_job, [(n, str(root), data) for n in arms], seeds, quick
+            train_job, [(n, lr[n], str(root), data) for n in arms], seeds, quick
         ).items()
     }
     num = {
@@ -501,6 +564,7 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
         {
             "model": arms[n].label,
             "parameters": per[n][0]["parameters"],
+            "lr": f"{lr[n]:g}",
             "steps": per[n][0]["steps"],
             "dtype": arms[n].train["dtype"],
             **{k: spread_text(v, 4) for k, v in num[n].items()},
@@ -549,7 +613,7 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
         n: train_one(
             arms[n],
             train_config(quick, seeds[0], first_dir / "data", **arms[n].train),
-            first_dir / n,
+            first_dir / run_name(n, lr[n], quick),
         )
         for n in ("transformer", "bahdanau")
     }
@@ -594,9 +658,12 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             + ", AdamW betas (0.9, 0.98), weight decay 0.01, warm-up then cosine to lr/10, "
             "label smoothing 0.1, gradient clip 1.0; one torch thread per run"
             + ("" if quick else ", two runs at a time")
-            + ". Learning rates: "
-            + ", ".join(f"{n} {r.train['lr']:g}" for n, r in arms.items())
-            + ".",
+            + ". Learning rates: a sweep on seed "
+            + f"{seeds[0]} trains every arm at its recipe's rate times "
+            + " and ".join(f"{f:g}" for f in LR_FACTORS)
+            + f" for the full {step} steps and keeps the rate with the higher last validation "
+            "BLEU (table 'learning-rate sweep'); the other seeds train at that rate only. "
+            "Chosen: " + ", ".join(f"{n} {r.train['lr']:g}" for n, r in arms.items()) + ".",
             f"Matched budget: every arm trains {step} steps (~{step * batch / n_train:.1f} "
             f"epochs). Every {every} steps each run decodes the first "
             f"{n_val} validation sentences greedily (the same ones "
@@ -628,6 +695,11 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
         ],
         tables=[
             Table("test scores per model (mean (min-max) over seeds)", rows),
+            Table(
+                f"learning-rate sweep (seed {seeds[0]}, {step} steps each): validation BLEU "
+                f"(greedy, {n_val} sentences) at the last evaluation",
+                sweep_rows,
+            ),
             Table(
                 f"validation BLEU (greedy, {n_val} sentences) per evaluation, mean (min-max) "
                 "over seeds",
