@@ -148,3 +148,17 @@ def test_index_lists_full_reports_only(tmp_path):
     assert "[A dummy experiment](dummy/README.md)" in text and "**held**" in text
     assert "12 s" in text and "`attnlab experiment dummy --seed 0`" in text
     assert "quicky" not in text and "broken" not in text
+
+
+def test_index_counts_arms_not_criteria():
+    from attnlab.lab.index import competence_cell
+
+    def crit(arm, passed, in_verdict=True):
+        return {"arm": arm, "passed": passed, "in_verdict": in_verdict}
+
+    two_each = [crit("a", True), crit("a", True), crit("b", True), crit("b", False)]
+    assert competence_cell(two_each) == "missed: b (1/2 pass)"  # b missed one of its two
+    assert competence_cell(two_each[:3]) == "all 2 compared arms pass"
+    refs = [crit("a", True), crit("r", False, False), crit("r", False, False)]
+    assert competence_cell(refs) == "all 1 compared arms pass; reference arms that missed: r"
+    assert competence_cell(None) == "not stated" and competence_cell([]) == "no trained arms"

@@ -98,6 +98,15 @@ def render_index(reports: list[dict], pending: list[tuple[str, str, str]] = ()) 
     return "\n".join(lines) + "\n"
 
 
+def arms_of(criteria: list[dict]) -> dict[str, bool]:
+    """{arm: whether it met every one of its criteria}, in the order the arms first appear (an
+    arm may be held to several criteria, e.g. a test score and a plateau)."""
+    arms: dict[str, bool] = {}
+    for c in criteria:
+        arms[c["arm"]] = arms.get(c["arm"], True) and bool(c.get("passed"))
+    return arms
+
+
 def competence_cell(competence: list[dict] | None) -> str:
     """How the compared arms fared ('all 3 compared arms pass', 'missed: a, b (1/3 pass)'),
     plus reference arms that missed; 'not stated' for a report from before the gate."""
@@ -105,16 +114,15 @@ def competence_cell(competence: list[dict] | None) -> str:
         return "not stated"
     if not competence:
         return "no trained arms"
-    compared = [c for c in competence if c.get("in_verdict", True)]
-    failed = [c["arm"] for c in compared if not c.get("passed")]
+    compared = arms_of([c for c in competence if c.get("in_verdict", True)])
+    failed = [arm for arm, ok in compared.items() if not ok]
     if failed:
         passing = len(compared) - len(failed)
         text = f"missed: {', '.join(failed)} ({passing}/{len(compared)} pass)"
     else:
         text = f"all {len(compared)} compared arms pass"
-    ref_missed = [
-        c["arm"] for c in competence if not c.get("in_verdict", True) and not c.get("passed")
-    ]
+    references = arms_of([c for c in competence if not c.get("in_verdict", True)])
+    ref_missed = [arm for arm, ok in references.items() if not ok]
     if ref_missed:
         text += f"; reference arms that missed: {', '.join(ref_missed)}"
     return text
