@@ -248,3 +248,24 @@ def test_model_configs_are_valid():
         assert isinstance(long_range.model_config(name, 20, 10, quick=False), ModelConfig)
     for recipe in translation.recipes(False).values():
         ModelConfig(**recipe.model)
+
+
+def test_translation_findings_say_which_seeds_still_rise():
+    def num(gains):
+        return {
+            "val BLEU last gain": gains,
+            "lc BLEU beam 5": [20.0] * 3,
+            "lc BLEU greedy": [19.0] * 3,
+        }
+
+    gains = {
+        "transformer": [0.1, -0.2, 0.3],
+        "bahdanau": [0.8, 1.2, 0.9],
+        "lstm": [-0.2, 0.6, -0.3],
+    }
+    text = translation._findings(
+        {n: num(g) for n, g in gains.items()}, translation.recipes(True), 250
+    )
+    assert "reached its plateau" in text[0]
+    assert "has not plateaued: validation BLEU still rose" in text[1]
+    assert "has not plateaued on every seed" in text[2] and "on 1 of 3 seeds" in text[2]
