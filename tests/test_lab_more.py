@@ -269,3 +269,18 @@ def test_translation_findings_say_which_seeds_still_rise():
     assert "reached its plateau" in text[0]
     assert "has not plateaued: validation BLEU still rose" in text[1]
     assert "has not plateaued on every seed" in text[2] and "on 1 of 3 seeds" in text[2]
+
+
+def test_translation_sweep_never_chooses_a_diverged_rate(tmp_path, monkeypatch):
+    def fake_sweep_job(job):  # the recipe's rate learns; 3x it diverges after two evaluations
+        name, lr, *_ = job
+        if lr == translation.recipes(True)[name].train["lr"]:
+            return {"val_bleu": ([20, 40, 60], [1.0, 2.0, 3.0]), "diverged": ""}
+        return {"val_bleu": ([20, 40], [5.0, 9.0]), "diverged": "the training loss became nan"}
+
+    monkeypatch.setattr(translation, "sweep_job", fake_sweep_job)
+    arms = translation.recipes(True)
+    chosen, rows = translation.sweep(arms, tmp_path, None, 0, quick=True)
+    assert chosen == {n: r.train["lr"] for n, r in arms.items()}  # 9.0 diverged, 3.0 kept
+    assert [r["diverged"] for r in rows][:2] == ["no", "the training loss became nan"]
+    assert [r["chosen"] for r in rows][:2] == ["yes", ""]

@@ -67,7 +67,7 @@ from attnlab.lab.charts import save_chart, seeds_chart
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import Competence, FigureRef, Report, Table, outcome, spread, spread_text
 from attnlab.lab.seeds import run_arms, start_seeds
-from attnlab.train import RunConfig, TrainConfig, train
+from attnlab.train import RunConfig, TrainConfig, TrainingDiverged, train
 from attnlab.train.distributed import cpu_has_native_bf16
 from attnlab.viz import attention_maps, plot_alignment, plot_attention, read_metrics
 
@@ -452,9 +452,17 @@ def fit(job: tuple) -> tuple[Any, Path, Recipe]:
 
 
 def sweep_job(job: tuple) -> dict[str, Any]:
-    """One point of the learning-rate sweep: its validation-BLEU curve (no test decoding)."""
-    _, run_dir, _ = fit(job)
-    return {"val_bleu": curve(read_metrics(run_dir), "val_bleu")}
+    """One point of the learning-rate sweep: its validation-BLEU curve (no test decoding); a
+    rate at which training diverges is a point of the sweep too, never the end of the run."""
+    name, lr, root, _, seed, quick = job
+    try:
+        fit(job)
+    except TrainingDiverged as err:
+        diverged = str(err).split(";")[0]  # "the training loss became nan at step N"
+    else:
+        diverged = ""
+    run_dir = Path(root) / f"seed{seed}" / run_name(name, lr, quick)
+    return {"val_bleu": curve(read_metrics(run_dir), "val_bleu"), "diverged": diverged}
 
 
 def train_job(job: tuple) -> dict[str, Any]:
@@ -491,19 +499,25 @@ def sweep(
     points = run_arms(
         sweep_job, [(n, lr, str(root), data) for n in arms for lr in grid[n]], [seed], quick
     )
-    last = {arm: runs[0]["val_bleu"][1] for arm, runs in points.items()}
-    chosen = {n: max(grid[n], key=lambda lr: last[(n, lr, str(root), data)][-1]) for n in arms}
+    point = {(n, lr): points[(n, lr, str(root), data)][0] for n in arms for lr in grid[n]}
+
+    def score(n: str, lr: float) -> float:  # a diverged rate is never chosen
+        ys = point[(n, lr)]["val_bleu"][1]
+        return -math.inf if point[(n, lr)]["diverged"] or not ys else ys[-1]
+
+    chosen = {n: max(grid[n], key=lambda lr: score(n, lr)) for n in arms}
     rows = [
         {
             "model": arms[n].label,
             "lr": f"{lr:g}",
-            "val BLEU last": round(ys[-1], 2),
+            "val BLEU last": round(ys[-1], 2) if ys else math.nan,
             "val BLEU last gain": round(ys[-1] - ys[-2], 2) if len(ys) >= 2 else math.nan,
             "chosen": "yes" if lr == chosen[n] else "",
+            "diverged": point[(n, lr)]["diverged"] or "no",
         }
         for n in arms
         for lr in grid[n]
-        for ys in [last[(n, lr, str(root), data)]]
+        for ys in [point[(n, lr)]["val_bleu"][1]]
     ]
     return chosen, rows
 
