@@ -440,39 +440,41 @@ def run_name(name: str, lr: float, quick: bool) -> str:
     return name if lr == recipes(quick)[name].train["lr"] else f"{name}-lr{lr:g}"
 
 
-def fit(job: tuple) -> tuple[Any, Path, Recipe]:
-    """Train (or continue, or reload) one (arm, lr, seed) run of a ``job`` tuple
-    (name, lr, root, data, seed, quick); also returns its run directory and recipe."""
-    name, lr, root, data, seed, quick = job
-    work = Path(root) / f"seed{seed}"
-    recipe = at_lr(recipes(quick)[name], lr)
-    run_dir = work / run_name(name, lr, quick)
-    result = train_one(recipe, train_config(quick, seed, work / "data", **recipe.train), run_dir)
-    return result, run_dir, recipe
+def run_dir_of(job: tuple) -> Path:
+    """The run directory of a ``job`` tuple (name, lr, root, data, seed, quick)."""
+    name, lr, root, _, seed, quick = job
+    return Path(root) / f"seed{seed}" / run_name(name, lr, quick)
+
+
+def fit(job: tuple) -> Any:
+    """Train (or continue, or reload) the (arm, lr, seed) run of a ``job`` tuple."""
+    name, lr, _, _, seed, quick = job
+    recipe, run_dir = at_lr(recipes(quick)[name], lr), run_dir_of(job)
+    cfg = train_config(quick, seed, run_dir.parent / "data", **recipe.train)
+    return train_one(recipe, cfg, run_dir)
 
 
 def sweep_job(job: tuple) -> dict[str, Any]:
     """One point of the learning-rate sweep: its validation-BLEU curve (no test decoding); a
     rate at which training diverges is a point of the sweep too, never the end of the run."""
-    name, lr, root, _, seed, quick = job
     try:
         fit(job)
     except TrainingDiverged as err:
         diverged = str(err).split(";")[0]  # "the training loss became nan at step N"
     else:
         diverged = ""
-    run_dir = Path(root) / f"seed{seed}" / run_name(name, lr, quick)
-    return {"val_bleu": curve(read_metrics(run_dir), "val_bleu"), "diverged": diverged}
+    return {"val_bleu": curve(read_metrics(run_dir_of(job)), "val_bleu"), "diverged": diverged}
 
 
 def train_job(job: tuple) -> dict[str, Any]:
     """One arm on one seed at its chosen learning rate: train (or continue, or reload) it,
     decode the test set greedily and with beam search, score both, and return the numbers and
     the run's learning curves."""
-    *_, data, seed, quick = job
-    splits = prepare_data(quick, seed, data, Path(job[2]) / f"seed{seed}", write=False)
+    _, _, _, data, seed, quick = job
+    run_dir = run_dir_of(job)
+    splits = prepare_data(quick, seed, data, run_dir.parent, write=False)
     sources, refs = [s for s, _ in splits["test"]], [t for _, t in splits["test"]]
-    result, run_dir, _ = fit(job)
+    result = fit(job)
     greedy = translate(result.model, result.tokenizer, sources, beams=1)
     beam = translate(result.model, result.tokenizer, sources, beams=BEAMS)
     records = read_metrics(run_dir)
@@ -622,14 +624,8 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
     )
     n_val = min(VAL_SENTENCES, len(splits["val"]))
     figures = curves_figures(per, n_val, out_dir)
-    first_dir = root / f"seed{seeds[0]}"  # its finished runs are reloaded, not retrained
-    trained = {
-        n: train_one(
-            arms[n],
-            train_config(quick, seeds[0], first_dir / "data", **arms[n].train),
-            first_dir / run_name(n, lr[n], quick),
-        )
-        for n in ("transformer", "bahdanau")
+    trained = {  # the first seed's finished runs, reloaded, not retrained
+        n: fit((n, lr[n], str(root), data, seeds[0], quick)) for n in ("transformer", "bahdanau")
     }
     sources, refs = [s for s, _ in splits["test"]], [t for _, t in splits["test"]]
     figures += attention_figures(
