@@ -12,7 +12,7 @@ import torch
 
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.train import RunConfig, TrainConfig, train
+from attnlab.train import RunConfig, TrainConfig, TrainingDiverged, train
 from attnlab.train.checkpoint import latest_checkpoint, load_checkpoint
 from tiny_configs import tiny_config
 
@@ -204,3 +204,16 @@ def test_bf16_on_a_cpu_that_emulates_it_warns(monkeypatch):
         warnings.simplefilter("error")
         assert distributed.autocast_dtype("bf16", torch.device("cpu")) == torch.bfloat16
         assert distributed.autocast_dtype("fp32", torch.device("cpu")) is None
+
+
+def test_a_diverging_run_stops_with_its_step_and_loss_and_keeps_its_checkpoints(tmp_path, corpus):
+    cfg = TrainConfig(task="lm", data=corpus, context_len=16, steps=30, warmup_steps=0,
+                      batch_size=4, lr=1e6, grad_clip=0.0, save_every=1,
+                      progress=False)  # fmt: skip
+    with pytest.raises(TrainingDiverged) as caught:
+        train(RunConfig(TINY_LM, cfg), run_dir=tmp_path)
+    err = caught.value
+    assert not math.isfinite(err.loss) and 1 <= err.step <= 30
+    assert f"became {err.loss} at step {err.step}; lower the learning rate" in str(err)
+    if err.step > 1:  # the last finite step's checkpoint is intact
+        assert latest_checkpoint(tmp_path).name == f"step_{err.step - 1:08d}"

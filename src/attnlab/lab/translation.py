@@ -460,7 +460,7 @@ def sweep_job(job: tuple) -> dict[str, Any]:
     try:
         fit(job)
     except TrainingDiverged as err:
-        diverged = str(err).split(";")[0]  # "the training loss became nan at step N"
+        diverged = f"the training loss became {err.loss} at step {err.step}"
     else:
         diverged = ""
     return {"val_bleu": curve(read_metrics(run_dir_of(job)), "val_bleu"), "diverged": diverged}

@@ -62,7 +62,15 @@ EventHandler = Callable[[str, dict[str, Any]], None]
 
 
 class TrainingDiverged(UserError):
-    """The loss became NaN or infinite."""
+    """The loss became NaN or infinite: ``loss`` (the value) at optimizer step ``step``."""
+
+    def __init__(self, step: int, loss: float):
+        self.step, self.loss = step, loss
+        super().__init__(
+            f"the training loss became {loss} at step {step}; lower the learning rate (--lr), "
+            "keep gradient clipping on (--grad-clip 1.0) or use fp32 (--dtype fp32). "
+            "Checkpoints saved before this step are intact"
+        )
 
 
 @dataclass
@@ -319,11 +327,7 @@ class _Run:
         result.step = done
         result.elapsed_s = self.elapsed0 + time.perf_counter() - self.started
         if not math.isfinite(stats.loss):
-            raise TrainingDiverged(
-                f"the training loss became {stats.loss} at step {done}; lower the learning "
-                f"rate (--lr), keep gradient clipping on (--grad-clip 1.0) or use fp32 "
-                f"(--dtype fp32). Checkpoints saved before this step are intact"
-            )
+            raise TrainingDiverged(done, stats.loss)
         result.losses.append((done, stats.loss))
         self.window.add(stats)
         return done
