@@ -70,6 +70,20 @@ def synced_clock(device: torch.device):
     return clock
 
 
+def timed(works, first, first_key: str, args, clock, warmup: int) -> dict[str, dict]:
+    """Interleaved rounds of ``works``: {name: timing fields}, with each compiled contender's
+    first (compiling) call's seconds under ``first_key``."""
+    timings = interleave(
+        works, rounds=args.rounds, warmup=warmup, min_round_s=args.min_round_s, clock=clock
+    )
+    contenders = {k: t.to_dict("tokens") for k, t in timings.items()}
+    for k, c in contenders.items():
+        if k in first:
+            c[first_key] = first[k]
+        say(f"  {k:26s} {c['tokens_per_s']:12.1f} tok/s")
+    return contenders
+
+
 def train_contender(name: str, shape: LMShape, device, bf16: bool, compiled: bool, batches):
     """work(r) -> tokens: one training step of ``name`` on batch r, on ``device``."""
     model, forward = build_lm(name, shape)
@@ -108,14 +122,7 @@ def time_training(args, device, clock) -> list[dict[str, Any]]:
                 works[key], first[key] = work, clock() - t0
                 say(f"train {shape.name}: compiled {key} in {first[key]:.1f} s")
         say(f"train {shape.name}: timing {', '.join(works)}")
-        timings = interleave(
-            works, rounds=args.rounds, warmup=2, min_round_s=args.min_round_s, clock=clock
-        )
-        contenders = {n: t.to_dict("tokens") for n, t in timings.items()}
-        for n, c in contenders.items():
-            if n in first:
-                c["first_step_seconds"] = first[n]
-            say(f"  {n:26s} {c['tokens_per_s']:12.0f} tok/s")
+        contenders = timed(works, first, "first_step_seconds", args, clock, warmup=2)
         base = contenders["hf_gpt2_sdpa"]["tokens_per_s"]
         base16 = contenders["hf_gpt2_sdpa_bf16"]["tokens_per_s"]
         ratios = {
@@ -176,14 +183,7 @@ def time_generation(args, device, clock) -> dict[str, Any]:
         say(f"generate: compiled the decode step in {first['attnlab_compiled']:.1f} s")
     works["hf_gpt2"] = hf_work
     say(f"generate: timing {', '.join(works)} ({n} new tokens after {context})")
-    timings = interleave(
-        works, rounds=args.rounds, warmup=1, min_round_s=args.min_round_s, clock=clock
-    )
-    contenders = {k: t.to_dict("tokens") for k, t in timings.items()}
-    for k, c in contenders.items():
-        if k in first:
-            c["first_call_seconds"] = first[k]
-        say(f"  {k:26s} {c['tokens_per_s']:12.1f} tok/s")
+    contenders = timed(works, first, "first_call_seconds", args, clock, warmup=1)
     hf_rate = contenders["hf_gpt2"]["tokens_per_s"]
     return {
         "model": vars(shape),
