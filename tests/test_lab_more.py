@@ -8,6 +8,7 @@ decoding's determinism, BLEU of identical texts, resuming a finished run trains 
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -189,13 +190,17 @@ def test_translation_quick_report_and_resume(out):
         "learning-rate sweep (seed 0, 60 steps each): validation BLEU (greedy, 40 sentences) at "
         "the last evaluation"
     ).rows
-    assert len(sweep) == 3 * len(translation.LR_FACTORS)  # every arm at every rate
     for name, recipe in translation.recipes(True).items():
         points = [r for r in sweep if r["model"] == recipe.label]
-        lrs = [recipe.train["lr"] * f for f in translation.LR_FACTORS]
-        assert [r["lr"] for r in points] == [f"{lr:g}" for lr in lrs]
+        grid = [recipe.train["lr"] * f for f in translation.LR_GRID]
+        lrs = [lr for lr in grid if f"{lr:g}" in {r["lr"] for r in points}]
+        assert [r["lr"] for r in points] == [f"{lr:g}" for lr in lrs]  # in order, no repeats
+        start = [recipe.train["lr"] * f for f in translation.LR_START]
+        assert set(start) <= set(lrs) and len(lrs) in (2, 3)  # the start, then one beyond
         best = max(points, key=lambda r: r["val BLEU last"])
-        assert [r["chosen"] for r in points].count("yes") == 1 and best["chosen"] == "yes"
+        assert [r["chosen"].startswith("yes") for r in points].count(True) == 1
+        assert best["chosen"].startswith("yes")
+        assert (best["chosen"] == "yes") == (points[0] is not best is not points[-1])
         assert next(r for r in rows if r["model"] == recipe.label)["lr"] == best["lr"]
         for lr in lrs:  # each sweep point trained in its own directory
             assert (work / translation.run_name(name, lr, True) / "metrics.jsonl").is_file()
@@ -281,6 +286,22 @@ def test_translation_sweep_never_chooses_a_diverged_rate(tmp_path, monkeypatch):
     monkeypatch.setattr(translation, "sweep_job", fake_sweep_job)
     arms = translation.recipes(True)
     chosen, rows = translation.sweep(arms, tmp_path, None, 0, quick=True)
-    assert chosen == {n: r.train["lr"] for n, r in arms.items()}  # 9.0 diverged, 3.0 kept
-    assert [r["diverged"] for r in rows][:2] == ["no", "the training loss became nan"]
-    assert [r["chosen"] for r in rows][:2] == ["yes", ""]
+    assert chosen == {n: r.train["lr"] for n, r in arms.items()}  # the others diverged
+    nan = "the training loss became nan"
+    assert [r["diverged"] for r in rows][:3] == [nan, "no", nan]  # 0.3x and 3x it
+    assert [r["chosen"] for r in rows][:3] == ["", "yes", ""]
+
+
+@pytest.mark.parametrize(
+    "scores, expected",
+    [
+        ({1: 5.0, 3: 9.0}, 10),  # best at the top: go up
+        ({1: 9.0, 3: 5.0}, 0.3),  # best at the bottom: go down
+        ({1: 9.0, 3: 9.0}, 0.3),  # a tie goes to the lower rate, the bottom
+        ({1: 5.0, 3: 9.0, 10: 7.0}, None),  # bracketed
+        ({1: 5.0, 3: 9.0, 10: 12.0}, None),  # best at the grid's end: nothing beyond
+        ({0.3: -math.inf, 1: 2.0, 3: -math.inf}, None),  # diverged neighbours bracket it
+    ],
+)
+def test_translation_sweep_extends_until_the_best_rate_is_bracketed(scores, expected):
+    assert translation.next_rate(scores, [0.3, 1, 3, 10]) == expected

@@ -21,8 +21,11 @@ says why, from the probe ``benchmarks/translation_dtype.py``); the Transformer k
 autocast where the CPU has it natively.
 
 Learning rates (issue 20 item 1): a sweep on the first seed trains every arm at its recipe's
-peak rate times each of ``LR_FACTORS`` for the full budget and keeps, per arm, the rate with the
-higher last validation BLEU (:func:`sweep`); the other seeds train at the chosen rate only. The
+peak rate times each of ``LR_START`` for the full budget, then, while an arm's best rate is the
+lowest or the highest it has tried, the next rate beyond it on the grid ``LR_GRID`` (x 0.3, 1, 3,
+10), so the rate kept (the highest last validation BLEU) is bracketed by worse ones unless it is
+at the grid's end, which the report says (:func:`sweep`, :func:`next_rate`); the other seeds
+train at the chosen rate only. The
 runs at the recipe's rate keep their directory name (``ARM``), the others are ``ARM-lrLR``.
 
 Seeds: a full run trains every arm on ``lab.seeds`` (3 seeds), two single-threaded runs at a
@@ -80,7 +83,8 @@ VAL_SENTENCES = 256  # the fixed validation subset of the learning curves (full 
 STEPS = {True: 60, False: 2500}  # every arm, quick and full size
 EVAL_EVERY = {True: 20, False: 250}  # steps between validation-BLEU evaluations
 PLATEAU_BLEU = 0.5  # an arm has plateaued when its last evaluation gained at most this
-LR_FACTORS = (1.0, 3.0)  # the learning-rate sweep: each arm's recipe lr times these
+LR_GRID = (0.3, 1.0, 3.0, 10.0)  # the rates the sweep may try: each arm's recipe lr times these
+LR_START = (1.0, 3.0)  # tried first; then the grid's next rate beyond the best, until bracketed
 HISTORY = (
     "Budget history: the first full run (2026-11-22; d_ff 1024, random batches, 2500 "
     "steps each) reached lower-cased BLEU (beam) 38.5 (Transformer), 24.7 (LSTM + Bahdanau) "
@@ -105,9 +109,10 @@ COST = (
     "(benchmarks/translation_dtype.md): one thread runs a step in 0.93 (Transformer, bf16), "
     "0.90 (LSTM + Bahdanau, fp32) and 0.78 (plain LSTM, fp32) CPU seconds, so 2500 steps of "
     "the three arms take ~109 min of CPU. The full run trains 3 seeds at the recipe's rates "
-    "plus one sweep point per arm (12 runs, ~7 h 15 min of CPU, ~3 h 40 min on both cores), "
-    "2 seeds more for every arm whose sweep picks the other rate (up to 6 runs, ~1 h 50 min on "
-    "both cores), and ~10 min of validation evaluations and test decoding: far over the 90 "
+    "plus two or three sweep points per arm (15 runs with three points each, ~9 h of CPU, "
+    "~4 h 30 min on both cores), 2 seeds more for every arm whose sweep picks a rate other than "
+    "its recipe's (up to 6 runs, ~1 h 50 min on both cores), and ~10 min of validation "
+    "evaluations and test decoding: far over the 90 "
     "minutes issue 20 allows translation. Every (seed, arm, lr) run checkpoints every 250 "
     "steps and the command continues an interrupted run, so the full run is made in pieces "
     "(e.g. `timeout -s INT 85m attnlab experiment translation`, repeated until it writes this "
@@ -491,34 +496,58 @@ def train_job(job: tuple) -> dict[str, Any]:
     }
 
 
+def next_rate(scores: dict[float, float], grid: list[float]) -> float | None:
+    """The sweep's next rate for one arm, or None when it is done. ``scores`` maps each rate
+    tried to its last validation BLEU (-inf if it diverged). While the best rate is the lowest
+    or the highest tried, it is not bracketed: the next is the grid's neighbour beyond it, if
+    the grid has one and it is untried. Ties go to the lower rate."""
+    tried = sorted(scores)
+    best = max(tried, key=scores.__getitem__)
+    i = grid.index(best)
+    if best == tried[0] and i > 0 and grid[i - 1] not in scores:
+        return grid[i - 1]
+    if best == tried[-1] and i + 1 < len(grid) and grid[i + 1] not in scores:
+        return grid[i + 1]
+    return None
+
+
 def sweep(
     arms: dict[str, Recipe], root: Path, data: str | None, seed: int, quick: bool
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
-    """The learning-rate sweep (issue 20): every arm at its recipe's lr times each of
-    ``LR_FACTORS``, on one seed with the full budget; the rate whose last validation BLEU is
-    highest is the arm's. Returns ({arm: chosen lr}, the sweep table's rows)."""
-    grid = {n: [r.train["lr"] * f for f in LR_FACTORS] for n, r in arms.items()}
-    points = run_arms(
-        sweep_job, [(n, lr, str(root), data) for n in arms for lr in grid[n]], [seed], quick
-    )
-    point = {(n, lr): points[(n, lr, str(root), data)][0] for n in arms for lr in grid[n]}
+    """The learning-rate sweep (issue 20): on one seed with the full budget, every arm at its
+    recipe's lr times each of ``LR_START``, then :func:`next_rate` until each arm's best rate is
+    bracketed or at the end of ``LR_GRID``; the rate whose last validation BLEU is highest is
+    the arm's. Returns ({arm: chosen lr}, the sweep table's rows)."""
+    grid = {n: [r.train["lr"] * f for f in LR_GRID] for n, r in arms.items()}
+    todo = {n: [r.train["lr"] * f for f in LR_START] for n, r in arms.items()}
+    point: dict[tuple[str, float], dict[str, Any]] = {}
+    scores: dict[str, dict[float, float]] = {n: {} for n in arms}
+    while todo:
+        jobs = [(n, lr, str(root), data) for n, lrs in todo.items() for lr in lrs]
+        for (n, lr, *_), runs in run_arms(sweep_job, jobs, [seed], quick).items():
+            point[(n, lr)] = runs[0]
+            ys = runs[0]["val_bleu"][1]  # a diverged rate is never chosen
+            scores[n][lr] = -math.inf if runs[0]["diverged"] or not ys else ys[-1]
+        todo = {n: [lr] for n in arms if (lr := next_rate(scores[n], grid[n])) is not None}
+    chosen = {n: max(sorted(scores[n]), key=scores[n].__getitem__) for n in arms}
 
-    def score(n: str, lr: float) -> float:  # a diverged rate is never chosen
-        ys = point[(n, lr)]["val_bleu"][1]
-        return -math.inf if point[(n, lr)]["diverged"] or not ys else ys[-1]
+    def verdict(n: str, lr: float) -> str:
+        if lr != chosen[n]:
+            return ""
+        inside = min(scores[n]) < lr < max(scores[n])
+        return "yes" if inside else "yes (at the end of the grid: not bracketed)"
 
-    chosen = {n: max(grid[n], key=lambda lr: score(n, lr)) for n in arms}
     rows = [
         {
             "model": arms[n].label,
             "lr": f"{lr:g}",
             "val BLEU last": round(ys[-1], 2) if ys else math.nan,
             "val BLEU last gain": round(ys[-1] - ys[-2], 2) if len(ys) >= 2 else math.nan,
-            "chosen": "yes" if lr == chosen[n] else "",
+            "chosen": verdict(n, lr),
             "diverged": point[(n, lr)]["diverged"] or "no",
         }
         for n in arms
-        for lr in grid[n]
+        for lr in sorted(scores[n])
         for ys in [point[(n, lr)]["val_bleu"][1]]
     ]
     return chosen, rows
@@ -669,10 +698,14 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             "label smoothing 0.1, gradient clip 1.0; one torch thread per run"
             + ("" if quick else ", two runs at a time")
             + ". Learning rates: a sweep on seed "
-            + f"{seeds[0]} trains every arm at its recipe's rate times "
-            + " and ".join(f"{f:g}" for f in LR_FACTORS)
-            + f" for the full {step} steps and keeps the rate with the higher last validation "
-            "BLEU (table 'learning-rate sweep'); the other seeds train at that rate only. "
+            + f"{seeds[0]} trains every arm for the full {step} steps at its recipe's rate times "
+            + " and ".join(f"{f:g}" for f in LR_START)
+            + ", then, while its best rate is the lowest or highest tried, at the next rate "
+            "beyond it on the grid x "
+            + ", ".join(f"{f:g}" for f in LR_GRID)
+            + ", and keeps the rate with the highest last validation BLEU (table 'learning-rate "
+            "sweep'; a kept rate at the grid's end is not bracketed and says so); the other "
+            "seeds train at that rate only. "
             "Chosen: " + ", ".join(f"{n} {r.train['lr']:g}" for n, r in arms.items()) + ".",
             f"Matched budget: every arm trains {step} steps (~{step * batch / n_train:.1f} "
             f"epochs). Every {every} steps each run decodes the first "
