@@ -305,3 +305,15 @@ def test_translation_sweep_never_chooses_a_diverged_rate(tmp_path, monkeypatch):
 )
 def test_translation_sweep_extends_until_the_best_rate_is_bracketed(scores, expected):
     assert translation.next_rate(scores, [0.3, 1, 3, 10]) == expected
+
+
+def test_translation_findings_name_a_kept_rate_at_the_grid_end():
+    rows = [
+        {"model": "A", "lr": "0.001", "chosen": ""},
+        {"model": "A", "lr": "0.003", "chosen": "yes"},
+        {"model": "B", "lr": "0.003", "chosen": ""},
+        {"model": "B", "lr": "0.01", "chosen": "yes (at the end of the grid: not bracketed)"},
+    ]
+    (text,) = translation.unbracketed(rows)
+    assert text.startswith("The learning-rate sweep kept B's rate 0.01 at the end of its grid")
+    assert translation.unbracketed(rows[:2]) == []

@@ -757,8 +757,20 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             "lc_bleu": lc,
             "val_bleu": {n: [r["curves"]["val_bleu"] for r in per[n]] for n in arms},
         },
-        findings=_findings(num, arms, every),
+        findings=_findings(num, arms, every) + unbracketed(sweep_rows),
     )
+
+
+def unbracketed(sweep_rows: list[dict[str, Any]]) -> list[str]:
+    """A finding for the arms whose kept rate is at the end of the sweep's grid (none if every
+    kept rate lies between two worse ones)."""
+    edge = [r for r in sweep_rows if r["chosen"].startswith("yes (")]
+    return [
+        f"The learning-rate sweep kept {r['model']}'s rate {r['lr']} at the end of its grid "
+        f"(x {', '.join(f'{f:g}' for f in LR_GRID)} the recipe's): no rate beyond it was "
+        "tried, so that arm may do better at another rate and its numbers are a lower bound."
+        for r in edge
+    ]
 
 
 def _describe(model: dict[str, Any]) -> str:
