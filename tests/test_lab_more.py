@@ -312,7 +312,7 @@ def test_translation_findings_name_a_kept_rate_at_the_grid_end():
         {"model": "A", "lr": "0.001", "chosen": ""},
         {"model": "A", "lr": "0.003", "chosen": "yes"},
         {"model": "B", "lr": "0.003", "chosen": ""},
-        {"model": "B", "lr": "0.01", "chosen": "yes (at the end of the grid: not bracketed)"},
+        {"model": "B", "lr": "0.01", "chosen": translation.AT_GRID_END},
     ]
     (text,) = translation.unbracketed(rows)
     assert text.startswith("The learning-rate sweep kept B's rate 0.01 at the end of its grid")

@@ -25,8 +25,8 @@ peak rate times each of ``LR_START`` for the full budget, then, while an arm's b
 lowest or the highest it has tried, the next rate beyond it on the grid ``LR_GRID`` (x 0.3, 1, 3,
 10), so the rate kept (the highest last validation BLEU) is bracketed by worse ones unless it is
 at the grid's end, which the report says (:func:`sweep`, :func:`next_rate`); the other seeds
-train at the chosen rate only. The
-runs at the recipe's rate keep their directory name (``ARM``), the others are ``ARM-lrLR``.
+train at the chosen rate only. The runs at the recipe's rate keep their directory name
+(``ARM``), the others are ``ARM-lrLR``.
 
 Seeds: a full run trains every arm on ``lab.seeds`` (3 seeds), two single-threaded runs at a
 time (:func:`attnlab.lab.seeds.run_arms`). Training goes through :func:`attnlab.train.train`, so
@@ -85,6 +85,7 @@ EVAL_EVERY = {True: 20, False: 250}  # steps between validation-BLEU evaluations
 PLATEAU_BLEU = 0.5  # an arm has plateaued when its last evaluation gained at most this
 LR_GRID = (0.3, 1.0, 3.0, 10.0)  # the rates the sweep may try: each arm's recipe lr times these
 LR_START = (1.0, 3.0)  # tried first; then the grid's next rate beyond the best, until bracketed
+AT_GRID_END = "yes (at the end of the grid: not bracketed)"  # a kept rate with no worse beyond it
 HISTORY = (
     "Budget history: the first full run (2026-11-22; d_ff 1024, random batches, 2500 "
     "steps each) reached lower-cased BLEU (beam) 38.5 (Transformer), 24.7 (LSTM + Bahdanau) "
@@ -496,13 +497,17 @@ def train_job(job: tuple) -> dict[str, Any]:
     }
 
 
+def best_rate(scores: dict[float, float]) -> float:
+    """The rate with the highest last validation BLEU in ``scores``; ties go to the lower."""
+    return max(sorted(scores), key=scores.__getitem__)
+
+
 def next_rate(scores: dict[float, float], grid: list[float]) -> float | None:
     """The sweep's next rate for one arm, or None when it is done. ``scores`` maps each rate
     tried to its last validation BLEU (-inf if it diverged). While the best rate is the lowest
     or the highest tried, it is not bracketed: the next is the grid's neighbour beyond it, if
-    the grid has one and it is untried. Ties go to the lower rate."""
-    tried = sorted(scores)
-    best = max(tried, key=scores.__getitem__)
+    the grid has one and it is untried."""
+    tried, best = sorted(scores), best_rate(scores)
     i = grid.index(best)
     if best == tried[0] and i > 0 and grid[i - 1] not in scores:
         return grid[i - 1]
@@ -529,13 +534,13 @@ def sweep(
             ys = runs[0]["val_bleu"][1]  # a diverged rate is never chosen
             scores[n][lr] = -math.inf if runs[0]["diverged"] or not ys else ys[-1]
         todo = {n: [lr] for n in arms if (lr := next_rate(scores[n], grid[n])) is not None}
-    chosen = {n: max(sorted(scores[n]), key=scores[n].__getitem__) for n in arms}
+    chosen = {n: best_rate(scores[n]) for n in arms}
 
     def verdict(n: str, lr: float) -> str:
         if lr != chosen[n]:
             return ""
         inside = min(scores[n]) < lr < max(scores[n])
-        return "yes" if inside else "yes (at the end of the grid: not bracketed)"
+        return "yes" if inside else AT_GRID_END
 
     rows = [
         {
@@ -764,7 +769,7 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
 def unbracketed(sweep_rows: list[dict[str, Any]]) -> list[str]:
     """A finding for the arms whose kept rate is at the end of the sweep's grid (none if every
     kept rate lies between two worse ones)."""
-    edge = [r for r in sweep_rows if r["chosen"].startswith("yes (")]
+    edge = [r for r in sweep_rows if r["chosen"] == AT_GRID_END]
     return [
         f"The learning-rate sweep kept {r['model']}'s rate {r['lr']} at the end of its grid "
         f"(x {', '.join(f'{f:g}' for f in LR_GRID)} the recipe's): no rate beyond it was "
