@@ -84,6 +84,11 @@ def test_report_refuses_a_verdict_while_an_arm_misses():
         _report("held", bad)
     verdict, reason = gate("held", "sinusoids win", bad)
     assert verdict == "inconclusive" and "sinusoidal" in reason and "sinusoids win" in reason
+    assert reason.startswith("no verdict: 1 arm(s) missed 1 competence criterion")
+    twice = bad + [Competence("sinusoidal", "loss", 0.1, [0.5, 0.4, 0.6], higher_is_better=False)]
+    assert gate("held", "x", twice)[1].startswith(
+        "no verdict: 1 arm(s) missed 2 competence criteria"
+    )
     report = _report(verdict, bad)
     text = report.to_markdown()
     assert "## Competence" in text and "| sinusoidal |" in text and "| no |" in text

@@ -169,20 +169,39 @@ def test_translation_quick_report_and_resume(out):
         path, ["loss.png", "val_bleu.png", "cross_attention.png", "alignment.png"]
     )
     rows = report.table("test scores per model (mean (min-max) over seeds)").rows
-    assert [r["steps"] for r in rows] == [60, 60, 60]  # matched budgets
+    budget, matched = report.metrics["steps"], report.metrics["matched_budget"]
+    assert [r["steps"] for r in rows] == list(budget.values())
+    # every arm trains the matched 60 steps; one still rising there (gain > 0.5 on a seed)
+    # trains again 2x as long, and the report judges it at 120 (each arm to its plateau)
+    for name, gains in ((n, m["val BLEU last gain"]) for n, m in matched.items()):
+        assert budget[name] == 120 and max(gains) > translation.PLATEAU_BLEU
+        assert matched[name]["val_bleu"][0][0] == [20, 40, 60]
+    assert {n for n, s in budget.items() if s == 60} == set(budget) - set(matched)
     assert data["seeds"] == [0] and set(report.per_seed) == {"transformer", "bahdanau", "lstm"}
     for name, num in report.per_seed.items():
         assert len(num["lc BLEU beam 5"]) == 1 and 0 <= num["lc BLEU beam 5"][0] <= 100
         steps, bleu = report.metrics["val_bleu"][name][0]
-        assert steps == [20, 40, 60] and len(bleu) == 3  # the learning curve, every 20 steps
+        assert steps == list(range(20, budget[name] + 1, 20))  # the curve, every 20 steps
         assert num["val BLEU last gain"] == [pytest.approx(bleu[-1] - bleu[-2])]
     plateau = [c for c in report.competence if c.criterion.startswith("plateau")]
     assert len(plateau) == 3 and all(not c.higher_is_better for c in plateau)
+    assert [c.criterion.endswith(f"of {budget[n]} steps") for c, n in zip(plateau, budget)] == [
+        True
+    ] * 3
     assert len(report.competence) == 6
     table = report.table(
         "validation BLEU (greedy, 40 sentences) per evaluation, mean (min-max) over seeds"
     ).rows
-    assert [r["step"] for r in table] == [20, 40, 60]
+    assert [r["step"] for r in table] == list(range(20, max(budget.values()) + 1, 20))
+    if matched:  # the longer arms' matched-budget numbers stay in the report
+        longer = report.table("the arms trained 2x as long, at the matched budget").rows
+        assert [r["steps"] for r in longer] == [60] * len(matched)
+        assert [c for c in table[0] if c.endswith("steps")] == [
+            f"{n}, {s} steps" for n in matched for s in (60, 120)
+        ]
+        assert sum("was still rising at the matched 60 steps" in f for f in report.findings) == len(
+            matched
+        )
     if any(not c.passed for c in report.competence):
         assert report.verdict == "inconclusive"
     work = out / "translation" / "work" / "seed0"
@@ -206,6 +225,12 @@ def test_translation_quick_report_and_resume(out):
             assert (work / translation.run_name(name, lr, True) / "metrics.jsonl").is_file()
     assert translation.run_name("lstm", 3e-3, True) == "lstm"  # the recipe's rate
     assert translation.run_name("lstm", 9e-3, True) == "lstm-lr0.009"
+    assert translation.run_name("lstm", 9e-3, True, 60) == "lstm-lr0.009"  # the matched budget
+    assert translation.run_name("lstm", 3e-3, True, 120) == "lstm-steps120"
+    assert translation.run_name("lstm", 3e-3, False, 5000) == "lstm-lr0.003-steps5000"
+    for (name, steps), row in zip(budget.items(), rows):  # each final run in its own directory
+        run_dir = work / translation.run_name(name, float(row["lr"]), True, steps)
+        assert (run_dir / "metrics.jsonl").is_file()
     recipe = translation.recipes(True)["lstm"]
     cfg = translation.train_config(True, 0, work / "data", **recipe.train)
     assert cfg.steps == 60 and cfg.dtype == "fp32"

@@ -127,10 +127,12 @@ def gate(
     failed = missed(competence)
     if failed:
         names = "; ".join(c.describe() for c in failed)
+        arms = len({c.arm for c in failed})  # an arm may miss more than one criterion
         return (
             "inconclusive",
-            f"no verdict: {len(failed)} arm(s) missed the competence criterion on their own "
-            f"training distribution ({names}). The comparison would have read: {reason}",
+            f"no verdict: {arms} arm(s) missed {len(failed)} competence criteri"
+            f"{'on' if len(failed) == 1 else 'a'} on their own training distribution ({names}). "
+            f"The comparison would have read: {reason}",
         )
     if n_seeds is not None and n_seeds < min_seeds:
         return (

@@ -15,7 +15,11 @@ fixed subset of the validation set (the first 256 sentences) greedily and record
 the report draws validation BLEU against the step per arm (mean over seeds, min-max band) and
 states whether each arm reached a plateau: the last evaluation at most ``PLATEAU_BLEU`` above
 the one before, on every seed. An arm still rising is under-trained at this budget and makes
-the comparison inconclusive (a competence criterion, :mod:`attnlab.lab.report`). The recurrent
+the comparison inconclusive (a competence criterion, :mod:`attnlab.lab.report`), so it trains
+again on every seed, from scratch, with one schedule ``LONGER`` (2) times as long, and the report
+judges and compares it at that budget (each model to its plateau, which issue 20 allows), keeping
+its matched-budget numbers in a table of their own; once only, so an arm still rising then stays
+inconclusive. Those runs live in ``ARM[-lrLR]-stepsN`` (:func:`run_name`). The recurrent
 arms train in fp32, with no bf16 autocast on their step-by-step decoders (:data:`PRECISION`
 says why, from the probe ``benchmarks/translation_dtype.py``); the Transformer keeps bf16
 autocast where the CPU has it natively.
@@ -83,6 +87,8 @@ VAL_SENTENCES = 256  # the fixed validation subset of the learning curves (full 
 STEPS = {True: 60, False: 2500}  # every arm, quick and full size
 EVAL_EVERY = {True: 20, False: 250}  # steps between validation-BLEU evaluations
 PLATEAU_BLEU = 0.5  # an arm has plateaued when its last evaluation gained at most this
+LONGER = 2  # an arm still rising at the matched budget trains again, this many times as long
+MATCHED_COLUMNS = ("lc BLEU beam 5", "val BLEU last", "val BLEU last gain", "val loss")
 LR_GRID = (0.3, 1.0, 3.0, 10.0)  # the rates the sweep may try: each arm's recipe lr times these
 LR_START = (1.0, 3.0)  # tried first; then the grid's next rate beyond the best, until bracketed
 AT_GRID_END = "yes (at the end of the grid: not bracketed)"  # a kept rate with no worse beyond it
@@ -440,22 +446,26 @@ def at_lr(recipe: Recipe, lr: float) -> Recipe:
     return dataclasses.replace(recipe, train={**recipe.train, "lr": lr})
 
 
-def run_name(name: str, lr: float, quick: bool) -> str:
-    """The run directory of one arm at one learning rate: the arm's name at its recipe's lr
-    (the runs of the matched budget), ``ARM-lrLR`` at the sweep's other rates."""
-    return name if lr == recipes(quick)[name].train["lr"] else f"{name}-lr{lr:g}"
+def run_name(name: str, lr: float, quick: bool, steps: int | None = None) -> str:
+    """The run directory of one arm at one learning rate and budget: the arm's name at its
+    recipe's lr (the runs of the matched budget), ``ARM-lrLR`` at the sweep's other rates, and
+    ``-stepsN`` after either for a budget other than the matched ``STEPS``."""
+    base = name if lr == recipes(quick)[name].train["lr"] else f"{name}-lr{lr:g}"
+    return base if steps in (None, STEPS[quick]) else f"{base}-steps{steps}"
 
 
 def run_dir_of(job: tuple) -> Path:
-    """The run directory of a ``job`` tuple (name, lr, root, data, seed, quick)."""
-    name, lr, root, _, seed, quick = job
-    return Path(root) / f"seed{seed}" / run_name(name, lr, quick)
+    """The run directory of a ``job`` tuple (name, lr, steps, root, data, seed, quick)."""
+    name, lr, steps, root, _, seed, quick = job
+    return Path(root) / f"seed{seed}" / run_name(name, lr, quick, steps)
 
 
 def fit(job: tuple) -> Any:
-    """Train (or continue, or reload) the (arm, lr, seed) run of a ``job`` tuple."""
-    name, lr, _, _, seed, quick = job
+    """Train (or continue, or reload) the (arm, lr, steps, seed) run of a ``job`` tuple: one
+    warm-up + cosine schedule over ``steps``."""
+    name, lr, steps, _, _, seed, quick = job
     recipe, run_dir = at_lr(recipes(quick)[name], lr), run_dir_of(job)
+    recipe = dataclasses.replace(recipe, train={**recipe.train, "steps": steps})
     cfg = train_config(quick, seed, run_dir.parent / "data", **recipe.train)
     return train_one(recipe, cfg, run_dir)
 
@@ -476,7 +486,7 @@ def train_job(job: tuple) -> dict[str, Any]:
     """One arm on one seed at its chosen learning rate: train (or continue, or reload) it,
     decode the test set greedily and with beam search, score both, and return the numbers and
     the run's learning curves."""
-    _, _, _, data, seed, quick = job
+    *_, data, seed, quick = job
     run_dir = run_dir_of(job)
     splits = prepare_data(quick, seed, data, run_dir.parent, write=False)
     sources, refs = [s for s, _ in splits["test"]], [t for _, t in splits["test"]]
@@ -528,7 +538,7 @@ def sweep(
     point: dict[tuple[str, float], dict[str, Any]] = {}
     scores: dict[str, dict[float, float]] = {n: {} for n in arms}
     while todo:
-        jobs = [(n, lr, str(root), data) for n, lrs in todo.items() for lr in lrs]
+        jobs = [(n, lr, STEPS[quick], str(root), data) for n, lrs in todo.items() for lr in lrs]
         for (n, lr, *_), runs in run_arms(sweep_job, jobs, [seed], quick).items():
             point[(n, lr)] = runs[0]
             ys = runs[0]["val_bleu"][1]  # a diverged rate is never chosen
@@ -559,18 +569,46 @@ def sweep(
 
 
 def curve_rows(per: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """One row per evaluation step: each arm's validation BLEU over seeds (the figure's data)."""
-    steps = per["transformer"][0]["curves"]["val_bleu"][0]
+    """One row per evaluation step: each arm's validation BLEU over seeds (the figure's data);
+    blank past the end of an arm's budget."""
+    at = {n: [dict(zip(*r["curves"]["val_bleu"])) for r in runs] for n, runs in per.items()}
+    steps = sorted({step for runs in at.values() for points in runs for step in points})
     return [
         {
             "step": step,
             **{
-                n: spread_text([r["curves"]["val_bleu"][1][i] for r in runs], 3)
-                for n, runs in per.items()
+                n: spread_text([p[step] for p in runs], 3) if all(step in p for p in runs) else ""
+                for n, runs in at.items()
             },
         }
-        for i, step in enumerate(steps)
+        for step in steps
     ]
+
+
+def train_arms(
+    budgets: dict[str, tuple[float, int]], root: Path, data: str | None, seeds: list, quick: bool
+) -> dict[str, list[dict[str, Any]]]:
+    """``{arm: [train_job's result per seed]}`` for every arm at its (lr, steps) in ``budgets``."""
+    jobs = [(n, lr, steps, str(root), data) for n, (lr, steps) in budgets.items()]
+    if not jobs:
+        return {}
+    return {arm[0]: runs for arm, runs in run_arms(train_job, jobs, seeds, quick).items()}
+
+
+def numbers(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """The report's numbers of one arm, one value per seed."""
+    return {
+        "lc BLEU greedy": [r["greedy"]["lc_bleu"] for r in runs],
+        f"lc BLEU beam {BEAMS}": [r["beam"]["lc_bleu"] for r in runs],
+        "BLEU greedy": [r["greedy"]["bleu"] for r in runs],
+        f"BLEU beam {BEAMS}": [r["beam"]["bleu"] for r in runs],
+        f"chrF beam {BEAMS}": [r["beam"]["chrf"] for r in runs],
+        "val BLEU last": [r["curves"]["val_bleu"][1][-1] for r in runs],
+        "val BLEU last gain": [last_gain(r) for r in runs],
+        "val loss": [r["val loss"] for r in runs],
+        "s/step": [r["seconds"] / max(r["steps"], 1) for r in runs],
+        "train min": [r["seconds"] / 60 for r in runs],
+    }
 
 
 def last_gain(job: dict[str, Any]) -> float:
@@ -589,27 +627,14 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
     splits = {s: prepare_data(quick, s, data, root / f"seed{s}") for s in seeds}[seeds[0]]
     lr, sweep_rows = sweep(recipes(quick), root, data, seeds[0], quick)
     arms = {n: at_lr(r, lr[n]) for n, r in recipes(quick).items()}
-    per = {
-        arm[0]: runs
-        for arm, runs in run_arms(
-            train_job, [(n, lr[n], str(root), data) for n in arms], seeds, quick
-        ).items()
-    }
-    num = {
-        n: {
-            "lc BLEU greedy": [r["greedy"]["lc_bleu"] for r in runs],
-            f"lc BLEU beam {BEAMS}": [r["beam"]["lc_bleu"] for r in runs],
-            "BLEU greedy": [r["greedy"]["bleu"] for r in runs],
-            f"BLEU beam {BEAMS}": [r["beam"]["bleu"] for r in runs],
-            f"chrF beam {BEAMS}": [r["beam"]["chrf"] for r in runs],
-            "val BLEU last": [r["curves"]["val_bleu"][1][-1] for r in runs],
-            "val BLEU last gain": [last_gain(r) for r in runs],
-            "val loss": [r["val loss"] for r in runs],
-            "s/step": [r["seconds"] / max(r["steps"], 1) for r in runs],
-            "train min": [r["seconds"] / 60 for r in runs],
-        }
-        for n, runs in per.items()
-    }
+    step, every = STEPS[quick], EVAL_EVERY[quick]
+    matched = train_arms({n: (lr[n], step) for n in arms}, root, data, seeds, quick)
+    rising = [n for n in arms if any(last_gain(r) > PLATEAU_BLEU for r in matched[n])]
+    budget = {n: LONGER * step if n in rising else step for n in arms}
+    longer = train_arms({n: (lr[n], budget[n]) for n in rising}, root, data, seeds, quick)
+    per = {**matched, **longer}  # every arm at its final budget
+    num = {n: numbers(runs) for n, runs in per.items()}
+    num_matched = {n: numbers(matched[n]) for n in rising}
     rows = [
         {
             "model": arms[n].label,
@@ -623,7 +648,17 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
         for n in arms
     ]
     lc = {n: spread(num[n][f"lc BLEU beam {BEAMS}"]) for n in arms}
-    step, every = STEPS[quick], EVAL_EVERY[quick]
+    extended = [
+        {
+            "model": arms[n].label,
+            "steps": step,
+            **{k: spread_text(num_matched[n][k], 4) for k in MATCHED_COLUMNS},
+            f"lc BLEU beam {BEAMS} at {budget[n]} steps": spread_text(
+                num[n][f"lc BLEU beam {BEAMS}"], 4
+            ),
+        }
+        for n in rising
+    ]
     competence = [
         c
         for n in arms
@@ -638,7 +673,7 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             ),
             Competence(
                 arms[n].label,
-                f"plateau: validation BLEU gain over the last {every} of {step} steps",
+                f"plateau: validation BLEU gain over the last {every} of {budget[n]} steps",
                 PLATEAU_BLEU,
                 num[n]["val BLEU last gain"],
                 higher_is_better=False,
@@ -657,9 +692,19 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
         + ")."
     )
     n_val = min(VAL_SENTENCES, len(splits["val"]))
-    figures = curves_figures(per, n_val, out_dir)
+    shown = {  # an arm trained longer shows both budgets
+        label: runs
+        for n in arms
+        for label, runs in (
+            [(f"{n}, {step} steps", matched[n]), (f"{n}, {budget[n]} steps", per[n])]
+            if n in rising
+            else [(n, per[n])]
+        )
+    }
+    figures = curves_figures(shown, n_val, out_dir)
     trained = {  # the first seed's finished runs, reloaded, not retrained
-        n: fit((n, lr[n], str(root), data, seeds[0], quick)) for n in ("transformer", "bahdanau")
+        n: fit((n, lr[n], budget[n], str(root), data, seeds[0], quick))
+        for n in ("transformer", "bahdanau")
     }
     sources, refs = [s for s, _ in splits["test"]], [t for _, t in splits["test"]]
     figures += attention_figures(
@@ -721,6 +766,14 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             "The schedule is cosine to lr/10, so the last evaluations come at a learning rate "
             "near its floor: a flat end says this schedule has run its course, and the whole "
             "curve shows whether the arm was still climbing when the rate fell.",
+            f"Each arm to its plateau: an arm still rising on any seed at {step} steps trains "
+            f"again on every seed, from scratch, with one warm-up + cosine schedule {LONGER}x "
+            f"as long ({LONGER * step} steps) at the rate its sweep chose; the report then "
+            "judges and compares it at that budget (issue 20 allows matched steps or each model "
+            "to its plateau) and keeps its matched-budget numbers in their own table. Once "
+            "only: an arm still rising at the longer budget stays inconclusive. Trained longer: "
+            + (", ".join(f"{n} ({budget[n]} steps)" for n in rising) or "none")
+            + ".",
             PRECISION
             + " Per arm: "
             + ", ".join(f"{n} {r.train['dtype']}" for n, r in arms.items())
@@ -751,7 +804,12 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             Table(
                 f"validation BLEU (greedy, {n_val} sentences) per evaluation, mean (min-max) "
                 "over seeds",
-                curve_rows(per),
+                curve_rows(shown),
+            ),
+            *(
+                [Table(f"the arms trained {LONGER}x as long, at the matched budget", extended)]
+                if extended
+                else []
             ),
             Table(f"sample test translations (beam search, seed {seeds[0]})", samples),
         ],
@@ -761,8 +819,15 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
         metrics={
             "lc_bleu": lc,
             "val_bleu": {n: [r["curves"]["val_bleu"] for r in per[n]] for n in arms},
+            "steps": budget,
+            "matched_budget": {
+                n: {**num_matched[n], "val_bleu": [r["curves"]["val_bleu"] for r in matched[n]]}
+                for n in rising
+            },
         },
-        findings=_findings(num, arms, every) + unbracketed(sweep_rows),
+        findings=_findings(num, arms, every)
+        + [longer_finding(arms[n].label, num_matched[n], num[n], step) for n in rising]
+        + unbracketed(sweep_rows),
     )
 
 
@@ -776,6 +841,24 @@ def unbracketed(sweep_rows: list[dict[str, Any]]) -> list[str]:
         "tried, so that arm may do better at another rate and its numbers are a lower bound."
         for r in edge
     ]
+
+
+def longer_finding(
+    label: str, before: dict[str, list[float]], after: dict[str, list[float]], step: int
+) -> str:
+    """What training an arm ``LONGER`` times as long changed (``before``: its matched budget)."""
+    key = f"lc BLEU beam {BEAMS}"
+    gains = {
+        k: ", ".join(f"{g:+.2f}" for g in v["val BLEU last gain"])
+        for k, v in (("before", before), ("after", after))
+    }
+    return (
+        f"{label} was still rising at the matched {step} steps (last validation-BLEU gains "
+        f"{gains['before']}), so it trained again with a schedule {LONGER}x as long: lower-cased "
+        f"beam BLEU {spread_text(before[key])} at {step} steps, {spread_text(after[key])} at "
+        f"{LONGER * step} (last gains {gains['after']}). The verdict compares it at "
+        f"{LONGER * step} steps and the other arms at {step}."
+    )
 
 
 def _describe(model: dict[str, Any]) -> str:
