@@ -284,6 +284,7 @@ def test_translation_findings_say_which_seeds_still_rise():
     def num(gains):
         return {
             "val BLEU last gain": gains,
+            "val BLEU trend": [0.5, 0.25, 0.0],
             "lc BLEU beam 5": [20.0] * 3,
             "lc BLEU greedy": [19.0] * 3,
         }
@@ -299,6 +300,16 @@ def test_translation_findings_say_which_seeds_still_rise():
     assert "reached its plateau" in text[0]
     assert "has not plateaued: validation BLEU still rose" in text[1]
     assert "has not plateaued on every seed" in text[2] and "on 1 of 3 seeds" in text[2]
+    assert "last 4 evaluations" in text[0] and "rises 0.25 (0-0.5) BLEU per 250 steps" in text[0]
+
+
+def test_translation_trend_is_the_slope_of_the_last_evaluations():
+    def job(ys):
+        return {"curves": {"val_bleu": (list(range(len(ys))), ys)}}
+
+    assert translation.trend(job([9.0, 1.0, 2.0, 3.0, 4.0])) == pytest.approx(1.0)
+    assert translation.trend(job([5.0, 4.0, 6.0, 5.0])) == pytest.approx(0.2)
+    assert math.isnan(translation.trend(job([1.0, 2.0])))
 
 
 def test_translation_sweep_never_chooses_a_diverged_rate(tmp_path, monkeypatch):

@@ -87,6 +87,7 @@ VAL_SENTENCES = 256  # the fixed validation subset of the learning curves (full 
 STEPS = {True: 60, False: 2500}  # every arm, quick and full size
 EVAL_EVERY = {True: 20, False: 250}  # steps between validation-BLEU evaluations
 PLATEAU_BLEU = 0.5  # an arm has plateaued when its last evaluation gained at most this
+TREND_POINTS = 4  # evaluations under the reported trend line (a diagnostic, not a criterion)
 LONGER = 2  # an arm still rising at the matched budget trains again, this many times as long
 MATCHED_COLUMNS = ("lc BLEU beam 5", "val BLEU last", "val BLEU last gain", "val loss")
 LR_GRID = (0.3, 1.0, 3.0, 10.0)  # the rates the sweep may try: each arm's recipe lr times these
@@ -607,10 +608,19 @@ def numbers(runs: list[dict[str, Any]]) -> dict[str, list[float]]:
         f"chrF beam {BEAMS}": [r["beam"]["chrf"] for r in runs],
         "val BLEU last": [r["curves"]["val_bleu"][1][-1] for r in runs],
         "val BLEU last gain": [last_gain(r) for r in runs],
+        "val BLEU trend": [trend(r) for r in runs],
         "val loss": [r["val loss"] for r in runs],
         "s/step": [r["seconds"] / max(r["steps"], 1) for r in runs],
         "train min": [r["seconds"] / 60 for r in runs],
     }
+
+
+def trend(job: dict[str, Any]) -> float:
+    """Slope of the least-squares line through the last ``TREND_POINTS`` validation-BLEU
+    evaluations, in BLEU per evaluation interval: the end of the curve, less at the mercy of one
+    evaluation's scatter than :func:`last_gain` (nan with fewer points)."""
+    ys = job["curves"]["val_bleu"][1][-TREND_POINTS:]
+    return float(np.polyfit(np.arange(len(ys)), ys, 1)[0]) if len(ys) == TREND_POINTS else math.nan
 
 
 def last_gain(job: dict[str, Any]) -> float:
@@ -903,7 +913,10 @@ def _findings(
                 )
         out.append(
             f"{r.label}: lower-cased beam BLEU {spread_text(num[n]['lc BLEU beam 5'])} "
-            f"(tutorial {REFERENCE_BLEU[n]}); it {state}. Beam search adds "
+            f"(tutorial {REFERENCE_BLEU[n]}); it {state}. A least-squares line through its "
+            f"last {TREND_POINTS} evaluations (a trend less at the mercy of one evaluation's "
+            f"scatter; reported, not a criterion) rises {spread_text(num[n]['val BLEU trend'])} "
+            f"BLEU per {every} steps. Beam search adds "
             f"{lc['mean'] - spread(num[n]['lc BLEU greedy'])['mean']:+.1f} lc BLEU over "
             "greedy."
         )
