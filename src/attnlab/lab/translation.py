@@ -780,7 +780,8 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
             "curve shows whether the arm was still climbing when the rate fell.",
             f"Each arm to its plateau: an arm still rising on any seed at {step} steps trains "
             f"again on every seed, from scratch, with one warm-up + cosine schedule {LONGER}x "
-            f"as long ({LONGER * step} steps) at the rate its sweep chose; the report then "
+            f"as long ({LONGER * step} steps) at the rate its sweep chose at {step} steps (not "
+            "swept again at the longer budget); the report then "
             "judges and compares it at that budget (issue 20 allows matched steps or each model "
             "to its plateau) and keeps its matched-budget numbers in their own table. Once "
             "only: an arm still rising at the longer budget stays inconclusive. Trained longer: "
