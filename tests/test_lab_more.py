@@ -300,7 +300,11 @@ def test_translation_findings_say_which_seeds_still_rise():
     assert "reached its plateau" in text[0]
     assert "has not plateaued: validation BLEU still rose" in text[1]
     assert "has not plateaued on every seed" in text[2] and "on 1 of 3 seeds" in text[2]
-    assert "last 4 evaluations" in text[0] and "rises 0.25 (0-0.5) BLEU per 250 steps" in text[0]
+    assert "last 4 evaluations" in text[0] and "rises 0.25 (0-0.5) BLEU per 250 steps." in text[0]
+    steep = {n: {**num(g), "val BLEU trend": [1.0, 0.8, 1.2]} for n, g in gains.items()}
+    text = translation._findings(steep, translation.recipes(True), 250)
+    assert "by this trend it was still climbing" in text[0]  # passes the criterion, still rising
+    assert "still climbing" not in text[1] + text[2]  # the criterion already says so
 
 
 def test_translation_trend_is_the_slope_of_the_last_evaluations():

@@ -888,6 +888,12 @@ def _findings(
         gains, lc = num[n]["val BLEU last gain"], spread(num[n][f"lc BLEU beam {BEAMS}"])
         below = lc["mean"] < 0.9 * REFERENCE_BLEU[n]
         rising = [i for i, g in enumerate(gains) if g > PLATEAU_BLEU]
+        slope = spread(num[n]["val BLEU trend"])["mean"]
+        climbing = (
+            f": although its last gain passes the plateau criterion, by this trend it was still "
+            f"climbing (more than {PLATEAU_BLEU} per {every} steps on average), so its numbers at "
+            "this budget may be a lower bound and a comparison with it may change with more steps"
+        )
         if len(rising) == len(gains):
             state = (
                 f"has not plateaued: validation BLEU still rose by {spread_text(gains)} over "
@@ -917,7 +923,8 @@ def _findings(
             f"(tutorial {REFERENCE_BLEU[n]}); it {state}. A least-squares line through its "
             f"last {TREND_POINTS} evaluations (a trend less at the mercy of one evaluation's "
             f"scatter; reported, not a criterion) rises {spread_text(num[n]['val BLEU trend'])} "
-            f"BLEU per {every} steps. Beam search adds "
+            f"BLEU per {every} steps{climbing if not rising and slope > PLATEAU_BLEU else ''}. "
+            "Beam search adds "
             f"{lc['mean'] - spread(num[n]['lc BLEU greedy'])['mean']:+.1f} lc BLEU over "
             "greedy."
         )
