@@ -185,9 +185,7 @@ def test_translation_quick_report_and_resume(out):
         assert num["val BLEU last gain"] == [pytest.approx(bleu[-1] - bleu[-2])]
     plateau = [c for c in report.competence if c.criterion.startswith("plateau")]
     assert len(plateau) == 3 and all(not c.higher_is_better for c in plateau)
-    assert [c.criterion.endswith(f"of {budget[n]} steps") for c, n in zip(plateau, budget)] == [
-        True
-    ] * 3
+    assert all(c.criterion.endswith(f"of {budget[n]} steps") for c, n in zip(plateau, budget))
     assert len(report.competence) == 6
     table = report.table(
         "validation BLEU (greedy, 40 sentences) per evaluation, mean (min-max) over seeds"

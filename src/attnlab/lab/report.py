@@ -130,8 +130,9 @@ def gate(
         arms = len({c.arm for c in failed})  # an arm may miss more than one criterion
         return (
             "inconclusive",
-            f"no verdict: {arms} arm(s) missed {len(failed)} competence criteri"
-            f"{'on' if len(failed) == 1 else 'a'} on their own training distribution ({names}). "
+            f"no verdict: {arms} arm(s) missed {len(failed)} competence "
+            f"{'criterion' if len(failed) == 1 else 'criteria'} on their own training "
+            f"distribution ({names}). "
             f"The comparison would have read: {reason}",
         )
     if n_seeds is not None and n_seeds < min_seeds:

@@ -89,7 +89,7 @@ EVAL_EVERY = {True: 20, False: 250}  # steps between validation-BLEU evaluations
 PLATEAU_BLEU = 0.5  # an arm has plateaued when its last evaluation gained at most this
 TREND_POINTS = 4  # evaluations under the reported trend line (a diagnostic, not a criterion)
 LONGER = 2  # an arm still rising at the matched budget trains again, this many times as long
-MATCHED_COLUMNS = ("lc BLEU beam 5", "val BLEU last", "val BLEU last gain", "val loss")
+MATCHED_COLUMNS = (f"lc BLEU beam {BEAMS}", "val BLEU last", "val BLEU last gain", "val loss")
 LR_GRID = (0.3, 1.0, 3.0, 10.0)  # the rates the sweep may try: each arm's recipe lr times these
 LR_START = (1.0, 3.0)  # tried first; then the grid's next rate beyond the best, until bracketed
 AT_GRID_END = "yes (at the end of the grid: not bracketed)"  # a kept rate with no worse beyond it
@@ -861,15 +861,15 @@ def longer_finding(
 ) -> str:
     """What training an arm ``LONGER`` times as long changed (``before``: its matched budget)."""
     key = f"lc BLEU beam {BEAMS}"
-    gains = {
-        k: ", ".join(f"{g:+.2f}" for g in v["val BLEU last gain"])
-        for k, v in (("before", before), ("after", after))
-    }
+
+    def gains(num: dict[str, list[float]]) -> str:
+        return ", ".join(f"{g:+.2f}" for g in num["val BLEU last gain"])
+
     return (
         f"{label} was still rising at the matched {step} steps (last validation-BLEU gains "
-        f"{gains['before']}), so it trained again with a schedule {LONGER}x as long: lower-cased "
+        f"{gains(before)}), so it trained again with a schedule {LONGER}x as long: lower-cased "
         f"beam BLEU {spread_text(before[key])} at {step} steps, {spread_text(after[key])} at "
-        f"{LONGER * step} (last gains {gains['after']}). The verdict compares it at "
+        f"{LONGER * step} (last gains {gains(after)}). The verdict compares it at "
         f"{LONGER * step} steps and the other arms at {step}."
     )
 
@@ -888,11 +888,13 @@ def _findings(
         gains, lc = num[n]["val BLEU last gain"], spread(num[n][f"lc BLEU beam {BEAMS}"])
         below = lc["mean"] < 0.9 * REFERENCE_BLEU[n]
         rising = [i for i, g in enumerate(gains) if g > PLATEAU_BLEU]
-        slope = spread(num[n]["val BLEU trend"])["mean"]
-        climbing = (
+        climbing = not rising and spread(num[n]["val BLEU trend"])["mean"] > PLATEAU_BLEU
+        caveat = (
             f": although its last gain passes the plateau criterion, by this trend it was still "
             f"climbing (more than {PLATEAU_BLEU} per {every} steps on average), so its numbers at "
             "this budget may be a lower bound and a comparison with it may change with more steps"
+            if climbing
+            else ""
         )
         if len(rising) == len(gains):
             state = (
@@ -923,7 +925,7 @@ def _findings(
             f"(tutorial {REFERENCE_BLEU[n]}); it {state}. A least-squares line through its "
             f"last {TREND_POINTS} evaluations (a trend less at the mercy of one evaluation's "
             f"scatter; reported, not a criterion) rises {spread_text(num[n]['val BLEU trend'])} "
-            f"BLEU per {every} steps{climbing if not rising and slope > PLATEAU_BLEU else ''}. "
+            f"BLEU per {every} steps{caveat}. "
             "Beam search adds "
             f"{lc['mean'] - spread(num[n]['lc BLEU greedy'])['mean']:+.1f} lc BLEU over "
             "greedy."
