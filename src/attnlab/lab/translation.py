@@ -121,7 +121,7 @@ COST = (
     "~4 h 30 min on both cores), 2 seeds more for every arm whose sweep picks a rate other than "
     "its recipe's (up to 6 runs, ~1 h 50 min on both cores), 3 runs of twice the steps for "
     "every arm still rising at the matched budget (the plain LSTM's 3 seeds side by side: "
-    "~1 h 50 min on both cores, 1.27 s per step each), and ~10 min of validation "
+    "1 h 55 min on both cores, measured, 1.27 s per step each), and ~10 min of validation "
     "evaluations and test decoding: far over the 90 "
     "minutes issue 20 allows translation. Every (seed, arm, lr) run checkpoints every 250 "
     "steps and the command continues an interrupted run, so the full run is made in pieces "
