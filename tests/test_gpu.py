@@ -55,14 +55,14 @@ def deterministic():
 def _lm(text: str, device: str, **kw) -> RunConfig:
     cfg = dict(task="lm", data=text, context_len=16, steps=6, batch_size=8, warmup_steps=2,
                eval_every=3, eval_batches=2, save_every=0, log_every=1, progress=False,
-               device=device, threads=1)  # fmt: skip
+               device=device, threads=1, matmul_precision="highest")  # fmt: skip
     return RunConfig(TINY_LM, TrainConfig(**{**cfg, **kw}))
 
 
 def _s2s(device: str, **kw) -> RunConfig:
     cfg = dict(task="seq2seq", data="reverse", n_train=200, n_val=16, steps=6, batch_size=8,
                grad_accum=2, warmup_steps=2, eval_every=0, save_every=0, log_every=1,
-               progress=False, device=device, threads=1)  # fmt: skip
+               progress=False, device=device, threads=1, matmul_precision="highest")  # fmt: skip
     return RunConfig(TINY_S2S, TrainConfig(**{**cfg, **kw}))
 
 
@@ -79,6 +79,27 @@ def test_seq2seq_training_on_cuda_follows_the_cpu_curve(tmp_path):
     cpu = train(_s2s("cpu"), run_dir=tmp_path / "cpu")  # TINY_S2S: dropout 0
     gpu = train(_s2s("cuda"), run_dir=tmp_path / "gpu")
     assert [x for _, x in gpu.losses] == pytest.approx([x for _, x in cpu.losses], rel=1e-3)
+
+
+def test_tf32_is_the_default_on_cuda_and_the_run_says_so(tmp_path, text):
+    seen = []
+
+    def on_event(name, data):
+        if name == "record":
+            seen.append(torch.get_float32_matmul_precision())
+        if name == "runtime":
+            seen.append(data["line"])
+
+    before = torch.get_float32_matmul_precision()
+    cpu = train(_lm(text, "cpu"), run_dir=tmp_path / "cpu")
+    tf32 = train(_lm(text, "cuda", matmul_precision="high"), run_dir=tmp_path / "gpu",
+                 on_event=on_event)  # fmt: skip
+    assert "fp32 matmuls in TF32 (matmul_precision='high')" in seen[0]
+    assert set(seen[1:]) == {"high"}  # in force while training
+    assert torch.get_float32_matmul_precision() == before  # restored afterwards
+    assert TrainConfig().matmul_precision == "high"
+    # TF32 products (10-bit mantissa) move a tiny model's losses by far less than a wrong path
+    assert [x for _, x in tf32.losses] == pytest.approx([x for _, x in cpu.losses], rel=2e-2)
 
 
 @pytest.mark.filterwarnings("ignore::UserWarning")

@@ -79,3 +79,34 @@ def test_bad_input_is_named():
         newton_schulz(torch.zeros(3))
     with pytest.raises(ValueError, match="2D parameters"):  # PyTorch's own check, inherited
         Muon([torch.zeros(4, requires_grad=True)])
+
+
+def test_a_stack_is_orthogonalised_as_each_matrix_alone():
+    g = torch.Generator().manual_seed(3)
+    for shape in [(4, 16, 48), (4, 48, 16)]:
+        stack = torch.randn(shape, generator=g, dtype=torch.float64)
+        together = newton_schulz(stack, dtype=torch.float64)
+        alone = torch.stack([newton_schulz(m, dtype=torch.float64) for m in stack])
+        assert together.shape == stack.shape
+        assert torch.allclose(together, alone, atol=1e-12)
+
+
+def test_same_shape_matrices_step_as_torch_muon():
+    # Three matrices of one shape and one of another: the stack takes the batched path.
+    g = torch.Generator().manual_seed(4)
+    shapes = [(12, 20), (12, 20), (20, 12), (12, 20)]
+    params = [torch.randn(s, generator=g) for s in shapes]
+    grads = [[torch.randn(s, generator=g) for s in shapes] for _ in range(3)]
+    ours, _ = _run(Muon, params, grads, ns_dtype=torch.float32)
+    ref, _ = _run(torch.optim.Muon, params, grads)
+    for a, b in zip(ours, ref):
+        assert torch.allclose(a, b, atol=2e-2), (a - b).abs().max()
+    ours64, _ = _run(Muon, [p.double() for p in params], [[x.double() for x in s] for s in grads],
+                     ns_dtype=torch.float64)  # fmt: skip
+    alone = []
+    for i in range(len(shapes)):  # each matrix stepped in an optimizer of its own
+        (p,), _ = _run(Muon, [params[i].double()], [[s[i].double()] for s in grads],
+                       ns_dtype=torch.float64)  # fmt: skip
+        alone.append(p)
+    for a, b in zip(ours64, alone):
+        assert torch.allclose(a, b, atol=1e-12)

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from attnlab.config import ModelConfig
-from attnlab.errors import CheckpointError, ConfigError
+from attnlab.errors import CheckpointError, ConfigError, UserError
 from attnlab.train import RunConfig, TrainConfig, TrainingDiverged, train
 from attnlab.train.checkpoint import latest_checkpoint, load_checkpoint
 from tiny_configs import tiny_config
@@ -217,3 +217,54 @@ def test_a_diverging_run_stops_with_its_step_and_loss_and_keeps_its_checkpoints(
     assert f"became {err.loss} at step {err.step}; lower the learning rate" in str(err)
     if err.step > 1:  # the last finite step's checkpoint is intact
         assert latest_checkpoint(tmp_path).name == f"step_{err.step - 1:08d}"
+
+
+def test_merged_lm_batches_keep_every_window_in_order():
+    from attnlab.data.batching import LMBatch
+    from attnlab.train.evaluate import merged_lm_batches
+
+    batches = [LMBatch(torch.full((2, 4), i), torch.full((2, 4), -i)) for i in range(5)]
+    merged = merged_lm_batches(batches, max_tokens=16)  # two batches of 8 tokens per chunk
+    assert [b.x.shape for b in merged] == [(4, 4), (4, 4), (2, 4)]
+    assert torch.equal(torch.cat([b.x for b in merged]), torch.cat([b.x for b in batches]))
+    assert torch.equal(torch.cat([b.y for b in merged]), torch.cat([b.y for b in batches]))
+    assert merged_lm_batches(batches, max_tokens=4)[0] is batches[0]  # too big: left alone
+
+
+def test_the_loss_plot_is_drawn_off_the_loop_and_complete_when_train_returns(tmp_path):
+    from attnlab.train.report import LossPlotter
+
+    plotter = LossPlotter(tmp_path / "loss.png", title="t")
+    for n in range(1, 6):  # requests faster than drawing: older pending ones are replaced
+        plotter.request([{"step": s, "train_loss": 1.0 / s} for s in range(1, n + 1)])
+    plotter.close()
+    assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    (tmp_path / "blocked").write_text("a file where the plot's directory should be")
+    broken = LossPlotter(tmp_path / "blocked" / "loss.png")
+    broken.request([{"step": 1, "train_loss": 1.0}])
+    with pytest.raises((OSError, UserError)):  # the worker's error reaches the training thread
+        broken.close()
+
+
+def test_a_cpu_run_reports_its_runtime_and_times_its_steps(tmp_path, corpus):
+    from attnlab.cli.train_cmd import process_age_s, time_summary
+    from attnlab.train.loop import cuda_matmul_precision
+
+    events = []
+    cfg = RunConfig(
+        ModelConfig(kind="decoder_lm", d_model=16, n_heads=2, n_layers=1, d_ff=32, max_len=16),
+        TrainConfig(task="lm", data=corpus, context_len=8, batch_size=4, steps=5,
+                    warmup_steps=1, eval_every=0, save_every=0, progress=False),
+    )  # fmt: skip
+    result = train(cfg, run_dir=tmp_path / "run", on_event=lambda n, d: events.append((n, d)))
+    assert ("runtime", {"line": "cpu, fp32, eager"}) in events
+    assert result.first_step_s > 0 and result.steps_s > 0
+    assert result.steps_s + result.first_step_s <= result.elapsed_s
+    age = process_age_s()
+    assert age is None or age > result.elapsed_s
+    line = time_summary(result, 100.0)
+    assert line.startswith(f"time: {result.steps_s:.1f} s of training (")
+    assert f"{100.0 - result.steps_s:.1f} s of setup and evaluation" in line
+    before = torch.get_float32_matmul_precision()
+    with cuda_matmul_precision("high", torch.device("cpu")):  # the CPU is never changed
+        assert torch.get_float32_matmul_precision() == before

@@ -2,7 +2,8 @@
 
 Suites (one module each): ``matmul``, ``lm``, ``seq2seq``, ``generate``, ``decode`` and
 ``quality`` (reduced-precision weights), ``attention``, ``memory``, ``profile``, ``inspect``,
-``modern`` (GQA/MQA, real-model shapes), ``recipe`` (only when asked for: it trains two models).
+``modern`` (GQA/MQA, real-model shapes), ``optim`` (Muon vs AdamW steps), ``recipe`` (only when
+asked for: it trains two models).
 Each module exposes ``run(settings, ctx) -> dict`` with a ``status`` of
 "ok", "not_available" (with ``reason``: a piece of attnlab it needs has not landed, or an optional
 library is missing) or "error" (with ``error``). A suite failing never stops the others.
@@ -50,6 +51,7 @@ SUITES = (
     "profile",
     "inspect",
     "modern",
+    "optim",
     "recipe",
 )
 DEFAULT_SUITES = tuple(s for s in SUITES if s != "recipe")
@@ -66,6 +68,7 @@ _MODULES = {
     "profile": "profile",
     "inspect": "inspect_cost",
     "recipe": "recipe",
+    "optim": "optim_step",  # Muon vs AdamW training steps, on CUDA when there is one
     "modern": "modern",  # GQA/MQA at decode time; GPT-2- and Llama-shaped models vs transformers
 }
 SCHEMA_VERSION = 1

@@ -376,7 +376,25 @@ def _inspect(s: dict) -> list[str]:
     return out + md_table(header, rows)
 
 
+def _optim(s: dict) -> list[str]:
+    shape = s["shape"]
+    rows = [
+        [name, fmt_num(ms, ".3g"), ", ".join(fmt_num(r, ".3g") for r in c["calls_per_s_rounds"])]
+        for (name, ms), c in zip(s["ms_per_call"].items(), s["contenders"].values())
+    ]
+    return [
+        f"{s['device']}, {shape['n_layers']} layers x width {shape['d_model']}, context "
+        f"{shape['context']}, batch {shape['batch']}"
+        + (", bf16 autocast" if s["autocast_bf16"] else ", fp32")
+        + (", compiled" if s["compiled"] else "")
+        + f": Muon step / AdamW step = **{fmt_num(s['muon_vs_adamw_step'], '.3g')}**, Muon "
+        f"update batched / per matrix = **{fmt_num(s['muon_batched_vs_per_matrix'], '.3g')}**",
+        "",
+    ] + md_table(["contender", "ms per call (median)", "calls/s per round"], rows)
+
+
 _RENDER = {
+    "optim": _optim,
     "modern": _modern,
     "decode": render_decode,
     "quality": render_quality,

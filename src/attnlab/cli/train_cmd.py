@@ -268,6 +268,8 @@ def _print_event(name: str, data: dict[str, Any]) -> None:
 
     if name == "resumed":
         line = f"resumed from {data['path']} (step {data['step']})"
+    elif name == "runtime":
+        line = f"runtime: {data['line']}"
     elif name == "record" and any(k.startswith("val_") for k in data):
         shown = {k: v for k, v in data.items() if k == "train_loss" or k.startswith("val_")}
         line = f"step {data['step']}: {format_metrics(shown)}"
@@ -301,13 +303,43 @@ def _report(result: Any, args: argparse.Namespace) -> None:
             name = key[4:].replace("_", " ")
             n = len(result.predictions)
             print(f"final {name}: {100 * result.metrics[key]:.2f}% of {n} held-out examples")
-    print(f"time: {result.elapsed_s:.1f} s of training")
     print(f"checkpoint: {result.checkpoint}")
     if result.best_checkpoint:
         print(f"best checkpoint: {result.best_checkpoint}")
     print(f"metrics: {result.run_dir / 'metrics.jsonl'}   loss plot: {result.run_dir / 'loss.png'}")
     if not args.no_plots:
         _attention_plot(result)
+    print(time_summary(result, process_age_s()))
+
+
+def time_summary(result: Any, wall_s: float | None) -> str:
+    """'N s of training, M s of setup and evaluation': where this command's wall time went.
+
+    Training = the optimizer steps of this call after the first; the first step (which compiles
+    under --compile) counts with the setup. ``wall_s``: seconds since the process started.
+    """
+    steps = result.step - result.start_step
+    text = f"time: {result.steps_s:.1f} s of training"
+    if steps > 1:
+        text += f" ({1e3 * result.steps_s / (steps - 1):.1f} ms per step after the first)"
+    if wall_s is not None:
+        text += (
+            f", {wall_s - result.steps_s:.1f} s of setup and evaluation (imports, data, model, "
+            f"first step {result.first_step_s:.1f} s, evaluations, checkpoints, plots; "
+            f"{wall_s:.1f} s since the command started)"
+        )
+    return text
+
+
+def process_age_s() -> float | None:
+    """Seconds since this process started (Linux: /proc), or None where that is unknown."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22: start, clock ticks
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return uptime - started
 
 
 def _attention_plot(result: Any) -> None:

@@ -99,6 +99,33 @@ def _autocast(device: torch.device, dtype: torch.dtype | None) -> Any:
     return torch.autocast(device.type, dtype=dtype)
 
 
+# On a GPU a validation batch of nanoGPT's size (64 x 256 tokens) is too small to keep it busy:
+# language-model windows are evaluated in chunks of up to this many tokens (the same windows,
+# so the same mean loss up to the order of float32 sums).
+GPU_EVAL_TOKENS = 1 << 17
+
+
+def merged_lm_batches(batches: list[Any], max_tokens: int) -> list[Any]:
+    """Consecutive LM batches (x, y of (B, T)) concatenated into ones of at most ``max_tokens``
+    tokens (a batch larger than that stays as it is)."""
+    out: list[Any] = []
+    group: list[Any] = []
+    for batch in batches:
+        if group and sum(b.x.numel() for b in group) + batch.x.numel() > max_tokens:
+            out.append(_concat(group))
+            group = []
+        group.append(batch)
+    if group:
+        out.append(_concat(group))
+    return out
+
+
+def _concat(group: list[Any]) -> Any:
+    if len(group) == 1:
+        return group[0]
+    return type(group[0])(*(torch.cat(parts) for parts in zip(*group)))
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -118,18 +145,23 @@ def evaluate(
     """
     device = torch.device(device)
     batches = data.val_batches(batch_size, max_batches)
-    total, count = 0.0, 0
+    if data.kind == "lm" and device.type == "cuda":
+        batches = merged_lm_batches(batches, GPU_EVAL_TOKENS)
+    totals: list[Tensor] = []  # read back once at the end: no wait for the GPU per batch
+    count = 0
     predictions: list[Prediction] = []
     with eval_mode(model):
         for i, batch in enumerate(batches):
             batch = move_batch(batch, device)
             with _autocast(device, autocast_dtype):
                 loss = batch_loss(model, batch, data.kind)
-            total, count = total + float(loss.total), count + loss.count
+            totals.append(loss.total.detach())
+            count += loss.count
             if data.kind == "seq2seq" and decode:
                 predictions += _decode_batch(model, data, batch, i * batch_size)
             elif data.kind == "classify":
                 predictions += _classify_batch(model, data, batch, i * batch_size)
+    total = sum(torch.stack(totals).tolist()) if totals else 0.0  # summed in float64, in order
     mean = total / max(count, 1)
     metrics = {f"{prefix}_loss": mean}
     if data.kind != "classify":  # perplexity is a per-token notion

@@ -47,7 +47,7 @@ from attnlab.train.distributed import (
 )
 from attnlab.train.evaluate import Prediction, evaluate
 from attnlab.train.optim import build_optimizers
-from attnlab.train.report import METRICS_FILE, PLOT_FILE, MetricsLog, TensorBoard, plot_loss
+from attnlab.train.report import METRICS_FILE, PLOT_FILE, LossPlotter, MetricsLog, TensorBoard
 from attnlab.train.report import progress_bar as make_progress_bar
 from attnlab.train.run_config import RunConfig, dump_toml
 from attnlab.train.setup import RunSetup, prepare_run
@@ -93,6 +93,9 @@ class TrainResult:
     stopped_by: str | None = None  # "SIGINT" / "SIGTERM" if interrupted
     exit_code: int = 0  # 0, or 130 / 143 after an interrupt
     summary: str = ""  # one line describing the data
+    runtime: str = ""  # one line: device, dtype, matmul precision, compilation
+    steps_s: float = 0.0  # wall time inside this call's optimizer steps, its first step excluded
+    first_step_s: float = 0.0  # this call's first step (with torch.compile: the compilation)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -125,7 +128,7 @@ def train(
     info, device = init_distributed(cfg.device)
     run_dir = Path(run_dir or cfg.out)
     try:
-        with cpu_settings(cfg.threads):
+        with cpu_settings(cfg.threads), cuda_matmul_precision(cfg.matmul_precision, device):
             with _removed_on_failure(run_dir, info):
                 setup = prepare_run(run_config, run_dir, resume, info, allow_changes)
                 run = _Run.start(run_config, setup, info, device, on_event or _ignore)
@@ -168,6 +171,34 @@ def cpu_settings(threads: int):
     finally:
         torch.set_flush_denormal(False)
         torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def cuda_matmul_precision(precision: str, device: torch.device):
+    """On CUDA, fp32 matmuls at ``precision`` ("high": TF32, "highest": full fp32) while
+    training, restored afterwards. Other devices are left exactly as they are."""
+    if device.type != "cuda":
+        yield
+        return
+    before = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision(precision)
+    try:
+        yield
+    finally:
+        torch.set_float32_matmul_precision(before)
+
+
+def runtime_line(cfg: Any, device: torch.device, amp: torch.dtype | None) -> str:
+    """What runs the steps, in one line: device, dtype, fp32 matmul precision, compilation."""
+    where = str(device)
+    if device.type == "cuda":
+        where += f" ({torch.cuda.get_device_name(device)})"
+    parts = [where, "bf16 autocast" if amp is not None else "fp32"]
+    if device.type == "cuda":
+        kind = "TF32" if torch.get_float32_matmul_precision() != "highest" else "full fp32"
+        parts.append(f"fp32 matmuls in {kind} (matmul_precision={cfg.matmul_precision!r})")
+    parts.append("torch.compile" if cfg.compile else "eager")
+    return ", ".join(parts)
 
 
 @dataclass
@@ -225,6 +256,7 @@ class _Run:
     on_event: EventHandler
     log: MetricsLog | None = None
     board: TensorBoard | None = None
+    plotter: LossPlotter | None = None
     elapsed0: float = 0.0  # training time of the run before this call (from the checkpoint)
     evaluated_at: int = -1
     started: float = field(default_factory=time.perf_counter)
@@ -273,6 +305,7 @@ class _Run:
             data.labels,
             ckpt.path if ckpt else None,
             summary=data.summary,
+            runtime=runtime_line(cfg, device, amp),
         )
         result.checkpoint = result.resumed_from
         run = cls(run_config, setup, parts, result, window, on_event, elapsed0=elapsed0)
@@ -281,6 +314,8 @@ class _Run:
             atomic_write_text(run_dir / CONFIG_FILE, dump_toml(RunConfig(setup.model_config, cfg)))
             run.log = MetricsLog(run_dir / METRICS_FILE, keep_until=start if ckpt else None)
             run.board = TensorBoard(run_dir / "tensorboard") if cfg.tensorboard else None
+            run.plotter = LossPlotter(run_dir / PLOT_FILE, title=str(run_dir.name))
+            on_event("runtime", {"line": result.runtime})
             if ckpt is not None:
                 on_event("resumed", {"path": ckpt.path, "step": start})
         return run
@@ -289,13 +324,26 @@ class _Run:
     def go(self, progress: bool, stop_at: int | None) -> TrainResult:
         """Run steps up to ``train.steps`` (or ``stop_at``), then finish."""
         cfg, info, result = self.parts.cfg, self.parts.info, self.result
-        end = cfg.steps if stop_at is None else min(cfg.steps, max(stop_at, result.start_step))
         bar = make_progress_bar(
             cfg.steps, result.start_step, progress and cfg.progress and info.is_main
         )
+        try:
+            self.steps(bar, stop_at)
+        except BaseException:
+            if self.plotter is not None:
+                self.plotter.discard()
+            raise
+        return self.finish()
+
+    def steps(self, bar: Any, stop_at: int | None) -> None:
+        """The steps of this call, each followed by what is due: evaluation, log, checkpoint."""
+        cfg, result = self.parts.cfg, self.result
+        end = cfg.steps if stop_at is None else min(cfg.steps, max(stop_at, result.start_step))
         with GracefulStop() as stop, bar:
             for step in range(result.start_step, end):
-                stats = train_step(self.parts, step, stop.requested)
+                began = time.perf_counter()
+                stats = train_step(self.parts, step, stop.requested)  # ends reading the loss
+                self.time_step(step, time.perf_counter() - began)
                 done = self.account(step + 1, stats)
                 bar.update(1)
                 final = done == cfg.steps
@@ -307,19 +355,21 @@ class _Run:
                 stopping, paused = stats.stop_votes > 0, done == end and not final
                 if final or stopping or paused or (cfg.save_every and done % cfg.save_every == 0):
                     self.save(done, metrics)
-                if metrics and info.is_main:
-                    plot_loss(
-                        self.log.records,
-                        self.setup.run_dir / PLOT_FILE,
-                        title=str(self.setup.run_dir.name),
-                    )
+                if metrics and self.plotter is not None:
+                    self.plotter.request(self.log.records)
                 if stopping:
                     result.stopped_by = stop.name or "SIGTERM"
                     result.exit_code = EXIT_CODES.get(stop.signum, 143)
                     break
                 if paused:
                     break
-        return self.finish()
+
+    def time_step(self, step: int, seconds: float) -> None:
+        """Add one step's wall time: the first of this call apart (it compiles, warms up)."""
+        if step == self.result.start_step:
+            self.result.first_step_s = seconds
+        else:
+            self.result.steps_s += seconds
 
     def account(self, done: int, stats: StepStats) -> int:
         """Record a finished step; stop on a non-finite loss."""
@@ -410,12 +460,10 @@ class _Run:
         if self.evaluated_at != result.step and ended:  # e.g. resumed at the very end
             self.evaluate(result.step)
         if p.info.is_main:
-            if self.log is not None and self.log.records:
-                plot_loss(
-                    self.log.records,
-                    self.setup.run_dir / PLOT_FILE,
-                    title=str(self.setup.run_dir.name),
-                )
+            if self.plotter is not None:
+                if self.log is not None and self.log.records:
+                    self.plotter.request(self.log.records)
+                self.plotter.close()
             result.best_checkpoint = best_checkpoint(self.setup.run_dir)
             if self.board is not None:
                 self.board.close()

@@ -20,6 +20,7 @@ import math
 import os
 import shutil
 import sys
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,62 @@ def plot_loss(
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     return atomic_write_bytes(path, buf.getvalue())
+
+
+class LossPlotter:
+    """Draws loss.png off the training loop's path: a worker thread renders the newest records.
+
+    A run asks for a plot after every evaluation; drawing it (matplotlib's import included) takes
+    ~0.1-1 s, which a GPU run would otherwise spend idle. ``request`` hands over a snapshot of
+    the records and returns at once; a request made while the worker is busy replaces any older
+    one that has not started, so the worker never falls behind. ``close`` waits for the last plot
+    (the file is complete when ``train`` returns) and re-raises a drawing error there.
+    """
+
+    def __init__(self, path: str | os.PathLike, title: str | None = None):
+        self.path, self.title = Path(path), title
+        self._pending: list[dict[str, Any]] | None = None
+        self._error: BaseException | None = None
+        self._wake = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._work, name="attnlab-loss-plot", daemon=True)
+        self._thread.start()
+
+    def request(self, records: Iterable[dict[str, Any]]) -> None:
+        with self._wake:
+            self._pending = [dict(r) for r in records]
+            self._wake.notify()
+
+    def close(self) -> None:
+        """Draw what is pending, stop the worker; raise its error, if drawing failed."""
+        with self._wake:
+            self._closing = True
+            self._wake.notify()
+        self._thread.join()
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    def discard(self) -> None:
+        """Stop the worker without drawing what is pending (the run failed)."""
+        with self._wake:
+            self._pending = None
+            self._closing = True
+            self._wake.notify()
+        self._thread.join()
+
+    def _work(self) -> None:
+        while True:
+            with self._wake:
+                while self._pending is None and not self._closing:
+                    self._wake.wait()
+                records, self._pending = self._pending, None
+                if records is None:  # closing, nothing left to draw
+                    return
+            try:
+                plot_loss(records, self.path, title=self.title)
+            except BaseException as err:  # reported by close(), on the training thread
+                self._error = err
 
 
 class TensorBoard:

@@ -49,6 +49,7 @@ _CHOICES: dict[str, tuple[str, ...]] = {
     "optimizer": ("adamw", "muon"),
     "lr_schedule": ("cosine", "linear", "constant"),
     "dtype": ("fp32", "bf16"),
+    "matmul_precision": ("high", "highest"),
 }
 _POSITIVE = (
     "n_train",
@@ -116,6 +117,9 @@ class TrainConfig:
     device: str = "auto"  # "auto" | "cpu" | "cuda" | "cuda:N" | "mps"
     dtype: str = "fp32"  # "fp32" | "bf16" (autocast where the device supports it)
     compile: bool = False  # torch.compile the model
+    # CUDA fp32 matmuls: "high" = TF32 tensor cores (10-bit mantissa products, fp32 sums; what
+    # every GPU trainer uses), "highest" = full fp32. The CPU is never changed.
+    matmul_precision: str = "high"
     threads: int = 0  # torch intra-op threads; 0 = torch's default
     log_every: int = 10  # steps between metric lines in metrics.jsonl
     progress: bool = True  # show a progress bar
