@@ -102,6 +102,20 @@ def test_tf32_is_the_default_on_cuda_and_the_run_says_so(tmp_path, text):
     assert [x for _, x in tf32.losses] == pytest.approx([x for _, x in cpu.losses], rel=2e-2)
 
 
+def test_qk_norm_under_bf16_autocast_dispatches_without_a_dtype_mismatch():
+    import warnings
+
+    from attnlab.models import build_model
+
+    model = build_model(TINY_LM.replace(qk_norm=True, positional="rotary")).cuda()
+    ids = torch.randint(0, TINY_LM.vocab_size, (2, 16), device="cuda")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            model(ids).logits.float().sum().backward()
+    assert not [w for w in caught if "Mismatch dtype" in str(w.message)]
+
+
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_bf16_autocast_on_cuda_trains(tmp_path, text):
     if not torch.cuda.is_bf16_supported():

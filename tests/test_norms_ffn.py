@@ -186,3 +186,20 @@ def test_dropout_rejects_a_bad_probability_and_drops_everything_at_one():
     with pytest.raises(ValueError, match="dropout probability"):
         dropout(torch.ones(3), 1.5)
     assert dropout(torch.ones(3), 1.0).eq(0).all()
+
+
+def test_rmsnorm_of_bf16_input_keeps_an_fp32_gain_and_one_dtype():
+    """Under bf16 autocast q, k arrive in bf16 while the gain is fp32: the norm runs in the input's
+    dtype (the fused kernel's condition) and the gain's gradient stays fp32."""
+    from attnlab.nn.norms import RMSNorm
+
+    torch.manual_seed(0)
+    norm = RMSNorm(16)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(4, 16)
+    out = norm(x.bfloat16())
+    assert out.dtype == torch.bfloat16
+    assert torch.allclose(out.float(), norm(x), atol=3e-2)
+    out.float().sum().backward()
+    assert norm.weight.grad.dtype == torch.float32

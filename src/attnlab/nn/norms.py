@@ -37,7 +37,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model)) if affine else None
 
     def forward(self, a: Tensor) -> Tensor:
-        return nn.functional.rms_norm(a, (a.size(-1),), self.weight, self.eps)
+        g = self.weight
+        if g is not None and g.dtype != a.dtype:
+            # Under bf16 autocast q and k arrive in bf16 while g stays fp32; the fused kernel
+            # needs one dtype (else PyTorch warns and takes the slow composite path). The cast
+            # is differentiable: g's gradient still accumulates in fp32.
+            g = g.to(a.dtype)
+        return nn.functional.rms_norm(a, (a.size(-1),), g, self.eps)
 
 
 def make_norm(kind: str, d_model: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:
