@@ -193,10 +193,15 @@ def clip_gradients(parameters: Iterable[nn.Parameter], max_norm: float) -> float
 
     Returns the norm before clipping (a useful training signal; inf/NaN means divergence).
     """
+    return float(clip_gradient_norm(parameters, max_norm))
+
+
+def clip_gradient_norm(parameters: Iterable[nn.Parameter], max_norm: float) -> torch.Tensor:
+    """:func:`clip_gradients` with the norm left on the device as a 0-d tensor (no host sync)."""
     params = [p for p in parameters if p.grad is not None]
     if not params:
-        return 0.0
+        return torch.zeros(())
     if max_norm > 0:
-        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+        return torch.nn.utils.clip_grad_norm_(params, max_norm)
     norms = torch.stack([p.grad.detach().norm() for p in params])
-    return float(norms.norm())
+    return norms.norm()

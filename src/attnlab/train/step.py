@@ -25,7 +25,7 @@ from torch import nn
 
 from attnlab.train.distributed import DistInfo, all_reduce_sum
 from attnlab.train.objectives import batch_loss, move_batch, target_count
-from attnlab.train.optim import clip_gradients, set_lr
+from attnlab.train.optim import clip_gradient_norm, set_lr
 
 
 class StepParts(NamedTuple):
@@ -69,19 +69,17 @@ def train_step(parts: StepParts, step: int, stop_requested: bool) -> StepStats:
     torch.manual_seed(step_seed(cfg.seed, step, info.rank))
     lr = set_lr(parts.optimizers, step, cfg)
     shards = cfg.grad_accum * info.world_size
-    batches = [
-        move_batch(
-            data.train_batch(step, cfg.batch_size, k * info.world_size + info.rank, shards),
-            parts.device,
-        )
+    cpu_batches = [
+        data.train_batch(step, cfg.batch_size, k * info.world_size + info.rank, shards)
         for k in range(cfg.grad_accum)
     ]
-    count = torch.tensor(
-        [float(sum(target_count(b, data.kind) for b in batches))], device=parts.device
-    )
-    n_targets = float(all_reduce_sum(count, info).item())
+    n_targets = float(sum(target_count(b, data.kind) for b in cpu_batches))  # counted on the host
+    if info.enabled:
+        n_targets = float(all_reduce_sum(torch.tensor([n_targets], device=parts.device), info))
+    batches = [move_batch(b, parts.device) for b in cpu_batches]
     scale = info.world_size / n_targets
-    step_loss, step_tokens = 0.0, 0
+    step_loss = torch.zeros((), dtype=torch.float64, device=parts.device)
+    step_tokens = 0
     for k, batch in enumerate(batches):
         last = k == len(batches) - 1
         sync = contextlib.nullcontext() if last or not info.enabled else parts.net.no_sync()
@@ -89,16 +87,19 @@ def train_step(parts: StepParts, step: int, stop_requested: bool) -> StepStats:
             with autocast(parts.device, parts.amp):
                 loss = batch_loss(parts.net, batch, data.kind, cfg.label_smoothing)
             (loss.total * scale).backward()
-        step_loss += float(loss.total.detach()) / n_targets
+        step_loss += loss.total.detach().double() / n_targets
         step_tokens += loss.n_tokens
-    grad_norm = clip_gradients(parts.model.parameters(), cfg.grad_clip)
+    grad_norm = clip_gradient_norm(parts.model.parameters(), cfg.grad_clip)
     for opt in parts.optimizers:
         opt.step()
         opt.zero_grad(set_to_none=True)
+    norm = grad_norm.detach().to(step_loss)
+    if not info.enabled:  # the step's one wait for the device: loss and norm read back together
+        step_loss, norm = torch.stack([step_loss, norm]).tolist()
+        return StepStats(step_loss, float(step_tokens), norm, lr, float(stop_requested))
     shared = torch.tensor(
-        [step_loss, float(step_tokens), float(stop_requested)],
-        dtype=torch.float64,
-        device=parts.device,
+        [0.0, float(step_tokens), float(stop_requested)], dtype=torch.float64, device=parts.device
     )
+    shared[0] = step_loss
     step_loss, step_tokens, stops = all_reduce_sum(shared, info).tolist()
-    return StepStats(step_loss, step_tokens, grad_norm, lr, stops)
+    return StepStats(step_loss, step_tokens, float(norm), lr, stops)
