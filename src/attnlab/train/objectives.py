@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
