@@ -19,8 +19,15 @@ the GPU (``torch.cuda.synchronize``) at each round's start and end:
     python benchmarks/cuda_bench.py --out benchmarks/cuda     # on a machine with a CUDA GPU
     python benchmarks/cuda_bench.py --device cpu --tiny       # seconds: checks the script only
 
-Writes ``results.json`` and ``RESULTS.md`` to ``--out``. fp32 matmuls use PyTorch's default
-(no TF32) for every contender.
+Each training row also reports MFU: tokens/s x (6 N + 12 L D T) FLOPs per token over the
+device's dense bf16 peak (a table of datasheet peaks by GPU name, or ``--peak-tflops``), for the
+fp32 rows too, so every row is measured against the same ceiling.
+
+``--suite nanogpt --nanogpt DIR --text FILE`` runs nanoGPT's own shakespeare-char training and
+attnlab's side by side instead (``benchmarks/nanogpt_race.py``).
+
+Writes ``results.json`` and ``RESULTS.md`` to ``--out``. fp32 matmuls here use PyTorch's default
+(no TF32) for every contender; ``attnlab train`` turns TF32 on for CUDA (``matmul_precision``).
 """
 
 from __future__ import annotations
@@ -41,9 +48,11 @@ from attnlab.bench.harness import interleave, ratio
 from attnlab.bench.lm_train import (
     LMShape,
     build_lm,
+    flops_per_token,
     hf_gpt2_config,
     make_batches,
     make_train_step,
+    non_embedding_params,
 )
 
 SHAPES = {
@@ -56,6 +65,29 @@ TINY = {
 }
 TRAIN = ("attnlab", "hf_gpt2_sdpa", "torch_nn")
 COMPILED = ("attnlab", "hf_gpt2_sdpa")  # under torch.compile, bf16, GPT-2 shape only
+SUITES = ("train", "generate", "nanogpt")
+# Dense bf16 tensor-core peaks (vendor datasheets, no sparsity), FLOP/s, by a name fragment;
+# the first fragment found in the device's name wins. --peak-tflops overrides.
+BF16_PEAKS = (
+    ("H100 PCIe", 756e12),
+    ("GH200", 989.4e12),
+    ("H200", 989.4e12),
+    ("H100", 989.4e12),
+    ("B200", 2250e12),
+    ("A100", 312e12),
+    ("L40S", 362e12),
+    ("L4", 121e12),
+)
+
+
+def bf16_peak(device, override_tflops: float | None) -> float | None:
+    """The device's dense bf16 peak in FLOP/s (None when unknown: MFU is then not reported)."""
+    if override_tflops:
+        return override_tflops * 1e12
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for frag, peak in BF16_PEAKS if frag in name), None)
 
 
 def synced_clock(device: torch.device):
@@ -99,7 +131,9 @@ def train_contender(name: str, shape: LMShape, device, bf16: bool, compiled: boo
 
 
 def time_training(args, device, clock) -> list[dict[str, Any]]:
+    """Interleaved training steps per shape; MFU = tokens/s x (6 N + 12 L D T) / bf16 peak."""
     rows = []
+    peak = bf16_peak(device, args.peak_tflops)
     for shape in (TINY if args.tiny else SHAPES).values():
         batches = [(x.to(device), y.to(device)) for x, y in make_batches(shape, args.rounds)]
         works, first, failed = {}, {}, {}
@@ -123,6 +157,9 @@ def time_training(args, device, clock) -> list[dict[str, Any]]:
                 say(f"train {shape.name}: compiled {key} in {first[key]:.1f} s")
         say(f"train {shape.name}: timing {', '.join(works)}")
         contenders = timed(works, first, "first_step_seconds", args, clock, warmup=2)
+        per_token = flops_per_token(non_embedding_params(build_lm("attnlab", shape)[0]), shape)
+        for c in contenders.values():
+            c["mfu"] = c["tokens_per_s"] * per_token / peak if peak else None
         base = contenders["hf_gpt2_sdpa"]["tokens_per_s"]
         base16 = contenders["hf_gpt2_sdpa_bf16"]["tokens_per_s"]
         ratios = {
@@ -144,8 +181,9 @@ def time_training(args, device, clock) -> list[dict[str, Any]]:
                 contenders["hf_gpt2_sdpa_compiled_bf16"]["tokens_per_s"],
             )
         rows.append(
-            {"shape": vars(shape), "contenders": contenders, "ratios": ratios, "failed": failed}
-        )
+            {"shape": vars(shape), "contenders": contenders, "ratios": ratios, "failed": failed,
+             "flops_per_token": per_token, "bf16_peak_flops": peak}
+        )  # fmt: skip
     return rows
 
 
@@ -241,20 +279,27 @@ def markdown(result: dict[str, Any]) -> str:
         "## Training step (tokens/s)",
         "",
     ]
-    for row in result["training"]:
+    for row in result.get("training", []):
         s = row["shape"]
         lines += [
             f"**{s['name']}**: {s['n_layers']} layers, {s['n_heads']} heads, width "
             f"{s['d_model']}, context {s['context']}, batch {s['batch']}, vocab {s['vocab']}",
             "",
-            "| contender | tokens/s | spread |",
-            "|---|---|---|",
-        ]
+            f"MFU = tokens/s x {row['flops_per_token']:.3g} FLOPs per token (6 N + 12 L D T) / "
+            + (f"{row['bf16_peak_flops'] / 1e12:.0f} TFLOP/s (the device's dense bf16 peak)"
+               if row["bf16_peak_flops"] else "an unknown peak (not reported)"),
+            "",
+            "| contender | tokens/s | spread | MFU |",
+            "|---|---|---|---|",
+        ]  # fmt: skip
         for name, c in row["contenders"].items():
-            lines.append(f"| {name} | {c['tokens_per_s']:,.0f} | {c['rel_spread']:.1%} |")
+            mfu = f"{c['mfu']:.1%}" if c.get("mfu") is not None else "-"
+            lines.append(f"| {name} | {c['tokens_per_s']:,.0f} | {c['rel_spread']:.1%} | {mfu} |")
         lines += ["", *[f"- {k}: **{v:.2f}x**" for k, v in row["ratios"].items()]]
         lines += [*[f"- {k} did not run: {v}" for k, v in row["failed"].items()], ""]
-    g = result["generation"]
+    g = result.get("generation")
+    if g is None:
+        return "\n".join(lines)
     lines += [
         "## Greedy generation (tokens/s, batch 1)",
         "",
@@ -288,12 +333,34 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new", type=int, default=256, help="new tokens per generation call")
     p.add_argument("--no-compile", dest="compile", action="store_false")
     p.add_argument("--out", default="benchmarks/cuda", help="folder for results.json, RESULTS.md")
+    p.add_argument(
+        "--suite",
+        default="train,generate",
+        help="comma-separated: train, generate, nanogpt (nanoGPT's shakespeare-char run side by "
+        "side: benchmarks/nanogpt_race.py, needs --nanogpt and --text)",
+    )
+    p.add_argument("--nanogpt", help="suite nanogpt: a nanoGPT checkout")
+    p.add_argument("--text", help="suite nanogpt: tinyshakespeare's input.txt")
+    p.add_argument("--peak-tflops", type=float, help="the device's dense bf16 peak, for MFU")
     args = p.parse_args(argv)
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         p.error("no CUDA device here: run it on a machine with a GPU (or --device cpu --tiny)")
     if device.type != "cuda" and not args.tiny:
         p.error("this benchmark is for a GPU; on the CPU use `attnlab bench` (or add --tiny)")
+    suites = [x.strip() for x in args.suite.split(",") if x.strip()]
+    if not suites or set(suites) - set(SUITES):
+        p.error(f"--suite takes some of {', '.join(SUITES)}")
+    if "nanogpt" in suites:
+        if not (args.nanogpt and args.text):
+            p.error("--suite nanogpt needs --nanogpt DIR (a nanoGPT checkout) and --text FILE")
+        from nanogpt_race import main as race  # this folder: run as a script, it is on sys.path
+
+        race_args = ["--nanogpt", args.nanogpt, "--text", args.text, "--out", args.out]
+        race([*race_args, *(["--tiny"] if args.tiny else [])])
+        suites.remove("nanogpt")
+        if not suites:
+            return 0
     t0 = time.perf_counter()
     clock = synced_clock(device)
     result = {
@@ -301,9 +368,11 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": machine(device),
         "rounds": args.rounds,
-        "training": time_training(args, device, clock),
-        "generation": time_generation(args, device, clock),
     }
+    if "train" in suites:
+        result["training"] = time_training(args, device, clock)
+    if "generate" in suites:
+        result["generation"] = time_generation(args, device, clock)
     result["wall_s"] = time.perf_counter() - t0
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
