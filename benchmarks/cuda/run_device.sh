@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The GPU session's measurements in one prepared call (issue 37): the gpu-marked tests, the
+# Muon/AdamW step micro-benchmark and nanoGPT's shakespeare-char run side by side with attnlab's.
+# Run from the repository root on a CUDA machine with a nanoGPT checkout (data prepared) and the
+# text in .device/:   OUT=/some/dir bash benchmarks/cuda/run_device.sh [race|bench|all]
+set -uo pipefail
+export PYTHONPATH=src PYTHONUNBUFFERED=1
+OUT=${OUT:-benchmarks/cuda/out}
+mkdir -p "$OUT"
+what=${1:-all}
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
+python -c "import torch, transformers; print(torch.__version__, torch.version.cuda, transformers.__version__)" >> "$OUT/gpu.txt" 2>&1
+if [ "$what" = all ] || [ "$what" = tests ]; then
+  timeout 240 python -m pytest -m gpu -p no:xdist -q tests/test_gpu.py \
+    "tests/test_inspect_transformer.py::test_cache_and_interventions_on_cuda" > "$OUT/pytest_gpu.txt" 2>&1
+  tail -3 "$OUT/pytest_gpu.txt"
+  timeout 150 python -m attnlab bench --suite optim --compile --rounds 5 --json "$OUT/optim.json" \
+    --report "$OUT/OPTIM.md" > "$OUT/optim.txt" 2>&1
+  tail -4 "$OUT/optim.txt"
+fi
+if [ "$what" = all ] || [ "$what" = race ]; then
+  timeout 420 python benchmarks/nanogpt_race.py --nanogpt .device/nanogpt \
+    --text .device/tinyshakespeare.txt --rounds 2 --gpu-char-steps 1000,1250 --out "$OUT/race" \
+    > "$OUT/race.txt" 2>&1
+  tail -12 "$OUT/race.txt"
+fi
+if [ "$what" = bench ]; then
+  timeout 300 python benchmarks/cuda_bench.py --suite train --rounds 3 --min-round-s 0.5 \
+    --out "$OUT/bench" > "$OUT/bench.txt" 2>&1
+  tail -30 "$OUT/bench.txt"
+fi
