@@ -90,7 +90,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="lm and generate suites: also time attnlab under torch.compile (the training "
         "step; the decode step) and report its compile time; decode suite: every attnlab mode "
-        "compiled",
+        "compiled; optim suite: the model of the two full-step contenders compiled",
     )
     p.add_argument(
         "--kv-cache",
@@ -202,9 +202,9 @@ def check_flag_use(args: argparse.Namespace, settings) -> None:
             "--suite recipe or quality",
         ),
         (
-            args.compile and not {"lm", "generate", "decode"} & set(settings.suites),
+            args.compile and not {"lm", "generate", "decode", "optim"} & set(settings.suites),
             "--compile",
-            "--suite lm, generate or decode",
+            "--suite lm, generate, decode or optim",
         ),
         (
             args.kv_cache is not None and not {"decode", "quality"} & set(settings.suites),
