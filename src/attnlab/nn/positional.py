@@ -177,6 +177,13 @@ class RotaryPositions(Positions):
         # 2 x layers - 1 rotations recomputing the table (8 of 9 such computations at 4 layers).
         self._last: tuple | None = None
 
+    def _apply(self, fn, recurse: bool = True):
+        """``model.to(device)`` moves theta_i too (it is no buffer: a dtype cast must not round
+        it). Left on the CPU, every rotation of a CUDA model would copy it over and wait."""
+        super()._apply(fn, recurse)
+        self.frequencies = self.frequencies.to(fn(self.frequencies[:0]).device)
+        return self
+
     def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos(pos * theta_i), sin(pos * theta_i): (T, Dh/2) or (B, 1, T, Dh/2) in ``dtype``."""
         # Inference tensors carry no version counter, so in-place edits would go unseen: no cache.
