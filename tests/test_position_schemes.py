@@ -154,3 +154,25 @@ def test_none_is_permutation_equivariant_without_a_causal_mask():
     with torch.no_grad():
         out, permuted = model(ids).logits, model(ids[:, perm]).logits
     torch.testing.assert_close(permuted, out[:, perm])
+
+
+@pytest.mark.parametrize("case", ["alibi", "rotary, linear x4", "learned"])
+def test_walkthrough_names_the_scheme_acting_inside_attention(case):
+    model = _model(**CASES[case])
+    described = model.embed.pos_enc.describe(torch.arange(T))
+    client = TestClient(create_app(Session(model, TOK, name=case)))
+    payload = {"text": TEXT, "site": "decoder", "layer": 0, "head": 1}
+    r = client.post("/api/walkthrough", json=payload)
+    assert r.status_code == 200, r.text
+    steps = {s["key"]: s for s in r.json()["steps"]}
+    scaled, scores = np.asarray(steps["scaled"]["values"]), np.asarray(steps["scores"]["values"])
+    if case == "alibi":  # the logits carry the bias, and the step says so
+        assert "bias" in steps["scaled"]["equation"] and "alibi" in steps["scaled"]["equation"]
+        _close(scaled - scores / 4.0, described.tables["bias"][1], atol=1e-5)
+    else:
+        assert "bias" not in steps["scaled"]["equation"]
+        _close(scaled, scores / 4.0, atol=1e-5)
+    rotated = "rotated" in steps["Q"]["equation"]
+    assert rotated == (case.startswith("rotary"))
+    if rotated:
+        assert described.equation in steps["Q"]["equation"]
