@@ -313,6 +313,8 @@ def test_position_signal_can_be_scaled_replaced_and_is_absent_for_rotary():
     torch.testing.assert_close(patched["embed.embed"], patched["embed.X"] + shuffled)
     with pytest.raises(inspect.InspectError, match="rotary.*Q_rot"):
         inspect.position_names(_model(positional="rotary"))
+    with pytest.raises(inspect.InspectError, match="alibi positions are a bias.*scaled"):
+        inspect.position_names(_model(positional="alibi"))
     assert "blocks.0.self_attn.Q_rot" not in inspect.activation_names(model)
 
 
