@@ -108,6 +108,7 @@ class Positions(nn.Module):
     kind = ""  # the config name; a subclass that sets it is registered in SCHEMES
     rotates = False  # the rotation side acts (rotate)
     biases = False  # the logit-bias side acts (logit_bias)
+    table_name = "P"  # the name of the embedding side's table in describe()
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -144,23 +145,28 @@ class Positions(nn.Module):
         """The logit-bias side: (T,), (S,) token indices -> (1, H, T, S) in ``dtype``, or None."""
         return None
 
+    def equation(self) -> str:
+        """The scheme's equation, as the explorer prints it."""
+        return "x~_i = x_i + P_i"
+
+    def summary(self) -> str:
+        """One line, true of this scheme as configured."""
+        return f"{type(self).__name__}: a position signal P added to the embeddings."
+
     def describe(
         self, positions: Tensor, dtype: torch.dtype = torch.float64
     ) -> PositionDescription:
-        """The signal P for ``positions`` (T,) as a table (a scheme with its own equation
-        overrides this)."""
-        p = self.signal(positions, torch.empty(0, dtype=dtype))
-        p = p.detach() if p is not None else None
+        """What the scheme shows for ``positions`` (T,): here the embedding side's signal P
+        (T, C), computed by :meth:`signal` itself (the schemes acting inside attention override
+        this with their angles or biases)."""
+        p = self.signal(positions, torch.empty(0, dtype=dtype))  # (T, C) or None
+        kind, equation, summary = self.kind or type(self).__name__, self.equation(), self.summary()
         if p is None:
-            return PositionDescription(self.kind, "nothing", "", "", None, [], {})
+            return PositionDescription(kind, "nothing", equation, summary, None, [], {})
+        p = p.detach()
+        cols = _cols("d", p.size(-1))
         return PositionDescription(
-            self.kind or type(self).__name__,
-            "embeddings",
-            "x~_i = x_i + P_i",
-            f"{type(self).__name__}: a signal added to the embeddings.",
-            p,
-            _cols("d", p.size(-1)),
-            {"P": p},
+            kind, "embeddings", equation, summary, p, cols, {self.table_name: p}
         )
 
 
@@ -173,18 +179,13 @@ class NoPositions(Positions):
 
     kind = "none"
 
-    def describe(
-        self, positions: Tensor, dtype: torch.dtype = torch.float64
-    ) -> PositionDescription:
-        return PositionDescription(
-            "none",
-            "nothing",
-            "x~_i = x_i",
+    def equation(self) -> str:
+        return "x~_i = x_i"
+
+    def summary(self) -> str:
+        return (
             "No position signal: attention alone is permutation equivariant (004 eq. 14; 001 "
-            "'a set, not a sequence'); in a causal model only the future mask orders the tokens.",
-            None,
-            [],
-            {},
+            "'a set, not a sequence'); in a causal model only the future mask orders the tokens."
         )
 
 
@@ -214,19 +215,13 @@ class LearnedPositions(Positions):
                 "shorten the sequence or use sinusoidal/rotary positions"
             ) from None
 
-    def describe(
-        self, positions: Tensor, dtype: torch.dtype = torch.float64
-    ) -> PositionDescription:
-        p = self.signal(positions, self.table.weight).detach()  # (T, D), the rows it adds
-        return PositionDescription(
-            "learned",
-            "embeddings",
-            f"x~_i = x_i + P_i,  P ∈ R^{{N×d}} learned, N = {self.max_len}",
+    def equation(self) -> str:
+        return f"x~_i = x_i + P_i,  P ∈ R^{{N×d}} learned, N = {self.max_len}"
+
+    def summary(self) -> str:
+        return (
             "000 'Position representations': a learned table P, one row per position, added to "
-            f"the token embeddings; N = {self.max_len} bounds the length.",
-            p,
-            _cols("d", p.size(-1)),
-            {"P": p},
+            f"the token embeddings; N = {self.max_len} bounds the length."
         )
 
 
@@ -246,20 +241,16 @@ class SinusoidalPositions(Positions):
     def signal(self, positions: Tensor, x: Tensor) -> Tensor:
         return sinusoidal_table(positions, self.d_model, self.base, x.dtype)  # (T|B,T, D)
 
-    def describe(
-        self, positions: Tensor, dtype: torch.dtype = torch.float64
-    ) -> PositionDescription:
-        pe = self.signal(positions, torch.empty(0, dtype=dtype))  # (T, D)
-        return PositionDescription(
-            "sinusoidal",
-            "embeddings",
+    table_name = "PE"
+
+    def equation(self) -> str:
+        return (
             f"PE(n, 2i) = sin(n / {self.base:g}^{{2i/d}}), "
-            f"PE(n, 2i+1) = cos(n / {self.base:g}^{{2i/d}})",
-            "004 eq. 16 (and 003): fixed sinusoids added to the embeddings, x~_n = x_n + PE(n).",
-            pe,
-            _cols("d", pe.size(-1)),
-            {"PE": pe},
+            f"PE(n, 2i+1) = cos(n / {self.base:g}^{{2i/d}})"
         )
+
+    def summary(self) -> str:
+        return "004 eq. 16 (and 003): fixed sinusoids added to the embeddings, x~_n = x_n + PE(n)."
 
 
 class ConcatPositions(Positions):
@@ -287,19 +278,15 @@ class ConcatPositions(Positions):
         p = p.expand(*x.shape[:-1], self.d_pos)  # (B, T, d_pos)
         return self.proj(torch.cat([x, p], dim=-1))  # (B, T, D)
 
-    def describe(
-        self, positions: Tensor, dtype: torch.dtype = torch.float64
-    ) -> PositionDescription:
-        pe = self.signal(positions, torch.empty(0, dtype=dtype))  # (T, d_pos)
-        return PositionDescription(
-            "concat",
-            "embeddings",
-            "x~_n = W [x_n; PE(n)] + b",
+    table_name = "PE"
+
+    def equation(self) -> str:
+        return "x~_n = W [x_n; PE(n)] + b"
+
+    def summary(self) -> str:
+        return (
             "004 eq. 15: the sinusoids PE(n) are concatenated to the embeddings, then a learned "
-            "linear map W projects back to d.",
-            pe,
-            _cols("d", pe.size(-1)),
-            {"PE": pe},
+            "linear map W projects back to d."
         )
 
 
