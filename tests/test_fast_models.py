@@ -155,7 +155,7 @@ def test_fast_attention_modules_on_row_groups_equal_the_plain_modules(rotary):
     x = torch.randn(b, tgt_mask.size(1), d, dtype=torch.float64, requires_grad=True)
     memory = torch.randn(b, src_mask.size(1), d, dtype=torch.float64, requires_grad=True)
     rope = RotaryPositions(4) if rotary else None
-    self_attn = SelfAttention(8, 2, rotary=rope, qk_norm=True).double()
+    self_attn = SelfAttention(8, 2, pos_enc=rope, qk_norm=True).double()
     cross = CrossAttention(8, 2).double()
     fast_self, fast_cross = copy.deepcopy(self_attn), copy.deepcopy(cross)
     fast_self.__class__, fast_cross.__class__ = FastSelfAttention, FastCrossAttention

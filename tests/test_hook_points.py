@@ -100,13 +100,13 @@ def test_replacing_a_value_changes_the_output_and_the_mask_is_read_only():
 @pytest.mark.parametrize("point", ["hook_Q", "hook_concat", "hook_out"])
 def test_outer_points_keep_the_fused_form(point, monkeypatch):
     """Q/K/V/concat/out exist on every path: hooking them does not switch to the explicit form."""
-    import attnlab.nn.multihead as multihead
+    import attnlab.nn.attention as attention
 
     attn = SelfAttention(8, 2).eval()
     calls = []
-    real = multihead.scaled_dot_product_attention
+    real = attention.fused_attention
     monkeypatch.setattr(
-        multihead, "scaled_dot_product_attention", lambda *a, **k: calls.append(1) or real(*a, **k)
+        attention, "fused_attention", lambda *a, **k: calls.append(1) or real(*a, **k)
     )
     seen = []
     getattr(attn, point).register_forward_hook(lambda m, a, o: seen.append(o.shape))

@@ -141,10 +141,10 @@ def test_cached_attention_quantities_match_the_reference(kind, changes):
                 v = memory[b] @ Wv[h] + bv[h]  # (S, Dv) eq. 12
                 for name, want in (("Q", q), ("K", k), ("V", v)):
                     np.testing.assert_allclose(_np(cache[f"{p}.{name}"][b, h]), want, atol=1e-12)
-                if getattr(attn, "rotary", None) is not None:
+                if getattr(attn, "rotates", False):
                     pos = np.arange(t)
-                    q = ref.rotary(q, pos, attn.rotary.base)
-                    k = ref.rotary(k, pos, attn.rotary.base)
+                    q = ref.rotary(q, pos, attn.pos_enc.base)
+                    k = ref.rotary(k, pos, attn.pos_enc.base)
                     np.testing.assert_allclose(_np(cache[f"{p}.Q_rot"][b, h]), q, atol=1e-12)
                     np.testing.assert_allclose(_np(cache[f"{p}.K_rot"][b, h]), k, atol=1e-12)
                 scores = np.array([[ref._dot(q[i], k[j]) for j in range(s)] for i in range(t)])
@@ -159,7 +159,7 @@ def test_cached_attention_quantities_match_the_reference(kind, changes):
             np.testing.assert_allclose(
                 concat, np.concatenate([_np(cache[f"{p}.heads"][b, h]) for h in range(H)], -1)
             )
-            if getattr(attn, "rotary", None) is None:  # the reference MHA has no rotary
+            if not getattr(attn, "rotates", False):  # the reference MHA has no rotary
                 Wo, bo = _np(attn.out_proj.weight).T, _np(attn.out_proj.bias)
                 want = ref.multi_head_attention(
                     x[b],
@@ -313,6 +313,8 @@ def test_position_signal_can_be_scaled_replaced_and_is_absent_for_rotary():
     torch.testing.assert_close(patched["embed.embed"], patched["embed.X"] + shuffled)
     with pytest.raises(inspect.InspectError, match="rotary.*Q_rot"):
         inspect.position_names(_model(positional="rotary"))
+    with pytest.raises(inspect.InspectError, match="alibi positions are a bias.*scaled"):
+        inspect.position_names(_model(positional="alibi"))
     assert "blocks.0.self_attn.Q_rot" not in inspect.activation_names(model)
 
 

@@ -19,6 +19,7 @@ from attnlab.generate import GenerationConfig, generate
 from attnlab.models import build_model
 from attnlab.nn import LoopMultiHeadAttention, SelfAttention
 from attnlab.nn.alibi import alibi_slopes
+from attnlab.nn.positional import ALiBiPositions
 
 FAST = settings(max_examples=12, deadline=None)
 VARIANTS = {
@@ -45,8 +46,9 @@ def _np(t: torch.Tensor) -> np.ndarray:
 
 def _attention(n_kv_heads=None, alibi=False, window=None, seed=0) -> SelfAttention:
     torch.manual_seed(seed)
+    scheme = ALiBiPositions(4) if alibi else None
     return SelfAttention(
-        8, 4, n_kv_heads=n_kv_heads, alibi=alibi, window=window, bias=False
+        8, 4, n_kv_heads=n_kv_heads, pos_enc=scheme, window=window, bias=False
     ).double()
 
 
@@ -57,7 +59,7 @@ def _oracle(attn: SelfAttention, x: torch.Tensor, mask: np.ndarray):
     split = lambda w, n: ref.split_heads_weights(_np(w.T), n)  # noqa: E731
     t = x.size(0)
     biases = None
-    if attn.alibi_slopes is not None:
+    if attn.pos_enc is not None and attn.pos_enc.biases:
         biases = [ref.alibi_bias(m, np.arange(t), np.arange(t)) for m in ref.alibi_slopes(h)]
     return ref.grouped_query_attention(
         _np(x),
@@ -97,8 +99,8 @@ def test_grouped_query_attention_equals_the_loop_form_and_shrinks_w_k_w_v():
 
 def test_alibi_slopes_follow_the_module_and_are_not_saved():
     attn = _attention(alibi=True)
-    assert "alibi_slopes" not in attn.state_dict()
-    torch.testing.assert_close(attn.alibi_slopes, alibi_slopes(4).double())
+    assert not attn.state_dict().keys() - {"qkv_proj.weight", "out_proj.weight"}
+    torch.testing.assert_close(attn.pos_enc.slopes, alibi_slopes(4).double())
 
 
 def _lm(variant: str, seed: int = 0, **extra):

@@ -131,7 +131,7 @@ def test_qk_norm_matches_reference_composed_per_head():
 def test_rotary_self_attention_matches_reference_composed_per_head():
     """RoPE: q^(l)_m <- R_m q^(l)_m, k^(l)_n <- R_n k^(l)_n (rotate-half), then eq. 9."""
     rot = RotaryPositions(D // H)
-    attn = SelfAttention(D, H, rotary=rot).double()
+    attn = SelfAttention(D, H, pos_enc=rot).double()
     x = torch.randn(1, T, D, dtype=torch.float64)
     positions = torch.tensor([0, 2, 5, 11])
     kw = _self_kwargs(attn)

@@ -22,7 +22,7 @@ from attnlab.nn import (
     SinusoidalPositions,
     sinusoidal_table,
 )
-from attnlab.nn.positional import default_positions, make_positions
+from attnlab.nn.positional import ALiBiPositions, default_positions, make_positions
 
 TOL64 = {"rtol": 1e-10, "atol": 1e-10}
 TOL32 = {"rtol": 1e-6, "atol": 1e-6}
@@ -218,10 +218,10 @@ def test_no_positions_is_identity_and_factory_builds_every_kind():
         "concat": ConcatPositions,
         "rotary": RotaryPositions,
         "none": NoPositions,
-        "alibi": NoPositions,  # ALiBi acts on the attention logits, not on the embeddings
+        "alibi": ALiBiPositions,  # ALiBi acts on the attention logits, not on the embeddings
     }
     for kind, cls in kinds.items():
-        module = make_positions(kind, 8, 4, 16, 10000.0)
+        module = make_positions(kind, 8, 4, 16, 10000.0, n_heads=2)
         assert isinstance(module, cls)
         assert module(x, default_positions(3)).shape == x.shape
     with pytest.raises(ValueError, match="unknown positional 'xpos'"):

@@ -112,6 +112,17 @@ def test_position_encoding_shows_the_table_and_some_columns(tmp_path):
     assert_png(save_figure(fig, tmp_path / "pe.png"))
 
 
+def test_position_plot_draws_a_schemes_own_description():
+    scheme = tiny(positional="rotary", rope_scaling="linear", rope_factor=4.0).embed.pos_enc
+    described = scheme.describe(torch.arange(12))
+    fig = plot_position_encoding(described)
+    heat = fig.axes[0]
+    torch.testing.assert_close(torch.as_tensor(heat.images[0].get_array()), described.values)
+    assert "rotary" in fig._suptitle.get_text()
+    with pytest.raises(ValueError, match="'none' position scheme has no table"):
+        plot_position_encoding(tiny(positional="none").embed.pos_enc.describe(torch.arange(3)))
+
+
 def write_metrics(path: Path, lines: list[str]) -> Path:
     path.write_text("\n".join(lines), encoding="utf-8")
     return path

@@ -98,7 +98,7 @@ STEP_NAMES = ("Q", "K", "V", "scores", "scaled", "mask", "A", "heads", "concat",
 
 def step_names(path: str, module: nn.Module, steps: tuple[str, ...] = STEP_NAMES) -> list[str]:
     """The inspect names of one attention module's ``steps`` (plus the rotated Q, K with RoPE)."""
-    rotary = getattr(module, "rotary", None) is not None and "Q" in steps
+    rotary = getattr(module, "rotates", False) and "Q" in steps
     names = [f"{path}.{n}" for n in steps]
     return names + ([f"{path}.Q_rot", f"{path}.K_rot"] if rotary else [])
 
@@ -108,7 +108,7 @@ def cached_steps(module: nn.Module, path: str, rec: Recorded, cache) -> dict[str
     cache of a batch of one: X (T, D), M (S, Dm), Q (H, T, Dk), K (H, S, Dk), V (H, S, Dv),
     scores and scaled (H, T, S), mask (T, S) bool, A (H, T, S), heads (H, T, Dv),
     concat (T, H*Dv), out (T, Do), and the scale factor 1/sqrt(d_k)."""
-    rotary = getattr(module, "rotary", None) is not None
+    rotary = getattr(module, "rotates", False)
     get = {n: cache[f"{path}.{n}"][0] for n in STEP_NAMES}
     if rotary:  # the notes' Q and K of the dot product are the rotated ones
         get["Q"], get["K"] = cache[f"{path}.Q_rot"][0], cache[f"{path}.K_rot"][0]

@@ -15,8 +15,8 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.explore.probes import matrix
-from attnlab.nn import positional
 from attnlab.nn.multihead import CrossAttention
+from attnlab.nn.positional import PositionDescription
 
 
 def _step(key, title, equation, note, values, rows, cols, **extra) -> dict[str, Any]:
@@ -48,7 +48,9 @@ def walkthrough_steps(
     h, rows, cols = head.head, axes["rows"], axes["cols"]
     cross = isinstance(module, CrossAttention)
     dk, dv, n_heads = module.d_head, module.d_v, module.n_heads
-    rotary = getattr(module, "rotary", None) is not None
+    scheme = getattr(module, "pos_enc", None)  # a position scheme acting inside attention
+    inside = scheme.describe(torch.arange(q["A"].size(-1))) if scheme is not None else None
+    a = module.activation.name  # the row activation of eq. 9
     pre = getattr(cfg, "norm_placement", "pre") == "pre"
     src = "M" if cross else "X"
     x_note = (
@@ -82,7 +84,13 @@ def walkthrough_steps(
                 _dims("d", q["M"].size(-1)),
             )
         )
-    rot = " (then rotated by RoPE: q_m, k_n turned by m·θ_i, n·θ_i)" if rotary else ""
+    rot = ""
+    if inside is not None and scheme.rotates:
+        rot = f" (then rotated, {inside.kind}: {inside.equation})"
+    bias, bias_note = "", ""
+    if inside is not None and scheme.biases:
+        bias = f" + bias ({inside.kind}: {inside.equation})"
+        bias_note = " " + inside.summary
     steps += [
         _step(
             "Q",
@@ -124,10 +132,10 @@ def walkthrough_steps(
         ),
         _step(
             "scaled",
-            "Scaled by 1/√d_k",
-            f"scaled = Q Kᵀ · {float(q['factor']):.6g} (1/√{dk})",
+            "Scaled by 1/√d_k" + (", plus the position bias" if bias else ""),
+            f"scaled = Q Kᵀ · {float(q['factor']):.6g} (1/√{dk})" + bias,
             "004 eq. 9: a(Q K^T / sqrt(d_q)); 001 'scaling the dot product' "
-            "keeps the softmax out of its flat regions.",
+            "keeps the softmax out of its flat regions." + bias_note,
             q["scaled"][h],
             rows,
             cols,
@@ -145,10 +153,10 @@ def walkthrough_steps(
         ),
         _step(
             "A",
-            "Softmax over each row: the attention weights A",
-            "A = softmax(scaled + log M)",
-            "004 eq. 9 with a = softmax, row by row (000 'Notation': softmax over the last "
-            "axis); each row sums to 1.",
+            f"{a.capitalize()} over each row: the attention weights A",
+            f"A = {a}(scaled + log M)",
+            f"004 eq. 9 with a = {a}, row by row (000 'Notation': over the last axis); each row "
+            "sums to 1" + (" (one-hot: hard attention)." if a == "hardmax" else "."),
             q["A"][h],
             rows,
             cols,
@@ -204,7 +212,8 @@ def walkthrough_steps(
 def positions_view(
     model: nn.Module, cfg: Any, inputs: dict[str, list[int]], labels
 ) -> dict[str, Any]:
-    """For each embedding of the model, the position signal it uses for these tokens."""
+    """For each embedding of the model, what its position scheme says of itself for these tokens
+    (``attnlab.nn.positional``'s ``describe``: the same tables the forward uses)."""
     from attnlab.models.layers import Embeddings
 
     views = []
@@ -212,12 +221,11 @@ def positions_view(
     for path, embed in embeds:
         side = "source" if "encoder" in path and "source" in inputs else "target"
         ids = inputs[side]
-        pos = torch.arange(len(ids))  # (T,)
-        enc = embed.pos_enc
-        view = {"module": path, "side": side, "tokens": labels(ids)}
         with torch.inference_mode():
-            view.update(_signal(enc, pos))
-        views.append(view)
+            described = embed.pos_enc.describe(torch.arange(len(ids)))  # positions 0..T-1
+        views.append(
+            {"module": path, "side": side, "tokens": labels(ids), **description_json(described)}
+        )
     if not embeds:
         views.append(
             {
@@ -225,8 +233,11 @@ def positions_view(
                 "side": "target",
                 "tokens": labels(inputs["target"]),
                 "kind": "none",
+                "acts_on": "nothing",
                 "equation": "h_t = σ(W h_{t-1} + U x_t)",
                 "values": [],
+                "cols": [],
+                "tables": {},
                 "note": "A recurrent model has no position signal: order comes from reading the "
                 "tokens one after another (000 'Problems with RNN'; 004 eq. 2).",
             }
@@ -234,52 +245,18 @@ def positions_view(
     return {"views": views}
 
 
-def _signal(enc: nn.Module, pos: Tensor) -> dict[str, Any]:
-    if isinstance(enc, positional.LearnedPositions):
-        table = enc.table.weight[pos]  # (T, D)
-        return {
-            "kind": "learned",
-            "equation": "x~_i = x_i + P_i,  P ∈ R^{N×d} (learned)",
-            "note": "000 'Position representations': a learned table P, one row per "
-            "position; N bounds the length.",
-            "values": matrix(table),
-        }
-    if isinstance(enc, positional.SinusoidalPositions):
-        pe = positional.sinusoidal_table(pos, enc.d_model, enc.base)  # (T, D)
-        return {
-            "kind": "sinusoidal",
-            "equation": "PE(n, 2i) = sin(n / 10000^{2i/d}), PE(n, 2i+1) = cos(n / 10000^{2i/d})",
-            "note": "004 eq. 16 (and 003): fixed "
-            "sinusoids added to the embeddings, x~_n = x_n + PE(n).",
-            "values": matrix(pe),
-        }
-    if isinstance(enc, positional.ConcatPositions):
-        pe = positional.sinusoidal_table(pos, enc.d_pos, enc.base)  # (T, d_pos)
-        return {
-            "kind": "concat",
-            "equation": "x~_n = W [x_n; PE(n)] + b",
-            "note": "004 eq. 15: concatenate the sinusoids PE(n), then a learned linear map.",
-            "values": matrix(pe),
-        }
-    if isinstance(enc, positional.RotaryPositions):
-        i2 = torch.arange(0, enc.d_head, 2, dtype=torch.float64)
-        angles = pos.double()[:, None] * enc.base ** (-i2 / enc.d_head)  # (T, Dh/2)
-        return {
-            "kind": "rotary",
-            "equation": "angle(m, i) = m · θ_i,  θ_i = base^{-2i/d_h}; "
-            "q_m and k_m are turned by these angles",
-            "note": "RoPE (beyond the notes, docs/math.md): q_m^T k_n then depends only on m - n.",
-            "values": matrix(angles),
-        }
-    if isinstance(enc, positional.NoPositions):
-        return {
-            "kind": "none",
-            "equation": "x~_i = x_i",
-            "values": [],
-            "note": "No positions: attention is permutation equivariant (004 eq. 14; 001 "
-            "'a set, not a sequence').",
-        }
-    return {"kind": type(enc).__name__, "equation": "", "note": "", "values": []}
+def description_json(d: PositionDescription) -> dict[str, Any]:
+    """A scheme's description as the page draws it: values (T, C) with column labels, and its
+    named tables."""
+    return {
+        "kind": d.kind,
+        "acts_on": d.acts_on,
+        "equation": d.equation,
+        "note": d.summary,
+        "values": matrix(d.values) if d.values is not None else [],
+        "cols": d.cols,
+        "tables": {name: matrix(t) for name, t in d.tables.items()},
+    }
 
 
 SCORES = {

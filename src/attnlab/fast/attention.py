@@ -24,7 +24,13 @@ from torch import Tensor
 
 from attnlab.fast.packing import Packing, group_mask, group_positions, grouped_heads, packed_heads
 from attnlab.fast.switches import PATHS
-from attnlab.nn.attention import AttentionOutput, attention_weights, scale_factor
+from attnlab.nn.attention import (
+    AttentionOutput,
+    Softmax,
+    points_active,
+    scale_factor,
+    scaled_dot_product_attention,
+)
 from attnlab.nn.masks import check_mask
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 from attnlab.nn.positional import default_positions
@@ -87,24 +93,31 @@ def one_query_attention(
     scores = (qg * k[:, :, None].to(q.dtype)).sum(dim=-1).view(b, h, 1, s) * factor  # (B, H, 1, S)
     if bias is not None:
         scores = scores + bias  # (B, H, 1, S)
-    weights = attention_weights(scores, mask).reshape(b, k.size(1), g, s, 1)  # (B, H_kv, G, S, 1)
+    weights = Softmax()(scores, mask).reshape(b, k.size(1), g, s, 1)  # (B, H_kv, G, S, 1)
     out = (weights * v[:, :, None].to(q.dtype)).sum(dim=-2)  # (B, H_kv, G, Dv)
     return out.view(b, h, 1, v.size(-1))  # (B, H, 1, Dv)
 
 
+def fast_attention(q, k, v, mask=None, *, need_weights=False, **eq9) -> AttentionOutput:
+    """Eq. 9 as ``attnlab.nn.attention.scaled_dot_product_attention`` (same arguments), except
+    that a compiled one-token decode step with the plain softmax attends by reductions
+    (:func:`one_query_attention`); everything else goes to the plain kernel."""
+    activation, points = eq9.get("activation"), eq9.get("points")
+    plain = need_weights or not isinstance(activation, Softmax) or points_active(points)
+    one_query = q.size(-2) == 1 and torch.compiler.is_compiling() and PATHS["one_query"]
+    if plain or not one_query or eq9.get("dropout_p", 0.0) > 0:
+        return scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights, **eq9)
+    if mask is not None:
+        mask = check_mask(mask, q.size(0), q.size(1), 1, k.size(2))  # (B|1, H|1, 1, S)
+    factor = scale_factor(eq9.get("scale", True), q.size(-1))
+    return AttentionOutput(one_query_attention(q, k, v, mask, factor, eq9.get("bias")), None)
+
+
 class FastSelfAttention(_PackedOutput, SelfAttention):
     """:class:`~attnlab.nn.multihead.SelfAttention` that also runs on packed row groups, and
-    whose compiled one-token decode step attends by reductions (:func:`one_query_attention`)."""
+    whose compiled one-token decode step attends by reductions (:func:`fast_attention`)."""
 
-    def attend(self, q, k, v, mask, causal, need_weights, bias=None):
-        plain = need_weights or self.activation == "hardmax" or self.inner_points_active()
-        one_query = q.size(-2) == 1 and torch.compiler.is_compiling() and PATHS["one_query"]
-        if plain or not one_query or (self.training and self.dropout > 0):
-            return super().attend(q, k, v, mask, causal, need_weights, bias)
-        if mask is not None:
-            mask = check_mask(mask, q.size(0), q.size(1), 1, k.size(2))  # (B|1, H|1, 1, S)
-        factor = scale_factor(self.scale, q.size(-1))
-        return AttentionOutput(one_query_attention(q, k, v, mask, factor, bias), None)
+    attention = staticmethod(fast_attention)
 
     def forward(
         self, x, mask=None, *, causal=False, positions=None, cache=None, need_weights=False
@@ -122,10 +135,11 @@ class FastSelfAttention(_PackedOutput, SelfAttention):
         for g, q, k, v in zip(packing.groups, *grouped_heads(qkv, packing, 3, self.n_heads)):
             if self.q_norm is not None:  # q, k, v: (b, H, T_g, Dh)
                 q, k = self.q_norm(q), self.k_norm(k)
-            if self.rotary is not None:
-                q = self.rotary.rotate(q, group_positions(positions, g))
-                k = self.rotary.rotate(k, group_positions(positions, g))
-            out = self.attend(q, k, v, group_mask(mask, g, g), causal, False).out
+            if self.rotates:
+                q = self.pos_enc.rotate(q, group_positions(positions, g))
+                k = self.pos_enc.rotate(k, group_positions(positions, g))
+            opts = self.attention_options()
+            out = self.attention(q, k, v, group_mask(mask, g, g), causal=causal, **opts).out
             per_group.append(out)  # (b, H, T_g, Dh)
         return self.packed_output(per_group, packing)
 
@@ -147,5 +161,6 @@ class FastCrossAttention(_PackedOutput, CrossAttention):
         for g, mg, q, k, v in groups:
             if self.q_norm is not None:
                 q, k = self.q_norm(q), self.k_norm(k)
-            per_group.append(self.attend(q, k, v, group_mask(mask, g, mg), False, False).out)
+            opts = self.attention_options()
+            per_group.append(self.attention(q, k, v, group_mask(mask, g, mg), **opts).out)
         return self.packed_output(per_group, packing)

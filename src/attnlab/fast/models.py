@@ -26,7 +26,7 @@ from attnlab.models.lm import DecoderLM
 from attnlab.models.transformer_seq2seq import TransformerEncoderDecoder
 from attnlab.nn.hooks import HookPoint
 from attnlab.nn.masks import padding_mask
-from attnlab.nn.positional import default_positions
+from attnlab.nn.positional import SCHEMES, default_positions
 
 
 def hooks_active(model: nn.Module) -> bool:
@@ -38,7 +38,8 @@ def row_groups(model: nn.Module, mask: Tensor | None, *others: Tensor | None):
     """The packings of (B, T) masks (True = real token) in shared row groups, or None where the
     plain forward runs (see the module docstring)."""
     cfg = model.cfg
-    plain_only = cfg.kv_heads != cfg.n_heads or cfg.positional == "alibi" or cfg.attn_window
+    biased = SCHEMES[cfg.positional].biases  # a logit bias (ALiBi): the packed groups have none
+    plain_only = cfg.kv_heads != cfg.n_heads or biased or cfg.attn_window
     if not PATHS["packing"] or mask is None or cfg.value_dim != cfg.head_dim or plain_only:
         return None
     if hooks_active(model):

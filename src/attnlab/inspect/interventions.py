@@ -36,6 +36,7 @@ from attnlab.inspect.names import (
     select,
     unknown_name_message,
 )
+from attnlab.nn.positional import Positions
 
 Replacement = Tensor | Callable[[Tensor], Tensor | None]
 
@@ -160,13 +161,21 @@ def position_names(model: nn.Module) -> list[str]:
     points = hook_points(model)
     found = [n for n in points if n.rpartition(".")[2] == "P"]
     if not found:
-        rotary = [n for n in points if n.endswith("_rot")]
-        hint = (
-            " This model uses rotary positions, which act inside attention: intervene on "
-            f"{rotary[0]!r} and the matching K_rot instead."
-            if rotary
-            else " Recurrent models and models built with positional='none' have none."
-        )
+        schemes = [getattr(m, "pos_enc", None) for m in model.modules()]
+        scheme = next((p for p in schemes if isinstance(p, Positions)), None)
+        hint = " Recurrent models and models built with positional='none' have none."
+        if scheme is not None and scheme.rotates:
+            rotary = [n for n in points if n.endswith("_rot")]
+            hint = (
+                f" This model uses {scheme.kind} positions, which act inside attention: "
+                f"intervene on {rotary[0]!r} and the matching K_rot instead."
+            )
+        elif scheme is not None and scheme.biases:
+            scaled = [n for n in points if n.endswith(".scaled")]
+            hint = (
+                f" This model's {scheme.kind} positions are a bias on the attention logits: "
+                f"intervene on {scaled[0]!r} (the logits, bias included) instead."
+            )
         raise InspectError(f"this model adds no position signal P.{hint}")
     return found
 

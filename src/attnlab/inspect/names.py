@@ -53,14 +53,9 @@ def hook_points(model: nn.Module) -> dict[str, HookPoint]:
 def _dormant(owner: nn.Module, attr: str) -> bool:
     """True for a point its owner never calls in this configuration."""
     if attr in ("hook_Q_rot", "hook_K_rot"):
-        return getattr(owner, "rotary", None) is None
+        return not getattr(owner, "rotates", False)
     if attr == "hook_P" and hasattr(owner, "pos_enc"):
-        from attnlab.nn import positional
-
-        base = getattr(positional, "Positions", None)  # its signal is None: nothing is added
-        signal = getattr(type(owner.pos_enc), "signal", None)
-        rotary = isinstance(owner.pos_enc, positional.RotaryPositions)
-        return rotary or signal is None or (base is not None and signal is base.signal)
+        return not getattr(owner.pos_enc, "embeds", True)  # the scheme adds no signal P
     return False
 
 

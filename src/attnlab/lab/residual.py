@@ -22,7 +22,6 @@ Shapes: N windows, B batch, T context, D d_model, L layers.
 
 from __future__ import annotations
 
-import types
 from pathlib import Path
 
 import torch
@@ -35,22 +34,29 @@ from attnlab.lab.registry import experiment
 from attnlab.lab.report import Competence, Report, Table, outcome, spread_text
 from attnlab.lab.seeds import bands, run_arms, start_seeds
 from attnlab.models import build_model
+from attnlab.nn.blocks import BlockOutput, CausalBlock
 
 ARMS = ("with residuals", "without residuals")
 
 
-def _add_norm_without_residual(self, x, norm, sublayer, norm_point, resid_point):
-    """h = f(LN(h)): the pre-norm sublayer with its residual connection removed (the block's
-    hook points still see LN(h) and the new h)."""
-    out = sublayer(norm_point(norm(x)))
-    return resid_point(self.drop(out.out)), out.weights
+class BlockWithoutResidual(CausalBlock):
+    """The pre-norm causal block with both residual connections removed: h = f(LN(h)) for each
+    sublayer f (the block's hook points still see LN(h) and the new h)."""
+
+    def forward(self, x, mask=None, *, positions=None, cache=None, need_weights=False):
+        x = self.hook_x(x)
+        opts = dict(causal=True, positions=positions, cache=cache, need_weights=need_weights)
+        a = self.self_attn(self.hook_attn_norm(self.self_attn_norm(x)), mask, **opts)
+        h = self.hook_resid_mid(self.drop(a.out))  # no "x +"
+        out = self.hook_resid_post(self.drop(self.ffn(self.hook_ffn_norm(self.ffn_norm(h)))))
+        return BlockOutput(out, a.weights, None)
 
 
 def make_model(arm: str, vocab: int, context: int, n_layers: int) -> nn.Module:
     model = build_model(char_lm_config(vocab, context, n_layers))
     if arm == "without residuals":
         for block in model.blocks:
-            block._add_norm = types.MethodType(_add_norm_without_residual, block)
+            block.__class__ = BlockWithoutResidual
     return model
 
 

@@ -65,7 +65,7 @@ class TransformerEncoder(nn.Module):
         self.vocab_size = vocab_size or cfg.vocab_size
         self.max_len = cfg.max_len
         self.embed = Embeddings(self.vocab_size, cfg)
-        blocks = [make_encoder_block(cfg, self.embed.rotary) for _ in range(cfg.n_layers)]
+        blocks = [make_encoder_block(cfg, self.embed.pos_enc) for _ in range(cfg.n_layers)]
         self.stack = EncoderStack(blocks, make_final_norm(cfg))
         # BERT's pooler: tanh(W_p h_CLS + b_p), the sentence vector its classifier reads.
         self.pooler = nn.Linear(cfg.d_model, cfg.d_model) if cfg.pooler else None

@@ -19,20 +19,17 @@ from attnlab.nn.feedforward import make_feedforward
 from attnlab.nn.hooks import HookPoint
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 from attnlab.nn.norms import make_norm
-from attnlab.nn.positional import (
-    RotaryPositions,
-    default_positions,
-    make_positions,
-    rotary_frequencies,
-)
+from attnlab.nn.positional import Positions, RopeScaling, default_positions, make_positions
 
 
 class Embeddings(nn.Module):
     """x_i = E w_i (optionally * sqrt(D), Vaswani 3.4), then a position representation and dropout.
 
-    ids (B, T) -> (B, T, D). Rotary positions and ALiBi leave x unchanged here and act in
-    attention. BERT adds two things: segment embeddings T_type (``n_token_types``; token types
-    (B, T), default all 0) and a norm on the sum (``embed_norm``): x = LN(E w + P_pos + T_type).
+    ids (B, T) -> (B, T, D). ``pos_enc`` is the model's position scheme
+    (``attnlab.nn.positional``): its embedding side acts here; rotary positions and ALiBi leave x
+    unchanged here and act in attention, which receives the same scheme. BERT adds two things:
+    segment embeddings T_type (``n_token_types``; token types (B, T), default all 0) and a norm
+    on the sum (``embed_norm``): x = LN(E w + P_pos + T_type).
     Hook points: X (the token embeddings), P (the position signal, where one is added or
     concatenated), embed (the first block's input).
     """
@@ -40,24 +37,21 @@ class Embeddings(nn.Module):
     def __init__(self, vocab_size: int, cfg: ModelConfig):
         super().__init__()
         self.tok_emb = nn.Embedding(vocab_size, cfg.d_model)
-        frequencies = None
-        if cfg.positional == "rotary":
-            frequencies = rotary_frequencies(
-                cfg.head_dim,
-                cfg.rope_base,
-                cfg.rope_scaling,
-                cfg.rope_factor,
-                cfg.rope_low_freq_factor,
-                cfg.rope_high_freq_factor,
-                cfg.rope_original_max_len,
-            )
-        self.pos_enc = make_positions(
+        rope = RopeScaling(
+            cfg.rope_scaling,
+            cfg.rope_factor,
+            cfg.rope_low_freq_factor,
+            cfg.rope_high_freq_factor,
+            cfg.rope_original_max_len,
+        )
+        self.pos_enc = make_positions(  # the position scheme; its attention sides act in blocks
             cfg.positional,
             cfg.d_model,
             cfg.head_dim,
             cfg.max_len,
             cfg.rope_base,
-            frequencies=frequencies,
+            n_heads=cfg.n_heads,
+            rope=rope,
         )
         n_types = cfg.n_token_types
         self.type_emb = nn.Embedding(n_types, cfg.d_model) if n_types else None  # T_type
@@ -65,10 +59,6 @@ class Embeddings(nn.Module):
         self.scale = math.sqrt(cfg.d_model) if cfg.embed_scale else 1.0
         self.drop = Dropout(cfg.dropout)
         self.hook_X, self.hook_P, self.hook_embed = HookPoint(), HookPoint(), HookPoint()
-
-    @property
-    def rotary(self) -> RotaryPositions | None:
-        return self.pos_enc if isinstance(self.pos_enc, RotaryPositions) else None
 
     def forward(
         self,
@@ -117,13 +107,12 @@ def _attention_options(cfg: ModelConfig) -> dict:
     )
 
 
-def make_self_attention(cfg: ModelConfig, rotary: RotaryPositions | None) -> SelfAttention:
+def make_self_attention(cfg: ModelConfig, pos_enc: Positions) -> SelfAttention:
     return SelfAttention(
         cfg.d_model,
         cfg.n_heads,
-        rotary=rotary,
+        pos_enc=pos_enc,
         n_kv_heads=cfg.n_kv_heads,
-        alibi=cfg.positional == "alibi",
         window=cfg.attn_window,
         **_attention_options(cfg),
     )
@@ -149,10 +138,10 @@ def _ffn(cfg: ModelConfig) -> nn.Module:
 
 
 def make_encoder_block(
-    cfg: ModelConfig, rotary: RotaryPositions | None, block_cls: type[EncoderBlock] = EncoderBlock
+    cfg: ModelConfig, pos_enc: Positions, block_cls: type[EncoderBlock] = EncoderBlock
 ) -> EncoderBlock:
     return block_cls(
-        self_attn=make_self_attention(cfg, rotary),
+        self_attn=make_self_attention(cfg, pos_enc),
         ffn=_ffn(cfg),
         self_attn_norm=_norm(cfg),
         ffn_norm=_norm(cfg),
@@ -161,13 +150,13 @@ def make_encoder_block(
     )
 
 
-def make_causal_block(cfg: ModelConfig, rotary: RotaryPositions | None) -> CausalBlock:
-    return make_encoder_block(cfg, rotary, CausalBlock)
+def make_causal_block(cfg: ModelConfig, pos_enc: Positions) -> CausalBlock:
+    return make_encoder_block(cfg, pos_enc, CausalBlock)
 
 
-def make_decoder_block(cfg: ModelConfig, rotary: RotaryPositions | None) -> DecoderBlock:
+def make_decoder_block(cfg: ModelConfig, pos_enc: Positions) -> DecoderBlock:
     return DecoderBlock(
-        self_attn=make_self_attention(cfg, rotary),
+        self_attn=make_self_attention(cfg, pos_enc),
         cross_attn=make_cross_attention(cfg),
         ffn=_ffn(cfg),
         self_attn_norm=_norm(cfg),

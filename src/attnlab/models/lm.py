@@ -36,7 +36,7 @@ class DecoderLM(LanguageModel):
         self.vocab_size, self.max_len = cfg.vocab_size, cfg.max_len
         self.embed = Embeddings(cfg.vocab_size, cfg)
         self.blocks = nn.ModuleList(
-            make_causal_block(cfg, self.embed.rotary) for _ in range(cfg.n_layers)
+            make_causal_block(cfg, self.embed.pos_enc) for _ in range(cfg.n_layers)
         )
         self.final_norm = make_final_norm(cfg)
         self.hook_final = HookPoint()  # the final norm's output, (B, T, D)

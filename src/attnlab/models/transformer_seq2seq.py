@@ -41,7 +41,7 @@ class TransformerEncoderDecoder(Seq2SeqModel):
         self.encoder = TransformerEncoder(cfg)
         self.tgt_embed = Embeddings(self.tgt_vocab_size, cfg)
         self.blocks = nn.ModuleList(
-            make_decoder_block(cfg, self.tgt_embed.rotary) for _ in range(cfg.decoder_layers)
+            make_decoder_block(cfg, self.tgt_embed.pos_enc) for _ in range(cfg.decoder_layers)
         )
         self.final_norm = make_final_norm(cfg)
         self.hook_final = HookPoint()  # the decoder's final norm output, (B, T, D)

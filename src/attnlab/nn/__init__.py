@@ -7,6 +7,9 @@ named hook points (``attnlab.nn.hooks``) expose its values. The CPU fast paths l
 
 from attnlab.nn.attention import (
     AttentionOutput,
+    Hardmax,
+    RowActivation,
+    Softmax,
     basic_self_attention,
     hardmax,
     scaled_dot_product_attention,
@@ -19,11 +22,15 @@ from attnlab.nn.masks import causal_mask, combine_masks, padding_mask
 from attnlab.nn.multihead import CrossAttention, LoopMultiHeadAttention, SelfAttention
 from attnlab.nn.norms import LayerNorm, RMSNorm
 from attnlab.nn.positional import (
+    ALiBiPositions,
     ConcatPositions,
     LearnedPositions,
     NoPositions,
+    PositionDescription,
+    Positions,
     RotaryPositions,
     SinusoidalPositions,
+    make_positions,
     sinusoidal_table,
 )
 from attnlab.nn.recurrent import (
@@ -37,6 +44,13 @@ from attnlab.nn.recurrent import (
 )
 
 __all__ = [
+    "ALiBiPositions",
+    "Hardmax",
+    "PositionDescription",
+    "Positions",
+    "RowActivation",
+    "Softmax",
+    "make_positions",
     "AdditiveScore",
     "DotScore",
     "GeneralScore",

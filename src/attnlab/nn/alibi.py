@@ -11,6 +11,9 @@ head H almost uniformly far back. Because the bias depends only on distances, a 
 short sequences extrapolates to longer ones (the paper's point; ``attnlab experiment
 extrapolation``).
 
+The position scheme ``attnlab.nn.positional.ALiBiPositions`` (``positional="alibi"``) holds the
+slopes and adds this bias through its logit-bias side; the functions here are its equations.
+
 Shapes: B batch, H heads, T queries, S keys. Positions p are integers, (T,)/(S,) or (B, T)/(B, S):
 with left padding the positions of each row start at its first real token, so the biases of a
 padded batch equal those of each sequence alone.

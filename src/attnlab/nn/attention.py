@@ -4,12 +4,18 @@ Shapes: B batch, H heads, T query length (N in 004), S key length (M in 004),
 Dk = d_q = d_k per head, Dv = d_v per head.
 Masks are bool, broadcastable to (B, H, T, S); True = may attend (see ``attnlab.nn.masks``).
 
-:func:`scaled_dot_product_attention` computes 004 eq. 9 one of two ways, with the same result:
-  * the *explicit* form writes the equation out -- scores Q K^T, the scale, the mask, the row
-    activation, the weighted sum of values -- and returns the weights A (for plots, for hard
-    attention, and whenever they are asked for);
-  * otherwise it calls ``torch.nn.functional.scaled_dot_product_attention``, PyTorch's fused
-    kernel, which never keeps the (T, S) matrix for backward (memory O(T) instead of O(T S)).
+:func:`scaled_dot_product_attention` is the one place 004 eq. 9 is written out; every attention
+module of ``attnlab.nn`` (multi-head, cross, grouped-query, windowed, ALiBi, rotary) calls it.
+It computes the equation one of two ways, with the same result:
+  * the *explicit* form writes the equation out -- scores Q K^T, the scale, the bias, the mask,
+    the row activation a, the weighted sum of values -- passing each value through its hook point
+    and returning the weights A (for plots, for hard attention, whenever they are asked for or a
+    hook point is active);
+  * otherwise :func:`fused_attention`, beside it, calls PyTorch's fused kernel
+    ``torch.nn.functional.scaled_dot_product_attention``, which never keeps the (T, S) matrix for
+    backward (memory O(T) instead of O(T S)).
+The row activation a is a small object (:class:`Softmax`, :class:`Hardmax`) called on the scores
+and the mask; :func:`row_activation` maps a config's name to it.
 
 Deviations from the notes:
   * 004 writes A_ij = softmax(<q_i, k_1>, ..., <q_i, k_M>) / sqrt(d_q): the scale belongs *inside*
@@ -21,7 +27,7 @@ Deviations from the notes:
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -29,6 +35,7 @@ from torch import Tensor
 
 from attnlab.nn.dropout import dropout
 from attnlab.nn.grouped import repeat_kv
+from attnlab.nn.hooks import HookPoint
 from attnlab.nn.masks import causal_mask, check_mask, combine_masks
 
 
@@ -64,6 +71,102 @@ def hardmax(scores: Tensor, straight_through: bool = False) -> Tensor:
     return hard + (soft - soft.detach())  # exactly one-hot forward (no 1 - ulp rounding)
 
 
+# --------------------------------------------------------------------------- row activations a
+
+
+class RowActivation:
+    """The row activation a of 004 eq. 9: A_i. = a(s_i1, ..., s_iS) over the admissible keys.
+
+    ``activation(scores, mask)``: scores (..., T, S), mask broadcastable to them (True = may
+    attend) or None -> weights (..., T, S); a row with no admissible key gets zero weights.
+    ``fusable``: PyTorch's fused kernel computes this activation (then the weights need not exist).
+    """
+
+    name: str
+    fusable = False
+
+    def __call__(self, scores: Tensor, mask: Tensor | None = None) -> Tensor:
+        raise NotImplementedError
+
+
+class Softmax(RowActivation):
+    """Soft attention: A_ij = exp(s_ij) / sum_j' exp(s_ij') (000 'Notation'; 004 eq. 9)."""
+
+    name, fusable = "softmax", True
+
+    def __call__(self, scores: Tensor, mask: Tensor | None = None) -> Tensor:
+        return keep_admissible(masked_scores(scores, mask).softmax(dim=-1), mask)
+
+
+class Hardmax(RowActivation):
+    """Hard attention: A_i. = one-hot(argmax_j s_ij) (004), gradients by ``straight_through``
+    (see :func:`hardmax`)."""
+
+    name = "hardmax"
+
+    def __init__(self, straight_through: bool = False):
+        self.straight_through = straight_through
+
+    def __call__(self, scores: Tensor, mask: Tensor | None = None) -> Tensor:
+        return keep_admissible(hardmax(masked_scores(scores, mask), self.straight_through), mask)
+
+
+def row_activation(
+    activation: str | RowActivation, straight_through: bool = False
+) -> RowActivation:
+    """The activation object for a config choice ("softmax" or "hardmax"); objects pass through."""
+    if isinstance(activation, RowActivation):
+        return activation
+    if activation == "hardmax":
+        return Hardmax(straight_through)
+    if activation == "softmax":
+        return Softmax()
+    raise ValueError(f"activation must be 'softmax' or 'hardmax', got {activation!r}")
+
+
+def masked_scores(scores: Tensor, mask: Tensor | None) -> Tensor:
+    """Forbidden pairs get the lowest finite score: (..., T, S). A finite fill keeps fully masked
+    rows finite in value and gradient; :func:`keep_admissible` zeroes them afterwards."""
+    if mask is None:
+        return scores
+    return scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+
+
+def keep_admissible(weights: Tensor, mask: Tensor | None) -> Tensor:
+    """Rows with no admissible key -> zero weights: (..., T, S)."""
+    if mask is None:
+        return weights
+    return weights * mask.any(dim=-1, keepdim=True)
+
+
+# --------------------------------------------------------------------------- eq. 9
+
+
+class AttentionPoints(Protocol):
+    """The hook points eq. 9 passes its values through (``attnlab.nn.multihead.MultiHeadBase``
+    owns them; ``attnlab.nn.hooks``): identity unless a hook reads or replaces the value."""
+
+    hook_scores: HookPoint  # Q K^T, (B, H, T, S)
+    hook_scaled: HookPoint  # the logits Q K^T / sqrt(d_k) + bias, (B, H, T, S)
+    hook_mask: HookPoint  # read-only: the applied mask, (B, H|1, T, S)
+    hook_A: HookPoint  # the weights A, (B, H, T, S)
+    hook_heads: HookPoint  # A V, (B, H, T, Dv)
+
+
+class _Unhooked:
+    """Points that are never hooked (a plain function call): every value passes unchanged."""
+
+    hook_scores = hook_scaled = hook_mask = hook_A = hook_heads = HookPoint()
+
+
+INNER_POINTS = ("hook_scores", "hook_scaled", "hook_mask", "hook_A", "hook_heads")
+
+
+def points_active(points: AttentionPoints) -> bool:
+    """True while a hook reads or replaces a value only the explicit form computes."""
+    return any(getattr(points, name).active for name in INNER_POINTS)
+
+
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -72,44 +175,60 @@ def scaled_dot_product_attention(
     *,
     causal: bool = False,
     scale: bool | float = True,
-    activation: str = "softmax",
+    activation: str | RowActivation = "softmax",
     straight_through: bool = False,
     dropout_p: float = 0.0,
     need_weights: bool = False,
     bias: Tensor | None = None,
+    points: AttentionPoints | None = None,
 ) -> AttentionOutput:
     """Attention(Q, K, V; a) = a(Q K^T / sqrt(d_q) + bias) V   (004 eq. 9; Vaswani eq. 1).
 
     q: (B, H, T, Dk); k: (B, H, S, Dk); v: (B, H, S, Dv) -> out (B, H, T, Dv),
     (k and v may have H_kv heads, H a multiple of H_kv: grouped-query attention, query head h
     reading key/value head h // (H / H_kv); the fused kernel shares them without copying,
-    the explicit form repeats them, ``attnlab.nn.grouped.repeat_kv``)
-    weights (B, H, T, S) when ``need_weights`` (or when the activation is "hardmax").
+    the explicit form repeats them, ``attnlab.nn.grouped.repeat_kv``; keys and values held in
+    a narrower float dtype than q, a bf16 KV cache under fp32 queries, are widened to q's)
+    weights (B, H, T, S) on the explicit path, else None.
 
     mask: bool, broadcastable to (B, H, T, S), True = may attend. ``causal`` adds the future mask
     of 000 (aligned bottom-right when T < S, i.e. queries are the last T positions).
     scale: True divides by sqrt(d_q), False leaves the logits unscaled (for the scaling
     experiment), a float multiplies by that factor.
-    activation: "softmax" (soft attention) or "hardmax" (hard attention, explicit path only).
+    activation: the row activation a, a :class:`RowActivation` or its name ("softmax"; "hardmax"
+    with ``straight_through`` gradients or not).
     bias: a float logit bias broadcastable to (B, H, T, S) added after the scale (ALiBi's
-    -m_h |i - j|, ``attnlab.nn.alibi``); None adds nothing.
+    -m_h |i - j|, ``attnlab.nn.positional.ALiBiPositions``); None adds nothing.
+    points: the hook points the explicit form passes its values through (a module's).
+
+    The equation is written out -- its values at the hook points, the weights returned -- when
+    the weights are wanted, the activation has no fused kernel, or one of the points is hooked;
+    otherwise PyTorch's fused kernel computes it (:func:`fused_attention`).
     """
-    _check_qkv(q, k, v)
+    activation = row_activation(activation, straight_through)
+    points = points if points is not None else _Unhooked
+    k, v = _check_qkv(q, k, v)
     b, h, t, dk = q.shape
+    s = k.size(-2)
     if mask is not None:
-        mask = check_mask(mask, b, h, t, k.size(-2))
-    check_activation(activation)
+        mask = check_mask(mask, b, h, t, s)  # (B|1, H|1, T|1, S)
     factor = scale_factor(scale, dk)
-    if need_weights or activation == "hardmax":
-        k, v = repeat_kv(k, h), repeat_kv(v, h)  # (B, H, S, Dk|Dv)
-        mask = attention_mask(mask, causal, t, k.size(-2), q.device)
-        scores = (q @ k.transpose(-2, -1)) * factor  # (B, H, T, S)
-        if bias is not None:
-            scores = scores + bias  # (B, H, T, S)
-        weights = attention_weights(scores, mask, activation, straight_through)  # (B, H, T, S)
-        weights = dropout(weights, dropout_p)
-        return AttentionOutput(weights @ v, weights)  # (B, H, T, Dv)
-    return AttentionOutput(fused_attention(q, k, v, mask, causal, factor, dropout_p, bias), None)
+    if not (need_weights or not activation.fusable or points_active(points)):
+        return AttentionOutput(
+            fused_attention(q, k, v, mask, causal, factor, dropout_p, bias), None
+        )
+    k, v = repeat_kv(k, h), repeat_kv(v, h)  # (B, H, S, Dk|Dv): head h reads h // G
+    scores = points.hook_scores(q @ k.transpose(-2, -1))  # (B, H, T, S)
+    scaled = scores * factor  # (B, H, T, S)
+    if bias is not None:
+        scaled = scaled + bias  # the logits, ALiBi's distance penalty included
+    scaled = points.hook_scaled(scaled)
+    # One place where the scores get their mask: the given one AND the future mask.
+    mask = attention_mask(mask, causal, t, s, q.device)  # (.., T, S) or None
+    if points.hook_mask.active:  # read-only: the applied mask, (B, H|1, T, S)
+        points.hook_mask(applied_mask(mask, b, t, s, q.device))
+    weights = dropout(points.hook_A(activation(scaled, mask)), dropout_p)  # (B, H, T, S)
+    return AttentionOutput(points.hook_heads(weights @ v), weights)  # (B, H, T, Dv)
 
 
 def attention_mask(mask: Tensor | None, causal: bool, t: int, s: int, device) -> Tensor | None:
@@ -121,26 +240,12 @@ def attention_mask(mask: Tensor | None, causal: bool, t: int, s: int, device) ->
     return combine_masks(mask, causal_mask(t, s, device=device))
 
 
-def attention_weights(
-    scores: Tensor,
-    mask: Tensor | None,
-    activation: str = "softmax",
-    straight_through: bool = False,
-) -> Tensor:
-    """A = a(scores) row by row over the admissible keys; a row with none gets zero weights.
-
-    scores (..., T, S), mask broadcastable to it or None -> weights (..., T, S).
-    """
-    if mask is not None:
-        # A finite fill keeps fully masked rows finite in value and gradient; they are zeroed below.
-        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    if activation == "softmax":
-        weights = scores.softmax(dim=-1)
-    else:
-        weights = hardmax(scores, straight_through)
-    if mask is not None:
-        weights = weights * mask.any(dim=-1, keepdim=True)  # fully masked rows -> 0
-    return weights
+def applied_mask(mask: Tensor | None, b: int, t: int, s: int, device) -> Tensor:
+    """The mask the scores got, as (B, H|1, T, S) bool (all True when there was none)."""
+    if mask is None:
+        mask = torch.ones(t, s, dtype=torch.bool, device=device)
+    mask = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (B|1, H|1, T, S)
+    return mask.expand(b, mask.size(1), t, s)
 
 
 def fused_attention(q, k, v, mask, causal, factor, dropout_p, bias=None) -> Tensor:
@@ -209,12 +314,8 @@ def scale_factor(scale: bool | float, dk: int) -> float:
     return float(scale)
 
 
-def check_activation(activation: str) -> None:
-    if activation not in ("softmax", "hardmax"):
-        raise ValueError(f"activation must be 'softmax' or 'hardmax', got {activation!r}")
-
-
-def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """Checks q, k, v; returns k, v in q's dtype."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -238,5 +339,12 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
         )
     if k.size(-2) == 0:
         raise ValueError("attention over an empty key sequence (S=0) is undefined")
-    if not (q.dtype == k.dtype == v.dtype):
+    if k.dtype != v.dtype or (k.dtype != q.dtype and not _narrower(k.dtype, q.dtype)):
         raise TypeError(f"q, k, v dtypes differ: {q.dtype}, {k.dtype}, {v.dtype}")
+    if k.dtype != q.dtype:  # a KV cache stored in a smaller dtype: compute in q's
+        k, v = k.to(q.dtype), v.to(q.dtype)  # (B, H_kv, S, Dk|Dv)
+    return k, v
+
+
+def _narrower(small: torch.dtype, wide: torch.dtype) -> bool:
+    return torch.finfo(small).bits < torch.finfo(wide).bits

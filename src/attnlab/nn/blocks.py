@@ -1,7 +1,8 @@
 """Transformer blocks: encoder block, decoder block, decoder-only (causal) block.
 
 Each sublayer f (attention or feed-forward) is wrapped in a residual connection and a norm, with the
-placement chosen by one switch, ``norm_first`` (000 "Add & Norm"):
+placement chosen by one switch, ``norm_first`` (000 "Add & Norm"); every block's ``forward``
+writes both placements out, as two visible branches:
 
     pre-norm   h = f(LN(h)) + h          (Xiong et al. 2020: better gradients at initialisation)
     post-norm  h = LN(f(h) + h)          (Vaswani et al. 2017; 004 "Add&Norm")
@@ -18,12 +19,10 @@ stream after it, so both names show the same value.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import NamedTuple
 
 from torch import Tensor, nn
 
-from attnlab.nn.attention import AttentionOutput
 from attnlab.nn.cache import KVCache
 from attnlab.nn.dropout import Dropout
 from attnlab.nn.feedforward import FeedForward
@@ -37,31 +36,7 @@ class BlockOutput(NamedTuple):
     cross_weights: Tensor | None  # (B, H, T, S_src) when requested (decoder blocks)
 
 
-class _Residual(nn.Module):
-    """The residual + norm wiring shared by all blocks."""
-
-    norm_first: bool
-
-    def _add_norm(
-        self,
-        x: Tensor,
-        norm: nn.Module,
-        sublayer: Callable[[Tensor], AttentionOutput],
-        norm_point: HookPoint,
-        resid_point: HookPoint,
-    ) -> tuple[Tensor, Tensor | None]:
-        """Pre-norm: x + f(LN(x)); post-norm: LN(x + f(x)). Returns (new x, weights or None)."""
-        if self.norm_first:
-            out = sublayer(norm_point(norm(x)))
-            return resid_point(x + self.drop(out.out)), out.weights
-        out = sublayer(x)
-        return resid_point(norm_point(norm(x + self.drop(out.out)))), out.weights
-
-    def _ffn(self, h: Tensor) -> AttentionOutput:
-        return AttentionOutput(self.ffn(h), None)
-
-
-class EncoderBlock(_Residual):
+class EncoderBlock(nn.Module):
     """Self-attention + Add & Norm, then feed-forward + Add & Norm (000 "Transformer Encoder")."""
 
     causal = False  # the encoder sees the whole sequence
@@ -94,23 +69,20 @@ class EncoderBlock(_Residual):
         need_weights: bool = False,
     ) -> BlockOutput:
         """x: (B, T, D); mask broadcastable to (B, H, T, S) -> BlockOutput with x (B, T, D)."""
-
-        def attend(h: Tensor) -> AttentionOutput:
-            return self.self_attn(
-                h,
-                mask,
-                causal=self.causal,
-                positions=positions,
-                cache=cache,
-                need_weights=need_weights,
-            )
-
         x = self.hook_x(x)
-        x, weights = self._add_norm(
-            x, self.self_attn_norm, attend, self.hook_attn_norm, self.hook_resid_mid
-        )
-        x, _ = self._add_norm(x, self.ffn_norm, self._ffn, self.hook_ffn_norm, self.hook_resid_post)
-        return BlockOutput(x, weights, None)
+        opts = dict(causal=self.causal, positions=positions, cache=cache, need_weights=need_weights)
+        if self.norm_first:  # pre-norm: h = x + f(LN(x))
+            a = self.self_attn(self.hook_attn_norm(self.self_attn_norm(x)), mask, **opts)
+            h = self.hook_resid_mid(x + self.drop(a.out))
+            ffn_in = self.hook_ffn_norm(self.ffn_norm(h))
+            out = self.hook_resid_post(h + self.drop(self.ffn(ffn_in)))
+        else:  # post-norm: h = LN(x + f(x))
+            a = self.self_attn(x, mask, **opts)
+            h = self.hook_resid_mid(self.hook_attn_norm(self.self_attn_norm(x + self.drop(a.out))))
+            out = self.hook_resid_post(
+                self.hook_ffn_norm(self.ffn_norm(h + self.drop(self.ffn(h))))
+            )
+        return BlockOutput(out, a.weights, None)
 
 
 class CausalBlock(EncoderBlock):
@@ -119,7 +91,7 @@ class CausalBlock(EncoderBlock):
     causal = True
 
 
-class DecoderBlock(_Residual):
+class DecoderBlock(nn.Module):
     """Masked self-attention, cross-attention to the encoder output, feed-forward; each with
     Add & Norm (000 "Transformer Encoder-Decoder"; 003 "Decoder")."""
 
@@ -167,28 +139,25 @@ class DecoderBlock(_Residual):
     ) -> BlockOutput:
         """x: (B, T, D) target stream; memory: (B, S, D) encoder output (or its projected
         ``memory_kv``); self_mask ~ (B, H, T, T), cross_mask ~ (B, H, T, S)."""
-
-        def attend(h: Tensor) -> AttentionOutput:
-            return self.self_attn(
-                h,
-                self_mask,
-                causal=True,
-                positions=positions,
-                cache=cache,
-                need_weights=need_weights,
-            )
-
-        def cross(h: Tensor) -> AttentionOutput:
-            return self.cross_attn(
-                h, memory, cross_mask, memory_kv=memory_kv, need_weights=need_weights
-            )
-
         x = self.hook_x(x)
-        x, self_w = self._add_norm(
-            x, self.self_attn_norm, attend, self.hook_attn_norm, self.hook_resid_mid
-        )
-        x, cross_w = self._add_norm(
-            x, self.cross_attn_norm, cross, self.hook_cross_norm, self.hook_resid_cross
-        )
-        x, _ = self._add_norm(x, self.ffn_norm, self._ffn, self.hook_ffn_norm, self.hook_resid_post)
-        return BlockOutput(x, self_w, cross_w)
+        opts = dict(causal=True, positions=positions, cache=cache, need_weights=need_weights)
+        cross_opts = dict(memory_kv=memory_kv, need_weights=need_weights)
+        if self.norm_first:  # pre-norm: h = x + f(LN(x)) for each sublayer f
+            a = self.self_attn(self.hook_attn_norm(self.self_attn_norm(x)), self_mask, **opts)
+            h = self.hook_resid_mid(x + self.drop(a.out))
+            c_in = self.hook_cross_norm(self.cross_attn_norm(h))
+            c = self.cross_attn(c_in, memory, cross_mask, **cross_opts)
+            h = self.hook_resid_cross(h + self.drop(c.out))
+            ffn_in = self.hook_ffn_norm(self.ffn_norm(h))
+            out = self.hook_resid_post(h + self.drop(self.ffn(ffn_in)))
+        else:  # post-norm: h = LN(x + f(x)) for each sublayer f
+            a = self.self_attn(x, self_mask, **opts)
+            h = self.hook_resid_mid(self.hook_attn_norm(self.self_attn_norm(x + self.drop(a.out))))
+            c = self.cross_attn(h, memory, cross_mask, **cross_opts)
+            h = self.hook_resid_cross(
+                self.hook_cross_norm(self.cross_attn_norm(h + self.drop(c.out)))
+            )
+            out = self.hook_resid_post(
+                self.hook_ffn_norm(self.ffn_norm(h + self.drop(self.ffn(h))))
+            )
+        return BlockOutput(out, a.weights, c.weights)

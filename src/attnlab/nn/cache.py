@@ -13,7 +13,8 @@ absolute position of the first key held; ``length`` always counts every token co
 The buffers have their own dtype (:data:`CACHE_DTYPES`): by default the model's compute dtype,
 or bf16 to halve the bytes a decode step reads per cached position (``GenerationConfig
 (cache_dtype="bf16")``). New keys/values are rounded to it when written; attention reads them
-back in that dtype (``attnlab.nn.multihead.MultiHeadBase.attend`` widens them to the query's).
+back in that dtype (``attnlab.nn.attention.scaled_dot_product_attention`` widens them to the
+query's).
 """
 
 from __future__ import annotations

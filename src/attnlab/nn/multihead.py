@@ -15,14 +15,17 @@ Dk = d_q = d_k per head, Dv per head, Do output width (d_out).
 * ``out_proj=False`` gives 002's concatenation-only variant (then Do = H * Dv).
 * Today's variants of self-attention, each one argument of :class:`SelfAttention`:
   ``n_kv_heads`` (grouped-query / multi-query attention, ``attnlab.nn.grouped``: fewer key/value
-  heads, each shared by H / H_kv query heads; the KV cache holds only those), ``alibi`` (ALiBi's
-  linear distance biases on the logits, ``attnlab.nn.alibi``) and ``window`` (sliding-window
-  causal attention, ``attnlab.nn.masks.sliding_window_mask``).
+  heads, each shared by H / H_kv query heads; the KV cache holds only those), ``pos_enc`` (a
+  position scheme acting inside attention: rotary's rotation of q and k, ALiBi's linear distance
+  biases on the logits; ``attnlab.nn.positional``) and ``window`` (sliding-window causal
+  attention, ``attnlab.nn.masks.sliding_window_mask``).
+* Every module computes eq. 9 by calling the one kernel,
+  ``attnlab.nn.attention.scaled_dot_product_attention``, with its hook points; none re-writes it.
 
 Hook points (``attnlab.nn.hooks``; read or replaced by ``attnlab.inspect``): Q, K, V (per head),
 Q_rot, K_rot (after rotary positions), scores (Q K^T), scaled, mask (read-only), A, heads (A V),
-concat, out. While one of scores/scaled/mask/A/heads is hooked the module writes eq. 9 out
-(:meth:`MultiHeadBase.attend`), so those values exist; otherwise it calls the fused kernel.
+concat, out. While one of scores/scaled/mask/A/heads is hooked the kernel writes eq. 9 out, so
+those values exist; otherwise it calls PyTorch's fused kernel.
 """
 
 from __future__ import annotations
@@ -30,33 +33,30 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from attnlab.nn.alibi import alibi_bias, alibi_slopes
 from attnlab.nn.attention import (
+    INNER_POINTS,
     AttentionOutput,
-    attention_mask,
-    attention_weights,
-    check_activation,
-    scale_factor,
+    RowActivation,
+    points_active,
+    row_activation,
     scaled_dot_product_attention,
 )
 from attnlab.nn.cache import KVCache
-from attnlab.nn.dropout import dropout
-from attnlab.nn.grouped import repeat_kv
 from attnlab.nn.hooks import HookPoint
-from attnlab.nn.masks import check_mask, combine_masks, sliding_window_mask
+from attnlab.nn.masks import combine_masks, sliding_window_mask
 from attnlab.nn.norms import RMSNorm
-from attnlab.nn.positional import RotaryPositions, default_positions
-
-INNER_POINTS = ("hook_scores", "hook_scaled", "hook_mask", "hook_A", "hook_heads")
+from attnlab.nn.positional import Positions, default_positions
 
 
 class MultiHeadBase(nn.Module):
     """What self- and cross-attention share: head sizes, W^O, QK-norm, the attention call.
 
     d_head (Dk) and d_v (Dv) default to D // H; d_out (Do) to D, or H * Dv without W^O
-    (``out_proj=False``). ``activation`` is the row activation a ("softmax" or "hardmax", with
-    ``straight_through`` gradients), ``scale`` the factor on Q K^T (True: 1/sqrt(Dk)), ``dropout``
-    the probability on the weights A while training, ``qk_norm`` RMS-normalises q and k per head.
+    (``out_proj=False``). ``activation`` is the row activation a (``attnlab.nn.attention``'s
+    :class:`RowActivation`, or its config name "softmax" or "hardmax", the latter with
+    ``straight_through`` gradients or not), ``scale`` the factor on Q K^T (True: 1/sqrt(Dk)),
+    ``dropout`` the probability on the weights A while training, ``qk_norm`` RMS-normalises q and
+    k per head.
     """
 
     def __init__(
@@ -70,7 +70,7 @@ class MultiHeadBase(nn.Module):
         bias: bool = True,
         out_proj: bool = True,
         dropout: float = 0.0,
-        activation: str = "softmax",
+        activation: str | RowActivation = "softmax",
         scale: bool | float = True,
         qk_norm: bool = False,
         straight_through: bool = False,
@@ -84,7 +84,6 @@ class MultiHeadBase(nn.Module):
                 f"d_model={d_model} is not divisible by n_heads={n_heads}; "
                 "choose n_heads dividing d_model or pass d_head explicitly"
             )
-        check_activation(activation)
         self.d_model, self.n_heads = d_model, n_heads
         self.d_head = d_head if d_head is not None else d_model // n_heads
         self.d_v = d_v if d_v is not None else self.d_head
@@ -94,8 +93,8 @@ class MultiHeadBase(nn.Module):
                 f"without an output projection the width is H*Dv={n_heads * self.d_v}, "
                 f"not d_out={self.d_out}"
             )
-        self.dropout, self.activation, self.scale, self.bias = dropout, activation, scale, bias
-        self.straight_through = straight_through
+        self.dropout, self.scale, self.bias = dropout, scale, bias
+        self.activation = row_activation(activation, straight_through)  # a of eq. 9
         self.out_proj = nn.Linear(n_heads * self.d_v, self.d_out, bias=bias) if out_proj else None
         self.q_norm = RMSNorm(self.d_head) if qk_norm else None
         self.k_norm = RMSNorm(self.d_head) if qk_norm else None
@@ -110,45 +109,17 @@ class MultiHeadBase(nn.Module):
 
     def inner_points_active(self) -> bool:
         """True while a hook reads or replaces a value only the explicit form computes."""
-        return any(getattr(self, name).active for name in INNER_POINTS)
+        return points_active(self)
 
-    def attend(self, q: Tensor, k: Tensor, v: Tensor, mask, causal, need_weights, bias=None):
-        """head_h = a(q_h k_h^T / sqrt(Dk) + bias_h) v_h for every head at once (004 eq. 9):
-        q (B, H, T, Dk), k (B, H, S, Dk), v (B, H, S, Dv) -> (B, H, T, Dv), weights or None.
-        k and v may hold H_kv key/value heads (grouped-query attention): the fused kernel shares
-        them in place, the written-out form repeats them (``repeat_kv``).
-        ``bias`` (B|1, H, T, S): a logit bias such as ALiBi's, or None.
+    # Eq. 9 itself: the one kernel of ``attnlab.nn.attention`` (the engine, ``attnlab.fast``,
+    # puts its own here; it calls this one whenever it does not apply).
+    attention = staticmethod(scaled_dot_product_attention)
 
-        Written out (each value at its hook point) when the weights are wanted, for hard
-        attention, or while an inner point is hooked; else the fused kernel.
-
-        Keys and values read from a KV cache in another dtype (a bf16 cache under fp32
-        queries, ``attnlab.nn.cache``) are widened to the query's dtype first: every product
-        then runs in the compute dtype (measured faster on a CPU than PyTorch's bf16 kernel:
-        benchmarks/ANALYSIS.md, "Reduced-precision decode").
-        """
-        if k.dtype != q.dtype:  # a cache stored in a smaller dtype
-            k, v = k.to(q.dtype), v.to(q.dtype)  # (B, H_kv, S, Dk|Dv)
+    def attention_options(self) -> dict:
+        """This module's arguments to eq. 9: the scale, the row activation a, the dropout on A
+        (while training), and its hook points."""
         p = self.dropout if self.training else 0.0
-        if not (need_weights or self.activation == "hardmax" or self.inner_points_active()):
-            opts = dict(causal=causal, scale=self.scale, dropout_p=p, bias=bias)
-            return scaled_dot_product_attention(q, k, v, mask, **opts)
-        b, h, t, s = q.size(0), q.size(1), q.size(2), k.size(2)
-        k, v = repeat_kv(k, h), repeat_kv(v, h)  # (B, H, S, Dk|Dv): head h reads h // G
-        if mask is not None:
-            mask = check_mask(mask, b, h, t, s)  # (B|1, H|1, T|1, S)
-        scores = self.hook_scores(q @ k.transpose(-2, -1))  # (B, H, T, S)
-        scaled = scores * scale_factor(self.scale, q.size(-1))  # (B, H, T, S)
-        if bias is not None:
-            scaled = scaled + bias  # the logits, ALiBi's distance penalty included
-        scaled = self.hook_scaled(scaled)
-        # One place where the scores get their mask (a score bias would be added here too).
-        mask = attention_mask(mask, causal, t, s, q.device)  # (.., T, S) or None
-        if self.hook_mask.active:  # read-only: the applied mask, (B, H|1, T, S)
-            self.hook_mask(_applied_mask(mask, b, t, s, q.device))
-        weights = attention_weights(scaled, mask, self.activation, self.straight_through)
-        weights = dropout(self.hook_A(weights), p)  # (B, H, T, S)
-        return AttentionOutput(self.hook_heads(weights @ v), weights)  # (B, H, T, Dv)
+        return dict(scale=self.scale, activation=self.activation, dropout_p=p, points=self)
 
     def output(self, heads: AttentionOutput) -> AttentionOutput:
         """Concat(head_1, ..., head_H) W^O: heads (B, H, T, Dv) -> (B, T, Do), weights."""
@@ -160,22 +131,24 @@ class MultiHeadBase(nn.Module):
 
 class SelfAttention(MultiHeadBase):
     """Multi-head self-attention: Q, K, V = X [W_q | W_k | W_v] in one matmul (003), then
-    MultiHead(X) = Concat_h(a(Q_h K_h^T / sqrt(Dk)) V_h) W^O   (004 eq. 9, 13).
+    MultiHead(X) = Concat_h(a(Q_h K_h^T / sqrt(Dk) + bias_h) V_h) W^O   (004 eq. 9, 13).
 
     Keyword arguments as :class:`MultiHeadBase`, plus
-      * ``rotary``: a :class:`RotaryPositions` that rotates queries and keys by their positions
-        (Su et al. 2021);
+      * ``pos_enc``: the model's position scheme (``attnlab.nn.positional``). One that acts
+        inside attention is kept: a rotation side rotates queries and keys by their positions
+        (rotary, Su et al. 2021), a logit-bias side adds its bias to the logits (ALiBi, Press et
+        al. 2022). A scheme that acts on the embeddings only (learned, sinusoidal, concatenated,
+        none) has nothing to do here and is not kept;
       * ``n_kv_heads`` (H_kv, default H): key/value heads, each shared by G = H / H_kv query heads
         (grouped-query attention, Ainslie et al. 2023; H_kv = 1 is multi-query attention,
         Shazeer 2019). W_k, W_v shrink to H_kv heads and so does the KV cache; query head h
         reads key/value head h // G (``attnlab.nn.grouped.repeat_kv``). hook_K and hook_V hold
         the H_kv heads, (B, H_kv, T, Dk|Dv);
-      * ``alibi``: add -m_h |i - j| to head h's logits (Press et al. 2022, ``attnlab.nn.alibi``);
       * ``window`` (W): sliding-window causal attention, query i sees keys i - W < j <= i
         (``attnlab.nn.masks.sliding_window_mask``); a KV cache built with the same window keeps
         only what the window needs.
-    ALiBi and the window measure i - j in token indices, which left padding shifts equally for
-    queries and keys, so they need no positions.
+    A logit bias and the window measure i - j in token indices, which left padding shifts equally
+    for queries and keys, so they need no positions.
     """
 
     def __init__(
@@ -183,9 +156,8 @@ class SelfAttention(MultiHeadBase):
         d_model: int,
         n_heads: int,
         *,
-        rotary: RotaryPositions | None = None,
+        pos_enc: Positions | None = None,
         n_kv_heads: int | None = None,
-        alibi: bool = False,
         window: int | None = None,
         **kw,
     ):
@@ -198,13 +170,19 @@ class SelfAttention(MultiHeadBase):
             )
         if window is not None and (not isinstance(window, int) or window < 1):
             raise ValueError(f"window={window!r} must be a positive int (keys per query) or None")
-        self.rotary, self.window = rotary, window
-        # m_h of each head: a constant that follows the module's device, not a parameter.
-        slopes = alibi_slopes(n_heads) if alibi else None
-        self.register_buffer("alibi_slopes", slopes, persistent=False)
+        if pos_enc is not None and not isinstance(pos_enc, Positions):
+            raise TypeError(f"pos_enc must be a position scheme, got {type(pos_enc).__name__}")
+        in_attention = pos_enc is not None and (pos_enc.rotates or pos_enc.biases)
+        self.pos_enc = pos_enc if in_attention else None  # shared with the embeddings
+        self.window = window
         self.hook_Q_rot, self.hook_K_rot = HookPoint(), HookPoint()
         width = n_heads * self.d_head + self.n_kv_heads * (self.d_head + self.d_v)
         self.qkv_proj = nn.Linear(d_model, width, bias=self.bias)  # [W_q | W_k | W_v]
+
+    @property
+    def rotates(self) -> bool:
+        """True when queries and keys are rotated by their positions (hook points Q_rot, K_rot)."""
+        return self.pos_enc is not None and self.pos_enc.rotates
 
     def forward(
         self,
@@ -220,10 +198,10 @@ class SelfAttention(MultiHeadBase):
 
         With a ``cache`` the new keys/values are written at [cache.length, cache.length + T) and
         the queries attend to all S = cache.length + T cached keys; ``mask`` must then cover S.
-        ``positions`` (T,) or (B, T) are the absolute positions used by rotary embeddings.
+        ``positions`` (T,) or (B, T) are the absolute positions used by a rotation side.
         """
         check_input(x, self.d_model, "x", self.qkv_proj)
-        g = self.n_kv_heads
+        g, scheme = self.n_kv_heads, self.pos_enc
         sizes = [self.n_heads * self.d_head, g * self.d_head, g * self.d_v]
         q, k, v = self.qkv_proj(x).split(sizes, dim=-1)  # (B, T, H*Dk), (B, T, G*Dk), (B, T, G*Dv)
         q = self.hook_Q(self.split_heads(q, self.d_head))  # (B, H, T, Dk)
@@ -231,12 +209,12 @@ class SelfAttention(MultiHeadBase):
         v = self.hook_V(self.split_heads(v, self.d_v, g))  # (B, H_kv, T, Dv)
         if self.q_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
-        if self.rotary is not None:
+        if scheme is not None and scheme.rotates:
             if positions is None:  # the T new tokens follow the cached ones
                 offset = cache.length if cache is not None else 0
                 positions = default_positions(x.size(1), offset, x.device)
-            q = self.hook_Q_rot(self.rotary.rotate(q, positions))  # (B, H, T, Dk)
-            k = self.hook_K_rot(self.rotary.rotate(k, positions))  # (B, H, T, Dk)
+            q = self.hook_Q_rot(scheme.rotate(q, positions))  # (B, H, T, Dk)
+            k = self.hook_K_rot(scheme.rotate(k, positions))  # (B, H_kv, T, Dk)
         start = 0  # the absolute index of the first key: keys are [start, end), queries the last T
         if cache is not None:
             k, v = cache.append(k, v)  # (B, H_kv, S, Dk), (B, H_kv, S, Dv): all keys held
@@ -246,11 +224,21 @@ class SelfAttention(MultiHeadBase):
             local = sliding_window_mask(x.size(1), end - start, self.window, x.device)  # (T, S)
             mask = combine_masks(mask, local)
         bias = None
-        if self.alibi_slopes is not None:
+        if scheme is not None and scheme.biases:
             q_index = torch.arange(end - x.size(1), end, device=x.device)  # (T,)
             k_index = torch.arange(start, end, device=x.device)  # (S,)
-            bias = alibi_bias(self.alibi_slopes.to(q.dtype), q_index, k_index)  # (1, H, T, S)
-        return self.output(self.attend(q, k, v, mask, causal, need_weights, bias))
+            bias = scheme.logit_bias(q_index, k_index, q.dtype)  # (1, H, T, S)
+        heads = self.attention(
+            q,
+            k,
+            v,
+            mask,
+            causal=causal,
+            need_weights=need_weights,
+            bias=bias,
+            **self.attention_options(),
+        )  # (B, H, T, Dv), weights (B, H, T, S) or None
+        return self.output(heads)
 
 
 class CrossAttention(MultiHeadBase):
@@ -298,7 +286,8 @@ class CrossAttention(MultiHeadBase):
         q = self.hook_Q(self.split_heads(self.q_proj(x), self.d_head))  # (B, H, T, Dk)
         if self.q_norm is not None:
             q = self.q_norm(q)
-        return self.output(self.attend(q, k, v, mask, False, need_weights))
+        heads = self.attention(q, k, v, mask, need_weights=need_weights, **self.attention_options())
+        return self.output(heads)  # (B, T, Do)
 
 
 class LoopMultiHeadAttention(nn.Module):
@@ -327,8 +316,10 @@ class LoopMultiHeadAttention(nn.Module):
         """Copy a fused :class:`SelfAttention`'s weights into per-head matrices."""
         h, dk, dv = attn.n_heads, attn.d_head, attn.d_v
         g = attn.n_kv_heads  # query head i uses key/value head i // (h // g)
-        if attn.alibi_slopes is not None or attn.window is not None:
-            raise ValueError("the loop form has no ALiBi or window; compare plain attention only")
+        if attn.pos_enc is not None or attn.window is not None:
+            raise ValueError(
+                "the loop form has no rotary, ALiBi or window; compare plain attention only"
+            )
         bias = attn.qkv_proj.bias is not None
         d_out = attn.d_out if attn.out_proj is not None else None
         loop = cls(attn.d_model, h, dk, dv, d_out, bias)
@@ -358,14 +349,6 @@ class LoopMultiHeadAttention(nn.Module):
             heads.append(out[:, 0])  # (B, T, Dv)
         h = torch.cat(heads, dim=-1)  # (B, T, H*Dv)
         return self.out_proj(h) if self.out_proj is not None else h
-
-
-def _applied_mask(mask: Tensor | None, b: int, t: int, s: int, device) -> Tensor:
-    """The mask the scores got, as (B, H|1, T, S) bool (all True when there was none)."""
-    if mask is None:
-        mask = torch.ones(t, s, dtype=torch.bool, device=device)
-    mask = mask.view((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (B|1, H|1, T, S)
-    return mask.expand(b, mask.size(1), t, s)
 
 
 def check_input(x: Tensor, width: int, name: str, layer: nn.Linear) -> None:

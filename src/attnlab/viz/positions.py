@@ -4,7 +4,9 @@ PE(n, 2i) = sin(n / 10000^(2i/D)), PE(n, 2i+1) = cos(n / 10000^(2i/D)): each pai
 sinusoid whose wavelength grows geometrically with i, from 2*pi to 10000 * 2*pi. The heatmap shows
 fast stripes on the left and slow ones on the right; the side panel plots a few columns against n
 so the frequencies can be read off. A learned table (000, ``LearnedPositions.table``) can be drawn
-the same way.
+the same way, and so can any position scheme's own description (``scheme.describe(positions)``,
+``attnlab.nn.positional``): its table (rotary angles, ALiBi's bias of head 0, ...) with its
+column labels; nothing here re-derives a scheme's maths.
 
 Shapes: N positions, D model width.
 """
@@ -15,6 +17,7 @@ from typing import Any
 
 from matplotlib.figure import Figure
 
+from attnlab.nn.positional import PositionDescription
 from attnlab.viz.figure import as_array, new_figure
 
 
@@ -24,8 +27,14 @@ def plot_position_encoding(
     """Heatmap of a position table (N, D) plus line plots of ``n_curves`` of its columns.
 
     The colour scale is symmetric around 0. Build the sinusoid table with
-    ``attnlab.nn.sinusoidal_table(torch.arange(N), D)``.
+    ``attnlab.nn.sinusoidal_table(torch.arange(N), D)``, or pass a scheme's
+    :class:`~attnlab.nn.positional.PositionDescription` (its values, titled by its kind).
     """
+    if isinstance(table, PositionDescription):
+        if table.values is None:
+            raise ValueError(f"the {table.kind!r} position scheme has no table to draw")
+        title = f"{table.kind} positions: {table.equation}" if title is not None else None
+        table = table.values
     pe = as_array(table, "position table")
     if pe.ndim != 2:
         raise ValueError(f"a position table must be (N, D), got shape {pe.shape}")

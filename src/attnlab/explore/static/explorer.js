@@ -369,7 +369,7 @@ export function mountExplorer(root, transport, initial = {}) {
         h("h3", { text: `${v.kind} positions ${v.module ? `(${v.module}, ${v.side})` : ""}` }),
         h("p", { class: "ax-eq", text: v.equation }), h("p", { class: "ax-note", text: v.note }));
       if (v.values.length) {
-        const cols = Array.from({ length: v.values[0].length }, (_, i) => (v.kind === "rotary" ? `θ${i}` : `d${i}`));
+        const cols = v.cols;
         const rows = v.tokens.map((t, i) => `${i}: ${t}`);
         card.append(heatmap(v.values, rows, cols, {
           id: `ax-pos-${v.side}`, signed: true, cell: 14, describe: (i, j, x) => `position ${i}, ${cols[j]}: ${x}`,
