@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.bench.harness import interleave, ratio, target_entry
-from attnlab.bench.lm_train import LMShape, make_batches
+from attnlab.bench.lm_train import LMShape, attnlab_config, make_batches
 
 TARGET_STEP_RATIO = 1.2  # Muon step <= 1.2 x AdamW step (issue 37), on CUDA
 SHAPES = {
@@ -46,21 +46,10 @@ CPU_NOTE = (
 
 
 def _model(shape: LMShape, device: torch.device, seed: int = 0):
-    from attnlab.config import ModelConfig
     from attnlab.models import build_model
 
     torch.manual_seed(seed)
-    cfg = ModelConfig(
-        kind="decoder_lm",
-        vocab_size=shape.vocab,
-        d_model=shape.d_model,
-        n_heads=shape.n_heads,
-        n_layers=shape.n_layers,
-        max_len=shape.context,
-        dropout=0.0,
-        positional="rotary",
-        qk_norm=True,
-    )
+    cfg = attnlab_config(shape).replace(positional="rotary", qk_norm=True)
     return build_model(cfg).to(device).train()
 
 
