@@ -8,14 +8,25 @@ from __future__ import annotations
 from typing import Any
 
 CHECKPOINT_HELP = (
-    "run directory (its latest checkpoint) or a step_* checkpoint written by `attnlab train`"
+    "run directory (its latest checkpoint) or a step_* checkpoint written by `attnlab train`, "
+    "a Hugging Face model directory, or a Hugging Face hub id such as gpt2 or "
+    "HuggingFaceTB/SmolLM2-135M (fetched into the Hugging Face cache; HF_HUB_OFFLINE=1 reads "
+    "only the cache)"
 )
+REVISION_HELP = "with a hub id: the branch, tag or commit to load (default: main)"
 
 
 def add_checkpoint(p: Any, *, metavar: str = "RUN_DIR", also: str = "") -> None:
-    """``--checkpoint`` (required): a run directory (its latest checkpoint) or one checkpoint;
-    ``also`` names what else the command accepts (", or ...")."""
+    """``--checkpoint`` (required): a run directory (its latest checkpoint), one checkpoint, a
+    Hugging Face directory or hub id, with ``--revision`` for the hub id; ``also`` names what else
+    the command accepts (", or ...")."""
     p.add_argument("--checkpoint", required=True, metavar=metavar, help=CHECKPOINT_HELP + also)
+    add_revision(p)
+
+
+def add_revision(p: Any) -> None:
+    """``--revision``: which version of a hub id to load."""
+    p.add_argument("--revision", metavar="REV", help=REVISION_HELP)
 
 
 def add_device(p: Any, *, default: str = "auto") -> None:
