@@ -69,6 +69,12 @@ FLAG_FIELDS = {  # flag -> (config field, type, help)
     "--device": ("device", str, "auto, cpu, cuda, cuda:N or mps"),
     "--dtype": ("dtype", str, "fp32, or bf16 autocast"),
     "--threads": ("threads", int, "torch intra-op threads (0 = default)"),
+    "--init-from": ("init_from", str, "fine-tune: start from this model (a directory or a Hugging "
+                    "Face hub id such as gpt2) with its tokenizer and config; LM on --text, "
+                    "classifier on --labels (BERT)"),
+    "--revision": ("init_revision", str, "with --init-from a hub id: its branch, tag or commit"),
+    "--freeze": ("freeze", str, "with --init-from: 'embeddings', N (the first N layers) or "
+                 "'embeddings,N': kept as pretrained"),
 }  # fmt: skip
 
 
@@ -170,6 +176,25 @@ def _data_flags(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return {}
 
 
+def _check_no_model_flags(args: argparse.Namespace) -> None:
+    """With --init-from the pretrained model's config is the run's: model flags would not fit."""
+    import dataclasses
+
+    from attnlab.config import ModelConfig
+
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)} | {"model.kind"}
+    given = [
+        flag
+        for flag, (field, _, _) in FLAG_FIELDS.items()
+        if field in model_fields and getattr(args, flag[2:].replace("-", "_")) is not None
+    ]
+    if given:
+        raise ConfigError(
+            f"--init-from takes the model settings of the pretrained model, so {', '.join(given)} "
+            "cannot change them; drop those flags (or train from scratch without --init-from)"
+        )
+
+
 def _join_parallel(src: str, tgt: str, out: Path) -> Path:
     """Parallel files -> one JSONL pair file in the run directory (TrainConfig has one path)."""
     import json
@@ -215,6 +240,8 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     if flags.get("model.kind") == "classifier" and "n_classes" not in tables["model"]:
         flags["n_classes"] = 2  # a placeholder: training takes n_classes from the labels
     run = merge_overrides(run, flags)
+    if run.train.init_from:
+        _check_no_model_flags(args)
     data_flags = _data_flags(args, Path(run.train.out))
     if args.best_metric is None and "task" in data_flags:  # a preset's metric may not fit
         from attnlab.train.run_config import metric_names

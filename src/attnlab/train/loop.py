@@ -46,6 +46,7 @@ from attnlab.train.distributed import (
     init_distributed,
 )
 from attnlab.train.evaluate import Prediction, evaluate
+from attnlab.train.finetune import copy_weights, freeze
 from attnlab.train.optim import build_optimizers
 from attnlab.train.report import METRICS_FILE, PLOT_FILE, MetricsLog, TensorBoard, plot_loss
 from attnlab.train.report import progress_bar as make_progress_bar
@@ -243,6 +244,9 @@ class _Run:
         amp = autocast_dtype(cfg.dtype, device)
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         model = ckpt.model if ckpt is not None else build_model(setup.model_config)
+        if setup.initial_weights is not None:  # fine-tuning: the pretrained weights
+            copy_weights(model, setup.initial_weights)
+        freeze(model, cfg.freeze)
         model.to(device).train()
         optimizers = build_optimizers(model, cfg)
         start, elapsed0, window = 0, 0.0, LogWindow()

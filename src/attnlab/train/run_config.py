@@ -121,6 +121,10 @@ class TrainConfig:
     progress: bool = True  # show a progress bar
     tensorboard: bool = False  # also write TensorBoard event files
     out: str = "runs/default"  # run directory: checkpoints, metrics, plots
+    # Fine-tuning (attnlab.train.finetune).
+    init_from: str | None = None  # start from this model: a directory or a Hugging Face hub id
+    init_revision: str | None = None  # the hub id's branch, tag or commit (default: main)
+    freeze: str = ""  # "embeddings", "N" (the first N layers) or both: "embeddings,2"
 
     def __post_init__(self) -> None:
         check_types(self)
@@ -162,6 +166,10 @@ class TrainConfig:
         for name in ("data", "out", "best_metric"):
             if not getattr(self, name).strip():
                 _bad(name, getattr(self, name), "must not be empty")
+        if self.freeze:
+            from attnlab.train.finetune import parse_freeze
+
+            parse_freeze(self.freeze)
         metrics = metric_names(self.task, self.data)
         if self.best_metric not in metrics:
             raise ConfigValueError(
