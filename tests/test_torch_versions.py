@@ -1,5 +1,6 @@
-"""The supported PyTorch range: the floor in pyproject.toml is at most what CI installs (2.11, where
-the CUDA suite passed; CI installs 2.13) and both are in the README, and private or recent torch APIs fall back to eager code with one warning when the installed version lacks them."""
+"""The supported PyTorch range: the floor in pyproject.toml is at most what CI installs (2.11,
+where the CUDA suite passed; CI installs 2.13) and both are in the README, and private or recent
+torch APIs fall back to eager code with one warning when the installed version lacks them."""
 
 from __future__ import annotations
 

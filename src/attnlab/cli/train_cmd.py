@@ -128,6 +128,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="also write TensorBoard logs (needs the tensorboard package)",
     )
+    g.add_argument(
+        "--wandb",
+        action="store_true",
+        default=None,
+        help="also log metrics to Weights & Biases (pip install 'attnlab[wandb]'; project "
+        "$WANDB_PROJECT or attnlab; WANDB_MODE=offline keeps the run on disk)",
+    )
     d = p.add_argument_group("data (pick one)")
     d.add_argument("--text", metavar="FILE_OR_DIR", help="language modelling on local text")
     d.add_argument(
@@ -229,6 +236,7 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     for flag, (field, _, _) in FLAG_FIELDS.items():
         flags[field] = getattr(args, flag[2:].replace("-", "_"))
     flags["compile"], flags["tensorboard"] = args.compile, args.tensorboard
+    flags["wandb"] = args.wandb
     flags["fast"] = args.fast
     if args.no_progress:
         flags["progress"] = False

@@ -48,7 +48,7 @@ from attnlab.train.distributed import (
 from attnlab.train.evaluate import Prediction, evaluate
 from attnlab.train.finetune import copy_weights, freeze
 from attnlab.train.optim import build_optimizers
-from attnlab.train.report import METRICS_FILE, PLOT_FILE, MetricsLog, TensorBoard, plot_loss
+from attnlab.train.report import METRICS_FILE, PLOT_FILE, MetricsLog, open_boards, plot_loss
 from attnlab.train.report import progress_bar as make_progress_bar
 from attnlab.train.run_config import RunConfig, dump_toml
 from attnlab.train.setup import RunSetup, prepare_run
@@ -225,7 +225,7 @@ class _Run:
     window: LogWindow
     on_event: EventHandler
     log: MetricsLog | None = None
-    board: TensorBoard | None = None
+    board: Any = None  # report.Boards: TensorBoard, Weights & Biases
     elapsed0: float = 0.0  # training time of the run before this call (from the checkpoint)
     evaluated_at: int = -1
     started: float = field(default_factory=time.perf_counter)
@@ -284,7 +284,7 @@ class _Run:
             run_dir = setup.run_dir
             atomic_write_text(run_dir / CONFIG_FILE, dump_toml(RunConfig(setup.model_config, cfg)))
             run.log = MetricsLog(run_dir / METRICS_FILE, keep_until=start if ckpt else None)
-            run.board = TensorBoard(run_dir / "tensorboard") if cfg.tensorboard else None
+            run.board = open_boards(run_dir, run_config, resumed=ckpt is not None)
             if ckpt is not None:
                 on_event("resumed", {"path": ckpt.path, "step": start})
         return run

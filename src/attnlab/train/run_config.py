@@ -120,6 +120,7 @@ class TrainConfig:
     log_every: int = 10  # steps between metric lines in metrics.jsonl
     progress: bool = True  # show a progress bar
     tensorboard: bool = False  # also write TensorBoard event files
+    wandb: bool = False  # also log to Weights & Biases (project: $WANDB_PROJECT or "attnlab")
     out: str = "runs/default"  # run directory: checkpoints, metrics, plots
     # Fine-tuning (attnlab.train.finetune).
     init_from: str | None = None  # start from this model: a directory or a Hugging Face hub id

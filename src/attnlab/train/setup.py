@@ -99,6 +99,7 @@ RESUME_SAFE = (
     "log_every",
     "progress",
     "tensorboard",
+    "wandb",
     "out",
 )
 
