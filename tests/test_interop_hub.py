@@ -201,3 +201,15 @@ def test_a_missing_local_path_that_is_no_hub_id_says_it_does_not_exist(tmp_path)
         load_pretrained(tmp_path / "no" / "such" / "dir")
     assert not hub.is_hub_id("./runs/x") and not hub.is_hub_id("a/b/c")
     assert hub.is_hub_id("gpt2") and hub.is_hub_id("HuggingFaceTB/SmolLM2-135M")
+
+
+def test_the_explorer_and_evaluate_open_a_hub_id(offline, capsys, tmp_path):
+    from attnlab.explore import load
+
+    assert load(REPO).name == REPO  # the id, not the snapshot's commit
+    text = tmp_path / "text.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    code = main(["evaluate", "--checkpoint", REPO, "--text", str(text), "--device", "cpu"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "val_ppl" in out

@@ -10,6 +10,7 @@ The page works offline (everything it needs ships in the package) and the server
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from attnlab.cli.options import add_device, add_kv_cache, add_revision, add_weights
@@ -53,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
     options = LoadOptions(device=args.device, weights=args.weights, kv_cache=args.kv_cache)
     from attnlab.interop.hub import resolve_model_path
 
-    loaded = load(resolve_model_path(args.path, revision=args.revision), options)
+    local = resolve_model_path(args.path, revision=args.revision)
+    loaded = load(local, options)
+    if not os.path.exists(args.path):  # a hub id (main() expanded ~ and $VARS already)
+        loaded = loaded._replace(name=args.path + (f"@{args.revision}" if args.revision else ""))
     session = Session(
         loaded.model,
         loaded.tokenizer,

@@ -65,7 +65,7 @@ def load(path: str | os.PathLike, options: LoadOptions | None = None) -> Loaded:
 
 
 def _load(path: str | os.PathLike, options: LoadOptions) -> Loaded:
-    from attnlab.interop.hub import resolve_model_path
+    from attnlab.interop.hub import expand_path, resolve_model_path
 
     root = resolve_model_path(path)  # a hub id -> its snapshot in the Hugging Face cache
     if not root.exists():
@@ -75,7 +75,9 @@ def _load(path: str | os.PathLike, options: LoadOptions) -> Loaded:
         )
     config = root / "config.json"
     if root.is_dir() and config.is_file() and _is_hf_config(config):
-        return _load_hf(root, options)
+        loaded = _load_hf(root, options)
+        hub_id = not expand_path(path).exists()
+        return loaded._replace(name=os.fspath(path)) if hub_id else loaded  # not its commit
     from attnlab.train.checkpoint_load import load_checkpoint
 
     ckpt = load_checkpoint(root, map_location=options.device)
