@@ -155,7 +155,7 @@ def test_bad_init_from_is_one_sentence_and_writes_nothing(text, tmp_path, capsys
         ]
     )
     err = " ".join(capsys.readouterr().err.split())
-    assert code == 2 and "--init-from takes the model settings" in err
+    assert code == 2 and "--init-from takes the model settings and tokenizer" in err
     assert not out.exists()
 
 

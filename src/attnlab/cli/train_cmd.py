@@ -184,12 +184,14 @@ def _data_flags(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 
 
 def _check_no_model_flags(args: argparse.Namespace) -> None:
-    """With --init-from the pretrained model's config is the run's: model flags would not fit."""
+    """With --init-from the pretrained model's config and tokenizer are the run's: model and
+    tokenizer flags would not fit."""
     import dataclasses
 
     from attnlab.config import ModelConfig
 
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)} | {"model.kind"}
+    model_fields |= {"tokenizer", "bpe_vocab_size"}  # the pretrained tokenizer is kept
     given = [
         flag
         for flag, (field, _, _) in FLAG_FIELDS.items()
@@ -197,8 +199,9 @@ def _check_no_model_flags(args: argparse.Namespace) -> None:
     ]
     if given:
         raise ConfigError(
-            f"--init-from takes the model settings of the pretrained model, so {', '.join(given)} "
-            "cannot change them; drop those flags (or train from scratch without --init-from)"
+            f"--init-from takes the model settings and tokenizer of the pretrained model, so "
+            f"{', '.join(given)} cannot change them; drop those flags (or train from scratch "
+            "without --init-from)"
         )
 
 

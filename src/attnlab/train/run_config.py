@@ -129,6 +129,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_types(self)
+        for name in ("data", "val_data", "out"):  # ~ and $VARS, also from a TOML file or --set
+            value = getattr(self, name)
+            if isinstance(value, str) and ("~" in value or "$" in value):
+                object.__setattr__(self, name, os.path.expandvars(os.path.expanduser(value)))
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 _bad(name, getattr(self, name), f"must be one of {list(choices)}")
