@@ -219,16 +219,16 @@ def prepare_run(
         set_aside(damaged)
     if data is None:
         data = build(False)
+    weights = None
     if pretrained is not None:
         from attnlab.train.finetune import init_model_config, initial_weights
 
         model_cfg = init_model_config(pretrained, cfg.task, data)
         weights = initial_weights(pretrained, model_cfg)
-    else:  # a resumed fine-tuning run: its config.toml holds the model config it started with
+    elif cfg.init_from:  # a resumed fine-tuning run: config.toml holds the model it started with
         model_cfg = run_config.model
-        if not cfg.init_from:
-            model_cfg = fit_model_config(run_config.model, data, announce=info.is_main)
-        weights = None
+    else:
+        model_cfg = fit_model_config(run_config.model, data, announce=info.is_main)
     data.check_fits(model_cfg)
     if ckpt is not None and ckpt.config != model_cfg:
         diff = "; ".join(_differences(ckpt.config, model_cfg)[:6])
