@@ -83,7 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "train",
         help="train a model (LM, seq2seq or classifier) with checkpoints and resume",
         description="Train a model. Example: attnlab train --preset dates   |   attnlab train "
-        "--preset char-lm --text input.txt --out runs/mylm   |   torchrun --nproc_per_node 2 "
+        "--preset char-lm --text input.txt --out runs/mylm   |   attnlab train --init-from gpt2 "
+        "--text input.txt --out runs/gpt2-ft (fine-tune)   |   torchrun --nproc_per_node 2 "
         "-m attnlab train --preset dates",
     )
     g = p.add_argument_group("run")
@@ -279,9 +280,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     main = os.environ.get("RANK", "0") == "0"
     if main:
+        start = run_config.train.init_from
         print(
-            f"attnlab train: {run_config.model.kind} on task {run_config.train.task!r} "
-            f"(data {run_config.train.data!r}) -> {out}",
+            f"attnlab train: {'fine-tuning ' + repr(start) if start else run_config.model.kind} "
+            f"on task {run_config.train.task!r} (data {run_config.train.data!r}) -> {out}",
             flush=True,
         )
     result = train(
