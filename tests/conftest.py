@@ -13,6 +13,10 @@ import torch
 # cores, so one intra-op thread each also avoids oversubscription.
 torch.set_num_threads(1)
 
+# Tests never reach the network: a name that looks like a Hugging Face hub id (a relative path
+# that does not exist, say) is looked up in the local cache only, here and in subprocesses.
+os.environ["HF_HUB_OFFLINE"] = "1"
+
 SHARED_DATA = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data")
 
 

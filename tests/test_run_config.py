@@ -199,3 +199,14 @@ def test_cli_rejects_an_unknown_best_metric_before_training(tmp_path, capsys):
     assert main(["train", "--task", "reverse", "--best-metric", "bogus", "--out", str(out)]) == 2
     assert "not a metric of task 'seq2seq'" in " ".join(capsys.readouterr().err.split())
     assert not out.exists()
+
+
+def test_paths_in_a_train_config_expand_home_and_variables(tmp_path, monkeypatch):
+    from attnlab.train.run_config import TrainConfig
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("CORPORA", str(tmp_path / "corpora"))
+    cfg = TrainConfig(task="lm", data="$CORPORA/text.txt", out="~/runs/x")
+    assert cfg.data == str(tmp_path / "corpora" / "text.txt")
+    assert cfg.out == str(tmp_path / "runs" / "x")
+    assert TrainConfig(data="dates").data == "dates"

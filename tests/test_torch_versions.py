@@ -1,5 +1,6 @@
-"""The supported PyTorch range: the floor in pyproject.toml is what CI installs, and private or
-recent torch APIs fall back to eager code with one warning when the installed version lacks them."""
+"""The supported PyTorch range: the floor in pyproject.toml is at most what CI installs (2.11,
+where the CUDA suite passed; CI installs 2.13) and both are in the README, and private or recent
+torch APIs fall back to eager code with one warning when the installed version lacks them."""
 
 from __future__ import annotations
 
@@ -35,8 +36,8 @@ def test_the_installed_torch_is_in_the_declared_and_documented_range():
     assert f"PyTorch >= {floor}" in readme and "Tested versions:" in readme
     ci = (ROOT / ".ci" / "run").read_text()
     tested = re.search(r"torch==([\d.]+)", ci).group(1)
-    assert _release(tested) == _release(floor)  # the floor is the version CI tests
-    assert f"PyTorch {tested}" in readme
+    assert _release(floor) <= _release(tested)  # CI tests a version the range admits
+    assert f"PyTorch {tested}" in readme and f"PyTorch {floor}" in readme
 
 
 def test_training_without_torch_compile_runs_eagerly_with_one_warning(tmp_path, monkeypatch):

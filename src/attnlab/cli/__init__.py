@@ -38,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Self-attention and Transformers from first principles: train, evaluate, "
         "generate, plot, benchmark and run the notes' experiments.",
     )
-    parser.add_argument("--debug", action="store_true", help="show full tracebacks on errors")
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
         try:
@@ -48,12 +48,61 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    _debug_everywhere(parser)
     return parser
+
+
+DEBUG_HELP = "show full tracebacks on errors"
+
+
+def _debug_everywhere(parser: argparse.ArgumentParser) -> None:
+    """``--debug`` also after the subcommand (``attnlab train ... --debug``): every subparser
+    takes it, leaving the value alone when absent (``SUPPRESS``) so the top-level flag counts."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                if "--debug" not in child._option_string_actions:
+                    child.add_argument(
+                        "--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP
+                    )
+                _debug_everywhere(child)
+
+
+# Options that name files or directories: ``~`` and ``$VARS`` expand in them (also when the shell
+# did not, e.g. ``--out=~/runs/x`` or a quoted "$SCRATCH/data").
+PATH_OPTIONS = (
+    "checkpoint",
+    "init_from",
+    "path",
+    "out",
+    "text",
+    "pairs",
+    "labels",
+    "src_file",
+    "tgt_file",
+    "source_file",
+    "val_data",
+    "config",
+    "dump_config",
+    "run",
+    "from_json",
+    "notes",
+    "report",
+)
+
+
+def expand_paths(args: argparse.Namespace) -> argparse.Namespace:
+    """``~`` and environment variables expanded in every path option of ``args``."""
+    for name in PATH_OPTIONS:
+        value = getattr(args, name, None)
+        if isinstance(value, str):
+            setattr(args, name, os.path.expandvars(os.path.expanduser(value)))
+    return args
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = expand_paths(parser.parse_args(argv))
     if not getattr(args, "func", None):
         parser.print_help()
         return 1
@@ -78,8 +127,14 @@ def main(argv: list[str] | None = None) -> int:
         return getattr(err, "exit_code", 2)
 
 
-def load_checkpoint_lazily(path: str):
-    """``attnlab.train.checkpoint.load_checkpoint``, imported only when a command needs it."""
+def load_checkpoint_lazily(path: str, *, revision: str | None = None, device: str = "cpu"):
+    """``attnlab.train.checkpoint.load_checkpoint``, imported only when a command needs it:
+    ``path`` is a run or checkpoint directory, a Hugging Face model directory or a hub id (at
+    ``revision``), loaded onto ``device`` ("auto", "cpu", "cuda", ...)."""
+    from attnlab.interop.hub import resolve_model_path
+    from attnlab.train.distributed import resolve_device
+
+    local = resolve_model_path(path, revision=revision)
     try:
         from attnlab.train.checkpoint import load_checkpoint
     except ModuleNotFoundError as err:
@@ -89,7 +144,7 @@ def load_checkpoint_lazily(path: str):
                 "this installation; reinstall attnlab"
             ) from None
         raise
-    return load_checkpoint(path)
+    return load_checkpoint(local, map_location=resolve_device(device))
 
 
 @contextmanager

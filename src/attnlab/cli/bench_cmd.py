@@ -26,7 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="benchmark attnlab against transformers / torch.nn side by side",
         description="Time attnlab against Hugging Face GPT-2, torch.nn.Transformer(Encoder) and "
         "transformers' generate in one process, interleaving contenders and reporting medians, "
-        "ratios and the issue-6 targets. See benchmarks/README.md.",
+        "ratios and the issue-6 targets. See "
+        "https://github.com/attnlab/attnlab/blob/main/benchmarks/README.md.",
     )
     p.add_argument(
         "--quick",
@@ -61,7 +62,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--report",
         metavar="FILE",
-        help="write a Markdown report (e.g. benchmarks/RESULTS.md) with PNG plots next to it",
+        help="write a Markdown report (e.g. RESULTS.md) with PNG plots next to it",
     )
     p.add_argument(
         "--notes",

@@ -37,6 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab.errors import ConfigError
+    from attnlab.interop.hub import resolve_model_path
     from attnlab.train.eval_checkpoint import evaluate_checkpoint
     from attnlab.train.report import format_metrics
 
@@ -48,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
     found = evaluate_checkpoint(
-        args.checkpoint,
+        resolve_model_path(args.checkpoint, revision=args.revision),
         split=args.split,
         data=files[0] if files else None,
         batch_size=args.batch_size,

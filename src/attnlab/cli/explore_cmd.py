@@ -10,9 +10,10 @@ The page works offline (everything it needs ships in the package) and the server
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from attnlab.cli.options import add_device, add_kv_cache, add_weights
+from attnlab.cli.options import add_device, add_kv_cache, add_revision, add_weights
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -26,9 +27,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "path",
         metavar="PATH",
-        help="run directory or checkpoint written by `attnlab train`, or a local Hugging Face "
-        "GPT-2 directory (config.json, model.safetensors, tokenizer.json)",
+        help="run directory or checkpoint written by `attnlab train`, a Hugging Face model "
+        "directory (GPT-2, Llama family, BERT), or a hub id such as gpt2 (fetched into the "
+        "Hugging Face cache; HF_HUB_OFFLINE=1 reads only the cache)",
     )
+    add_revision(p)
     p.add_argument(
         "--host",
         default="127.0.0.1",
@@ -49,7 +52,12 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.explore.server import serve
 
     options = LoadOptions(device=args.device, weights=args.weights, kv_cache=args.kv_cache)
-    loaded = load(args.path, options)
+    from attnlab.interop.hub import resolve_model_path
+
+    local = resolve_model_path(args.path, revision=args.revision)
+    loaded = load(local, options)
+    if not os.path.exists(args.path):  # a hub id (main() expanded ~ and $VARS already)
+        loaded = loaded._replace(name=args.path + (f"@{args.revision}" if args.revision else ""))
     session = Session(
         loaded.model,
         loaded.tokenizer,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from attnlab.cli import load_checkpoint_lazily
-from attnlab.cli.options import add_checkpoint
+from attnlab.cli.options import add_checkpoint, add_device
 from attnlab.interop.export import FORMATS, export_as
 
 
@@ -24,6 +24,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "tokenizer.",
     )
     add_checkpoint(p)
+    add_device(p, default="cpu")
     p.add_argument(
         "--format",
         choices=FORMATS,
@@ -47,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    ckpt = load_checkpoint_lazily(args.checkpoint)
+    ckpt = load_checkpoint_lazily(args.checkpoint, revision=args.revision, device=args.device)
     path = export_as(
         ckpt.model,
         args.format,

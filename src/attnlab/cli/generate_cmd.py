@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from attnlab.cli import load_checkpoint_lazily, plain_warnings
-from attnlab.cli.options import add_checkpoint, add_fast, add_kv_cache, add_weights
+from attnlab.cli.options import add_checkpoint, add_device, add_fast, add_kv_cache, add_weights
 from attnlab.errors import CheckpointError, ConfigError, DataError, UserError
 
 SEQ2SEQ_BATCH = 32  # sources decoded together from --source-file
@@ -35,9 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_checkpoint(
         p,
-        also=", or a local Hugging Face model directory (GPT-2, Llama family, BERT: fills "
-        "[MASK] tokens)",
+        also=" (GPT-2, Llama family; BERT fills [MASK] tokens)",
     )
+    add_device(p, default="cpu")
     src = p.add_mutually_exclusive_group()
     src.add_argument(
         "--prompt",
@@ -177,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
         )
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    ckpt = load_checkpoint_lazily(args.checkpoint)
+    ckpt = load_checkpoint_lazily(args.checkpoint, revision=args.revision, device=args.device)
     model, tok = ckpt.model, ckpt.tokenizer
     if args.fast:
         from attnlab.fast import accelerate

@@ -7,15 +7,29 @@ from __future__ import annotations
 
 from typing import Any
 
+# Where --help sends a reader for more: the documentation online (a pip install has no docs/).
+DOCS_URL = "https://github.com/attnlab/attnlab/blob/main/docs/"
+
 CHECKPOINT_HELP = (
-    "run directory (its latest checkpoint) or a step_* checkpoint written by `attnlab train`"
+    "run directory (its latest checkpoint) or a step_* checkpoint written by `attnlab train`, "
+    "a Hugging Face model directory, or a Hugging Face hub id such as gpt2 or "
+    "HuggingFaceTB/SmolLM2-135M (fetched into the Hugging Face cache; HF_HUB_OFFLINE=1 reads "
+    "only the cache)"
 )
+REVISION_HELP = "with a hub id: the branch, tag or commit to load (default: main)"
 
 
 def add_checkpoint(p: Any, *, metavar: str = "RUN_DIR", also: str = "") -> None:
-    """``--checkpoint`` (required): a run directory (its latest checkpoint) or one checkpoint;
-    ``also`` names what else the command accepts (", or ...")."""
+    """``--checkpoint`` (required): a run directory (its latest checkpoint), one checkpoint, a
+    Hugging Face directory or hub id, with ``--revision`` for the hub id; ``also`` names what else
+    the command accepts (", or ...")."""
     p.add_argument("--checkpoint", required=True, metavar=metavar, help=CHECKPOINT_HELP + also)
+    add_revision(p)
+
+
+def add_revision(p: Any) -> None:
+    """``--revision``: which version of a hub id to load."""
+    p.add_argument("--revision", metavar="REV", help=REVISION_HELP)
 
 
 def add_device(p: Any, *, default: str = "auto") -> None:
@@ -33,7 +47,7 @@ def add_fast(p: Any, *, also: str = "", default: bool | None = False) -> None:
         action="store_true",
         default=default,
         help=f"run the model on attnlab.fast's engine (the same model, CPU fast paths{also}; "
-        "docs/fast.md)",
+        f"{DOCS_URL}fast.md)",
     )
 
 
@@ -47,7 +61,7 @@ def add_kv_cache(p: Any, *, purpose: str) -> None:
         default=None,
         help=f"Transformer models: store the KV cache in this dtype for {purpose}; bf16 halves "
         "the bytes each token reads from the cache (default: the model's compute dtype; "
-        "docs/generation.md)",
+        f"{DOCS_URL}generation.md)",
     )
 
 
@@ -61,5 +75,5 @@ def add_weights(p: Any, *, purpose: str) -> None:
         default="fp32",
         help=f"language models: store the linear layers' weights in fewer bits for {purpose} "
         "(int8: per-channel scales; int4: per-group; bf16 where the CPU multiplies it "
-        "natively); see docs/generation.md (default: %(default)s)",
+        f"natively); see {DOCS_URL}generation.md (default: %(default)s)",
     )

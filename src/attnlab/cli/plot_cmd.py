@@ -13,7 +13,7 @@ import argparse
 import torch
 
 from attnlab.cli import load_checkpoint_lazily
-from attnlab.cli.options import add_checkpoint
+from attnlab.cli.options import add_checkpoint, add_device
 from attnlab.errors import CheckpointError
 
 
@@ -27,6 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     a = kinds.add_parser("attention", help="every layer and head of a trained model on one input")
     add_checkpoint(a, metavar="RUN")
+    add_device(a, default="cpu")
     a.add_argument(
         "--input",
         required=True,
@@ -69,7 +70,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_attention(args: argparse.Namespace) -> int:
     from attnlab.viz import model_attention_figures, save_figures
 
-    ckpt = load_checkpoint_lazily(args.checkpoint)
+    ckpt = load_checkpoint_lazily(args.checkpoint, revision=args.revision, device=args.device)
     if ckpt.tokenizer is None:
         raise CheckpointError(
             f"checkpoint {str(ckpt.path)!r} has no tokenizer.json, so the "

@@ -69,6 +69,12 @@ FLAG_FIELDS = {  # flag -> (config field, type, help)
     "--device": ("device", str, "auto, cpu, cuda, cuda:N or mps"),
     "--dtype": ("dtype", str, "fp32, or bf16 autocast"),
     "--threads": ("threads", int, "torch intra-op threads (0 = default)"),
+    "--init-from": ("init_from", str, "fine-tune: start from this model (a directory or a Hugging "
+                    "Face hub id such as gpt2) with its tokenizer and config; LM on --text, "
+                    "classifier on --labels (BERT)"),
+    "--revision": ("init_revision", str, "with --init-from a hub id: its branch, tag or commit"),
+    "--freeze": ("freeze", str, "with --init-from: 'embeddings', N (the first N layers) or "
+                 "'embeddings,N': kept as pretrained"),
 }  # fmt: skip
 
 
@@ -77,7 +83,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "train",
         help="train a model (LM, seq2seq or classifier) with checkpoints and resume",
         description="Train a model. Example: attnlab train --preset dates   |   attnlab train "
-        "--preset char-lm --text input.txt --out runs/mylm   |   torchrun --nproc_per_node 2 "
+        "--preset char-lm --text input.txt --out runs/mylm   |   attnlab train --init-from gpt2 "
+        "--text input.txt --out runs/gpt2-ft (fine-tune)   |   torchrun --nproc_per_node 2 "
         "-m attnlab train --preset dates",
     )
     g = p.add_argument_group("run")
@@ -121,6 +128,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         default=None,
         help="also write TensorBoard logs (needs the tensorboard package)",
+    )
+    g.add_argument(
+        "--wandb",
+        action="store_true",
+        default=None,
+        help="also log metrics to Weights & Biases (pip install 'attnlab[wandb]'; project "
+        "$WANDB_PROJECT or attnlab; WANDB_MODE=offline keeps the run on disk)",
     )
     d = p.add_argument_group("data (pick one)")
     d.add_argument("--text", metavar="FILE_OR_DIR", help="language modelling on local text")
@@ -170,6 +184,28 @@ def _data_flags(args: argparse.Namespace, out: Path) -> dict[str, Any]:
     return {}
 
 
+def _check_no_model_flags(args: argparse.Namespace) -> None:
+    """With --init-from the pretrained model's config and tokenizer are the run's: model and
+    tokenizer flags would not fit."""
+    import dataclasses
+
+    from attnlab.config import ModelConfig
+
+    model_fields = {f.name for f in dataclasses.fields(ModelConfig)} | {"model.kind"}
+    model_fields |= {"tokenizer", "bpe_vocab_size"}  # the pretrained tokenizer is kept
+    given = [
+        flag
+        for flag, (field, _, _) in FLAG_FIELDS.items()
+        if field in model_fields and getattr(args, flag[2:].replace("-", "_")) is not None
+    ]
+    if given:
+        raise ConfigError(
+            f"--init-from takes the model settings and tokenizer of the pretrained model, so "
+            f"{', '.join(given)} cannot change them; drop those flags (or train from scratch "
+            "without --init-from)"
+        )
+
+
 def _join_parallel(src: str, tgt: str, out: Path) -> Path:
     """Parallel files -> one JSONL pair file in the run directory (TrainConfig has one path)."""
     import json
@@ -204,6 +240,7 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     for flag, (field, _, _) in FLAG_FIELDS.items():
         flags[field] = getattr(args, flag[2:].replace("-", "_"))
     flags["compile"], flags["tensorboard"] = args.compile, args.tensorboard
+    flags["wandb"] = args.wandb
     flags["fast"] = args.fast
     if args.no_progress:
         flags["progress"] = False
@@ -215,6 +252,8 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     if flags.get("model.kind") == "classifier" and "n_classes" not in tables["model"]:
         flags["n_classes"] = 2  # a placeholder: training takes n_classes from the labels
     run = merge_overrides(run, flags)
+    if run.train.init_from:
+        _check_no_model_flags(args)
     data_flags = _data_flags(args, Path(run.train.out))
     if args.best_metric is None and "task" in data_flags:  # a preset's metric may not fit
         from attnlab.train.run_config import metric_names
@@ -241,9 +280,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     main = os.environ.get("RANK", "0") == "0"
     if main:
+        start = run_config.train.init_from
         print(
-            f"attnlab train: {run_config.model.kind} on task {run_config.train.task!r} "
-            f"(data {run_config.train.data!r}) -> {out}",
+            f"attnlab train: {'fine-tuning ' + repr(start) if start else run_config.model.kind} "
+            f"on task {run_config.train.task!r} (data {run_config.train.data!r}) -> {out}",
             flush=True,
         )
     result = train(

@@ -65,15 +65,19 @@ def load(path: str | os.PathLike, options: LoadOptions | None = None) -> Loaded:
 
 
 def _load(path: str | os.PathLike, options: LoadOptions) -> Loaded:
-    root = Path(path)
+    from attnlab.interop.hub import expand_path, resolve_model_path
+
+    root = resolve_model_path(path)  # a hub id -> its snapshot in the Hugging Face cache
     if not root.exists():
         raise CheckpointError(
             f"{str(root)!r} does not exist; give a run directory or checkpoint written by "
-            "`attnlab train`, or a local Hugging Face model directory"
+            "`attnlab train`, a Hugging Face model directory, or a hub id"
         )
     config = root / "config.json"
     if root.is_dir() and config.is_file() and _is_hf_config(config):
-        return _load_hf(root, options)
+        loaded = _load_hf(root, options)
+        hub_id = not expand_path(path).exists()
+        return loaded._replace(name=os.fspath(path)) if hub_id else loaded  # not its commit
     from attnlab.train.checkpoint_load import load_checkpoint
 
     ckpt = load_checkpoint(root, map_location=options.device)

@@ -7,12 +7,15 @@
         ablated = model(ids).logits
     with inspect.patch(model, cache_b, "blocks.1.*"):       # activation patching
         patched = model(ids_a).logits
+    out, cache = inspect.run_with_cache(model, ids, grads=True)  # cache.grads: dM/da by name
+    inspect.attribution_patching(model, ids_a, source=cache_b)  # patching, to first order
 
 Names, shapes and the equations they belong to: docs/inspect.md. The modules: ``names``
 (discovery and selection), ``cache`` (run_with_cache, capture), ``interventions`` (intervene,
 patch, positions), ``heads`` (attention layers, ablation), ``attribution`` (ablation effects,
-direct logit attribution). attnlab.inspect knows models only through their hook points
-(:class:`attnlab.nn.hooks.HookPoint`) and the three model interfaces.
+direct logit attribution), ``gradients`` (gradient cache, attribution patching).
+attnlab.inspect knows models only through their hook points (:class:`attnlab.nn.hooks.HookPoint`)
+and the three model interfaces.
 """
 
 from attnlab.inspect.attribution import (
@@ -23,6 +26,12 @@ from attnlab.inspect.attribution import (
     make_metric,
 )
 from attnlab.inspect.cache import ActivationCache, capture, run_with_cache
+from attnlab.inspect.gradients import (
+    GradientRun,
+    PatchingEstimate,
+    attribution_patching,
+    run_with_grads,
+)
 from attnlab.inspect.heads import AttentionLayer, ablate_heads, attention_layers
 from attnlab.inspect.interventions import (
     compose,
@@ -37,6 +46,10 @@ from attnlab.inspect.names import InspectError, activation_names, hook_points
 __all__ = [
     "ActivationCache",
     "AttentionLayer",
+    "GradientRun",
+    "PatchingEstimate",
+    "attribution_patching",
+    "run_with_grads",
     "HeadEffects",
     "InspectError",
     "LogitAttribution",

@@ -17,6 +17,8 @@ lists the values call by call and ``cache[name]`` asks for that.
 
 With ``detach=False`` the cached tensors stay in the autograd graph, so a user can take gradients
 of the loss with respect to any activation (``torch.autograd.grad(loss, cache["...A"])``).
+``grads=True`` does that for every cached name at once: ``cache.grads[name]`` is dM/da for a
+metric M (the LM loss by default; ``attnlab.inspect.gradients``).
 """
 
 from __future__ import annotations
@@ -39,10 +41,20 @@ class ActivationCache(Mapping[str, Tensor]):
     """
 
     def __init__(self) -> None:
+        self.grads: ActivationCache | None = None  # dM/da by name, after run_with_cache(grads=True)
+        self.metric: Tensor | None = None  # M of that run
         self._calls: dict[str, list[Tensor]] = {}
         self._step_axis: dict[str, int | None] = {}
         self._stacked: dict[str, list[Tensor]] = {}  # per forward call, steps (recurrent points)
         self._current: dict[str, list[Tensor]] = {}
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Tensor]) -> ActivationCache:
+        """A cache holding ``values`` ({name: tensor}), e.g. edited activations to patch in."""
+        cache = cls()
+        for name, value in values.items():
+            cache._record(name, value, None)
+        return cache
 
     # ---------------------------------------------------------------- recording (by capture)
     def _record(self, name: str, value: Tensor, step_axis: int | None) -> None:
@@ -186,13 +198,23 @@ def run_with_cache(
     *args,
     names: Selection = None,
     detach: bool = True,
+    grads: bool = False,
     **kwargs,
 ) -> tuple[object, ActivationCache]:
     """``model(*args, **kwargs)`` once, returning (its output, the cache of named activations).
 
     ``names``: which activations to keep (None = all; names, globs or a predicate, see
-    attnlab.inspect.names). ``detach=False`` keeps them in the autograd graph.
+    attnlab.inspect.names). ``detach=False`` keeps them in the autograd graph. ``grads=True``
+    also fills ``cache.grads`` with dM/da and ``cache.metric`` with M, where the keywords
+    ``metric`` ("loss", "logprob" or a function of the output), ``targets``, ``token`` and
+    ``position`` choose M (``attnlab.inspect.gradients.run_with_grads``).
     """
+    if grads:
+        from attnlab.inspect.gradients import run_with_grads
+
+        run = run_with_grads(model, *args, names=names, **kwargs)
+        run.cache.grads, run.cache.metric = run.grads, run.metric
+        return run.output, run.cache
     with capture(model, names, detach=detach) as cache:
         output = model(*args, **kwargs)
     return output, cache

@@ -3,7 +3,7 @@
 A Hugging Face model directory holds ``config.json`` and the weights as ``model.safetensors``
 (or shards listed in ``model.safetensors.index.json``), or the older ``pytorch_model.bin``.
 Nothing here downloads: fetch a model once with your own tools (for example
-``huggingface-cli download gpt2 --local-dir gpt2``), then point :func:`from_pretrained_dir` at it.
+``hf download gpt2 --local-dir gpt2``), then point :func:`from_pretrained_dir` at it.
 ``transformers`` is never imported here; :func:`from_transformers` duck-types the model object.
 
 Export writes the same layout so ``transformers.GPT2LMHeadModel.from_pretrained(dir)`` loads it.
@@ -45,7 +45,7 @@ def from_pretrained_dir(path: str | os.PathLike) -> DecoderLM:
         raise CheckpointError(
             f"{str(root)!r} is not a directory; give a local Hugging Face GPT-2 directory with "
             f"{CONFIG_FILE} and {SAFETENSORS_FILE} (attnlab never downloads: fetch it first, "
-            "e.g. `huggingface-cli download gpt2 --local-dir gpt2`)"
+            "e.g. `hf download gpt2 --local-dir gpt2`)"
         )
     cfg = gpt2_config_to_model_config(_read_json(root / CONFIG_FILE, "the model config"))
     return load_gpt2_state_dict(None, read_weights(root), cfg)

@@ -7,10 +7,13 @@ One entry point per direction, dispatching on ``config.json``'s ``model_type``:
     bert               -> encoder / classifier / masked_lm by ``architectures``
                                        (attnlab.interop.bert)
 
-:func:`load_pretrained` reads a LOCAL directory (config.json, the weights as model.safetensors,
+:func:`load_pretrained` reads a local directory (config.json, the weights as model.safetensors,
 its shards, or pytorch_model.bin read with ``weights_only=True``, and the tokenizer through
-:mod:`attnlab.interop.hf_tokenizer`); nothing is ever downloaded. :func:`save_pretrained` writes
-the same layout back so ``transformers``' ``from_pretrained`` loads it with equal outputs.
+:mod:`attnlab.interop.hf_tokenizer`), or a Hugging Face hub id (``gpt2``,
+``HuggingFaceTB/SmolLM2-135M``) fetched into the standard Hugging Face cache by
+:mod:`attnlab.interop.hub` (config, safetensors and tokenizer files only, never a pickle).
+:func:`save_pretrained` writes the same layout back so ``transformers``' ``from_pretrained`` loads
+it with equal outputs.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from attnlab.interop.hf_tokenizer import (
     has_tokenizer_files,
     load_pretrained_tokenizer,
 )
+from attnlab.interop.hub import expand_path, resolve_model_path
 
 MODEL_TYPES = ("gpt2", "llama", "mistral", "bert")
 
@@ -55,7 +59,7 @@ class Pretrained(NamedTuple):
 
 def is_hf_model_dir(path: str | os.PathLike) -> bool:
     """A directory whose config.json names a ``model_type`` (a Hugging Face model directory)."""
-    p = Path(path) / CONFIG_FILE
+    p = expand_path(path) / CONFIG_FILE
     if not p.is_file():
         return False
     try:
@@ -89,14 +93,18 @@ def load_state_dict(config: ModelConfig, model_type: str, tensors: dict) -> nn.M
     return bert.load_bert_state_dict(None, tensors, config)
 
 
-def load_pretrained(path: str | os.PathLike, *, tokenizer: bool = True) -> Pretrained:
-    """The model (and tokenizer, when its files are there) of a LOCAL Hugging Face directory."""
-    root = Path(path)
+def load_pretrained(
+    path: str | os.PathLike, *, tokenizer: bool = True, revision: str | None = None
+) -> Pretrained:
+    """The model (and tokenizer, when its files are there) of a Hugging Face model directory, or
+    of a hub id (``gpt2``, ``org/name``) at ``revision``, through the standard Hugging Face cache
+    (:func:`attnlab.interop.hub.resolve_model_path`; ``~`` and ``$VARS`` expand)."""
+    root = resolve_model_path(path, revision=revision)
     if not root.is_dir():
         raise CheckpointError(
-            f"{str(root)!r} is not a directory; give a local Hugging Face model directory with "
-            f"{CONFIG_FILE} and {SAFETENSORS_FILE} (attnlab never downloads: fetch it first, e.g. "
-            "`huggingface-cli download HuggingFaceTB/SmolLM2-135M --local-dir smollm2`)"
+            f"{str(root)!r} is not a directory; give a Hugging Face model directory with "
+            f"{CONFIG_FILE} and {SAFETENSORS_FILE}, or a hub id such as "
+            "HuggingFaceTB/SmolLM2-135M (fetch one ahead with `hf download ID`)"
         )
     data = _read_json(root / CONFIG_FILE, "the model config")
     config = model_config_from_hf(data)
@@ -169,7 +177,7 @@ def save_pretrained(
     config, tensors = hf_export(model, labels=labels, **ids)
     config["dtype"] = str(next(model.parameters()).dtype).removeprefix("torch.")
     tensors = _drop_aliases(tensors)
-    root = Path(path)
+    root = expand_path(path)
     if (root / CONFIG_FILE).is_file() and not overwrite:
         raise CheckpointError(
             f"{str(root)!r} already holds a {CONFIG_FILE}; export into a new or empty directory "

@@ -214,6 +214,7 @@ def load_checkpoint(
     expect_kind: str | Sequence[str] | None = None,
     verify: bool = True,
     fallback: bool = True,
+    revision: str | None = None,
 ) -> Checkpoint:
     """Load a checkpoint directory, or the latest checkpoint of a run directory.
 
@@ -225,8 +226,13 @@ def load_checkpoint(
     Given a run directory (not one checkpoint), a latest checkpoint that fails these checks is
     skipped with a warning naming it and why, and the newest one that passes is loaded instead
     (``fallback``); nothing on disk changes. A local Hugging Face model directory (a config.json
-    with a ``model_type``) loads through ``attnlab.interop.pretrained``.
+    with a ``model_type``) loads through ``attnlab.interop.pretrained``, and so does a Hugging
+    Face hub id (at ``revision``) not shadowed by a local path (``attnlab.interop.hub``; ``~``
+    and ``$VARS`` expand).
     """
+    from attnlab.interop.hub import resolve_model_path
+
+    path = resolve_model_path(path, revision=revision)
     if _is_hf_model_dir(path):
         return _load_hf_dir(path, map_location)
     ckpt = _resolve(path)

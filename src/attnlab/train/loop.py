@@ -46,8 +46,9 @@ from attnlab.train.distributed import (
     init_distributed,
 )
 from attnlab.train.evaluate import Prediction, evaluate
+from attnlab.train.finetune import copy_weights, freeze
 from attnlab.train.optim import build_optimizers
-from attnlab.train.report import METRICS_FILE, PLOT_FILE, LossPlotter, MetricsLog, TensorBoard
+from attnlab.train.report import METRICS_FILE, PLOT_FILE, LossPlotter, MetricsLog, open_boards
 from attnlab.train.report import progress_bar as make_progress_bar
 from attnlab.train.run_config import RunConfig, dump_toml
 from attnlab.train.setup import RunSetup, prepare_run
@@ -255,7 +256,7 @@ class _Run:
     window: LogWindow
     on_event: EventHandler
     log: MetricsLog | None = None
-    board: TensorBoard | None = None
+    board: Any = None  # report.Boards: TensorBoard, Weights & Biases
     plotter: LossPlotter | None = None
     elapsed0: float = 0.0  # training time of the run before this call (from the checkpoint)
     evaluated_at: int = -1
@@ -275,6 +276,9 @@ class _Run:
         amp = autocast_dtype(cfg.dtype, device)
         torch.manual_seed(cfg.seed)  # identical initial weights on every rank
         model = ckpt.model if ckpt is not None else build_model(setup.model_config)
+        if setup.initial_weights is not None:  # fine-tuning: the pretrained weights
+            copy_weights(model, setup.initial_weights)
+        freeze(model, cfg.freeze)
         model.to(device).train()
         optimizers = build_optimizers(model, cfg)
         start, elapsed0, window = 0, 0.0, LogWindow()
@@ -313,7 +317,7 @@ class _Run:
             run_dir = setup.run_dir
             atomic_write_text(run_dir / CONFIG_FILE, dump_toml(RunConfig(setup.model_config, cfg)))
             run.log = MetricsLog(run_dir / METRICS_FILE, keep_until=start if ckpt else None)
-            run.board = TensorBoard(run_dir / "tensorboard") if cfg.tensorboard else None
+            run.board = open_boards(run_dir, run_config, resumed=ckpt is not None)
             run.plotter = LossPlotter(run_dir / PLOT_FILE, title=str(run_dir.name))
             on_event("runtime", {"line": result.runtime})
             if ckpt is not None:

@@ -1,4 +1,5 @@
-"""What a run writes besides checkpoints: metrics.jsonl, loss.png, TensorBoard, a progress bar.
+"""What a run writes besides checkpoints: metrics.jsonl (and the same as metrics.csv), loss.png,
+TensorBoard, a progress bar (or a plain progress line when stderr is not a terminal).
 
 ``metrics.jsonl`` has one JSON object per line, e.g.::
 
@@ -8,12 +9,15 @@
 
 ``step`` counts optimizer steps done. ``train_loss`` is the mean per-target loss of the steps
 since the previous line. On resume, lines past the checkpoint's step are dropped first, so the
-file always describes one consistent history. The plot is drawn here with matplotlib (Agg),
+file always describes one consistent history. ``metrics.csv`` holds the same records for
+spreadsheets and pandas: one column per key in order of first appearance, empty cells where a
+line lacks a key (training lines have no ``val_*``). The plot is drawn here with matplotlib (Agg),
 because ``train`` does not depend on ``attnlab.viz``.
 """
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import math
@@ -21,6 +25,8 @@ import os
 import shutil
 import sys
 import threading
+import time
+import uuid
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -28,7 +34,7 @@ from typing import Any
 from attnlab.errors import ConfigError
 from attnlab.train.atomic import atomic_write_bytes, atomic_write_text, storage_errors
 
-METRICS_FILE, PLOT_FILE = "metrics.jsonl", "loss.png"
+METRICS_FILE, CSV_FILE, PLOT_FILE = "metrics.jsonl", "metrics.csv", "loss.png"
 TASK_METRICS = ("exact_match", "accuracy", "bleu", "chrf")
 
 
@@ -49,7 +55,8 @@ def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 class MetricsLog:
-    """Append-only metrics.jsonl; ``keep_until`` truncates a resumed run's file to its step."""
+    """Append-only metrics.jsonl and its metrics.csv twin (:class:`CsvLog`, beside it);
+    ``keep_until`` truncates a resumed run's files to its step."""
 
     def __init__(self, path: str | os.PathLike, keep_until: int | None = None):
         self.path = Path(path)
@@ -60,12 +67,39 @@ class MetricsLog:
         text = "".join(json.dumps(r) + "\n" for r in old)
         atomic_write_text(self.path, text)
         self.records = old
+        self.csv = CsvLog(self.path.with_name(CSV_FILE), old)
 
     def append(self, record: dict[str, Any]) -> None:
         clean = {k: _jsonable(v) for k, v in record.items()}
         with storage_errors(self.path), open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps(clean) + "\n")
         self.records.append(clean)
+        self.csv.append(clean, self.records)
+
+
+class CsvLog:
+    """metrics.csv: rows appended under a header of every key seen so far; a record with a new
+    key (the first evaluation's ``val_*``) rewrites the file once with the wider header."""
+
+    def __init__(self, path: Path, records: list[dict[str, Any]]):
+        self.path = path
+        self.columns: list[str] = []
+        self.rewrite(records)
+
+    def rewrite(self, records: list[dict[str, Any]]) -> None:
+        self.columns = list(dict.fromkeys(k for r in records for k in r)) or ["step"]
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, self.columns, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(records)
+        atomic_write_text(self.path, buf.getvalue())
+
+    def append(self, record: dict[str, Any], records: list[dict[str, Any]]) -> None:
+        if any(k not in self.columns for k in record):
+            self.rewrite(records)
+            return
+        with storage_errors(self.path), open(self.path, "a", encoding="utf-8") as f:
+            csv.DictWriter(f, self.columns, lineterminator="\n").writerow(record)
 
 
 def _jsonable(v: Any) -> Any:
@@ -170,6 +204,69 @@ class LossPlotter:
                 self._error = err
 
 
+class WandbLog:
+    """Scalars to Weights & Biases (needs ``wandb``): one W&B run per attnlab run, named after the
+    run directory, its files in ``run_dir/wandb``, the run config as its config; a resumed run
+    continues the same W&B run (its id is kept in ``run_dir/wandb/run_id``)."""
+
+    def __init__(self, run_dir: Path, config: dict[str, Any], resumed: bool):
+        try:
+            import wandb
+        except ImportError:
+            raise ConfigError(
+                "wandb=true needs the wandb package, which is not installed; install it "
+                "(pip install 'attnlab[wandb]') or turn wandb off"
+            ) from None
+        folder = run_dir / "wandb"
+        folder.mkdir(parents=True, exist_ok=True)
+        id_file = folder / "run_id"
+        run_id = id_file.read_text().strip() if resumed and id_file.is_file() else None
+        run_id = run_id or uuid.uuid4().hex[:12]
+        atomic_write_text(id_file, run_id)
+        self.run = wandb.init(
+            project=os.environ.get("WANDB_PROJECT", "attnlab"),
+            name=run_dir.name,
+            id=run_id,
+            resume="allow",
+            dir=str(run_dir),
+            config=config,
+        )
+
+    def log(self, record: dict[str, Any]) -> None:
+        values = {k: v for k, v in record.items() if k != "step" and isinstance(v, (int, float))}
+        self.run.log(values, step=record["step"])
+
+    def close(self) -> None:
+        self.run.finish()
+
+
+class Boards:
+    """The optional metric sinks of a run (TensorBoard, Weights & Biases) behind one log/close."""
+
+    def __init__(self, sinks: list[Any]):
+        self.sinks = sinks
+
+    def log(self, record: dict[str, Any]) -> None:
+        for sink in self.sinks:
+            sink.log(record)
+
+    def close(self) -> None:
+        for sink in self.sinks:
+            sink.close()
+
+
+def open_boards(run_dir: Path, run_config: Any, resumed: bool = False) -> Boards | None:
+    """The sinks ``run_config.train`` asks for (``tensorboard``, ``wandb``), or None."""
+    cfg = run_config.train
+    sinks: list[Any] = []
+    if cfg.tensorboard:
+        sinks.append(TensorBoard(run_dir / "tensorboard"))
+    if cfg.wandb:
+        config = {"model": run_config.model.to_dict(), "train": cfg.to_dict()}
+        sinks.append(WandbLog(run_dir, config, resumed))
+    return Boards(sinks) if sinks else None
+
+
 class TensorBoard:
     """Scalars to TensorBoard event files in ``run_dir/tensorboard`` (needs ``tensorboard``)."""
 
@@ -193,9 +290,12 @@ class TensorBoard:
 
 
 def progress_bar(total: int, initial: int, enabled: bool) -> Any:
-    """A tqdm bar on stderr showing the step, loss, tokens/s and ETA; off unless a TTY."""
+    """A tqdm bar on stderr showing the step, loss, tokens/s and ETA in a terminal; elsewhere (a
+    log file, a batch job) :class:`ProgressLines`."""
     from tqdm.auto import tqdm
 
+    if enabled and not sys.stderr.isatty():
+        return ProgressLines(total, initial)
     show = enabled and sys.stderr.isatty()
     size = shutil.get_terminal_size((100, 24))  # some ptys report 0 x 0, which hides the bar
     return tqdm(
@@ -208,6 +308,52 @@ def progress_bar(total: int, initial: int, enabled: bool) -> Any:
         smoothing=0.1,
         file=sys.stderr,
     )
+
+
+class ProgressLines:
+    """The progress bar's facts as a plain line on stderr, for logs: about 20 lines per run
+    (every ``total // 20`` steps, at least one a minute) and one at the end::
+
+        step 500/2000 (25%)  loss 1.234  tok_s 51234  elapsed 1m05s  eta 3m15s
+    """
+
+    def __init__(self, total: int, initial: int, lines: int = 20, every_s: float = 60.0):
+        self.total, self.step, self.every = total, initial, max(1, total // lines)
+        self.every_s, self.initial = every_s, initial
+        self.started = self.shown_at = time.perf_counter()
+        self.postfix: dict[str, Any] = {}
+
+    def __enter__(self) -> ProgressLines:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    def set_postfix(self, refresh: bool = False, **values: Any) -> None:
+        self.postfix = values
+
+    def update(self, n: int = 1) -> None:
+        self.step += n
+        now = time.perf_counter()
+        due = self.step % self.every == 0 or now - self.shown_at >= self.every_s
+        if due or self.step == self.total:
+            self.shown_at = now
+            print(self.line(now - self.started), file=sys.stderr, flush=True)
+
+    def line(self, elapsed: float) -> str:
+        done = self.step - self.initial
+        parts = [f"step {self.step}/{self.total} ({100 * self.step / max(self.total, 1):.0f}%)"]
+        parts += [f"{k} {v}" for k, v in self.postfix.items()]
+        parts.append(f"elapsed {_duration(elapsed)}")
+        if done > 0 and self.step < self.total:
+            parts.append(f"eta {_duration(elapsed / done * (self.total - self.step))}")
+        return "  ".join(parts)
+
+
+def _duration(seconds: float) -> str:
+    minutes, s = divmod(int(seconds), 60)
+    hours, m = divmod(minutes, 60)
+    return f"{hours}h{m:02d}m{s:02d}s" if hours else f"{m}m{s:02d}s" if m else f"{s}s"
 
 
 def format_metrics(metrics: dict[str, float]) -> str:

@@ -124,10 +124,19 @@ class TrainConfig:
     log_every: int = 10  # steps between metric lines in metrics.jsonl
     progress: bool = True  # show a progress bar
     tensorboard: bool = False  # also write TensorBoard event files
+    wandb: bool = False  # also log to Weights & Biases (project: $WANDB_PROJECT or "attnlab")
     out: str = "runs/default"  # run directory: checkpoints, metrics, plots
+    # Fine-tuning (attnlab.train.finetune).
+    init_from: str | None = None  # start from this model: a directory or a Hugging Face hub id
+    init_revision: str | None = None  # the hub id's branch, tag or commit (default: main)
+    freeze: str = ""  # "embeddings", "N" (the first N layers) or both: "embeddings,2"
 
     def __post_init__(self) -> None:
         check_types(self)
+        for name in ("data", "val_data", "out"):  # ~ and $VARS, also from a TOML file or --set
+            value = getattr(self, name)
+            if isinstance(value, str) and ("~" in value or "$" in value):
+                object.__setattr__(self, name, os.path.expandvars(os.path.expanduser(value)))
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
                 _bad(name, getattr(self, name), f"must be one of {list(choices)}")
@@ -166,6 +175,10 @@ class TrainConfig:
         for name in ("data", "out", "best_metric"):
             if not getattr(self, name).strip():
                 _bad(name, getattr(self, name), "must not be empty")
+        if self.freeze:
+            from attnlab.train.finetune import parse_freeze
+
+            parse_freeze(self.freeze)
         metrics = metric_names(self.task, self.data)
         if self.best_metric not in metrics:
             raise ConfigValueError(

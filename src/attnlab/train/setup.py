@@ -17,6 +17,8 @@ The rules a user can rely on:
   (``eval_every``, ``keep_last``, ...) and ``steps`` (to extend a finished run) may change.
 * The model kind must fit the task: ``lm`` trains decoder_lm / rnn_lm, ``seq2seq`` trains
   encoder_decoder / lstm_seq2seq and ``classify`` trains classifier.
+* A fine-tuning run (``init_from``) takes the tokenizer and model config of the pretrained model
+  instead (``attnlab.train.finetune``), and its weights through ``RunSetup.initial_weights``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class RunSetup(NamedTuple):
     data: TaskData
     model_config: ModelConfig
     checkpoint: Checkpoint | None  # the checkpoint resumed from, if any
+    initial_weights: dict[str, Any] | None = None  # a fresh fine-tuning run's pretrained tensors
 
 
 def check_kind(model_cfg: ModelConfig, task: str) -> None:
@@ -96,6 +99,7 @@ RESUME_SAFE = (
     "log_every",
     "progress",
     "tensorboard",
+    "wandb",
     "out",
 )
 
@@ -197,6 +201,12 @@ def prepare_run(
         check_resume_settings(ckpt, cfg, allow_changes, announce=info.is_main)
     tokenizer = ckpt.tokenizer if ckpt is not None else None
     labels = ckpt.labels if ckpt is not None else None
+    pretrained = None
+    if ckpt is None and cfg.init_from:
+        from attnlab.train.finetune import load_init
+
+        pretrained = load_init(cfg)
+        tokenizer = pretrained.tokenizer
 
     def build(prepare: bool) -> TaskData:
         return build_task_data(
@@ -209,7 +219,16 @@ def prepare_run(
         set_aside(damaged)
     if data is None:
         data = build(False)
-    model_cfg = fit_model_config(run_config.model, data, announce=info.is_main)
+    weights = None
+    if pretrained is not None:
+        from attnlab.train.finetune import init_model_config, initial_weights
+
+        model_cfg = init_model_config(pretrained, cfg.task, data)
+        weights = initial_weights(pretrained, model_cfg)
+    elif cfg.init_from:  # a resumed fine-tuning run: config.toml holds the model it started with
+        model_cfg = run_config.model
+    else:
+        model_cfg = fit_model_config(run_config.model, data, announce=info.is_main)
     data.check_fits(model_cfg)
     if ckpt is not None and ckpt.config != model_cfg:
         diff = "; ".join(_differences(ckpt.config, model_cfg)[:6])
@@ -218,4 +237,4 @@ def prepare_run(
             f"the model settings it was trained with (omit model flags so the run's "
             f"config.toml is used), or start a new run with another --out"
         )
-    return RunSetup(run_dir, data, model_cfg, ckpt)
+    return RunSetup(run_dir, data, model_cfg, ckpt, weights)

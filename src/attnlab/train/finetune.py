@@ -1,0 +1,162 @@
+"""Fine-tuning: a run that starts from a pretrained model instead of random weights
+(``attnlab train --init-from PATH_OR_ID``, ``TrainConfig.init_from``).
+
+What a fine-tuning run keeps and changes:
+
+* the pretrained **tokenizer** encodes the data (so ids mean what the embeddings learnt), and the
+  pretrained **model config** is the run's, unchanged, except where the task needs another
+  output: ``--labels`` turns an encoder (BERT: ``encoder``, ``masked_lm`` or ``classifier``) into a
+  ``classifier`` with one output per label on BERT's pooled CLS vector, whose head (and a pooler
+  the checkpoint lacks) starts from the run's seeded initialisation;
+* every other weight is copied from the pretrained model; names that do not carry over are
+  named in the error, never dropped silently;
+* ``freeze`` keeps parameters out of the optimizer: ``"embeddings"`` (token and position
+  tables; a head tied to the token table with them), ``"N"`` the first N layers, or both
+  (``"embeddings,2"``).
+
+Everything else is an ordinary run: checkpoints hold the fine-tuned weights and the pretrained
+tokenizer, ``--resume`` continues bit-identically (the pretrained model is not read again), and
+``attnlab export --format hf`` writes the family's format back (GPT-2, Llama, BERT).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+from attnlab.config import ModelConfig
+from attnlab.errors import CheckpointError, ConfigError
+
+ENCODER_KINDS = ("encoder", "masked_lm", "classifier")
+_NEW_IN_CLASSIFIER = ("head.", "encoder.pooler.")  # may start from the run's initialisation
+
+
+def parse_freeze(spec: str) -> tuple[bool, int]:
+    """``"embeddings"``, ``"N"`` or ``"embeddings,N"`` -> (freeze the embeddings, first N
+    layers)."""
+    embeddings, layers = False, 0
+    for part in (p.strip() for p in spec.split(",") if p.strip()):
+        if part == "embeddings":
+            embeddings = True
+        elif part.isdigit():
+            layers = int(part)
+        else:
+            from attnlab.train.run_config import ConfigValueError
+
+            raise ConfigValueError(
+                f"train.freeze={spec!r}: {part!r} is neither 'embeddings' nor a number of layers; "
+                "e.g. --freeze embeddings, --freeze 2 (the first 2 layers) or --freeze embeddings,2"
+            )
+    return embeddings, layers
+
+
+def load_init(cfg: Any) -> Any:
+    """The pretrained model of ``cfg.init_from`` (at ``cfg.init_revision``) as a Checkpoint."""
+    from attnlab.train.checkpoint_load import load_checkpoint
+
+    try:
+        found = load_checkpoint(cfg.init_from, revision=cfg.init_revision)
+    except CheckpointError as err:
+        raise CheckpointError(f"--init-from: {err}") from None
+    if found.tokenizer is None:
+        raise CheckpointError(
+            f"--init-from {cfg.init_from!r} has no tokenizer files, so the data cannot be encoded "
+            "with the ids the model learnt; give a model directory with its tokenizer.json"
+        )
+    return found
+
+
+def init_model_config(pretrained: Any, task: str, data: Any) -> ModelConfig:
+    """The run's model config: the pretrained one, with a classifier output for ``--labels``."""
+    cfg, name = pretrained.config, str(pretrained.path)
+    if task == "lm":
+        if cfg.kind != "decoder_lm":
+            raise ConfigError(
+                f"--init-from {name!r} holds a {cfg.kind!r} model, which does not predict the next "
+                "token; fine-tune a decoder (GPT-2, Llama family) on --text, or give this one "
+                "--labels to train a classifier"
+            )
+        return cfg
+    if task == "classify":
+        if cfg.kind not in ENCODER_KINDS:
+            raise ConfigError(
+                f"--init-from {name!r} holds a {cfg.kind!r} model; attnlab's classifier head sits "
+                "on an encoder, so classify with a BERT model (e.g. --init-from "
+                "bert-base-uncased), or fine-tune this decoder as a language model on --text"
+            )
+        # BERT's recipe: softmax(W tanh(W_p h_CLS + b_p) + b); a pooler the checkpoint lacks
+        # (BertForMaskedLM has none) starts from the run's initialisation, like the head.
+        changes: dict[str, Any] = {"kind": "classifier", "n_classes": len(data.labels)}
+        changes.update(pad_id=data.tokenizer.pad_id, pooler=True, pooling="cls")
+        return cfg.replace(**changes)
+    raise ConfigError(
+        f"--init-from fine-tunes language models (--text) and classifiers (--labels), not task "
+        f"{task!r}; train a sequence-to-sequence model from scratch instead"
+    )
+
+
+def initial_weights(pretrained: Any, model_cfg: ModelConfig) -> dict[str, torch.Tensor]:
+    """The pretrained tensors under the names of a ``model_cfg`` model (an ``encoder``'s move
+    under ``encoder.`` in a classifier; a masked-LM head and a head of another shape drop)."""
+    tensors = dict(pretrained.model.state_dict())
+    if model_cfg.kind == "classifier" and pretrained.config.kind == "encoder":
+        tensors = {f"encoder.{k}": v for k, v in tensors.items()}
+    if model_cfg.kind == "classifier":
+        keep = pretrained.config.kind == "classifier" and (
+            pretrained.config.n_classes == model_cfg.n_classes
+        )
+        tensors = {
+            k: v
+            for k, v in tensors.items()
+            if not k.startswith("mlm.") and (keep or not k.startswith("head."))
+        }
+    return {k: v.detach().clone() for k, v in tensors.items()}
+
+
+def copy_weights(model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """Load ``weights`` into ``model``; only a classifier's new head (and pooler) may be left."""
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    left = [k for k in missing if not k.startswith(_NEW_IN_CLASSIFIER)]
+    if left or unexpected:
+        raise CheckpointError(
+            f"the pretrained weights do not fit the run's model (missing {left[:4]}, unexpected "
+            f"{list(unexpected)[:4]}); fine-tune with the model settings of --init-from (drop "
+            "model flags such as --d-model)"
+        )
+
+
+def freeze(model: nn.Module, spec: str) -> list[str]:
+    """Set ``requires_grad=False`` on what ``spec`` names (:func:`parse_freeze`); returns the
+    frozen parameter names. The first N layers are the first N blocks of the model's stack."""
+    if not spec:
+        return []
+    embeddings, layers = parse_freeze(spec)
+    frozen: list[str] = []
+    for name, module in model.named_modules():
+        last = name.rsplit(".", 1)[-1]
+        if embeddings and last == "embed":
+            frozen += _freeze(module, name)
+        if layers and last == "blocks" and isinstance(module, nn.ModuleList):
+            if layers > len(module):
+                raise ConfigError(
+                    f"--freeze {layers} asks for more layers than the model's {len(module)}; "
+                    f"freeze at most {len(module)}"
+                )
+            for i in range(layers):
+                frozen += _freeze(module[i], f"{name}.{i}")
+    if not frozen:
+        raise ConfigError(
+            f"--freeze {spec!r} matches no parameters of a {type(model).__name__}; it applies to "
+            "Transformer models (their 'embed' tables and 'blocks' layers)"
+        )
+    return frozen
+
+
+def _freeze(module: nn.Module, prefix: str) -> list[str]:
+    names = []
+    for name, p in module.named_parameters():
+        p.requires_grad_(False)
+        names.append(f"{prefix}.{name}")
+    return names

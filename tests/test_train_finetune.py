@@ -1,0 +1,230 @@
+"""Fine-tuning from a pretrained model (``attnlab train --init-from``): a small GPT-2 and a small
+Llama made by transformers (random weights, a BPE trained here) are fine-tuned for a few steps,
+resumed bit-identically, and exported back to their family; transformers loads the export with the
+same logits as attnlab's fine-tuned model. Nothing is downloaded."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attnlab.cli import main
+from attnlab.train.checkpoint import load_checkpoint
+from attnlab.train.finetune import freeze, parse_freeze
+from hf_dirs import TEXTS, gpt2_dir, llama_bpe
+
+transformers = pytest.importorskip("transformers")
+transformers.logging.set_verbosity_error()
+
+
+def llama_dir(root):
+    tok = llama_bpe()
+    cfg = transformers.LlamaConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=64,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    transformers.LlamaForCausalLM(cfg).save_pretrained(root)
+    tok.save(str(root / "tokenizer.json"))
+    (root / "tokenizer_config.json").write_text('{"bos_token": "<s>", "eos_token": "</s>"}')
+    return root
+
+
+@pytest.fixture(scope="module")
+def text(tmp_path_factory):
+    path = tmp_path_factory.mktemp("text") / "corpus.txt"
+    path.write_text("".join(TEXTS), encoding="utf-8")
+    return path
+
+
+def train(capsys, init, text, out, *extra):
+    argv = ["train", "--init-from", str(init), "--text", str(text), "--out", str(out)]
+    argv += ["--steps", "4", "--batch-size", "4", "--context-len", "16", "--lr", "3e-3"]
+    argv += ["--warmup-steps", "1", "--lr-schedule", "constant", "--eval-every", "0"]
+    argv += ["--eval-batches", "1", "--save-every", "2", "--no-progress", "--no-plots"]
+    argv += ["--device", "cpu", "--examples", "0", *extra]
+    code = main(argv)
+    out_text, err = capsys.readouterr()
+    assert code == 0, err
+    return out_text
+
+
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_fine_tune_resume_and_export_back_to_the_family(family, text, tmp_path, capsys):
+    pre = tmp_path / "pretrained"
+    pre.mkdir()
+    if family == "gpt2":
+        gpt2_dir(pre, transformers)
+    else:
+        llama_dir(pre)
+    before = load_checkpoint(pre)
+    train(capsys, pre, text, tmp_path / "run")
+    tuned = load_checkpoint(tmp_path / "run")
+    assert tuned.step == 4 and tuned.config == before.config  # the pretrained config, kept
+    assert tuned.tokenizer.to_dict() == before.tokenizer.to_dict()  # and its tokenizer
+    changed = [
+        k
+        for k, v in tuned.model.state_dict().items()
+        if not torch.equal(v, before.model.state_dict()[k])
+    ]
+    assert changed, "fine-tuning changed no weight"
+
+    # Resume: 2 steps, then on to 4, equals the 4 steps in one go, bit for bit.
+    train(capsys, pre, text, tmp_path / "split", "--steps", "2")
+    train(capsys, pre, text, tmp_path / "split", "--steps", "4", "--resume")
+    split = load_checkpoint(tmp_path / "split")
+    for k, v in tuned.model.state_dict().items():
+        assert torch.equal(v, split.model.state_dict()[k]), k
+
+    # Export back: transformers loads it with attnlab's logits.
+    exported = tmp_path / "export"
+    assert (
+        main(
+            [
+                "export",
+                "--checkpoint",
+                str(tmp_path / "run"),
+                "--format",
+                "hf",
+                "--out",
+                str(exported),
+            ]
+        )
+        == 0
+    )
+    hf = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
+    assert hf.config.model_type == family
+    ids = torch.tensor([tuned.tokenizer.encode("the cat sat on the mat")])
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, tuned.model(ids).logits, atol=1e-5, rtol=1e-5)
+    again = transformers.AutoTokenizer.from_pretrained(exported)
+    assert again("the cat sat")["input_ids"] == tuned.tokenizer.encode("the cat sat")
+
+
+def test_freeze_embeddings_and_first_layer_keeps_them_pretrained(text, tmp_path, capsys):
+    pre = tmp_path / "pretrained"
+    pre.mkdir()
+    gpt2_dir(pre, transformers)
+    before = load_checkpoint(pre).model.state_dict()
+    train(capsys, pre, text, tmp_path / "run", "--freeze", "embeddings,1")
+    after = load_checkpoint(tmp_path / "run").model.state_dict()
+    for k, v in after.items():
+        kept = k.startswith(("embed.", "blocks.0.")) or k == "lm_head.weight"  # tied to embed
+        assert torch.equal(v, before[k]) == kept, k
+
+
+def test_freeze_spec_and_its_errors():
+    assert parse_freeze("embeddings,2") == (True, 2) and parse_freeze("3") == (False, 3)
+    with pytest.raises(ValueError, match="neither 'embeddings' nor a number"):
+        parse_freeze("heads")
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(Exception, match="matches no parameters"):
+        freeze(model, "embeddings")
+
+
+def test_bad_init_from_is_one_sentence_and_writes_nothing(text, tmp_path, capsys):
+    out = tmp_path / "run"
+    code = main(
+        ["train", "--init-from", str(tmp_path / "nowhere"), "--text", str(text), "--out", str(out)]
+    )
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "--init-from: no checkpoint at" in err and "does not exist" in err
+    assert not out.exists()
+    pre = tmp_path / "pretrained"
+    pre.mkdir()
+    gpt2_dir(pre, transformers)
+    code = main(
+        [
+            "train",
+            "--init-from",
+            str(pre),
+            "--text",
+            str(text),
+            "--out",
+            str(out),
+            "--d-model",
+            "64",
+        ]
+    )
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "--init-from takes the model settings and tokenizer" in err
+    assert not out.exists()
+
+
+def test_fine_tune_a_bert_classifier_and_export_it(tmp_path, capsys):
+    from hf_dirs import wordpiece_vocab
+
+    pre = tmp_path / "bert"
+    pre.mkdir()
+    wordpiece_vocab(pre)
+    n_vocab = len((pre / "vocab.txt").read_text().split())
+    cfg = transformers.BertConfig(
+        vocab_size=n_vocab,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    torch.manual_seed(0)
+    transformers.BertForMaskedLM(cfg).save_pretrained(pre)
+    rows = ["text,label"] + [
+        f"{t.strip()},{'animal' if 'cat' in t or 'fox' in t else 'other'}" for t in TEXTS[:3]
+    ] * 20
+    labels = tmp_path / "labels.csv"
+    labels.write_text("\n".join(r.replace(",", " ", r.count(",") - 1) for r in rows) + "\n")
+    argv = [
+        "train",
+        "--init-from",
+        str(pre),
+        "--labels",
+        str(labels),
+        "--out",
+        str(tmp_path / "run"),
+    ]
+    argv += ["--steps", "3", "--batch-size", "4", "--warmup-steps", "1", "--eval-every", "0"]
+    argv += ["--no-progress", "--no-plots", "--device", "cpu", "--examples", "0"]
+    assert main(argv) == 0, capsys.readouterr().err
+    tuned = load_checkpoint(tmp_path / "run")
+    assert tuned.config.kind == "classifier" and tuned.config.n_classes == 2
+    exported = tmp_path / "export"
+    assert (
+        main(
+            [
+                "export",
+                "--checkpoint",
+                str(tmp_path / "run"),
+                "--format",
+                "hf",
+                "--out",
+                str(exported),
+            ]
+        )
+        == 0
+    )
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(exported).eval()
+    ids = torch.tensor([tuned.tokenizer.encode("the cat sat on the mat")])
+    with torch.no_grad():
+        torch.testing.assert_close(hf(ids).logits, tuned.model(ids).logits, atol=1e-5, rtol=1e-5)
+    assert [hf.config.id2label[i] for i in range(2)] == list(tuned.labels.names)
+
+
+def test_a_decoder_with_labels_is_refused(tmp_path, capsys):
+    pre = tmp_path / "pretrained"
+    pre.mkdir()
+    gpt2_dir(pre, transformers)
+    labels = tmp_path / "labels.csv"
+    labels.write_text("text,label\n" + "a cat,x\nno dog,y\n" * 10)
+    out = tmp_path / "run"
+    code = main(["train", "--init-from", str(pre), "--labels", str(labels), "--out", str(out)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 2 and "classifier head sits on an encoder" in err
+    assert not out.exists()
