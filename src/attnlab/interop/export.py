@@ -31,10 +31,11 @@ from typing import Any
 
 from torch import nn
 
+from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.interop.gpt2 import check_gpt2_compatible
-from attnlab.interop.gpt2_files import _atomic_write, save_gpt2_dir
+from attnlab.interop.gpt2_files import save_gpt2_dir
 from attnlab.interop.safetensors_io import save_safetensors
 from attnlab.models.lm import DecoderLM
 
@@ -118,7 +119,7 @@ def save_tokenizer_files(tokenizer: Any, root: Path, max_len: int) -> list[Path]
     backed by Hugging Face ``tokenizers``. Returns the files written."""
     written = [root / ATTNLAB_TOKENIZER_FILE]
     text = json.dumps(tokenizer.to_dict(), ensure_ascii=False)
-    _atomic_write(written[0], lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    atomic_write_text(written[0], text)
     hf = getattr(tokenizer, "hf", None)
     if hf is None or not callable(getattr(hf, "to_str", None)):
         return written  # char/byte tokenizers have no Hugging Face twin
@@ -136,6 +137,6 @@ def save_tokenizer_files(tokenizer: Any, root: Path, max_len: int) -> list[Path]
     hf_text = hf.to_str()
     cfg_text = json.dumps(config, indent=2) + "\n"
     for name, body in (("tokenizer.json", hf_text), ("tokenizer_config.json", cfg_text)):
-        _atomic_write(root / name, lambda tmp, b=body: Path(tmp).write_text(b, encoding="utf-8"))
+        atomic_write_text(root / name, body)
         written.append(root / name)
     return written

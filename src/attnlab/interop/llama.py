@@ -23,19 +23,20 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from attnlab.config import ModelConfig
-from attnlab.errors import CheckpointError, ConfigError
+from attnlab.errors import ConfigError
+from attnlab.interop.family import OMIT, Family, Key, check_exportable, register
+from attnlab.interop.gpt2 import pad_token
 from attnlab.interop.weights_map import (
     Mapped,
     config_dict,
     export_mapped,
     load_mapped,
-    mismatches,
     model_to_load,
     problems_message,
+    tied_head,
 )
 from attnlab.models.lm import DecoderLM
 
@@ -45,12 +46,13 @@ SUPPORTED = (
     "Llama/Mistral decoders with SiLU, rotary positions (scaling none, linear or llama3), "
     "pretraining_tp=1, and any number of key/value heads"
 )
-_REQUIRED = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
+_ROPE_FIELDS = (
+    "rope_base",
+    "rope_scaling",
+    "rope_factor",
+    "rope_low_freq_factor",
+    "rope_high_freq_factor",
+    "rope_original_max_len",
 )
 
 
@@ -66,6 +68,122 @@ def _rope(data: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     return float(theta), scaling
 
 
+def read_rope(_: Any, data: dict[str, Any]) -> tuple:
+    """The six rope_* ModelConfig fields of a config.json (any transformers version's keys)."""
+    theta, scaling = _rope(data)
+    if scaling["rope_type"] == "default":
+        return (theta, "none", 1.0, 1.0, 4.0, None)
+    return (
+        theta,
+        scaling["rope_type"],
+        float(scaling["factor"]),
+        float(scaling.get("low_freq_factor", 1.0)),
+        float(scaling.get("high_freq_factor", 4.0)),
+        scaling.get("original_max_position_embeddings"),
+    )
+
+
+def rope_parameters(cfg: ModelConfig) -> dict[str, Any]:
+    """transformers' ``rope_parameters`` of ``cfg``'s rotary positions."""
+    rope: dict[str, Any] = {"rope_theta": cfg.rope_base, "rope_type": "default"}
+    if cfg.rope_scaling != "none":
+        rope.update(rope_type=cfg.rope_scaling, factor=cfg.rope_factor)
+        if cfg.rope_scaling == "llama3":
+            rope.update(
+                low_freq_factor=cfg.rope_low_freq_factor,
+                high_freq_factor=cfg.rope_high_freq_factor,
+                original_max_position_embeddings=cfg.rope_original_max_len,
+            )
+    return rope
+
+
+def _model_type(cfg: ModelConfig) -> str:
+    return "mistral" if cfg.attn_window is not None else "llama"
+
+
+def _kv_heads(value: Any, data: dict[str, Any]) -> int | None:
+    n = value or data["num_attention_heads"]
+    return None if n == data["num_attention_heads"] else n
+
+
+def _head_dim(value: Any, data: dict[str, Any]) -> int | None:
+    d_model, n_heads = data["hidden_size"], data["num_attention_heads"]
+    head_dim = value or d_model // n_heads
+    return None if head_dim * n_heads == d_model else head_dim
+
+
+# config.json <-> ModelConfig, both directions (attnlab.interop.family). Qwen2/3 reuse most rows.
+DECODER_KEYS = (
+    Key("vocab_size", "vocab_size"),
+    Key("hidden_size", "d_model"),
+    Key("num_hidden_layers", "n_layers"),
+    Key("num_attention_heads", "n_heads"),
+    Key(
+        "num_key_value_heads",
+        "n_kv_heads",
+        write=lambda c: c.kv_heads,
+        read=_kv_heads,
+        default=None,
+    ),  # fmt: skip
+    Key("head_dim", "d_head", write=lambda c: c.head_dim, read=_head_dim, default=None),
+    Key("intermediate_size", "d_ff", write=lambda c: c.ff_dim),
+    Key("max_position_embeddings", "max_len", default=2048),
+    Key("attention_dropout", "dropout", read=lambda v, d: float(v), default=0.0),
+    Key("rms_norm_eps", "norm_eps", read=lambda v, d: float(v), default=1e-6),
+    Key("rope_parameters", _ROPE_FIELDS, write=rope_parameters, read=read_rope, default=None),
+    Key("rope_theta", (), write=lambda c: c.rope_base, default=None),  # transformers < 5
+    Key(
+        "rope_scaling",
+        (),
+        write=lambda c: None if c.rope_scaling == "none" else rope_parameters(c),
+        default=None,
+    ),  # fmt: skip
+    Key("tie_word_embeddings", "tie_embeddings", read=lambda v, d: bool(v), default=False),
+    Key("pad_token_id", "pad_id", read=pad_token, default=None),
+    Key("use_cache", (), write=lambda c: True, default=None),
+)
+KEYS = (
+    Key("model_type", (), write=_model_type, default=None),
+    Key("architectures", (), write=lambda c: [ARCHITECTURES[_model_type(c)]], default=None),
+    *DECODER_KEYS,
+    Key("hidden_act", (), write=lambda c: "silu", default=None),
+    Key("pretraining_tp", (), write=lambda c: 1, default=None),
+    Key(
+        "attention_bias",
+        "attn_bias",
+        write=lambda c: c.attention_bias,
+        read=lambda v, d: bool(v) or None,
+        default=False,
+    ),  # fmt: skip
+    Key(
+        "mlp_bias",
+        "ffn_bias",
+        write=lambda c: c.feedforward_bias,
+        read=lambda v, d: bool(v) or None,
+        default=False,
+    ),  # fmt: skip
+    Key(
+        "sliding_window",
+        "attn_window",
+        write=lambda c: c.attn_window or OMIT,
+        read=lambda v, d: v if d.get("model_type") == "mistral" else None,
+        default=None,
+    ),  # fmt: skip
+)
+# A Llama block: pre-norm RMSNorm, rotary, SwiGLU, no norm biases.
+FIXED = dict(
+    kind="decoder_lm",
+    positional="rotary",
+    norm="rmsnorm",
+    norm_placement="pre",
+    activation="silu",
+    ffn="swiglu",
+    bias=False,
+    attention="softmax",
+    final_norm=True,
+)
+
+
 def llama_config_to_model_config(hf_config: Any) -> ModelConfig:
     """A LlamaConfig / MistralConfig (or config.json's dict) -> the equivalent ModelConfig.
 
@@ -78,10 +196,8 @@ def llama_config_to_model_config(hf_config: Any) -> ModelConfig:
             f"model_type={model_type!r} is not a Llama-family model; this importer reads "
             f"{list(MODEL_TYPES)}"
         )
-    missing = [k for k in _REQUIRED if k not in data]
-    if missing:
-        raise ConfigError(f"the {model_type} config lacks {missing}; expected {list(_REQUIRED)}")
-    theta, scaling = _rope(data)
+    data["model_type"] = model_type
+    _, scaling = _rope(data)
     problems = []
     if data.get("hidden_act", "silu") != "silu":
         problems.append(f"hidden_act={data['hidden_act']!r} (attnlab's SwiGLU gates with silu)")
@@ -91,82 +207,17 @@ def llama_config_to_model_config(hf_config: Any) -> ModelConfig:
         problems.append(
             f"rope scaling {scaling['rope_type']!r} (attnlab has default, linear and llama3)"
         )
-    window = data.get("sliding_window") if model_type == "mistral" else None
     if data.get("layer_types") and len(set(data["layer_types"])) > 1:
         problems.append(f"mixed layer_types {sorted(set(data['layer_types']))} (one kind only)")
     if problems:
         raise ConfigError(problems_message(model_type, problems, SUPPORTED))
-    d_model, n_heads = data["hidden_size"], data["num_attention_heads"]
-    n_kv = data.get("num_key_value_heads") or n_heads
-    head_dim = data.get("head_dim") or d_model // n_heads
-    rope_fields = {}
-    if scaling["rope_type"] != "default":
-        rope_fields = dict(
-            rope_scaling=scaling["rope_type"],
-            rope_factor=float(scaling["factor"]),
-            rope_low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
-            rope_high_freq_factor=float(scaling.get("high_freq_factor", 4.0)),
-            rope_original_max_len=scaling.get("original_max_position_embeddings"),
-        )
-    try:
-        return ModelConfig(
-            kind="decoder_lm",
-            vocab_size=data["vocab_size"],
-            d_model=d_model,
-            n_heads=n_heads,
-            n_kv_heads=None if n_kv == n_heads else n_kv,
-            d_head=None if head_dim * n_heads == d_model else head_dim,
-            n_layers=data["num_hidden_layers"],
-            d_ff=data["intermediate_size"],
-            max_len=data.get("max_position_embeddings", 2048),
-            dropout=float(data.get("attention_dropout", 0.0)),
-            positional="rotary",
-            rope_base=theta,
-            norm="rmsnorm",
-            norm_placement="pre",
-            norm_eps=float(data.get("rms_norm_eps", 1e-6)),
-            activation="silu",
-            ffn="swiglu",
-            bias=False,
-            attn_bias=bool(data.get("attention_bias", False)) or None,
-            ffn_bias=bool(data.get("mlp_bias", False)) or None,
-            attn_window=window,
-            tie_embeddings=bool(data.get("tie_word_embeddings", False)),
-            final_norm=True,
-            pad_id=_pad_id(data),
-            **rope_fields,
-        )
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"the {model_type} config does not make a valid model: {err}") from None
-
-
-def _pad_id(data: dict[str, Any]) -> int:
-    pad = data.get("pad_token_id")
-    return pad if isinstance(pad, int) and 0 <= pad < data["vocab_size"] else 0
+    return LLAMA.read(data)
 
 
 def check_llama_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError listing every setting of ``cfg`` that Llama's architecture cannot hold."""
-    if cfg.kind != "decoder_lm":
-        raise ConfigError(f"only decoder-only LMs map to Llama; this model is kind={cfg.kind!r}")
-    wanted = {
-        "positional": "rotary",
-        "norm": "rmsnorm",
-        "norm_placement": "pre",
-        "ffn": "swiglu",
-        "attention": "softmax",
-        "final_norm": True,
-        "qk_norm": False,
-        "out_proj": True,
-        "embed_scale": False,
-        "scale_logits": True,
-        "bias": False,
-    }
-    problems = mismatches(cfg, wanted, "Llama")
-    if cfg.value_dim != cfg.head_dim:
-        problems.append(f"d_v={cfg.value_dim} (Llama needs d_v = d_head = {cfg.head_dim})")
-    if problems:
-        raise ConfigError("this model cannot be expressed as Llama: " + "; ".join(problems))
+    """Raise ConfigError naming every setting of ``cfg`` that does not survive the round trip
+    through Llama's (or Mistral's) config, and the family that would hold it."""
+    check_exportable(LLAMA, cfg)
 
 
 def model_config_to_llama_config(
@@ -177,45 +228,11 @@ def model_config_to_llama_config(
     pad_id: int | None = None,
 ) -> dict[str, Any]:
     """The config.json dict that ``transformers.LlamaConfig`` (or MistralConfig) reads."""
-    check_llama_compatible(cfg)
-    model_type = "mistral" if cfg.attn_window is not None else "llama"
-    rope: dict[str, Any] = {"rope_theta": cfg.rope_base, "rope_type": "default"}
-    if cfg.rope_scaling != "none":
-        rope.update(rope_type=cfg.rope_scaling, factor=cfg.rope_factor)
-        if cfg.rope_scaling == "llama3":
-            rope.update(
-                low_freq_factor=cfg.rope_low_freq_factor,
-                high_freq_factor=cfg.rope_high_freq_factor,
-                original_max_position_embeddings=cfg.rope_original_max_len,
-            )
-    out = {
-        "model_type": model_type,
-        "architectures": [ARCHITECTURES[model_type]],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "intermediate_size": cfg.ff_dim,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.kv_heads,
-        "head_dim": cfg.head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": cfg.max_len,
-        "rms_norm_eps": cfg.norm_eps,
-        "rope_parameters": rope,
-        "rope_theta": cfg.rope_base,  # transformers < 5 reads these two
-        "rope_scaling": None if cfg.rope_scaling == "none" else rope,
-        "attention_bias": cfg.attention_bias,
-        "mlp_bias": cfg.feedforward_bias,
-        "attention_dropout": cfg.dropout,
-        "pretraining_tp": 1,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "bos_token_id": bos_id,
-        "eos_token_id": eos_id,
-        "pad_token_id": pad_id,
-        "use_cache": True,
-    }
-    if model_type == "mistral":
-        out["sliding_window"] = cfg.attn_window
+    check_exportable(LLAMA, cfg)
+    out = LLAMA.write(cfg)
+    out.update(bos_token_id=bos_id, eos_token_id=eos_id)
+    if pad_id is not None:
+        out["pad_token_id"] = pad_id
     return out
 
 
@@ -263,6 +280,18 @@ def llama_table(cfg: ModelConfig) -> list[Mapped]:
     return table
 
 
+LLAMA = register(
+    Family(
+        name="Llama",
+        export_name="llama",
+        kinds=("decoder_lm",),
+        keys=KEYS,
+        fixed=FIXED,
+        table=llama_table,
+    )
+)
+
+
 def load_llama_state_dict(
     model: DecoderLM | None, state_dict: Mapping[str, Tensor], config: Any = None
 ) -> DecoderLM:
@@ -279,15 +308,9 @@ def load_llama_state_dict(
         cls=DecoderLM,
     )
     tensors = dict(state_dict)
-    if model.cfg.tie_embeddings:
-        head = tensors.pop("lm_head.weight", None)
-        emb = tensors.get("model.embed_tokens.weight")
-        if head is not None and emb is not None and not torch.equal(head, emb):
-            raise CheckpointError(
-                "lm_head.weight differs from model.embed_tokens.weight but the config ties them "
-                "(tie_word_embeddings=true); set it to false in config.json to keep the head"
-            )
-    family = "mistral" if model.cfg.attn_window is not None else "llama"
+    family = _model_type(model.cfg)
+    tied_head(tensors, "lm_head.weight", "model.embed_tokens.weight", model.cfg.tie_embeddings,
+              family)  # fmt: skip
     return load_mapped(model, tensors, llama_table(model.cfg), family)
 
 
@@ -295,8 +318,8 @@ def to_llama_state_dict(model: DecoderLM) -> dict[str, Tensor]:
     """The ``LlamaForCausalLM`` state dict of ``model`` (lm_head included even when tied)."""
     if not isinstance(model, DecoderLM):
         raise TypeError(f"only a DecoderLM exports to Llama, got {type(model).__name__}")
-    check_llama_compatible(model.cfg)
-    out = export_mapped(model, llama_table(model.cfg))
+    check_exportable(LLAMA, model.cfg)
+    out = export_mapped(model, llama_table(model.cfg), _model_type(model.cfg))
     if model.cfg.tie_embeddings:
         out["lm_head.weight"] = out["model.embed_tokens.weight"]
     return out

@@ -26,6 +26,7 @@ from torch import nn
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.interop import bert, gpt2, llama
+from attnlab.interop.family import family_for
 from attnlab.interop.gpt2_files import (
     CONFIG_FILE,
     SAFETENSORS_FILE,
@@ -134,23 +135,20 @@ def hf_export(
     pad_id: int | None = None,
     labels: list[str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """(config.json dict, state dict) of ``model`` in its Hugging Face family: Llama for rotary
-    RMSNorm SwiGLU decoders, GPT-2 for learned-position LayerNorm decoders, BERT for encoders."""
+    """(config.json dict, state dict) of ``model`` in the Hugging Face family whose round trip
+    keeps its config exactly (:func:`attnlab.interop.family.family_for`): Llama (Mistral) for
+    rotary RMSNorm SwiGLU decoders, GPT-2 for learned-position LayerNorm decoders, BERT for
+    encoders. A model no family holds is a ConfigError naming every field that does not map."""
     cfg = getattr(model, "cfg", None)
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"expected an attnlab model with .cfg, got {type(model).__name__}")
     ids = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
-    if cfg.kind == "decoder_lm" and cfg.positional == "rotary":
+    family = family_for(cfg)
+    if family is llama.LLAMA:
         return llama.model_config_to_llama_config(cfg, **ids), llama.to_llama_state_dict(model)
-    if cfg.kind == "decoder_lm":
-        tensors = gpt2.to_gpt2_state_dict(model)
-        return gpt2.model_config_to_gpt2_config(cfg, **ids), tensors
-    if cfg.kind in bert.ARCHITECTURES:
-        return bert.model_config_to_bert_config(cfg, labels), bert.to_bert_state_dict(model)
-    raise ConfigError(
-        f"a {cfg.kind!r} model has no Hugging Face counterpart in attnlab (decoder_lm -> GPT-2 or "
-        "Llama, encoder/classifier/masked_lm -> BERT); use the safetensors export instead"
-    )
+    if family is gpt2.GPT2:
+        return gpt2.model_config_to_gpt2_config(cfg, **ids), gpt2.to_gpt2_state_dict(model)
+    return bert.model_config_to_bert_config(cfg, labels), bert.to_bert_state_dict(model)
 
 
 def save_pretrained(
