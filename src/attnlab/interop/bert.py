@@ -29,8 +29,17 @@ from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.interop.family import OMIT, Family, Key, check_exportable, register
-from attnlab.interop.gpt2 import ALL_BIASES, pad_token
+from attnlab.interop.family import (
+    OMIT,
+    Family,
+    Key,
+    as_bool,
+    as_float,
+    check_exportable,
+    pad_token,
+    register,
+)
+from attnlab.interop.gpt2 import ALL_BIASES
 from attnlab.interop.weights_map import (
     Mapped,
     config_dict,
@@ -96,49 +105,39 @@ def _labels(cfg: ModelConfig) -> Any:
     return {str(i): f"LABEL_{i}" for i in range(cfg.n_classes or 0)}
 
 
+def _hidden_act(cfg: ModelConfig) -> str:
+    return _ACT_OUT.get(cfg.activation, "gelu")
+
+
+def _activation(value: Any, data: dict[str, Any]) -> str:
+    return _ACT[value]
+
+
+def _problem_type(cfg: ModelConfig) -> Any:
+    return "single_label_classification" if cfg.kind == "classifier" else OMIT
+
+
 # config.json <-> ModelConfig, both directions (attnlab.interop.family).
 KEYS = (
-    Key("model_type", (), write=lambda c: "bert", default=None),
-    Key(
-        "architectures",
-        ("kind", "pooler"),
-        write=_architecture,
-        read=_kind_and_pooler,
-        default=None,
-    ),  # fmt: skip
+    Key("model_type", (), lambda c: "bert", default=None),
+    Key("architectures", ("kind", "pooler"), _architecture, _kind_and_pooler, default=None),
     Key("vocab_size", "vocab_size"),
     Key("hidden_size", "d_model"),
     Key("num_hidden_layers", "n_layers"),
     Key("num_attention_heads", "n_heads"),
-    Key("intermediate_size", "d_ff", write=lambda c: c.ff_dim),
-    Key(
-        "hidden_act",
-        "activation",
-        write=lambda c: _ACT_OUT.get(c.activation, "gelu"),
-        read=lambda v, d: _ACT[v],
-        default="gelu",
-    ),  # fmt: skip
-    Key("hidden_dropout_prob", "dropout", read=lambda v, d: float(v), default=0.0),
-    Key("attention_probs_dropout_prob", (), write=lambda c: c.dropout, default=None),
+    Key("intermediate_size", "d_ff", lambda c: c.ff_dim),
+    Key("hidden_act", "activation", _hidden_act, _activation, default="gelu"),
+    Key("hidden_dropout_prob", "dropout", read=as_float, default=0.0),
+    Key("attention_probs_dropout_prob", (), lambda c: c.dropout, default=None),
     Key("max_position_embeddings", "max_len", default=512),
-    Key(
-        "type_vocab_size",
-        "n_token_types",
-        write=lambda c: c.n_token_types or OMIT,
-        read=lambda v, d: int(v),
-        default=2,
-    ),  # BERT always has segment embeddings
-    Key("layer_norm_eps", "norm_eps", read=lambda v, d: float(v), default=1e-12),
-    Key("position_embedding_type", (), write=lambda c: "absolute", default=None),
+    # BERT always has segment embeddings: a model without them is refused (it reads back as 2).
+    Key("type_vocab_size", "n_token_types", lambda c: c.n_token_types or OMIT, default=2),
+    Key("layer_norm_eps", "norm_eps", read=as_float, default=1e-12),
+    Key("position_embedding_type", (), lambda c: "absolute", default=None),
     Key("pad_token_id", "pad_id", read=pad_token, default=None),
-    Key("tie_word_embeddings", "tie_embeddings", read=lambda v, d: bool(v), default=True),
-    Key("id2label", "n_classes", write=_labels, read=_n_classes, default=None),
-    Key(
-        "problem_type",
-        (),
-        default=None,
-        write=lambda c: "single_label_classification" if c.kind == "classifier" else OMIT,
-    ),  # fmt: skip
+    Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=True),
+    Key("id2label", "n_classes", _labels, _n_classes, default=None),
+    Key("problem_type", (), _problem_type, default=None),
 )
 # BERT's encoder: post-norm LayerNorm blocks, a norm on the embeddings, no final norm.
 FIXED = dict(

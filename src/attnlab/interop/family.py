@@ -102,18 +102,39 @@ class Family:
                 f"the {self.name} config does not make a valid attnlab model: {err}"
             ) from None
 
-    def lost_fields(self, cfg: ModelConfig) -> dict[str, Any]:
-        """{field: value it comes back as} for every field of ``cfg`` the round trip
-        ``read(write(cfg))`` does not return (empty: exportable)."""
-        if cfg.kind not in self.kinds:
-            return {"kind": self.kinds[0]}
-        want = {**canonical(cfg), **{k: v for k, v in self.widens.items()}}
+    def round_trip(self, cfg: ModelConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+        """(canonical ``cfg`` as this family would store it, canonical ``read(write(cfg))``)."""
+        want = {**canonical(cfg), **self.widens}
         fields = {**_DEFAULTS, **self.read_fields(self.write(cfg))}
         try:
-            back = canonical(ModelConfig(**fields))
+            return want, canonical(ModelConfig(**fields))
         except (TypeError, ValueError):  # an invalid combination: compare the raw fields
-            back = fields
+            return want, fields
+
+    def lost_fields(self, cfg: ModelConfig) -> dict[str, Any]:
+        """{field: value it comes back as} for every field of ``cfg`` (canonical form) that the
+        round trip ``read(write(cfg))`` does not return (empty: exportable)."""
+        if cfg.kind not in self.kinds:
+            return {"kind": self.kinds[0]}
+        want, back = self.round_trip(cfg)
         return {name: back[name] for name in want if back[name] != want[name]}
+
+
+def as_float(value: Any, data: dict[str, Any]) -> float:
+    """A Key reader: the value as a float (JSON writes 0.0 as 0)."""
+    return float(value)
+
+
+def as_bool(value: Any, data: dict[str, Any]) -> bool:
+    """A Key reader: the value as a bool."""
+    return bool(value)
+
+
+def pad_token(value: Any, data: dict[str, Any]) -> int:
+    """A Key reader: config.json's pad_token_id as attnlab's pad_id (0 when absent or outside
+    the vocabulary)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < data["vocab_size"]
+    return value if ok else 0
 
 
 REGISTRY: dict[str, Family] = {}
@@ -192,7 +213,7 @@ def check_exportable(family: Family, cfg: ModelConfig) -> None:
     for name, back in lost.items():
         holders = [n for n, their_lost in others.items() if name not in their_lost]
         fits = [n for n in holders if not others[n]]
-        value = getattr(cfg, name)
+        value = cfg.kind if name == "kind" else family.round_trip(cfg)[0][name]
         part = f"{name}={value!r} ({family.name} needs {back!r})"
         if name in NOUNS and value != _DEFAULTS[name]:
             part += f": {family.name} has no {NOUNS[name]}"

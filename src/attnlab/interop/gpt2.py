@@ -28,7 +28,15 @@ from torch import Tensor
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.interop.family import Family, Key, check_exportable, register
+from attnlab.interop.family import (
+    Family,
+    Key,
+    as_bool,
+    as_float,
+    check_exportable,
+    pad_token,
+    register,
+)
 from attnlab.interop.weights_map import (
     Mapped,
     config_dict,
@@ -54,47 +62,41 @@ _ACT_OUT = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "relu2": "r
 _IGNORED = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
 
 
-def pad_token(value: Any, data: dict[str, Any]) -> int:
-    """config.json's pad_token_id as attnlab's pad_id (0 when absent or outside the vocabulary)."""
-    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < data["vocab_size"]
-    return value if ok else 0
+def _activation(value: Any, data: dict[str, Any]) -> str:
+    return _ACT_IN[value]
+
+
+def _activation_function(cfg: ModelConfig) -> str:
+    return _ACT_OUT.get(cfg.activation, "gelu_new")  # another activation: lost, so refused
+
+
+def _d_ff(value: Any, data: dict[str, Any]) -> int:
+    return value or 4 * data["n_embd"]
 
 
 # config.json <-> ModelConfig, both directions (attnlab.interop.family).
 KEYS = (
-    Key("model_type", (), write=lambda cfg: "gpt2", default=None),
-    Key("architectures", (), write=lambda cfg: ["GPT2LMHeadModel"], default=None),
+    Key("model_type", (), lambda c: "gpt2", default=None),
+    Key("architectures", (), lambda c: ["GPT2LMHeadModel"], default=None),
     Key("vocab_size", "vocab_size"),
     Key("n_positions", "max_len"),
     Key("n_embd", "d_model"),
     Key("n_layer", "n_layers"),
     Key("n_head", "n_heads"),
-    Key(
-        "n_inner",
-        "d_ff",
-        write=lambda c: c.ff_dim,
-        read=lambda v, d: v or 4 * d["n_embd"],
-        default=None,
-    ),  # fmt: skip
-    Key(
-        "activation_function",
-        "activation",
-        write=lambda c: _ACT_OUT.get(c.activation, "gelu_new"),
-        read=lambda v, d: _ACT_IN[v],
-        default="gelu_new",
-    ),  # fmt: skip
-    Key("resid_pdrop", "dropout", read=lambda v, d: float(v), default=0.0),
-    Key("embd_pdrop", (), write=lambda c: c.dropout, default=None),  # attnlab has one rate
-    Key("attn_pdrop", (), write=lambda c: c.dropout, default=None),
-    Key("layer_norm_epsilon", "norm_eps", read=lambda v, d: float(v), default=1e-5),
-    Key("scale_attn_weights", "scale_logits", read=lambda v, d: bool(v), default=True),
-    Key("tie_word_embeddings", "tie_embeddings", read=lambda v, d: bool(v), default=True),
+    Key("n_inner", "d_ff", lambda c: c.ff_dim, _d_ff, default=None),
+    Key("activation_function", "activation", _activation_function, _activation, default="gelu_new"),
+    Key("resid_pdrop", "dropout", read=as_float, default=0.0),
+    Key("embd_pdrop", (), lambda c: c.dropout, default=None),  # attnlab has one dropout rate
+    Key("attn_pdrop", (), lambda c: c.dropout, default=None),
+    Key("layer_norm_epsilon", "norm_eps", read=as_float, default=1e-5),
+    Key("scale_attn_weights", "scale_logits", read=as_bool, default=True),
+    Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=True),
     Key("pad_token_id", "pad_id", read=pad_token, default=None),
-    Key("scale_attn_by_inverse_layer_idx", (), write=lambda c: False, default=None),
-    Key("reorder_and_upcast_attn", (), write=lambda c: False, default=None),
-    Key("add_cross_attention", (), write=lambda c: False, default=None),
-    Key("initializer_range", (), write=lambda c: 0.02, default=None),
-    Key("use_cache", (), write=lambda c: True, default=None),
+    Key("scale_attn_by_inverse_layer_idx", (), lambda c: False, default=None),
+    Key("reorder_and_upcast_attn", (), lambda c: False, default=None),
+    Key("add_cross_attention", (), lambda c: False, default=None),
+    Key("initializer_range", (), lambda c: 0.02, default=None),
+    Key("use_cache", (), lambda c: True, default=None),
 )
 # What GPT-2's architecture pins (everything else comes from a key above).
 FIXED = dict(

@@ -27,8 +27,16 @@ from torch import Tensor
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.interop.family import OMIT, Family, Key, check_exportable, register
-from attnlab.interop.gpt2 import pad_token
+from attnlab.interop.family import (
+    OMIT,
+    Family,
+    Key,
+    as_bool,
+    as_float,
+    check_exportable,
+    pad_token,
+    register,
+)
 from attnlab.interop.weights_map import (
     Mapped,
     config_dict,
@@ -112,63 +120,47 @@ def _head_dim(value: Any, data: dict[str, Any]) -> int | None:
     return None if head_dim * n_heads == d_model else head_dim
 
 
-# config.json <-> ModelConfig, both directions (attnlab.interop.family). Qwen2/3 reuse most rows.
+def _rope_scaling(cfg: ModelConfig) -> dict[str, Any] | None:
+    return None if cfg.rope_scaling == "none" else rope_parameters(cfg)
+
+
+def _llama_bias(value: Any, data: dict[str, Any]) -> bool | None:
+    """A Llama bias switch; Mistral's layers have no biases, whatever its config says."""
+    return (bool(value) or None) if data.get("model_type") != "mistral" else None
+
+
+def _window(value: Any, data: dict[str, Any]) -> int | None:
+    return value if data.get("model_type") == "mistral" else None
+
+
+# config.json <-> ModelConfig, both directions (attnlab.interop.family).
 DECODER_KEYS = (
     Key("vocab_size", "vocab_size"),
     Key("hidden_size", "d_model"),
     Key("num_hidden_layers", "n_layers"),
     Key("num_attention_heads", "n_heads"),
-    Key(
-        "num_key_value_heads",
-        "n_kv_heads",
-        write=lambda c: c.kv_heads,
-        read=_kv_heads,
-        default=None,
-    ),  # fmt: skip
-    Key("head_dim", "d_head", write=lambda c: c.head_dim, read=_head_dim, default=None),
-    Key("intermediate_size", "d_ff", write=lambda c: c.ff_dim),
+    Key("num_key_value_heads", "n_kv_heads", lambda c: c.kv_heads, _kv_heads, default=None),
+    Key("head_dim", "d_head", lambda c: c.head_dim, _head_dim, default=None),
+    Key("intermediate_size", "d_ff", lambda c: c.ff_dim),
     Key("max_position_embeddings", "max_len", default=2048),
-    Key("attention_dropout", "dropout", read=lambda v, d: float(v), default=0.0),
-    Key("rms_norm_eps", "norm_eps", read=lambda v, d: float(v), default=1e-6),
-    Key("rope_parameters", _ROPE_FIELDS, write=rope_parameters, read=read_rope, default=None),
-    Key("rope_theta", (), write=lambda c: c.rope_base, default=None),  # transformers < 5
-    Key(
-        "rope_scaling",
-        (),
-        write=lambda c: None if c.rope_scaling == "none" else rope_parameters(c),
-        default=None,
-    ),  # fmt: skip
-    Key("tie_word_embeddings", "tie_embeddings", read=lambda v, d: bool(v), default=False),
+    Key("attention_dropout", "dropout", read=as_float, default=0.0),
+    Key("rms_norm_eps", "norm_eps", read=as_float, default=1e-6),
+    Key("rope_parameters", _ROPE_FIELDS, rope_parameters, read_rope, default=None),
+    Key("rope_theta", (), lambda c: c.rope_base, default=None),  # transformers < 5 reads these
+    Key("rope_scaling", (), _rope_scaling, default=None),
+    Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=False),
     Key("pad_token_id", "pad_id", read=pad_token, default=None),
-    Key("use_cache", (), write=lambda c: True, default=None),
+    Key("use_cache", (), lambda c: True, default=None),
 )
 KEYS = (
-    Key("model_type", (), write=_model_type, default=None),
-    Key("architectures", (), write=lambda c: [ARCHITECTURES[_model_type(c)]], default=None),
+    Key("model_type", (), _model_type, default=None),
+    Key("architectures", (), lambda c: [ARCHITECTURES[_model_type(c)]], default=None),
     *DECODER_KEYS,
-    Key("hidden_act", (), write=lambda c: "silu", default=None),
-    Key("pretraining_tp", (), write=lambda c: 1, default=None),
-    Key(
-        "attention_bias",
-        "attn_bias",
-        write=lambda c: c.attention_bias,
-        read=lambda v, d: bool(v) or None,
-        default=False,
-    ),  # fmt: skip
-    Key(
-        "mlp_bias",
-        "ffn_bias",
-        write=lambda c: c.feedforward_bias,
-        read=lambda v, d: bool(v) or None,
-        default=False,
-    ),  # fmt: skip
-    Key(
-        "sliding_window",
-        "attn_window",
-        write=lambda c: c.attn_window or OMIT,
-        read=lambda v, d: v if d.get("model_type") == "mistral" else None,
-        default=None,
-    ),  # fmt: skip
+    Key("hidden_act", (), lambda c: "silu", default=None),
+    Key("pretraining_tp", (), lambda c: 1, default=None),
+    Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _llama_bias, default=False),
+    Key("mlp_bias", "ffn_bias", lambda c: c.feedforward_bias, _llama_bias, default=False),
+    Key("sliding_window", "attn_window", lambda c: c.attn_window or OMIT, _window, default=None),
 )
 # A Llama block: pre-norm RMSNorm, rotary, SwiGLU, no norm biases.
 FIXED = dict(
@@ -309,8 +301,8 @@ def load_llama_state_dict(
     )
     tensors = dict(state_dict)
     family = _model_type(model.cfg)
-    tied_head(tensors, "lm_head.weight", "model.embed_tokens.weight", model.cfg.tie_embeddings,
-              family)  # fmt: skip
+    tied = model.cfg.tie_embeddings
+    tied_head(tensors, "lm_head.weight", "model.embed_tokens.weight", tied, family)
     return load_mapped(model, tensors, llama_table(model.cfg), family)
 
 
