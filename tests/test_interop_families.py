@@ -45,6 +45,25 @@ NATURAL = {
         bias=False,
         tie_embeddings=False,
     ),
+    "qwen2": dict(
+        kind="decoder_lm",
+        positional="rotary",
+        norm="rmsnorm",
+        ffn="swiglu",
+        activation="silu",
+        bias=False,
+        attn_bias=True,
+        attn_out_bias=False,
+    ),
+    "qwen3": dict(
+        kind="decoder_lm",
+        positional="rotary",
+        norm="rmsnorm",
+        ffn="swiglu",
+        activation="silu",
+        bias=False,
+        qk_norm=True,
+    ),
     "bert": dict(
         kind="encoder",
         norm_placement="post",
@@ -76,6 +95,7 @@ SPACE = {
     "bias": [True, False],
     "attn_bias": [None, True, False],
     "ffn_bias": [None, True, False],
+    "attn_out_bias": [None, True, False],
     "attn_window": [None, 3],
     "attention": ["softmax", "hardmax"],
     "scale_logits": [True, False],
@@ -197,6 +217,8 @@ HF_CLASSES = {
     "GPT2LMHeadModel": "logits",
     "LlamaForCausalLM": "logits",
     "MistralForCausalLM": "logits",
+    "Qwen2ForCausalLM": "logits",
+    "Qwen3ForCausalLM": "logits",
     "BertModel": "last_hidden_state",
     "BertForSequenceClassification": "logits",
     "BertForMaskedLM": "logits",
@@ -299,7 +321,7 @@ def test_llama_refuses_embedding_norms_and_token_types_and_keeps_windows(tmp_pat
     for extra in (
         dict(embed_norm=True),
         dict(n_token_types=2),
-        dict(embed_norm=True, qk_norm=True),
+        dict(embed_norm=True, n_token_types=2),
     ):
         model = build_model(ModelConfig(**LLAMA_SHAPED, **extra))
         with pytest.raises(ConfigError) as err:
@@ -320,7 +342,7 @@ def test_the_refusal_names_every_field_and_the_family_that_holds_it():
     assert "n_kv_heads=2 (GPT-2 needs None): GPT-2 has no grouped KV heads" in message
     assert "attn_window=4 (GPT-2 needs None)" in message
     assert "positional='sinusoidal' (GPT-2 needs 'learned')" in message
-    assert "llama can hold it" in message and "no Hugging Face family" in message
+    assert "llama, qwen2, qwen3 can hold it" in message and "no Hugging Face family" in message
     fits_llama = ModelConfig(**LLAMA_SHAPED, n_kv_heads=2)
     with pytest.raises(ConfigError, match=r"n_kv_heads=2 .*, export to llama instead"):
         check_exportable(REGISTRY["gpt2"], fits_llama)

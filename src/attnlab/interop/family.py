@@ -168,6 +168,8 @@ def canonical(cfg: ModelConfig) -> dict[str, Any]:
         d["bias"] = False
     d["attn_bias"] = None if cfg.attention_bias == d["bias"] else cfg.attention_bias
     d["ffn_bias"] = None if cfg.feedforward_bias == d["bias"] else cfg.feedforward_bias
+    out_bias = cfg.attention_out_bias
+    d["attn_out_bias"] = None if out_bias == cfg.attention_bias or not cfg.out_proj else out_bias
     if cfg.kind != "encoder_decoder":
         reset("tgt_vocab_size", "n_decoder_layers")
     if cfg.kind != "classifier":
@@ -220,7 +222,7 @@ def check_exportable(family: Family, cfg: ModelConfig) -> None:
         if fits:
             part += f", export to {fits[0]} instead"
         elif holders:
-            part += f", {' and '.join(holders)} can hold it"
+            part += f", {', '.join(holders)} can hold it"
         else:
             part += ", no Hugging Face family attnlab writes holds it"
         parts.append(part)

@@ -110,7 +110,7 @@ FIXED = dict(
     final_norm=True,
 )
 # GPT-2 stores every bias; a bias-free model is written with zero biases (the same function).
-ALL_BIASES = dict(bias=True, attn_bias=None, ffn_bias=None)
+ALL_BIASES = dict(bias=True, attn_bias=None, attn_out_bias=None, ffn_bias=None)
 
 # One block: (HF module, attnlab module, is a Conv1D whose weight is stored (in, out)).
 _LAYER_KEYS = (

@@ -1,4 +1,5 @@
-"""Hugging Face Llama-family decoders (``LlamaForCausalLM``, ``MistralForCausalLM``) <-> DecoderLM.
+"""Hugging Face Llama-like decoders <-> DecoderLM: Llama and Mistral (``LlamaForCausalLM``,
+``MistralForCausalLM``), Qwen2 and Qwen3 (``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``).
 
 A Llama block is attnlab's pre-norm causal block with today's parts switched on:
 
@@ -9,7 +10,11 @@ A Llama block is attnlab's pre-norm causal block with today's parts switched on:
 with rotary positions on q and k (``rope_theta`` = our ``rope_base``; "linear" and "llama3"
 frequency scaling), grouped-query attention (``num_key_value_heads`` = our ``n_kv_heads``) and no
 biases (``attention_bias``/``mlp_bias`` map to ``attn_bias``/``ffn_bias``). Mistral is the same
-network with a sliding attention window (``sliding_window`` = our ``attn_window``).
+network with a sliding attention window (``sliding_window`` = our ``attn_window``) and no biases.
+Qwen2 biases W_q, W_k, W_v but not W^O (``attn_bias=True, attn_out_bias=False``); Qwen3 adds
+RMS norms on each head's queries and keys before the rotation (``qk_norm``,
+``q_norm``/``k_norm``, epsilon ``rms_norm_eps``). Both slide their window on the layers
+``layer_types`` marks "sliding_attention"; attnlab holds one kind of layer (all or none).
 
 Weight layout: both sides store ``nn.Linear`` weights (out, in). attnlab's fused ``qkv_proj`` is
 [W_q; W_k; W_v] stacked by rows; Hugging Face's q/k/v rows are already in the rotate-half order
@@ -48,11 +53,12 @@ from attnlab.interop.weights_map import (
 )
 from attnlab.models.lm import DecoderLM
 
-MODEL_TYPES = ("llama", "mistral")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
 SUPPORTED = (
-    "Llama/Mistral decoders with SiLU, rotary positions (scaling none, linear or llama3), "
-    "pretraining_tp=1, and any number of key/value heads"
+    "Llama/Mistral/Qwen2/Qwen3 decoders with SiLU, rotary positions (scaling none, linear or "
+    "llama3), pretraining_tp=1, any number of key/value heads, and one kind of layer (all "
+    "sliding or none)"
 )
 _ROPE_FIELDS = (
     "rope_base",
@@ -143,6 +149,7 @@ DECODER_KEYS = (
     Key("head_dim", "d_head", lambda c: c.head_dim, _head_dim, default=None),
     Key("intermediate_size", "d_ff", lambda c: c.ff_dim),
     Key("max_position_embeddings", "max_len", default=2048),
+    Key("hidden_act", (), lambda c: "silu", default=None),
     Key("attention_dropout", "dropout", read=as_float, default=0.0),
     Key("rms_norm_eps", "norm_eps", read=as_float, default=1e-6),
     Key("rope_parameters", _ROPE_FIELDS, rope_parameters, read_rope, default=None),
@@ -156,7 +163,6 @@ KEYS = (
     Key("model_type", (), _model_type, default=None),
     Key("architectures", (), lambda c: [ARCHITECTURES[_model_type(c)]], default=None),
     *DECODER_KEYS,
-    Key("hidden_act", (), lambda c: "silu", default=None),
     Key("pretraining_tp", (), lambda c: 1, default=None),
     Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _llama_bias, default=False),
     Key("mlp_bias", "ffn_bias", lambda c: c.feedforward_bias, _llama_bias, default=False),
@@ -176,16 +182,48 @@ FIXED = dict(
 )
 
 
-def llama_config_to_model_config(hf_config: Any) -> ModelConfig:
-    """A LlamaConfig / MistralConfig (or config.json's dict) -> the equivalent ModelConfig.
+def _layer_types(cfg: ModelConfig) -> list[str]:
+    kind = "full_attention" if cfg.attn_window is None else "sliding_attention"
+    return [kind] * cfg.n_layers
 
-    Raises ConfigError listing every setting that has no attnlab equivalent.
-    """
+
+def _qwen_window(value: Any, data: dict[str, Any]) -> int | None:
+    """The window of a Qwen config whose layers all slide (None when none does)."""
+    types = value
+    if not types:  # configs before ``layer_types``: layers from max_window_layers on slide
+        n = data["num_hidden_layers"]
+        first = data.get("max_window_layers", n) if data.get("use_sliding_window") else n
+        types = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+    slides = data.get("sliding_window") is not None and all(t == "sliding_attention" for t in types)
+    return data["sliding_window"] if slides else None
+
+
+def _qwen_keys(model_type: str, arch: str) -> tuple[Key, ...]:
+    return (
+        Key("model_type", (), lambda c: model_type, default=None),
+        Key("architectures", (), lambda c: [arch], default=None),
+        *DECODER_KEYS,
+        Key("use_sliding_window", (), lambda c: c.attn_window is not None, default=None),
+        Key("sliding_window", (), lambda c: c.attn_window, default=None),
+        Key("max_window_layers", (), lambda c: 0 if c.attn_window else c.n_layers, default=None),
+        Key("layer_types", "attn_window", _layer_types, _qwen_window, default=None),
+    )
+
+
+QWEN3_KEYS = (
+    *_qwen_keys("qwen3", "Qwen3ForCausalLM"),
+    Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _llama_bias, default=False),
+)
+
+
+def llama_config_to_model_config(hf_config: Any) -> ModelConfig:
+    """A Llama / Mistral / Qwen2 / Qwen3 config (or config.json's dict) -> the equivalent
+    ModelConfig. Raises ConfigError listing every setting that has no attnlab equivalent."""
     data = config_dict(hf_config, "LlamaConfig")
     model_type = data.get("model_type", "llama")
     if model_type not in MODEL_TYPES:
         raise ConfigError(
-            f"model_type={model_type!r} is not a Llama-family model; this importer reads "
+            f"model_type={model_type!r} is not a Llama-like model; this importer reads "
             f"{list(MODEL_TYPES)}"
         )
     data["model_type"] = model_type
@@ -203,13 +241,22 @@ def llama_config_to_model_config(hf_config: Any) -> ModelConfig:
         problems.append(f"mixed layer_types {sorted(set(data['layer_types']))} (one kind only)")
     if problems:
         raise ConfigError(problems_message(model_type, problems, SUPPORTED))
-    return LLAMA.read(data)
+    return FAMILY_OF[model_type].read(data)
+
+
+def decoder_family(cfg: ModelConfig) -> Family:
+    """The Llama-like family whose round trip keeps ``cfg`` (ConfigError naming what does not
+    map, for the closest of them, otherwise)."""
+    families = (LLAMA, QWEN2, QWEN3)
+    closest = min(families, key=lambda f: len(f.lost_fields(cfg)))
+    check_exportable(closest, cfg)
+    return closest
 
 
 def check_llama_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming every setting of ``cfg`` that does not survive the round trip
-    through Llama's (or Mistral's) config, and the family that would hold it."""
-    check_exportable(LLAMA, cfg)
+    through any Llama-like config (Llama, Mistral, Qwen2, Qwen3), and the family that holds it."""
+    decoder_family(cfg)
 
 
 def model_config_to_llama_config(
@@ -219,9 +266,9 @@ def model_config_to_llama_config(
     eos_id: int | None = None,
     pad_id: int | None = None,
 ) -> dict[str, Any]:
-    """The config.json dict that ``transformers.LlamaConfig`` (or MistralConfig) reads."""
-    check_exportable(LLAMA, cfg)
-    out = LLAMA.write(cfg)
+    """The config.json dict that transformers' LlamaConfig, MistralConfig, Qwen2Config or
+    Qwen3Config (whichever holds ``cfg``) reads."""
+    out = decoder_family(cfg).write(cfg)
     out.update(bos_token_id=bos_id, eos_token_id=eos_id)
     if pad_id is not None:
         out["pad_token_id"] = pad_id
@@ -229,26 +276,19 @@ def model_config_to_llama_config(
 
 
 def llama_table(cfg: ModelConfig) -> list[Mapped]:
-    """Hugging Face name(s) -> attnlab name for every tensor of a Llama model of ``cfg``."""
+    """Hugging Face name(s) -> attnlab name for every tensor of a Llama-like model of ``cfg``."""
     q_rows, kv_rows = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     table = [Mapped.one("model.embed_tokens.weight", "embed.tok_emb.weight")]
     for i in range(cfg.n_layers):
         h, b = f"model.layers.{i}.", f"blocks.{i}."
         qkv = tuple(f"{h}self_attn.{p}_proj" for p in "qkv")
+        sizes = (q_rows, kv_rows, kv_rows)
         table.append(
-            Mapped(
-                tuple(p + ".weight" for p in qkv),
-                b + "self_attn.qkv_proj.weight",
-                (q_rows, kv_rows, kv_rows),
-            )
+            Mapped(tuple(p + ".weight" for p in qkv), b + "self_attn.qkv_proj.weight", sizes)
         )
         if cfg.attention_bias:
             table.append(
-                Mapped(
-                    tuple(p + ".bias" for p in qkv),
-                    b + "self_attn.qkv_proj.bias",
-                    (q_rows, kv_rows, kv_rows),
-                )
+                Mapped(tuple(p + ".bias" for p in qkv), b + "self_attn.qkv_proj.bias", sizes)
             )
         pairs = [
             ("input_layernorm.weight", "self_attn_norm.weight"),
@@ -258,13 +298,14 @@ def llama_table(cfg: ModelConfig) -> list[Mapped]:
             ("mlp.up_proj.weight", "ffn.up.weight"),
             ("mlp.down_proj.weight", "ffn.down.weight"),
         ]
-        if cfg.attention_bias:
+        if cfg.attention_out_bias:
             pairs.append(("self_attn.o_proj.bias", "self_attn.out_proj.bias"))
-        if cfg.feedforward_bias:
+        if cfg.qk_norm:  # Qwen3
             pairs += [
-                (f"mlp.{p}_proj.bias", f"ffn.{q}.bias")
-                for p, q in (("gate", "gate"), ("up", "up"), ("down", "down"))
+                (f"self_attn.{n}.weight", f"self_attn.{n}.weight") for n in ("q_norm", "k_norm")
             ]
+        if cfg.feedforward_bias:
+            pairs += [(f"mlp.{p}_proj.bias", f"ffn.{p}.bias") for p in ("gate", "up", "down")]
         table += [Mapped.one(h + hf, b + ours) for hf, ours in pairs]
     table.append(Mapped.one("model.norm.weight", "final_norm.weight"))
     if not cfg.tie_embeddings:
@@ -282,13 +323,35 @@ LLAMA = register(
         table=llama_table,
     )
 )
+QWEN2 = register(
+    Family(
+        name="Qwen2",
+        export_name="qwen2",
+        kinds=("decoder_lm",),
+        keys=_qwen_keys("qwen2", "Qwen2ForCausalLM"),
+        fixed={**FIXED, "attn_bias": True, "attn_out_bias": False},  # biased q, k, v; plain W^O
+        table=llama_table,
+    )
+)
+QWEN3 = register(
+    Family(
+        name="Qwen3",
+        export_name="qwen3",
+        kinds=("decoder_lm",),
+        keys=QWEN3_KEYS,
+        fixed={**FIXED, "qk_norm": True},
+        table=llama_table,
+    )
+)
+FAMILY_OF = {"llama": LLAMA, "mistral": LLAMA, "qwen2": QWEN2, "qwen3": QWEN3}
 
 
 def load_llama_state_dict(
     model: DecoderLM | None, state_dict: Mapping[str, Tensor], config: Any = None
 ) -> DecoderLM:
-    """Copy Llama/Mistral weights into ``model`` or a new DecoderLM built from ``config`` (an
-    attnlab ModelConfig, a transformers config, or config.json's dict). Eval mode."""
+    """Copy Llama/Mistral/Qwen2/Qwen3 weights into ``model`` or a new DecoderLM built from
+    ``config`` (an attnlab ModelConfig, a transformers config, or config.json's dict). Eval
+    mode."""
     model = model_to_load(
         model,
         config,
@@ -300,18 +363,19 @@ def load_llama_state_dict(
         cls=DecoderLM,
     )
     tensors = dict(state_dict)
-    family = _model_type(model.cfg)
+    family = decoder_family(model.cfg).name
     tied = model.cfg.tie_embeddings
     tied_head(tensors, "lm_head.weight", "model.embed_tokens.weight", tied, family)
     return load_mapped(model, tensors, llama_table(model.cfg), family)
 
 
 def to_llama_state_dict(model: DecoderLM) -> dict[str, Tensor]:
-    """The ``LlamaForCausalLM`` state dict of ``model`` (lm_head included even when tied)."""
+    """The Llama-like (``LlamaForCausalLM``, ...) state dict of ``model`` (lm_head included even
+    when tied)."""
     if not isinstance(model, DecoderLM):
         raise TypeError(f"only a DecoderLM exports to Llama, got {type(model).__name__}")
-    check_exportable(LLAMA, model.cfg)
-    out = export_mapped(model, llama_table(model.cfg), _model_type(model.cfg))
+    family = decoder_family(model.cfg)
+    out = export_mapped(model, llama_table(model.cfg), family.name)
     if model.cfg.tie_embeddings:
         out["lm_head.weight"] = out["model.embed_tokens.weight"]
     return out

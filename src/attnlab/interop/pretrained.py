@@ -3,7 +3,8 @@
 One entry point per direction, dispatching on ``config.json``'s ``model_type``:
 
     gpt2               -> decoder_lm   (attnlab.interop.gpt2)
-    llama, mistral     -> decoder_lm   (attnlab.interop.llama: RMSNorm, rotary, GQA, SwiGLU)
+    llama, mistral,    -> decoder_lm   (attnlab.interop.llama: RMSNorm, rotary, GQA, SwiGLU;
+    qwen2, qwen3                        Qwen2's q/k/v biases, Qwen3's query/key norms)
     bert               -> encoder / classifier / masked_lm by ``architectures``
                                        (attnlab.interop.bert)
 
@@ -40,7 +41,7 @@ from attnlab.interop.hf_tokenizer import (
     load_pretrained_tokenizer,
 )
 
-MODEL_TYPES = ("gpt2", "llama", "mistral", "bert")
+MODEL_TYPES = ("gpt2", *llama.MODEL_TYPES, "bert")
 
 
 class Pretrained(NamedTuple):
@@ -77,7 +78,7 @@ def model_config_from_hf(data: dict[str, Any]) -> ModelConfig:
         return bert.bert_config_to_model_config(data)
     raise ConfigError(
         f"model_type={model_type!r} is not supported; attnlab imports {list(MODEL_TYPES)} "
-        "(GPT-2, the Llama family incl. Mistral, and BERT)"
+        "(GPT-2, the Llama family incl. Mistral, Qwen2 and Qwen3, and BERT)"
     )
 
 
@@ -144,7 +145,7 @@ def hf_export(
         raise TypeError(f"expected an attnlab model with .cfg, got {type(model).__name__}")
     ids = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
     family = family_for(cfg)
-    if family is llama.LLAMA:
+    if family in llama.FAMILY_OF.values():
         return llama.model_config_to_llama_config(cfg, **ids), llama.to_llama_state_dict(model)
     if family is gpt2.GPT2:
         return gpt2.model_config_to_gpt2_config(cfg, **ids), gpt2.to_gpt2_state_dict(model)

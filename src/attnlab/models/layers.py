@@ -112,6 +112,8 @@ def _attention_options(cfg: ModelConfig) -> dict:
         activation=cfg.attention,
         scale=cfg.scale_logits,
         qk_norm=cfg.qk_norm,
+        qk_norm_eps=cfg.norm_eps,
+        out_bias=cfg.attention_out_bias,
         d_out=cfg.d_model,
         straight_through=cfg.straight_through,
     )
