@@ -64,6 +64,17 @@ NATURAL = {
         bias=False,
         qk_norm=True,
     ),
+    "gemma3": dict(
+        kind="decoder_lm",
+        positional="rotary",
+        norm="rmsnorm",
+        norm_placement="sandwich",
+        ffn="geglu",
+        activation="gelu_tanh",
+        bias=False,
+        embed_scale=True,
+        qk_norm=True,
+    ),
     "bert": dict(
         kind="encoder",
         norm_placement="post",
@@ -90,7 +101,7 @@ SPACE = {
     "ffn_mult": [2.0, 4.0],
     "positional": ["learned", "sinusoidal", "concat", "rotary", "alibi", "none"],
     "norm": ["layernorm", "rmsnorm"],
-    "norm_placement": ["pre", "post"],
+    "norm_placement": ["pre", "post", "sandwich"],
     "norm_eps": [1e-5, 1e-6],
     "bias": [True, False],
     "attn_bias": [None, True, False],
@@ -219,6 +230,7 @@ HF_CLASSES = {
     "MistralForCausalLM": "logits",
     "Qwen2ForCausalLM": "logits",
     "Qwen3ForCausalLM": "logits",
+    "Gemma3ForCausalLM": "logits",
     "BertModel": "last_hidden_state",
     "BertForSequenceClassification": "logits",
     "BertForMaskedLM": "logits",
@@ -342,7 +354,8 @@ def test_the_refusal_names_every_field_and_the_family_that_holds_it():
     assert "n_kv_heads=2 (GPT-2 needs None): GPT-2 has no grouped KV heads" in message
     assert "attn_window=4 (GPT-2 needs None)" in message
     assert "positional='sinusoidal' (GPT-2 needs 'learned')" in message
-    assert "llama, qwen2, qwen3 can hold it" in message and "no Hugging Face family" in message
+    assert "llama, qwen2, qwen3, gemma3 can hold it" in message
+    assert "no Hugging Face family" in message
     fits_llama = ModelConfig(**LLAMA_SHAPED, n_kv_heads=2)
     with pytest.raises(ConfigError, match=r"n_kv_heads=2 .*, export to llama instead"):
         check_exportable(REGISTRY["gpt2"], fits_llama)

@@ -34,7 +34,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "kind": TRANSFORMER_KINDS + RECURRENT_KINDS,
     "positional": ("learned", "sinusoidal", "concat", "rotary", "alibi", "none"),
     "norm": ("layernorm", "rmsnorm"),
-    "norm_placement": ("pre", "post"),
+    "norm_placement": ("pre", "post", "sandwich"),
     "activation": ("relu", "gelu", "gelu_tanh", "relu2", "silu"),
     "ffn": ("mlp", "swiglu", "geglu"),
     "rope_scaling": ("none", "linear", "llama3"),
@@ -65,7 +65,8 @@ class ModelConfig:
     dropout: float = 0.0
     positional: str = "learned"
     norm: str = "layernorm"
-    norm_placement: str = "pre"  # "pre": f(LN(h)) + h, "post": LN(f(h) + h)  (000 Add & Norm)
+    norm_placement: str = "pre"  # "pre": f(LN(h)) + h, "post": LN(f(h) + h)  (000 Add & Norm),
+    # "sandwich": LN'(f(LN(h))) + h (Gemma 2/3; decoder-only LMs)
     norm_eps: float = 1e-5
     activation: str = "relu"
     ffn: str = "mlp"  # "mlp": W2 a(W1 h); "swiglu"/"geglu": W2 (a(W_g h) * W1 h) (Shazeer 2020)
@@ -167,6 +168,11 @@ class ModelConfig:
             raise ValueError(
                 f"attn_window={self.attn_window} (sliding-window causal attention) applies to "
                 f"decoder-only LMs, not kind={self.kind!r}"
+            )
+        if self.norm_placement == "sandwich" and self.kind != "decoder_lm":
+            raise ValueError(
+                "norm_placement='sandwich' (Gemma's norms around each sublayer) applies to "
+                f"decoder-only LMs, not kind={self.kind!r}; use 'pre' or 'post'"
             )
         if self.positional == "alibi" and self.kind in RECURRENT_KINDS:
             raise ValueError("positional='alibi' applies to Transformer models only")

@@ -60,7 +60,7 @@ SUPPORTED = (
     "llama3), pretraining_tp=1, any number of key/value heads, and one kind of layer (all "
     "sliding or none)"
 )
-_ROPE_FIELDS = (
+ROPE_FIELDS = (
     "rope_base",
     "rope_scaling",
     "rope_factor",
@@ -139,8 +139,9 @@ def _window(value: Any, data: dict[str, Any]) -> int | None:
     return value if data.get("model_type") == "mistral" else None
 
 
-# config.json <-> ModelConfig, both directions (attnlab.interop.family).
-DECODER_KEYS = (
+# config.json <-> ModelConfig, both directions (attnlab.interop.family). The sizes every
+# Llama-like config (Gemma's too) spells the same way:
+SHAPE_KEYS = (
     Key("vocab_size", "vocab_size"),
     Key("hidden_size", "d_model"),
     Key("num_hidden_layers", "n_layers"),
@@ -149,15 +150,18 @@ DECODER_KEYS = (
     Key("head_dim", "d_head", lambda c: c.head_dim, _head_dim, default=None),
     Key("intermediate_size", "d_ff", lambda c: c.ff_dim),
     Key("max_position_embeddings", "max_len", default=2048),
-    Key("hidden_act", (), lambda c: "silu", default=None),
     Key("attention_dropout", "dropout", read=as_float, default=0.0),
     Key("rms_norm_eps", "norm_eps", read=as_float, default=1e-6),
-    Key("rope_parameters", _ROPE_FIELDS, rope_parameters, read_rope, default=None),
+    Key("pad_token_id", "pad_id", read=pad_token, default=None),
+    Key("use_cache", (), lambda c: True, default=None),
+)
+DECODER_KEYS = (
+    *SHAPE_KEYS,
+    Key("hidden_act", (), lambda c: "silu", default=None),
+    Key("rope_parameters", ROPE_FIELDS, rope_parameters, read_rope, default=None),
     Key("rope_theta", (), lambda c: c.rope_base, default=None),  # transformers < 5 reads these
     Key("rope_scaling", (), _rope_scaling, default=None),
     Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=False),
-    Key("pad_token_id", "pad_id", read=pad_token, default=None),
-    Key("use_cache", (), lambda c: True, default=None),
 )
 KEYS = (
     Key("model_type", (), _model_type, default=None),

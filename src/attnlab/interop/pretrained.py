@@ -5,6 +5,7 @@ One entry point per direction, dispatching on ``config.json``'s ``model_type``:
     gpt2               -> decoder_lm   (attnlab.interop.gpt2)
     llama, mistral,    -> decoder_lm   (attnlab.interop.llama: RMSNorm, rotary, GQA, SwiGLU;
     qwen2, qwen3                        Qwen2's q/k/v biases, Qwen3's query/key norms)
+    gemma3_text        -> decoder_lm   (attnlab.interop.gemma: sandwich norms, GeGLU, QK-norm)
     bert               -> encoder / classifier / masked_lm by ``architectures``
                                        (attnlab.interop.bert)
 
@@ -26,7 +27,7 @@ from torch import nn
 
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.interop import bert, gpt2, llama
+from attnlab.interop import bert, gemma, gpt2, llama
 from attnlab.interop.family import family_for
 from attnlab.interop.gpt2_files import (
     CONFIG_FILE,
@@ -41,7 +42,7 @@ from attnlab.interop.hf_tokenizer import (
     load_pretrained_tokenizer,
 )
 
-MODEL_TYPES = ("gpt2", *llama.MODEL_TYPES, "bert")
+MODEL_TYPES = ("gpt2", *llama.MODEL_TYPES, gemma.MODEL_TYPE, "bert")
 
 
 class Pretrained(NamedTuple):
@@ -74,11 +75,13 @@ def model_config_from_hf(data: dict[str, Any]) -> ModelConfig:
         return gpt2.gpt2_config_to_model_config(data)
     if model_type in llama.MODEL_TYPES:
         return llama.llama_config_to_model_config(data)
+    if model_type == gemma.MODEL_TYPE:
+        return gemma.gemma_config_to_model_config(data)
     if model_type == "bert":
         return bert.bert_config_to_model_config(data)
     raise ConfigError(
         f"model_type={model_type!r} is not supported; attnlab imports {list(MODEL_TYPES)} "
-        "(GPT-2, the Llama family incl. Mistral, Qwen2 and Qwen3, and BERT)"
+        "(GPT-2, the Llama family incl. Mistral, Qwen2 and Qwen3, Gemma 3, and BERT)"
     )
 
 
@@ -88,6 +91,8 @@ def load_state_dict(config: ModelConfig, model_type: str, tensors: dict) -> nn.M
         return gpt2.load_gpt2_state_dict(None, tensors, config)
     if model_type in llama.MODEL_TYPES:
         return llama.load_llama_state_dict(None, tensors, config)
+    if model_type == gemma.MODEL_TYPE:
+        return gemma.load_gemma_state_dict(None, tensors, config)
     return bert.load_bert_state_dict(None, tensors, config)
 
 
@@ -147,6 +152,8 @@ def hf_export(
     family = family_for(cfg)
     if family in llama.FAMILY_OF.values():
         return llama.model_config_to_llama_config(cfg, **ids), llama.to_llama_state_dict(model)
+    if family is gemma.GEMMA3:
+        return gemma.model_config_to_gemma_config(cfg, **ids), gemma.to_gemma_state_dict(model)
     if family is gpt2.GPT2:
         return gpt2.model_config_to_gpt2_config(cfg, **ids), gpt2.to_gpt2_state_dict(model)
     return bert.model_config_to_bert_config(cfg, labels), bert.to_bert_state_dict(model)

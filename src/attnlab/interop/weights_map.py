@@ -2,9 +2,10 @@
 
 A :class:`Mapped` row says "attnlab tensor ``ours`` is the concatenation (along rows) of the
 Hugging Face tensors ``hf``" (one name for a plain copy; q, k, v for attnlab's fused projection),
-transposed when the family stores ``Conv1D`` weights (in, out) (GPT-2). A ``zero`` row is a tensor
-the family always stores and attnlab may lack (a bias of a bias-free model): it is written as
-zeros and read back only when it is zero.
+transposed when the family stores ``Conv1D`` weights (in, out) (GPT-2), shifted by ``offset``
+when the family stores a norm's gain g as w = g - 1 (Gemma's RMSNorm multiplies by 1 + w). A
+``zero`` row is a tensor the family always stores and attnlab may lack (a bias of a bias-free
+model): it is written as zeros and read back only when it is zero.
 
 Coverage, both ways (:func:`check_table`): every attnlab tensor is mapped exactly once (a tied
 alias counts as its tensor), no Hugging Face name is used twice, and on import every file tensor
@@ -35,10 +36,13 @@ class Mapped(NamedTuple):
     sizes: tuple[int, ...] | None = None  # rows per part when more than one
     transpose: bool = False  # the file stores (in, out): GPT-2's Conv1D
     zero: bool = False  # the family always has it; a model without it stores zeros
+    offset: float = 0.0  # ours = file + offset: Gemma's RMSNorm gains are stored as w in (1 + w)
 
     @classmethod
-    def one(cls, hf: str, ours: str, *, transpose: bool = False, zero: bool = False) -> Mapped:
-        return cls((hf,), ours, None, transpose, zero)
+    def one(
+        cls, hf: str, ours: str, *, transpose: bool = False, zero: bool = False, offset: float = 0.0
+    ) -> Mapped:
+        return cls((hf,), ours, None, transpose, zero, offset)
 
 
 def _shape(parts: Sequence[Tensor]) -> Any:
@@ -97,6 +101,8 @@ def load_mapped(
         for row in table:
             parts = [tensors.pop(k) for k in row.hf]
             value = torch.cat([p.t() if row.transpose else p for p in parts], dim=0)
+            if row.offset:
+                value = value + row.offset
             target = targets.get(row.ours)
             if target is None:  # a zero row: the model lacks it, so the file must hold zeros
                 if any(bool(p.any()) for p in parts):
@@ -136,6 +142,8 @@ def export_mapped(model: nn.Module, table: Sequence[Mapped], family: str) -> dic
         else:  # a zero row: as wide as the weight beside it (bias-free model, GPT-2 and BERT)
             weight = ours[row.ours.removesuffix(".bias") + ".weight"]
             value = torch.zeros(weight.shape[0], dtype=weight.dtype, device=weight.device)
+        if row.offset:
+            value = value - row.offset  # exact for gains g >= 0.5: g - 1 needs no rounding
         parts = (value,) if row.sizes is None else value.split(list(row.sizes), dim=0)
         for key, part in zip(row.hf, parts, strict=True):
             out[key] = (part.t() if row.transpose else part).contiguous().clone()

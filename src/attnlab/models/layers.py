@@ -25,6 +25,7 @@ from attnlab.nn.positional import (
     make_positions,
     rotary_frequencies,
 )
+from attnlab.nn.sandwich import SandwichBlock
 
 
 class Embeddings(nn.Module):
@@ -164,6 +165,16 @@ def make_encoder_block(
 
 
 def make_causal_block(cfg: ModelConfig, rotary: RotaryPositions | None) -> CausalBlock:
+    if cfg.norm_placement == "sandwich":  # Gemma 2/3: a norm after each sublayer too
+        return SandwichBlock(
+            self_attn=make_self_attention(cfg, rotary),
+            ffn=_ffn(cfg),
+            self_attn_norm=_norm(cfg),
+            ffn_norm=_norm(cfg),
+            post_attn_norm=_norm(cfg),
+            post_ffn_norm=_norm(cfg),
+            dropout=cfg.dropout,
+        )
     return make_encoder_block(cfg, rotary, CausalBlock)
 
 
