@@ -25,7 +25,7 @@ import safetensors.torch
 import torch
 import torch.nn.functional as F
 
-import attnlab.train.atomic as atomic
+import attnlab.checkpoint.atomic as atomic
 import attnlab.train.checkpoint as ck
 from attnlab.config import ModelConfig
 from attnlab.data import ByteTokenizer, CharTokenizer, LabelSet

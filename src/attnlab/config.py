@@ -34,7 +34,7 @@ _CHOICES: dict[str, tuple[Any, ...]] = {
     "kind": TRANSFORMER_KINDS + RECURRENT_KINDS,
     "positional": ("learned", "sinusoidal", "concat", "rotary", "alibi", "none"),
     "norm": ("layernorm", "rmsnorm"),
-    "norm_placement": ("pre", "post"),
+    "norm_placement": ("pre", "post", "sandwich"),
     "activation": ("relu", "gelu", "gelu_tanh", "relu2", "silu"),
     "ffn": ("mlp", "swiglu", "geglu"),
     "rope_scaling": ("none", "linear", "llama3"),
@@ -65,18 +65,20 @@ class ModelConfig:
     dropout: float = 0.0
     positional: str = "learned"
     norm: str = "layernorm"
-    norm_placement: str = "pre"  # "pre": f(LN(h)) + h, "post": LN(f(h) + h)  (000 Add & Norm)
+    norm_placement: str = "pre"  # "pre": f(LN(h)) + h, "post": LN(f(h) + h)  (000 Add & Norm),
+    # "sandwich": LN'(f(LN(h))) + h (Gemma 2/3; decoder-only LMs)
     norm_eps: float = 1e-5
     activation: str = "relu"
     ffn: str = "mlp"  # "mlp": W2 a(W1 h); "swiglu"/"geglu": W2 (a(W_g h) * W1 h) (Shazeer 2020)
     bias: bool = True
     attn_bias: bool | None = None  # biases of W_q, W_k, W_v, W^O; None = ``bias``
+    attn_out_bias: bool | None = None  # bias of W^O alone; None = attn_bias (Qwen2: False)
     ffn_bias: bool | None = None  # biases of the feed-forward matrices; None = ``bias``
     attn_window: int | None = None  # sliding-window causal attention: each query sees W keys
     attention: str = "softmax"  # row activation a(.) of 004 eq. 9: soft or hard attention
     straight_through: bool = True  # hard attention: backpropagate the softmax gradient (STE)
     scale_logits: bool = True  # divide Q K^T by sqrt(d_head); off only for experiments
-    qk_norm: bool = False  # RMS-normalise queries and keys per head (a modern stabiliser)
+    qk_norm: bool = False  # RMS-normalise queries and keys per head (eps = norm_eps; Qwen3)
     out_proj: bool = True  # W^O after concatenating heads (002 omits it)
     tie_embeddings: bool = True  # decoder LM: lm_head.weight = tok_emb.weight
     final_norm: bool = True  # a norm after the last block (needed for pre-norm)
@@ -167,6 +169,11 @@ class ModelConfig:
                 f"attn_window={self.attn_window} (sliding-window causal attention) applies to "
                 f"decoder-only LMs, not kind={self.kind!r}"
             )
+        if self.norm_placement == "sandwich" and self.kind != "decoder_lm":
+            raise ValueError(
+                "norm_placement='sandwich' (Gemma's norms around each sublayer) applies to "
+                f"decoder-only LMs, not kind={self.kind!r}; use 'pre' or 'post'"
+            )
         if self.positional == "alibi" and self.kind in RECURRENT_KINDS:
             raise ValueError("positional='alibi' applies to Transformer models only")
         if self.pooler and (
@@ -195,6 +202,11 @@ class ModelConfig:
     @property
     def attention_bias(self) -> bool:
         return self.bias if self.attn_bias is None else self.attn_bias
+
+    @property
+    def attention_out_bias(self) -> bool:
+        """Whether W^O has a bias: attn_out_bias, default the attention biases'."""
+        return self.attention_bias if self.attn_out_bias is None else self.attn_out_bias
 
     @property
     def feedforward_bias(self) -> bool:

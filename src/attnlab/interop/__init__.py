@@ -1,5 +1,8 @@
-"""Interoperability: Hugging Face GPT-2 weights in and out, and plain safetensors export."""
+"""Interoperability: Hugging Face models (GPT-2, Llama/Mistral/Qwen2/Qwen3, Gemma 3, BERT) in and
+out, and plain safetensors export. Importing the package registers every family's table
+(``family.REGISTRY``), so an export error can name the family that would hold a setting."""
 
+from attnlab.interop import bert, gemma, llama  # noqa: F401  (registers their families)
 from attnlab.interop.export import FORMATS, export_as
 from attnlab.interop.gpt2 import (
     check_gpt2_compatible,

@@ -29,12 +29,22 @@ from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
+from attnlab.interop.family import (
+    OMIT,
+    Family,
+    Key,
+    as_bool,
+    as_float,
+    check_exportable,
+    pad_token,
+    register,
+)
+from attnlab.interop.gpt2 import ALL_BIASES
 from attnlab.interop.weights_map import (
     Mapped,
     config_dict,
     export_mapped,
     load_mapped,
-    mismatches,
     model_to_load,
     problems_message,
 )
@@ -47,6 +57,7 @@ ARCHITECTURES = {
     "classifier": "BertForSequenceClassification",
     "masked_lm": "BertForMaskedLM",
 }
+PRETRAINING = "BertForPreTraining"  # a masked LM with the pooler (its NSP head is skipped)
 _ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
 _ACT_OUT = {"gelu": "gelu", "gelu_tanh": "gelu_new", "relu": "relu"}
 SUPPORTED = (
@@ -58,7 +69,7 @@ SUPPORTED = (
 def bert_kind(data: dict[str, Any]) -> str:
     """The attnlab kind for a config's ``architectures`` (default: the bare encoder)."""
     arch = (data.get("architectures") or ["BertModel"])[0]
-    if arch in ("BertForMaskedLM", "BertForPreTraining"):
+    if arch in ("BertForMaskedLM", PRETRAINING):
         return "masked_lm"
     if arch == "BertForSequenceClassification":
         return "classifier"
@@ -66,8 +77,80 @@ def bert_kind(data: dict[str, Any]) -> str:
         return "encoder"
     raise ConfigError(
         f"BERT architecture {arch!r} is not supported; attnlab imports "
-        f"{sorted(set(ARCHITECTURES.values()) | {'BertForPreTraining'})}"
+        f"{sorted(set(ARCHITECTURES.values()) | {PRETRAINING})}"
     )
+
+
+def _architecture(cfg: ModelConfig) -> list[str]:
+    if cfg.kind == "masked_lm" and cfg.pooler:
+        return [PRETRAINING]
+    return [ARCHITECTURES.get(cfg.kind, "BertModel")]
+
+
+def _kind_and_pooler(value: Any, data: dict[str, Any]) -> tuple[str, bool]:
+    """BertModel and ...ForSequenceClassification pool; a masked LM only as BertForPreTraining."""
+    kind = bert_kind(data)
+    return kind, kind != "masked_lm" or (value or [""])[0] == PRETRAINING
+
+
+def _n_classes(value: Any, data: dict[str, Any]) -> int | None:
+    if bert_kind(data) != "classifier":
+        return None
+    return len(value or {}) or data.get("num_labels")
+
+
+def _labels(cfg: ModelConfig) -> Any:
+    if cfg.kind != "classifier":
+        return OMIT
+    return {str(i): f"LABEL_{i}" for i in range(cfg.n_classes or 0)}
+
+
+def _hidden_act(cfg: ModelConfig) -> str:
+    return _ACT_OUT.get(cfg.activation, "gelu")
+
+
+def _activation(value: Any, data: dict[str, Any]) -> str:
+    return _ACT[value]
+
+
+def _problem_type(cfg: ModelConfig) -> Any:
+    return "single_label_classification" if cfg.kind == "classifier" else OMIT
+
+
+# config.json <-> ModelConfig, both directions (attnlab.interop.family).
+KEYS = (
+    Key("model_type", (), lambda c: "bert", default=None),
+    Key("architectures", ("kind", "pooler"), _architecture, _kind_and_pooler, default=None),
+    Key("vocab_size", "vocab_size"),
+    Key("hidden_size", "d_model"),
+    Key("num_hidden_layers", "n_layers"),
+    Key("num_attention_heads", "n_heads"),
+    Key("intermediate_size", "d_ff", lambda c: c.ff_dim),
+    Key("hidden_act", "activation", _hidden_act, _activation, default="gelu"),
+    Key("hidden_dropout_prob", "dropout", read=as_float, default=0.0),
+    Key("attention_probs_dropout_prob", (), lambda c: c.dropout, default=None),
+    Key("max_position_embeddings", "max_len", default=512),
+    # BERT always has segment embeddings: a model without them is refused (it reads back as 2).
+    Key("type_vocab_size", "n_token_types", lambda c: c.n_token_types or OMIT, default=2),
+    Key("layer_norm_eps", "norm_eps", read=as_float, default=1e-12),
+    Key("position_embedding_type", (), lambda c: "absolute", default=None),
+    Key("pad_token_id", "pad_id", read=pad_token, default=None),
+    Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=True),
+    Key("id2label", "n_classes", _labels, _n_classes, default=None),
+    Key("problem_type", (), _problem_type, default=None),
+)
+# BERT's encoder: post-norm LayerNorm blocks, a norm on the embeddings, no final norm.
+FIXED = dict(
+    positional="learned",
+    norm="layernorm",
+    norm_placement="post",
+    ffn="mlp",
+    bias=True,
+    attention="softmax",
+    final_norm=False,
+    embed_norm=True,
+    pooling="cls",
+)
 
 
 def bert_config_to_model_config(hf_config: Any, kind: str | None = None) -> ModelConfig:
@@ -76,7 +159,9 @@ def bert_config_to_model_config(hf_config: Any, kind: str | None = None) -> Mode
     data = config_dict(hf_config, "BertConfig")
     if data.get("model_type", "bert") != "bert":
         raise ConfigError(f"model_type={data['model_type']!r} is not BERT")
-    kind = kind or bert_kind(data)
+    if kind is not None:
+        data["architectures"] = [ARCHITECTURES[kind]]
+    kind = bert_kind(data)
     problems = []
     act = data.get("hidden_act", "gelu")
     if act not in _ACT:
@@ -94,109 +179,33 @@ def bert_config_to_model_config(hf_config: Any, kind: str | None = None) -> Mode
             problems.append(f"num_labels={n_classes} (a classifier needs at least 2)")
     if problems:
         raise ConfigError(problems_message("BERT", problems, SUPPORTED))
-    d_model = data["hidden_size"]
-    try:
-        return ModelConfig(
-            kind=kind,
-            vocab_size=data["vocab_size"],
-            n_classes=n_classes if kind == "classifier" else None,
-            d_model=d_model,
-            n_heads=data["num_attention_heads"],
-            n_layers=data["num_hidden_layers"],
-            d_ff=data["intermediate_size"],
-            max_len=data.get("max_position_embeddings", 512),
-            dropout=float(data.get("hidden_dropout_prob", 0.0)),
-            positional="learned",
-            norm="layernorm",
-            norm_placement="post",
-            norm_eps=float(data.get("layer_norm_eps", 1e-12)),
-            activation=_ACT[act],
-            bias=True,
-            final_norm=False,
-            embed_norm=True,
-            n_token_types=int(data.get("type_vocab_size", 2)),
-            pooler=kind != "masked_lm" or _has_pooler(data),
-            pooling="cls",
-            tie_embeddings=bool(data.get("tie_word_embeddings", True)),
-            pad_id=data.get("pad_token_id") or 0,
-        )
-    except KeyError as err:
-        raise ConfigError(f"the BERT config lacks {err.args[0]!r}") from None
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"the BERT config does not make a valid model: {err}") from None
-
-
-def _has_pooler(data: dict[str, Any]) -> bool:
-    return (data.get("architectures") or [""])[0] == "BertForPreTraining"
+    return BERT.read(data)
 
 
 def check_bert_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError listing every setting of ``cfg`` BERT's architecture cannot hold."""
-    if cfg.kind not in ARCHITECTURES:
-        raise ConfigError(
-            f"only {sorted(ARCHITECTURES)} models map to BERT; this one is kind={cfg.kind!r}"
-        )
-    wanted = {
-        "positional": "learned",
-        "norm": "layernorm",
-        "norm_placement": "post",
-        "ffn": "mlp",
-        "attention": "softmax",
-        "final_norm": False,
-        "embed_norm": True,
-        "qk_norm": False,
-        "out_proj": True,
-        "embed_scale": False,
-        "scale_logits": True,
-        "bias": True,
-        "n_kv_heads": None,
-        "attn_bias": None,
-        "ffn_bias": None,
-        "pooling": "cls",
-    }
-    problems = mismatches(cfg, wanted, "BERT")
-    if cfg.activation not in _ACT_OUT:
-        problems.append(f"activation={cfg.activation!r} (BERT has {sorted(_ACT_OUT)})")
-    if cfg.head_dim * cfg.n_heads != cfg.d_model or cfg.value_dim != cfg.head_dim:
-        problems.append(f"d_head={cfg.head_dim} (BERT needs d_model / n_heads)")
-    if cfg.kind == "classifier" and not cfg.pooler:
-        problems.append("pooler=False (BertForSequenceClassification classifies the pooled CLS)")
-    if problems:
-        raise ConfigError("this model cannot be expressed as BERT: " + "; ".join(problems))
+    """Raise ConfigError naming every setting of ``cfg`` that does not survive the round trip
+    through BERT's config, and the family that would hold it."""
+    check_exportable(BERT, cfg)
 
 
 def model_config_to_bert_config(cfg: ModelConfig, labels: list[str] | None = None) -> dict:
     """The config.json dict ``transformers.BertConfig`` reads for ``cfg``."""
-    check_bert_compatible(cfg)
-    out = {
-        "model_type": "bert",
-        "architectures": [ARCHITECTURES[cfg.kind]],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "intermediate_size": cfg.ff_dim,
-        "hidden_act": _ACT_OUT[cfg.activation],
-        "hidden_dropout_prob": cfg.dropout,
-        "attention_probs_dropout_prob": cfg.dropout,
-        "max_position_embeddings": cfg.max_len,
-        "type_vocab_size": cfg.n_token_types,
-        "layer_norm_eps": cfg.norm_eps,
-        "position_embedding_type": "absolute",
-        "pad_token_id": cfg.pad_id,
-        "tie_word_embeddings": cfg.tie_embeddings,
-    }
+    check_exportable(BERT, cfg)
+    out = BERT.write(cfg)
     if cfg.kind == "classifier":
         names = labels or [f"LABEL_{i}" for i in range(cfg.n_classes)]
         out["id2label"] = {str(i): name for i, name in enumerate(names)}
         out["label2id"] = {name: i for i, name in enumerate(names)}
-        out["problem_type"] = "single_label_classification"
     return out
 
 
 def _pairs(*names: tuple[str, str]) -> list[Mapped]:
-    """Weight and bias rows for (HF module, attnlab module) pairs."""
-    return [Mapped.one(f"{h}.{p}", f"{o}.{p}") for h, o in names for p in ("weight", "bias")]
+    """Weight and bias rows for (HF module, attnlab module) pairs (BERT always has the bias)."""
+    return [
+        Mapped.one(f"{h}.{p}", f"{o}.{p}", zero=p == "bias")
+        for h, o in names
+        for p in ("weight", "bias")
+    ]
 
 
 def bert_table(cfg: ModelConfig) -> list[Mapped]:
@@ -214,7 +223,7 @@ def bert_table(cfg: ModelConfig) -> list[Mapped]:
         h, b = f"{hf}encoder.layer.{i}.", f"{ours}stack.blocks.{i}."
         for p in ("weight", "bias"):
             qkv = tuple(f"{h}attention.self.{n}.{p}" for n in ("query", "key", "value"))
-            table.append(Mapped(qkv, f"{b}self_attn.qkv_proj.{p}", (d, d, d)))
+            table.append(Mapped(qkv, f"{b}self_attn.qkv_proj.{p}", (d, d, d), zero=p == "bias"))
         table += _pairs(
             (h + "attention.output.dense", b + "self_attn.out_proj"),
             (h + "attention.output.LayerNorm", b + "self_attn_norm"),
@@ -235,6 +244,19 @@ def bert_table(cfg: ModelConfig) -> list[Mapped]:
         if not cfg.tie_embeddings:
             table.append(Mapped.one(p + "decoder.weight", "mlm.decoder.weight"))
     return table
+
+
+BERT = register(
+    Family(
+        name="BERT",
+        export_name="bert",
+        kinds=tuple(ARCHITECTURES),
+        keys=KEYS,
+        fixed=FIXED,
+        table=bert_table,
+        widens=ALL_BIASES,
+    )
+)
 
 
 def load_bert_state_dict(
@@ -268,8 +290,8 @@ def to_bert_state_dict(model: nn.Module) -> dict[str, Tensor]:
     cfg = getattr(model, "cfg", None)
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"expected an attnlab model with .cfg, got {type(model).__name__}")
-    check_bert_compatible(cfg)
-    out = export_mapped(model, bert_table(cfg))
+    check_exportable(BERT, cfg)
+    out = export_mapped(model, bert_table(cfg), "BERT")
     if cfg.kind == "masked_lm" and cfg.tie_embeddings:
         out["cls.predictions.decoder.weight"] = out["bert.embeddings.word_embeddings.weight"]
     return out

@@ -6,9 +6,9 @@ Formats:
                  sliding windows included; Mistral then), GPT-2 for learned-position decoders,
                  BERT for encoders, classifiers and masked LMs; with the tokenizer.
     hf-gpt2      a Hugging Face GPT-2 directory: config.json + model.safetensors, loadable with
-                 ``transformers.GPT2LMHeadModel.from_pretrained(dir)``. A BPE tokenizer (which is
-                 a Hugging Face ``tokenizers`` model) is also written as tokenizer.json +
-                 tokenizer_config.json so ``AutoTokenizer.from_pretrained(dir)`` loads it; every
+                 ``transformers.GPT2LMHeadModel.from_pretrained(dir)``. The tokenizer (BPE, char
+                 or byte) is also written as tokenizer.json + tokenizer_config.json so
+                 ``AutoTokenizer.from_pretrained(dir)`` loads it with the same ids; every
                  tokenizer is kept in attnlab's own format as attnlab_tokenizer.json.
     safetensors  one self-describing .safetensors file with attnlab parameter names, and the
                  ModelConfig, tokenizer and class labels in its metadata (``load_safetensors``).
@@ -31,11 +31,13 @@ from typing import Any
 
 from torch import nn
 
+from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.interop.gpt2 import check_gpt2_compatible
-from attnlab.interop.gpt2_files import _atomic_write, save_gpt2_dir
+from attnlab.interop.gpt2_files import save_gpt2_dir
 from attnlab.interop.safetensors_io import save_safetensors
+from attnlab.interop.tokenizer_json import hf_tokenizer
 from attnlab.models.lm import DecoderLM
 
 FORMATS = ("hf", "hf-gpt2", "safetensors")
@@ -114,14 +116,17 @@ def check_export_target(out: Path, force: bool) -> None:
 
 
 def save_tokenizer_files(tokenizer: Any, root: Path, max_len: int) -> list[Path]:
-    """attnlab_tokenizer.json always; tokenizer.json + tokenizer_config.json for a BPE tokenizer
-    backed by Hugging Face ``tokenizers``. Returns the files written."""
+    """attnlab_tokenizer.json always; tokenizer.json + tokenizer_config.json (what
+    ``transformers.AutoTokenizer`` reads) for a BPE tokenizer backed by Hugging Face
+    ``tokenizers`` and for the char and byte tokenizers (built by
+    :func:`attnlab.interop.tokenizer_json.hf_tokenizer`). Returns the files written."""
     written = [root / ATTNLAB_TOKENIZER_FILE]
-    text = json.dumps(tokenizer.to_dict(), ensure_ascii=False)
-    _atomic_write(written[0], lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    atomic_write_text(written[0], json.dumps(tokenizer.to_dict(), ensure_ascii=False))
     hf = getattr(tokenizer, "hf", None)
     if hf is None or not callable(getattr(hf, "to_str", None)):
-        return written  # char/byte tokenizers have no Hugging Face twin
+        hf = hf_tokenizer(tokenizer)
+    if hf is None:
+        return written  # a tokenizer type with no Hugging Face twin
     specials = list(tokenizer.specials)
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -133,9 +138,10 @@ def save_tokenizer_files(tokenizer: Any, root: Path, max_len: int) -> list[Path]
     }
     if getattr(tokenizer, "unk_id", None) is not None:
         config["unk_token"] = specials[tokenizer.unk_id]
-    hf_text = hf.to_str()
-    cfg_text = json.dumps(config, indent=2) + "\n"
-    for name, body in (("tokenizer.json", hf_text), ("tokenizer_config.json", cfg_text)):
-        _atomic_write(root / name, lambda tmp, b=body: Path(tmp).write_text(b, encoding="utf-8"))
+    for name, body in (
+        ("tokenizer.json", hf.to_str()),
+        ("tokenizer_config.json", json.dumps(config, indent=2) + "\n"),
+    ):
+        atomic_write_text(root / name, body)
         written.append(root / name)
     return written

@@ -24,12 +24,27 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from attnlab.config import ModelConfig
-from attnlab.errors import CheckpointError, ConfigError
-from attnlab.interop.weights_map import config_dict, mismatches, model_to_load
+from attnlab.errors import ConfigError
+from attnlab.interop.family import (
+    Family,
+    Key,
+    as_bool,
+    as_float,
+    check_exportable,
+    pad_token,
+    register,
+)
+from attnlab.interop.weights_map import (
+    Mapped,
+    config_dict,
+    export_mapped,
+    load_mapped,
+    model_to_load,
+    tied_head,
+)
 from attnlab.models.lm import DecoderLM
 
 # HF activation_function -> attnlab activation, and back (the first HF name is the one we write).
@@ -43,9 +58,102 @@ _ACT_IN = {
     "relu2": "relu2",
 }
 _ACT_OUT = {"gelu_tanh": "gelu_new", "gelu": "gelu", "relu": "relu", "relu2": "relu2"}
-_REQUIRED = ("vocab_size", "n_positions", "n_embd", "n_layer", "n_head")
 # Causal-mask buffers that old GPT-2 checkpoints store next to the weights; not parameters.
 _IGNORED = re.compile(r"(^|\.)h\.\d+\.attn\.(bias|masked_bias)$")
+
+
+def _activation(value: Any, data: dict[str, Any]) -> str:
+    return _ACT_IN[value]
+
+
+def _activation_function(cfg: ModelConfig) -> str:
+    return _ACT_OUT.get(cfg.activation, "gelu_new")  # another activation: lost, so refused
+
+
+def _d_ff(value: Any, data: dict[str, Any]) -> int:
+    return value or 4 * data["n_embd"]
+
+
+# config.json <-> ModelConfig, both directions (attnlab.interop.family).
+KEYS = (
+    Key("model_type", (), lambda c: "gpt2", default=None),
+    Key("architectures", (), lambda c: ["GPT2LMHeadModel"], default=None),
+    Key("vocab_size", "vocab_size"),
+    Key("n_positions", "max_len"),
+    Key("n_embd", "d_model"),
+    Key("n_layer", "n_layers"),
+    Key("n_head", "n_heads"),
+    Key("n_inner", "d_ff", lambda c: c.ff_dim, _d_ff, default=None),
+    Key("activation_function", "activation", _activation_function, _activation, default="gelu_new"),
+    Key("resid_pdrop", "dropout", read=as_float, default=0.0),
+    Key("embd_pdrop", (), lambda c: c.dropout, default=None),  # attnlab has one dropout rate
+    Key("attn_pdrop", (), lambda c: c.dropout, default=None),
+    Key("layer_norm_epsilon", "norm_eps", read=as_float, default=1e-5),
+    Key("scale_attn_weights", "scale_logits", read=as_bool, default=True),
+    Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=True),
+    Key("pad_token_id", "pad_id", read=pad_token, default=None),
+    Key("scale_attn_by_inverse_layer_idx", (), lambda c: False, default=None),
+    Key("reorder_and_upcast_attn", (), lambda c: False, default=None),
+    Key("add_cross_attention", (), lambda c: False, default=None),
+    Key("initializer_range", (), lambda c: 0.02, default=None),
+    Key("use_cache", (), lambda c: True, default=None),
+)
+# What GPT-2's architecture pins (everything else comes from a key above).
+FIXED = dict(
+    kind="decoder_lm",
+    positional="learned",
+    norm="layernorm",
+    norm_placement="pre",
+    ffn="mlp",
+    bias=True,
+    attention="softmax",
+    final_norm=True,
+)
+# GPT-2 stores every bias; a bias-free model is written with zero biases (the same function).
+ALL_BIASES = dict(bias=True, attn_bias=None, attn_out_bias=None, ffn_bias=None)
+
+# One block: (HF module, attnlab module, is a Conv1D whose weight is stored (in, out)).
+_LAYER_KEYS = (
+    ("ln_1", "self_attn_norm", False),
+    ("attn.c_attn", "self_attn.qkv_proj", True),  # columns [q | k | v] = our rows
+    ("attn.c_proj", "self_attn.out_proj", True),  # W^O
+    ("ln_2", "ffn_norm", False),
+    ("mlp.c_fc", "ffn.up", True),  # W_1
+    ("mlp.c_proj", "ffn.down", True),  # W_2
+)
+
+
+def gpt2_table(cfg: ModelConfig) -> list[Mapped]:
+    """Hugging Face ``GPT2LMHeadModel`` name -> attnlab name for every tensor of ``cfg``'s model;
+    biases are ``zero`` rows (GPT-2 always has them)."""
+    t = "transformer."
+    table = [
+        Mapped.one(t + "wte.weight", "embed.tok_emb.weight"),
+        Mapped.one(t + "wpe.weight", "embed.pos_enc.table.weight"),
+    ]
+    for i in range(cfg.n_layers):
+        h, b = f"{t}h.{i}.", f"blocks.{i}."
+        for hf, ours, conv in _LAYER_KEYS:
+            table.append(Mapped.one(h + hf + ".weight", b + ours + ".weight", transpose=conv))
+            table.append(Mapped.one(h + hf + ".bias", b + ours + ".bias", zero=True))
+    table.append(Mapped.one(t + "ln_f.weight", "final_norm.weight"))
+    table.append(Mapped.one(t + "ln_f.bias", "final_norm.bias", zero=True))
+    if not cfg.tie_embeddings:
+        table.append(Mapped.one("lm_head.weight", "lm_head.weight"))
+    return table
+
+
+GPT2 = register(
+    Family(
+        name="GPT-2",
+        export_name="gpt2",
+        kinds=("decoder_lm",),
+        keys=KEYS,
+        fixed=FIXED,
+        table=gpt2_table,
+        widens=ALL_BIASES,
+    )
+)
 
 
 def gpt2_config_to_model_config(hf_config: Any) -> ModelConfig:
@@ -57,9 +165,6 @@ def gpt2_config_to_model_config(hf_config: Any) -> ModelConfig:
             f"this is a {model_type!r} model, not GPT-2 (config.json has "
             f"model_type={model_type!r}); attnlab imports only GPT-2 architectures"
         )
-    missing = [k for k in _REQUIRED if k not in data]
-    if missing:
-        raise ConfigError(f"GPT-2 config is missing {missing}; expected keys {list(_REQUIRED)}")
     act = data.get("activation_function", "gelu_new")
     if act not in _ACT_IN:
         raise ConfigError(
@@ -76,58 +181,13 @@ def gpt2_config_to_model_config(hf_config: Any) -> ModelConfig:
             "GPT-2 with scale_attn_by_inverse_layer_idx=true is not supported "
             "(attnlab scales every layer's logits by 1/sqrt(d_head) only)"
         )
-    n_embd = data["n_embd"]
-    try:
-        return ModelConfig(
-            kind="decoder_lm",
-            vocab_size=data["vocab_size"],
-            d_model=n_embd,
-            n_heads=data["n_head"],
-            n_layers=data["n_layer"],
-            d_ff=data.get("n_inner") or 4 * n_embd,
-            max_len=data["n_positions"],
-            dropout=float(data.get("resid_pdrop", 0.0)),
-            positional="learned",
-            norm="layernorm",
-            norm_placement="pre",
-            norm_eps=float(data.get("layer_norm_epsilon", 1e-5)),
-            activation=_ACT_IN[act],
-            bias=True,
-            scale_logits=bool(data.get("scale_attn_weights", True)),
-            tie_embeddings=bool(data.get("tie_word_embeddings", True)),
-            final_norm=True,
-        )
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"GPT-2 config does not make a valid attnlab model: {err}") from None
+    return GPT2.read(data)
 
 
 def check_gpt2_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError listing every setting of ``cfg`` that GPT-2's architecture cannot hold."""
-    if cfg.kind != "decoder_lm":
-        raise ConfigError(
-            f"only decoder-only language models (kind='decoder_lm') map to GPT-2, "
-            f"this model has kind={cfg.kind!r}"
-        )
-    wanted = {
-        "positional": "learned",
-        "norm": "layernorm",
-        "norm_placement": "pre",
-        "attention": "softmax",
-        "final_norm": True,
-        "qk_norm": False,
-        "out_proj": True,
-        "embed_scale": False,
-    }
-    problems = mismatches(cfg, wanted, "GPT-2")
-    if cfg.activation not in _ACT_OUT:
-        problems.append(f"activation={cfg.activation!r} (GPT-2 supports {sorted(_ACT_OUT)})")
-    if cfg.head_dim * cfg.n_heads != cfg.d_model or cfg.value_dim != cfg.head_dim:
-        problems.append(
-            f"d_head={cfg.head_dim}, d_v={cfg.value_dim} (GPT-2 needs both equal to "
-            f"d_model / n_heads = {cfg.d_model / cfg.n_heads:g})"
-        )
-    if problems:
-        raise ConfigError("this model cannot be expressed as GPT-2: " + "; ".join(problems))
+    """Raise ConfigError naming every setting of ``cfg`` that does not survive the round trip
+    through GPT-2's config (and the family that would hold it)."""
+    check_exportable(GPT2, cfg)
 
 
 def model_config_to_gpt2_config(
@@ -138,59 +198,12 @@ def model_config_to_gpt2_config(
     pad_id: int | None = None,
 ) -> dict[str, Any]:
     """The config.json dict that ``transformers.GPT2Config`` reads for an attnlab ModelConfig."""
-    check_gpt2_compatible(cfg)
-    return {
-        "model_type": "gpt2",
-        "architectures": ["GPT2LMHeadModel"],
-        "vocab_size": cfg.vocab_size,
-        "n_positions": cfg.max_len,
-        "n_embd": cfg.d_model,
-        "n_layer": cfg.n_layers,
-        "n_head": cfg.n_heads,
-        "n_inner": cfg.ff_dim,
-        "activation_function": _ACT_OUT[cfg.activation],
-        "resid_pdrop": cfg.dropout,
-        "embd_pdrop": cfg.dropout,
-        "attn_pdrop": cfg.dropout,
-        "layer_norm_epsilon": cfg.norm_eps,
-        "initializer_range": 0.02,
-        "scale_attn_weights": cfg.scale_logits,
-        "scale_attn_by_inverse_layer_idx": False,
-        "reorder_and_upcast_attn": False,
-        "add_cross_attention": False,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "bos_token_id": bos_id,
-        "eos_token_id": eos_id,
-        "pad_token_id": pad_id,
-        "use_cache": True,
-    }
-
-
-# One block: (HF module, attnlab module, is a Conv1D whose weight must be transposed).
-_LAYER_KEYS = (
-    ("ln_1", "self_attn_norm", False),
-    ("attn.c_attn", "self_attn.qkv_proj", True),  # columns [q | k | v] = our rows
-    ("attn.c_proj", "self_attn.out_proj", True),  # W^O
-    ("ln_2", "ffn_norm", False),
-    ("mlp.c_fc", "ffn.up", True),  # W_1
-    ("mlp.c_proj", "ffn.down", True),  # W_2
-)
-
-
-def _key_map(n_layers: int) -> list[tuple[str, str, bool]]:
-    """(HF key without the 'transformer.' prefix, attnlab key, Conv1D transpose?) for every tensor
-    except the head."""
-    keys = [
-        ("wte.weight", "embed.tok_emb.weight", False),
-        ("wpe.weight", "embed.pos_enc.table.weight", False),
-    ]
-    for i in range(n_layers):
-        h, b = f"h.{i}.", f"blocks.{i}."
-        for hf, ours, conv in _LAYER_KEYS:
-            keys.append((h + hf + ".weight", b + ours + ".weight", conv))
-            keys.append((h + hf + ".bias", b + ours + ".bias", False))
-    keys += [("ln_f.weight", "final_norm.weight", False), ("ln_f.bias", "final_norm.bias", False)]
-    return keys
+    check_exportable(GPT2, cfg)
+    out = GPT2.write(cfg)
+    out.update(bos_token_id=bos_id, eos_token_id=eos_id)
+    if pad_id is not None:
+        out["pad_token_id"] = pad_id
+    return out
 
 
 def load_gpt2_state_dict(
@@ -213,75 +226,14 @@ def load_gpt2_state_dict(
         family="GPT-2",
         cls=DecoderLM,
     )
-    cfg = model.cfg
-    hf = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
-    head = hf.pop("lm_head.weight", None)
-    targets = model.state_dict(keep_vars=True)
-    missing: list[str] = []
-    with torch.no_grad():
-        for hf_key, our_key, conv in _key_map(cfg.n_layers):
-            if hf_key not in hf:
-                missing.append("transformer." + hf_key)
-                continue
-            tensor = hf.pop(hf_key)
-            _copy(
-                targets.get(our_key),
-                tensor.t() if conv else tensor,
-                "transformer." + hf_key,
-                our_key,
-                conv,
-            )
-        if missing:
-            raise CheckpointError(
-                f"GPT-2 weights are missing {len(missing)} tensor(s), e.g. {missing[:3]}; the file "
-                f"is incomplete or has fewer layers than n_layer={cfg.n_layers}"
-            )
-        _load_head(model, head, cfg.tie_embeddings)
-    unexpected = sorted(k for k in hf if not _IGNORED.search(k))
-    if unexpected:
-        raise CheckpointError(
-            f"GPT-2 weights have {len(unexpected)} tensor(s) attnlab does not know, e.g. "
-            f"{unexpected[:3]}; is the config's n_layer ({cfg.n_layers}) too small, or is "
-            "this a GPT-2 variant (cross-attention, classification head)?"
-        )
-    return model.eval()
-
-
-def _copy(target: Tensor | None, value: Tensor, hf_key: str, our_key: str, conv: bool) -> None:
-    if target is None:  # a bias-free attnlab model: GPT-2's bias must then be zero
-        if bool(value.any()):
-            raise CheckpointError(
-                f"{hf_key} is non-zero but the model has bias=False "
-                f"(no {our_key}); build the model with bias=True"
-            )
-        return
-    if tuple(value.shape) != tuple(target.shape):
-        stored = tuple(value.t().shape) if conv else tuple(value.shape)
-        expect = tuple(target.t().shape) if conv else tuple(target.shape)
-        raise CheckpointError(
-            f"shape mismatch for {hf_key}: the file has {stored}, the config implies {expect}"
-            + (" (Conv1D, stored (in, out))" if conv else "")
-            + "; the weights and config.json disagree"
-        )
-    target.copy_(value)
-
-
-def _load_head(model: DecoderLM, head: Tensor | None, tied: bool) -> None:
-    wte = model.embed.tok_emb.weight
-    if tied:
-        if head is not None and (head.shape != wte.shape or not torch.equal(head.to(wte), wte)):
-            raise CheckpointError(
-                "lm_head.weight differs from transformer.wte.weight but the config ties them "
-                "(tie_word_embeddings=true); set tie_word_embeddings to false in config.json to "
-                "keep the separate output head"
-            )
-        return
-    if head is None:
-        raise CheckpointError(
-            "the config unties the output head (tie_word_embeddings=false) but "
-            "the weights have no lm_head.weight"
-        )
-    _copy(model.lm_head.weight, head, "lm_head.weight", "lm_head.weight", False)
+    tensors = {
+        k if k.startswith(("transformer.", "lm_head.")) else "transformer." + k: v
+        for k, v in state_dict.items()
+    }
+    tied_head(
+        tensors, "lm_head.weight", "transformer.wte.weight", model.cfg.tie_embeddings, "GPT-2"
+    )
+    return load_mapped(model, tensors, gpt2_table(model.cfg), "GPT-2", ignored=_IGNORED)
 
 
 def to_gpt2_state_dict(model: DecoderLM) -> dict[str, Tensor]:
@@ -292,17 +244,8 @@ def to_gpt2_state_dict(model: DecoderLM) -> dict[str, Tensor]:
     """
     if not isinstance(model, DecoderLM):
         raise TypeError(f"only a DecoderLM exports to GPT-2, got {type(model).__name__}")
-    check_gpt2_compatible(model.cfg)
-    ours = model.state_dict()
-    out: dict[str, Tensor] = {}
-    for hf_key, our_key, conv in _key_map(model.cfg.n_layers):
-        if our_key in ours:
-            t = ours[our_key].detach()
-            out["transformer." + hf_key] = (t.t() if conv else t).contiguous().clone()
-        else:  # bias=False: GPT-2 always has a bias; zero is the same function
-            width = ours[our_key.removesuffix(".bias") + ".weight"].shape[0]
-            out["transformer." + hf_key] = torch.zeros(width, dtype=model.lm_head.weight.dtype)
-    wte = out["transformer.wte.weight"]
-    tied = model.cfg.tie_embeddings
-    out["lm_head.weight"] = wte if tied else model.lm_head.weight.detach().contiguous().clone()
+    check_exportable(GPT2, model.cfg)
+    out = export_mapped(model, gpt2_table(model.cfg), "GPT-2")
+    if model.cfg.tie_embeddings:
+        out["lm_head.weight"] = out["transformer.wte.weight"]
     return out

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import pickle
-import tempfile
 import warnings
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from attnlab.checkpoint.atomic import atomic_write_text, atomic_write_with
 from attnlab.errors import CheckpointError
 from attnlab.interop.gpt2 import (
     gpt2_config_to_model_config,
@@ -183,35 +183,8 @@ def write_hf_dir(root: Path, config: dict[str, Any], tensors: dict[str, Tensor])
     root.mkdir(parents=True, exist_ok=True)
     from safetensors.torch import save_file
 
-    _atomic_write(
+    atomic_write_with(
         root / SAFETENSORS_FILE, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"})
     )
-    text = json.dumps(config, indent=2, sort_keys=True) + "\n"
-    _atomic_write(root / CONFIG_FILE, lambda tmp: Path(tmp).write_text(text, encoding="utf-8"))
+    atomic_write_text(root / CONFIG_FILE, json.dumps(config, indent=2, sort_keys=True) + "\n")
     return root
-
-
-def _atomic_write(path: Path, write) -> None:
-    """Call ``write(tmp_name)`` on a temporary file next to ``path``, then rename it into place.
-
-    The file gets the permissions ``open`` would give it (mkstemp's are owner-only).
-    """
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.chmod(tmp, _new_file_mode(path))
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _new_file_mode(path: Path) -> int:
-    """An existing file keeps its mode; a new one gets 0o666 minus the umask."""
-    try:
-        return path.stat().st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0o022)  # reading the umask means setting it; put it straight back
-        os.umask(umask)
-        return 0o666 & ~umask

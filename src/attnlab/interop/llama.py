@@ -1,4 +1,5 @@
-"""Hugging Face Llama-family decoders (``LlamaForCausalLM``, ``MistralForCausalLM``) <-> DecoderLM.
+"""Hugging Face Llama-like decoders <-> DecoderLM: Llama and Mistral (``LlamaForCausalLM``,
+``MistralForCausalLM``), Qwen2 and Qwen3 (``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``).
 
 A Llama block is attnlab's pre-norm causal block with today's parts switched on:
 
@@ -9,7 +10,11 @@ A Llama block is attnlab's pre-norm causal block with today's parts switched on:
 with rotary positions on q and k (``rope_theta`` = our ``rope_base``; "linear" and "llama3"
 frequency scaling), grouped-query attention (``num_key_value_heads`` = our ``n_kv_heads``) and no
 biases (``attention_bias``/``mlp_bias`` map to ``attn_bias``/``ffn_bias``). Mistral is the same
-network with a sliding attention window (``sliding_window`` = our ``attn_window``).
+network with a sliding attention window (``sliding_window`` = our ``attn_window``) and no biases.
+Qwen2 biases W_q, W_k, W_v but not W^O (``attn_bias=True, attn_out_bias=False``); Qwen3 adds
+RMS norms on each head's queries and keys before the rotation (``qk_norm``,
+``q_norm``/``k_norm``, epsilon ``rms_norm_eps``). Both slide their window on the layers
+``layer_types`` marks "sliding_attention"; attnlab holds one kind of layer (all or none).
 
 Weight layout: both sides store ``nn.Linear`` weights (out, in). attnlab's fused ``qkv_proj`` is
 [W_q; W_k; W_v] stacked by rows; Hugging Face's q/k/v rows are already in the rotate-half order
@@ -23,34 +28,45 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from attnlab.config import ModelConfig
-from attnlab.errors import CheckpointError, ConfigError
+from attnlab.errors import ConfigError
+from attnlab.interop.family import (
+    OMIT,
+    Family,
+    Key,
+    as_bool,
+    as_float,
+    check_exportable,
+    pad_token,
+    register,
+)
 from attnlab.interop.weights_map import (
     Mapped,
     config_dict,
     export_mapped,
     load_mapped,
-    mismatches,
     model_to_load,
     problems_message,
+    tied_head,
 )
 from attnlab.models.lm import DecoderLM
 
-MODEL_TYPES = ("llama", "mistral")
+MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
 SUPPORTED = (
-    "Llama/Mistral decoders with SiLU, rotary positions (scaling none, linear or llama3), "
-    "pretraining_tp=1, and any number of key/value heads"
+    "Llama/Mistral/Qwen2/Qwen3 decoders with SiLU, rotary positions (scaling none, linear or "
+    "llama3), pretraining_tp=1, any number of key/value heads, and one kind of layer (all "
+    "sliding or none)"
 )
-_REQUIRED = (
-    "vocab_size",
-    "hidden_size",
-    "num_hidden_layers",
-    "num_attention_heads",
-    "intermediate_size",
+ROPE_FIELDS = (
+    "rope_base",
+    "rope_scaling",
+    "rope_factor",
+    "rope_low_freq_factor",
+    "rope_high_freq_factor",
+    "rope_original_max_len",
 )
 
 
@@ -66,119 +82,23 @@ def _rope(data: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     return float(theta), scaling
 
 
-def llama_config_to_model_config(hf_config: Any) -> ModelConfig:
-    """A LlamaConfig / MistralConfig (or config.json's dict) -> the equivalent ModelConfig.
-
-    Raises ConfigError listing every setting that has no attnlab equivalent.
-    """
-    data = config_dict(hf_config, "LlamaConfig")
-    model_type = data.get("model_type", "llama")
-    if model_type not in MODEL_TYPES:
-        raise ConfigError(
-            f"model_type={model_type!r} is not a Llama-family model; this importer reads "
-            f"{list(MODEL_TYPES)}"
-        )
-    missing = [k for k in _REQUIRED if k not in data]
-    if missing:
-        raise ConfigError(f"the {model_type} config lacks {missing}; expected {list(_REQUIRED)}")
+def read_rope(_: Any, data: dict[str, Any]) -> tuple:
+    """The six rope_* ModelConfig fields of a config.json (any transformers version's keys)."""
     theta, scaling = _rope(data)
-    problems = []
-    if data.get("hidden_act", "silu") != "silu":
-        problems.append(f"hidden_act={data['hidden_act']!r} (attnlab's SwiGLU gates with silu)")
-    if data.get("pretraining_tp", 1) != 1:
-        problems.append(f"pretraining_tp={data['pretraining_tp']} (only 1)")
-    if scaling["rope_type"] not in ("default", "linear", "llama3"):
-        problems.append(
-            f"rope scaling {scaling['rope_type']!r} (attnlab has default, linear and llama3)"
-        )
-    window = data.get("sliding_window") if model_type == "mistral" else None
-    if data.get("layer_types") and len(set(data["layer_types"])) > 1:
-        problems.append(f"mixed layer_types {sorted(set(data['layer_types']))} (one kind only)")
-    if problems:
-        raise ConfigError(problems_message(model_type, problems, SUPPORTED))
-    d_model, n_heads = data["hidden_size"], data["num_attention_heads"]
-    n_kv = data.get("num_key_value_heads") or n_heads
-    head_dim = data.get("head_dim") or d_model // n_heads
-    rope_fields = {}
-    if scaling["rope_type"] != "default":
-        rope_fields = dict(
-            rope_scaling=scaling["rope_type"],
-            rope_factor=float(scaling["factor"]),
-            rope_low_freq_factor=float(scaling.get("low_freq_factor", 1.0)),
-            rope_high_freq_factor=float(scaling.get("high_freq_factor", 4.0)),
-            rope_original_max_len=scaling.get("original_max_position_embeddings"),
-        )
-    try:
-        return ModelConfig(
-            kind="decoder_lm",
-            vocab_size=data["vocab_size"],
-            d_model=d_model,
-            n_heads=n_heads,
-            n_kv_heads=None if n_kv == n_heads else n_kv,
-            d_head=None if head_dim * n_heads == d_model else head_dim,
-            n_layers=data["num_hidden_layers"],
-            d_ff=data["intermediate_size"],
-            max_len=data.get("max_position_embeddings", 2048),
-            dropout=float(data.get("attention_dropout", 0.0)),
-            positional="rotary",
-            rope_base=theta,
-            norm="rmsnorm",
-            norm_placement="pre",
-            norm_eps=float(data.get("rms_norm_eps", 1e-6)),
-            activation="silu",
-            ffn="swiglu",
-            bias=False,
-            attn_bias=bool(data.get("attention_bias", False)) or None,
-            ffn_bias=bool(data.get("mlp_bias", False)) or None,
-            attn_window=window,
-            tie_embeddings=bool(data.get("tie_word_embeddings", False)),
-            final_norm=True,
-            pad_id=_pad_id(data),
-            **rope_fields,
-        )
-    except (TypeError, ValueError) as err:
-        raise ConfigError(f"the {model_type} config does not make a valid model: {err}") from None
+    if scaling["rope_type"] == "default":
+        return (theta, "none", 1.0, 1.0, 4.0, None)
+    return (
+        theta,
+        scaling["rope_type"],
+        float(scaling["factor"]),
+        float(scaling.get("low_freq_factor", 1.0)),
+        float(scaling.get("high_freq_factor", 4.0)),
+        scaling.get("original_max_position_embeddings"),
+    )
 
 
-def _pad_id(data: dict[str, Any]) -> int:
-    pad = data.get("pad_token_id")
-    return pad if isinstance(pad, int) and 0 <= pad < data["vocab_size"] else 0
-
-
-def check_llama_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError listing every setting of ``cfg`` that Llama's architecture cannot hold."""
-    if cfg.kind != "decoder_lm":
-        raise ConfigError(f"only decoder-only LMs map to Llama; this model is kind={cfg.kind!r}")
-    wanted = {
-        "positional": "rotary",
-        "norm": "rmsnorm",
-        "norm_placement": "pre",
-        "ffn": "swiglu",
-        "attention": "softmax",
-        "final_norm": True,
-        "qk_norm": False,
-        "out_proj": True,
-        "embed_scale": False,
-        "scale_logits": True,
-        "bias": False,
-    }
-    problems = mismatches(cfg, wanted, "Llama")
-    if cfg.value_dim != cfg.head_dim:
-        problems.append(f"d_v={cfg.value_dim} (Llama needs d_v = d_head = {cfg.head_dim})")
-    if problems:
-        raise ConfigError("this model cannot be expressed as Llama: " + "; ".join(problems))
-
-
-def model_config_to_llama_config(
-    cfg: ModelConfig,
-    *,
-    bos_id: int | None = None,
-    eos_id: int | None = None,
-    pad_id: int | None = None,
-) -> dict[str, Any]:
-    """The config.json dict that ``transformers.LlamaConfig`` (or MistralConfig) reads."""
-    check_llama_compatible(cfg)
-    model_type = "mistral" if cfg.attn_window is not None else "llama"
+def rope_parameters(cfg: ModelConfig) -> dict[str, Any]:
+    """transformers' ``rope_parameters`` of ``cfg``'s rotary positions."""
     rope: dict[str, Any] = {"rope_theta": cfg.rope_base, "rope_type": "default"}
     if cfg.rope_scaling != "none":
         rope.update(rope_type=cfg.rope_scaling, factor=cfg.rope_factor)
@@ -188,58 +108,191 @@ def model_config_to_llama_config(
                 high_freq_factor=cfg.rope_high_freq_factor,
                 original_max_position_embeddings=cfg.rope_original_max_len,
             )
-    out = {
-        "model_type": model_type,
-        "architectures": [ARCHITECTURES[model_type]],
-        "vocab_size": cfg.vocab_size,
-        "hidden_size": cfg.d_model,
-        "intermediate_size": cfg.ff_dim,
-        "num_hidden_layers": cfg.n_layers,
-        "num_attention_heads": cfg.n_heads,
-        "num_key_value_heads": cfg.kv_heads,
-        "head_dim": cfg.head_dim,
-        "hidden_act": "silu",
-        "max_position_embeddings": cfg.max_len,
-        "rms_norm_eps": cfg.norm_eps,
-        "rope_parameters": rope,
-        "rope_theta": cfg.rope_base,  # transformers < 5 reads these two
-        "rope_scaling": None if cfg.rope_scaling == "none" else rope,
-        "attention_bias": cfg.attention_bias,
-        "mlp_bias": cfg.feedforward_bias,
-        "attention_dropout": cfg.dropout,
-        "pretraining_tp": 1,
-        "tie_word_embeddings": cfg.tie_embeddings,
-        "bos_token_id": bos_id,
-        "eos_token_id": eos_id,
-        "pad_token_id": pad_id,
-        "use_cache": True,
-    }
-    if model_type == "mistral":
-        out["sliding_window"] = cfg.attn_window
+    return rope
+
+
+def _model_type(cfg: ModelConfig) -> str:
+    return "mistral" if cfg.attn_window is not None else "llama"
+
+
+def _kv_heads(value: Any, data: dict[str, Any]) -> int | None:
+    n = value or data["num_attention_heads"]
+    return None if n == data["num_attention_heads"] else n
+
+
+def _head_dim(value: Any, data: dict[str, Any]) -> int | None:
+    d_model, n_heads = data["hidden_size"], data["num_attention_heads"]
+    head_dim = value or d_model // n_heads
+    return None if head_dim * n_heads == d_model else head_dim
+
+
+def _rope_scaling(cfg: ModelConfig) -> dict[str, Any] | None:
+    return None if cfg.rope_scaling == "none" else rope_parameters(cfg)
+
+
+def _llama_bias(value: Any, data: dict[str, Any]) -> bool | None:
+    """A Llama bias switch; Mistral's layers have no biases, whatever its config says."""
+    return (bool(value) or None) if data.get("model_type") != "mistral" else None
+
+
+def _window(value: Any, data: dict[str, Any]) -> int | None:
+    return value if data.get("model_type") == "mistral" else None
+
+
+# config.json <-> ModelConfig, both directions (attnlab.interop.family). The sizes every
+# Llama-like config (Gemma's too) spells the same way:
+SHAPE_KEYS = (
+    Key("vocab_size", "vocab_size"),
+    Key("hidden_size", "d_model"),
+    Key("num_hidden_layers", "n_layers"),
+    Key("num_attention_heads", "n_heads"),
+    Key("num_key_value_heads", "n_kv_heads", lambda c: c.kv_heads, _kv_heads, default=None),
+    Key("head_dim", "d_head", lambda c: c.head_dim, _head_dim, default=None),
+    Key("intermediate_size", "d_ff", lambda c: c.ff_dim),
+    Key("max_position_embeddings", "max_len", default=2048),
+    Key("attention_dropout", "dropout", read=as_float, default=0.0),
+    Key("rms_norm_eps", "norm_eps", read=as_float, default=1e-6),
+    Key("pad_token_id", "pad_id", read=pad_token, default=None),
+    Key("use_cache", (), lambda c: True, default=None),
+)
+DECODER_KEYS = (
+    *SHAPE_KEYS,
+    Key("hidden_act", (), lambda c: "silu", default=None),
+    Key("rope_parameters", ROPE_FIELDS, rope_parameters, read_rope, default=None),
+    Key("rope_theta", (), lambda c: c.rope_base, default=None),  # transformers < 5 reads these
+    Key("rope_scaling", (), _rope_scaling, default=None),
+    Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=False),
+)
+KEYS = (
+    Key("model_type", (), _model_type, default=None),
+    Key("architectures", (), lambda c: [ARCHITECTURES[_model_type(c)]], default=None),
+    *DECODER_KEYS,
+    Key("pretraining_tp", (), lambda c: 1, default=None),
+    Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _llama_bias, default=False),
+    Key("mlp_bias", "ffn_bias", lambda c: c.feedforward_bias, _llama_bias, default=False),
+    Key("sliding_window", "attn_window", lambda c: c.attn_window or OMIT, _window, default=None),
+)
+# A Llama block: pre-norm RMSNorm, rotary, SwiGLU, no norm biases.
+FIXED = dict(
+    kind="decoder_lm",
+    positional="rotary",
+    norm="rmsnorm",
+    norm_placement="pre",
+    activation="silu",
+    ffn="swiglu",
+    bias=False,
+    attention="softmax",
+    final_norm=True,
+)
+
+
+def _layer_types(cfg: ModelConfig) -> list[str]:
+    kind = "full_attention" if cfg.attn_window is None else "sliding_attention"
+    return [kind] * cfg.n_layers
+
+
+def _qwen_window(value: Any, data: dict[str, Any]) -> int | None:
+    """The window of a Qwen config whose layers all slide (None when none does)."""
+    types = value
+    if not types:  # configs before ``layer_types``: layers from max_window_layers on slide
+        n = data["num_hidden_layers"]
+        first = data.get("max_window_layers", n) if data.get("use_sliding_window") else n
+        types = ["sliding_attention" if i >= first else "full_attention" for i in range(n)]
+    slides = data.get("sliding_window") is not None and all(t == "sliding_attention" for t in types)
+    return data["sliding_window"] if slides else None
+
+
+def _qwen_keys(model_type: str, arch: str) -> tuple[Key, ...]:
+    return (
+        Key("model_type", (), lambda c: model_type, default=None),
+        Key("architectures", (), lambda c: [arch], default=None),
+        *DECODER_KEYS,
+        Key("use_sliding_window", (), lambda c: c.attn_window is not None, default=None),
+        Key("sliding_window", (), lambda c: c.attn_window, default=None),
+        Key("max_window_layers", (), lambda c: 0 if c.attn_window else c.n_layers, default=None),
+        Key("layer_types", "attn_window", _layer_types, _qwen_window, default=None),
+    )
+
+
+QWEN3_KEYS = (
+    *_qwen_keys("qwen3", "Qwen3ForCausalLM"),
+    Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _llama_bias, default=False),
+)
+
+
+def llama_config_to_model_config(hf_config: Any) -> ModelConfig:
+    """A Llama / Mistral / Qwen2 / Qwen3 config (or config.json's dict) -> the equivalent
+    ModelConfig. Raises ConfigError listing every setting that has no attnlab equivalent."""
+    data = config_dict(hf_config, "LlamaConfig")
+    model_type = data.get("model_type", "llama")
+    if model_type not in MODEL_TYPES:
+        raise ConfigError(
+            f"model_type={model_type!r} is not a Llama-like model; this importer reads "
+            f"{list(MODEL_TYPES)}"
+        )
+    data["model_type"] = model_type
+    _, scaling = _rope(data)
+    problems = []
+    if data.get("hidden_act", "silu") != "silu":
+        problems.append(f"hidden_act={data['hidden_act']!r} (attnlab's SwiGLU gates with silu)")
+    if data.get("pretraining_tp", 1) != 1:
+        problems.append(f"pretraining_tp={data['pretraining_tp']} (only 1)")
+    if scaling["rope_type"] not in ("default", "linear", "llama3"):
+        problems.append(
+            f"rope scaling {scaling['rope_type']!r} (attnlab has default, linear and llama3)"
+        )
+    if data.get("layer_types") and len(set(data["layer_types"])) > 1:
+        problems.append(f"mixed layer_types {sorted(set(data['layer_types']))} (one kind only)")
+    if problems:
+        raise ConfigError(problems_message(model_type, problems, SUPPORTED))
+    return FAMILY_OF[model_type].read(data)
+
+
+def decoder_family(cfg: ModelConfig) -> Family:
+    """The Llama-like family whose round trip keeps ``cfg`` (ConfigError naming what does not
+    map, for the closest of them, otherwise)."""
+    families = (LLAMA, QWEN2, QWEN3)
+    closest = min(families, key=lambda f: len(f.lost_fields(cfg)))
+    check_exportable(closest, cfg)
+    return closest
+
+
+def check_llama_compatible(cfg: ModelConfig) -> None:
+    """Raise ConfigError naming every setting of ``cfg`` that does not survive the round trip
+    through any Llama-like config (Llama, Mistral, Qwen2, Qwen3), and the family that holds it."""
+    decoder_family(cfg)
+
+
+def model_config_to_llama_config(
+    cfg: ModelConfig,
+    *,
+    bos_id: int | None = None,
+    eos_id: int | None = None,
+    pad_id: int | None = None,
+) -> dict[str, Any]:
+    """The config.json dict that transformers' LlamaConfig, MistralConfig, Qwen2Config or
+    Qwen3Config (whichever holds ``cfg``) reads."""
+    out = decoder_family(cfg).write(cfg)
+    out.update(bos_token_id=bos_id, eos_token_id=eos_id)
+    if pad_id is not None:
+        out["pad_token_id"] = pad_id
     return out
 
 
 def llama_table(cfg: ModelConfig) -> list[Mapped]:
-    """Hugging Face name(s) -> attnlab name for every tensor of a Llama model of ``cfg``."""
+    """Hugging Face name(s) -> attnlab name for every tensor of a Llama-like model of ``cfg``."""
     q_rows, kv_rows = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
     table = [Mapped.one("model.embed_tokens.weight", "embed.tok_emb.weight")]
     for i in range(cfg.n_layers):
         h, b = f"model.layers.{i}.", f"blocks.{i}."
         qkv = tuple(f"{h}self_attn.{p}_proj" for p in "qkv")
+        sizes = (q_rows, kv_rows, kv_rows)
         table.append(
-            Mapped(
-                tuple(p + ".weight" for p in qkv),
-                b + "self_attn.qkv_proj.weight",
-                (q_rows, kv_rows, kv_rows),
-            )
+            Mapped(tuple(p + ".weight" for p in qkv), b + "self_attn.qkv_proj.weight", sizes)
         )
         if cfg.attention_bias:
             table.append(
-                Mapped(
-                    tuple(p + ".bias" for p in qkv),
-                    b + "self_attn.qkv_proj.bias",
-                    (q_rows, kv_rows, kv_rows),
-                )
+                Mapped(tuple(p + ".bias" for p in qkv), b + "self_attn.qkv_proj.bias", sizes)
             )
         pairs = [
             ("input_layernorm.weight", "self_attn_norm.weight"),
@@ -249,13 +302,14 @@ def llama_table(cfg: ModelConfig) -> list[Mapped]:
             ("mlp.up_proj.weight", "ffn.up.weight"),
             ("mlp.down_proj.weight", "ffn.down.weight"),
         ]
-        if cfg.attention_bias:
+        if cfg.attention_out_bias:
             pairs.append(("self_attn.o_proj.bias", "self_attn.out_proj.bias"))
-        if cfg.feedforward_bias:
+        if cfg.qk_norm:  # Qwen3
             pairs += [
-                (f"mlp.{p}_proj.bias", f"ffn.{q}.bias")
-                for p, q in (("gate", "gate"), ("up", "up"), ("down", "down"))
+                (f"self_attn.{n}.weight", f"self_attn.{n}.weight") for n in ("q_norm", "k_norm")
             ]
+        if cfg.feedforward_bias:
+            pairs += [(f"mlp.{p}_proj.bias", f"ffn.{p}.bias") for p in ("gate", "up", "down")]
         table += [Mapped.one(h + hf, b + ours) for hf, ours in pairs]
     table.append(Mapped.one("model.norm.weight", "final_norm.weight"))
     if not cfg.tie_embeddings:
@@ -263,11 +317,45 @@ def llama_table(cfg: ModelConfig) -> list[Mapped]:
     return table
 
 
+LLAMA = register(
+    Family(
+        name="Llama",
+        export_name="llama",
+        kinds=("decoder_lm",),
+        keys=KEYS,
+        fixed=FIXED,
+        table=llama_table,
+    )
+)
+QWEN2 = register(
+    Family(
+        name="Qwen2",
+        export_name="qwen2",
+        kinds=("decoder_lm",),
+        keys=_qwen_keys("qwen2", "Qwen2ForCausalLM"),
+        fixed={**FIXED, "attn_bias": True, "attn_out_bias": False},  # biased q, k, v; plain W^O
+        table=llama_table,
+    )
+)
+QWEN3 = register(
+    Family(
+        name="Qwen3",
+        export_name="qwen3",
+        kinds=("decoder_lm",),
+        keys=QWEN3_KEYS,
+        fixed={**FIXED, "qk_norm": True},
+        table=llama_table,
+    )
+)
+FAMILY_OF = {"llama": LLAMA, "mistral": LLAMA, "qwen2": QWEN2, "qwen3": QWEN3}
+
+
 def load_llama_state_dict(
     model: DecoderLM | None, state_dict: Mapping[str, Tensor], config: Any = None
 ) -> DecoderLM:
-    """Copy Llama/Mistral weights into ``model`` or a new DecoderLM built from ``config`` (an
-    attnlab ModelConfig, a transformers config, or config.json's dict). Eval mode."""
+    """Copy Llama/Mistral/Qwen2/Qwen3 weights into ``model`` or a new DecoderLM built from
+    ``config`` (an attnlab ModelConfig, a transformers config, or config.json's dict). Eval
+    mode."""
     model = model_to_load(
         model,
         config,
@@ -279,24 +367,19 @@ def load_llama_state_dict(
         cls=DecoderLM,
     )
     tensors = dict(state_dict)
-    if model.cfg.tie_embeddings:
-        head = tensors.pop("lm_head.weight", None)
-        emb = tensors.get("model.embed_tokens.weight")
-        if head is not None and emb is not None and not torch.equal(head, emb):
-            raise CheckpointError(
-                "lm_head.weight differs from model.embed_tokens.weight but the config ties them "
-                "(tie_word_embeddings=true); set it to false in config.json to keep the head"
-            )
-    family = "mistral" if model.cfg.attn_window is not None else "llama"
+    family = decoder_family(model.cfg).name
+    tied = model.cfg.tie_embeddings
+    tied_head(tensors, "lm_head.weight", "model.embed_tokens.weight", tied, family)
     return load_mapped(model, tensors, llama_table(model.cfg), family)
 
 
 def to_llama_state_dict(model: DecoderLM) -> dict[str, Tensor]:
-    """The ``LlamaForCausalLM`` state dict of ``model`` (lm_head included even when tied)."""
+    """The Llama-like (``LlamaForCausalLM``, ...) state dict of ``model`` (lm_head included even
+    when tied)."""
     if not isinstance(model, DecoderLM):
         raise TypeError(f"only a DecoderLM exports to Llama, got {type(model).__name__}")
-    check_llama_compatible(model.cfg)
-    out = export_mapped(model, llama_table(model.cfg))
+    family = decoder_family(model.cfg)
+    out = export_mapped(model, llama_table(model.cfg), family.name)
     if model.cfg.tie_embeddings:
         out["lm_head.weight"] = out["model.embed_tokens.weight"]
     return out

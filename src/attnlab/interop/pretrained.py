@@ -3,7 +3,9 @@
 One entry point per direction, dispatching on ``config.json``'s ``model_type``:
 
     gpt2               -> decoder_lm   (attnlab.interop.gpt2)
-    llama, mistral     -> decoder_lm   (attnlab.interop.llama: RMSNorm, rotary, GQA, SwiGLU)
+    llama, mistral,    -> decoder_lm   (attnlab.interop.llama: RMSNorm, rotary, GQA, SwiGLU;
+    qwen2, qwen3                        Qwen2's q/k/v biases, Qwen3's query/key norms)
+    gemma3_text        -> decoder_lm   (attnlab.interop.gemma: sandwich norms, GeGLU, QK-norm)
     bert               -> encoder / classifier / masked_lm by ``architectures``
                                        (attnlab.interop.bert)
 
@@ -28,7 +30,8 @@ from torch import nn
 
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.interop import bert, gpt2, llama
+from attnlab.interop import bert, gemma, gpt2, llama
+from attnlab.interop.family import family_for
 from attnlab.interop.gpt2_files import (
     CONFIG_FILE,
     SAFETENSORS_FILE,
@@ -43,7 +46,7 @@ from attnlab.interop.hf_tokenizer import (
 )
 from attnlab.interop.hub import expand_path, resolve_model_path
 
-MODEL_TYPES = ("gpt2", "llama", "mistral", "bert")
+MODEL_TYPES = ("gpt2", *llama.MODEL_TYPES, gemma.MODEL_TYPE, "bert")
 
 
 class Pretrained(NamedTuple):
@@ -76,11 +79,13 @@ def model_config_from_hf(data: dict[str, Any]) -> ModelConfig:
         return gpt2.gpt2_config_to_model_config(data)
     if model_type in llama.MODEL_TYPES:
         return llama.llama_config_to_model_config(data)
+    if model_type == gemma.MODEL_TYPE:
+        return gemma.gemma_config_to_model_config(data)
     if model_type == "bert":
         return bert.bert_config_to_model_config(data)
     raise ConfigError(
         f"model_type={model_type!r} is not supported; attnlab imports {list(MODEL_TYPES)} "
-        "(GPT-2, the Llama family incl. Mistral, and BERT)"
+        "(GPT-2, the Llama family incl. Mistral, Qwen2 and Qwen3, Gemma 3, and BERT)"
     )
 
 
@@ -90,6 +95,8 @@ def load_state_dict(config: ModelConfig, model_type: str, tensors: dict) -> nn.M
         return gpt2.load_gpt2_state_dict(None, tensors, config)
     if model_type in llama.MODEL_TYPES:
         return llama.load_llama_state_dict(None, tensors, config)
+    if model_type == gemma.MODEL_TYPE:
+        return gemma.load_gemma_state_dict(None, tensors, config)
     return bert.load_bert_state_dict(None, tensors, config)
 
 
@@ -142,23 +149,22 @@ def hf_export(
     pad_id: int | None = None,
     labels: list[str] | None = None,
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
-    """(config.json dict, state dict) of ``model`` in its Hugging Face family: Llama for rotary
-    RMSNorm SwiGLU decoders, GPT-2 for learned-position LayerNorm decoders, BERT for encoders."""
+    """(config.json dict, state dict) of ``model`` in the Hugging Face family whose round trip
+    keeps its config exactly (:func:`attnlab.interop.family.family_for`): Llama (Mistral) for
+    rotary RMSNorm SwiGLU decoders, GPT-2 for learned-position LayerNorm decoders, BERT for
+    encoders. A model no family holds is a ConfigError naming every field that does not map."""
     cfg = getattr(model, "cfg", None)
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"expected an attnlab model with .cfg, got {type(model).__name__}")
     ids = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
-    if cfg.kind == "decoder_lm" and cfg.positional == "rotary":
+    family = family_for(cfg)
+    if family in llama.FAMILY_OF.values():
         return llama.model_config_to_llama_config(cfg, **ids), llama.to_llama_state_dict(model)
-    if cfg.kind == "decoder_lm":
-        tensors = gpt2.to_gpt2_state_dict(model)
-        return gpt2.model_config_to_gpt2_config(cfg, **ids), tensors
-    if cfg.kind in bert.ARCHITECTURES:
-        return bert.model_config_to_bert_config(cfg, labels), bert.to_bert_state_dict(model)
-    raise ConfigError(
-        f"a {cfg.kind!r} model has no Hugging Face counterpart in attnlab (decoder_lm -> GPT-2 or "
-        "Llama, encoder/classifier/masked_lm -> BERT); use the safetensors export instead"
-    )
+    if family is gemma.GEMMA3:
+        return gemma.model_config_to_gemma_config(cfg, **ids), gemma.to_gemma_state_dict(model)
+    if family is gpt2.GPT2:
+        return gpt2.model_config_to_gpt2_config(cfg, **ids), gpt2.to_gpt2_state_dict(model)
+    return bert.model_config_to_bert_config(cfg, labels), bert.to_bert_state_dict(model)
 
 
 def save_pretrained(

@@ -20,9 +20,9 @@ from typing import Any
 
 from torch import nn
 
+from attnlab.checkpoint.atomic import atomic_write_with
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError
-from attnlab.interop.gpt2_files import _atomic_write
 from attnlab.models.build import build_model
 
 CONFIG_KEY = "attnlab_config"
@@ -64,7 +64,7 @@ def save_safetensors(
         meta.setdefault(k, v)
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    _atomic_write(out, lambda tmp: save_model(model, tmp, metadata=meta))
+    atomic_write_with(out, lambda tmp: save_model(model, tmp, metadata=meta))
     return out
 
 

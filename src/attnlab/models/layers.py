@@ -20,6 +20,7 @@ from attnlab.nn.hooks import HookPoint
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 from attnlab.nn.norms import make_norm
 from attnlab.nn.positional import Positions, RopeScaling, default_positions, make_positions
+from attnlab.nn.sandwich import SandwichBlock
 
 
 class Embeddings(nn.Module):
@@ -102,6 +103,8 @@ def _attention_options(cfg: ModelConfig) -> dict:
         activation=cfg.attention,
         scale=cfg.scale_logits,
         qk_norm=cfg.qk_norm,
+        qk_norm_eps=cfg.norm_eps,
+        out_bias=cfg.attention_out_bias,
         d_out=cfg.d_model,
         straight_through=cfg.straight_through,
     )
@@ -151,6 +154,16 @@ def make_encoder_block(
 
 
 def make_causal_block(cfg: ModelConfig, pos_enc: Positions) -> CausalBlock:
+    if cfg.norm_placement == "sandwich":  # Gemma 2/3: a norm after each sublayer too
+        return SandwichBlock(
+            self_attn=make_self_attention(cfg, pos_enc),
+            ffn=_ffn(cfg),
+            self_attn_norm=_norm(cfg),
+            ffn_norm=_norm(cfg),
+            post_attn_norm=_norm(cfg),
+            post_ffn_norm=_norm(cfg),
+            dropout=cfg.dropout,
+        )
     return make_encoder_block(cfg, pos_enc, CausalBlock)
 
 

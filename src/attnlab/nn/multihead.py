@@ -56,7 +56,8 @@ class MultiHeadBase(nn.Module):
     :class:`RowActivation`, or its config name "softmax" or "hardmax", the latter with
     ``straight_through`` gradients or not), ``scale`` the factor on Q K^T (True: 1/sqrt(Dk)),
     ``dropout`` the probability on the weights A while training, ``qk_norm`` RMS-normalises q and
-    k per head.
+    k per head (epsilon ``qk_norm_eps``). ``bias`` switches the biases of W_q,
+    W_k, W_v and W^O, ``out_bias`` that of W^O alone (default: ``bias``).
     """
 
     def __init__(
@@ -74,6 +75,8 @@ class MultiHeadBase(nn.Module):
         scale: bool | float = True,
         qk_norm: bool = False,
         straight_through: bool = False,
+        out_bias: bool | None = None,
+        qk_norm_eps: float = 1e-5,
     ):
         super().__init__()
         for name, value in (("d_model", d_model), ("n_heads", n_heads)):
@@ -95,9 +98,12 @@ class MultiHeadBase(nn.Module):
             )
         self.dropout, self.scale, self.bias = dropout, scale, bias
         self.activation = row_activation(activation, straight_through)  # a of eq. 9
-        self.out_proj = nn.Linear(n_heads * self.d_v, self.d_out, bias=bias) if out_proj else None
-        self.q_norm = RMSNorm(self.d_head) if qk_norm else None
-        self.k_norm = RMSNorm(self.d_head) if qk_norm else None
+        out_bias = bias if out_bias is None else out_bias  # Qwen2: biased q, k, v, unbiased W^O
+        self.out_proj = (
+            nn.Linear(n_heads * self.d_v, self.d_out, bias=out_bias) if out_proj else None
+        )
+        self.q_norm = RMSNorm(self.d_head, qk_norm_eps) if qk_norm else None
+        self.k_norm = RMSNorm(self.d_head, qk_norm_eps) if qk_norm else None
         for name in ("Q", "K", "V", *(p.removeprefix("hook_") for p in INNER_POINTS)):
             setattr(self, f"hook_{name}", HookPoint())
         self.hook_concat, self.hook_out = HookPoint(), HookPoint()
