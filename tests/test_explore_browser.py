@@ -125,15 +125,19 @@ def run(page, text, source=None):
 
 
 def cells(page, selector="#ax-heatmap"):
-    """The heatmap's data-value attributes as a (T, S) array."""
-    values = page.eval_on_selector_all(
-        f"{selector} td", "tds => tds.map(t => [+t.dataset.row, +t.dataset.col, +t.dataset.value])"
+    """The values a canvas map draws (its axMatrix accessor) as a (T, S) array."""
+    got = page.eval_on_selector(
+        selector, "m => ({shape: m.axMatrix.shape, values: Array.from(m.axMatrix.values)})"
     )
-    t, s = max(v[0] for v in values) + 1, max(v[1] for v in values) + 1
-    out = np.zeros((t, s))
-    for i, j, v in values:
-        out[i, j] = v
-    return out
+    return np.asarray(got["values"], dtype=np.float64).reshape(got["shape"])
+
+
+def hover_cell(page, i, j, selector="#ax-heatmap"):
+    """Move the mouse over cell (i, j) of a canvas map; returns the tooltip's text."""
+    at = page.eval_on_selector(selector, f"m => m.axCellAt({i}, {j})")
+    page.hover(f"{selector} .ax-map-overlay", position=at)
+    page.wait_for_selector(f"{selector}[data-hover-row='{i}'][data-hover-col='{j}']")
+    return page.inner_text(".ax-tooltip")
 
 
 def weights(model, layer, head):
@@ -150,7 +154,7 @@ def test_page_loads_with_zero_console_errors(servers, page):
         ("clf", "?text=abc"),
     ):
         open_page(page, servers[name][0], query)
-        page.wait_for_selector("#ax-heatmap td")
+        page.wait_for_selector("#ax-heatmap canvas")
         assert page.is_hidden("#ax-error")
     classes = page.eval_on_selector_all(
         "#ax-next-table td.ax-token-cell", "t => t.map(x => x.textContent)"
@@ -170,19 +174,16 @@ def test_heatmap_cells_equal_the_models_weights(servers, page):
     page.wait_for_selector("#ax-model-view button.ax-selected[data-layer='1'][data-head='1']")
     settle(page)
     np.testing.assert_allclose(cells(page), weights(session.model, 1, 1), atol=1e-6)
-    lines = page.eval_on_selector_all("#ax-lines line", "ls => ls.map(l => +l.dataset.value)")
-    np.testing.assert_allclose(
-        sorted(lines), sorted(weights(session.model, 1, 1).ravel()), atol=1e-6
-    )
+    np.testing.assert_allclose(cells(page, "#ax-lines"), weights(session.model, 1, 1), atol=1e-6)
+    assert int(page.get_attribute("#ax-lines", "data-drawn")) > 0
     assert page.errors == []
 
 
 def test_hover_shows_the_value(servers, page):
     url, session = servers["lm"]
     open_page(page, url, f"?text={TEXT}")
-    page.hover("#ax-heatmap td[data-row='3'][data-col='1']")
-    tip = page.inner_text(".ax-tooltip")
-    value = float(page.get_attribute("#ax-heatmap td[data-row='3'][data-col='1']", "data-value"))
+    tip = hover_cell(page, 3, 1)
+    value = float(page.get_attribute("#ax-heatmap", "data-hover-value"))
     assert str(value) in tip and "row 3" in tip and "column 1" in tip
     assert abs(value - weights(session.model, 0, 0)[3, 1]) < 1e-6
 
@@ -268,7 +269,7 @@ def test_each_bad_input_shows_its_message(servers, page, name, query, text, sour
     assert message in shown and "\n" not in shown.strip()
     run(page, "ab", "hello" if name == "s2s" else None)  # the server keeps serving
     assert page.is_hidden("#ax-error")
-    page.wait_for_selector("#ax-heatmap td")
+    page.wait_for_selector("#ax-heatmap canvas")
 
 
 def test_screenshots_of_each_view(servers, page, tmp_path):
@@ -290,7 +291,7 @@ def test_screenshots_of_each_view(servers, page, tmp_path):
         url, _ = servers[name]
         query = f"?text={PERIODS}&head=decoder:0:0" if name == "lm" else "?text=edc&source=abcde"
         open_page(page, url, query)
-        page.wait_for_selector("#ax-heatmap td")
+        page.wait_for_selector("#ax-heatmap canvas")
         if name == "lm":
             page.click("#ax-ablate button[data-site='decoder'][data-layer='0'][data-head='1']")
             page.wait_for_timeout(50)
@@ -332,7 +333,8 @@ async (esm) => {
         return;
       }
       const body = JSON.stringify(msg.payload);
-      const init = msg.payload === null ? {} : { method: "POST", body };
+      const headers = { "Content-Type": "application/json" };
+      const init = msg.payload === null ? {} : { method: "POST", body, headers };
       const r = await fetch(`/api/${msg.endpoint}`, init);
       const data = await r.json();
       handler(r.ok ? { id: msg.id, result: data } : { id: msg.id, error: data.error });
@@ -354,7 +356,7 @@ def test_the_widget_front_end_runs_the_same_views(servers, page):
     page.goto(url + "static/explorer.css")  # same origin as the endpoints, nothing else loaded
     page.evaluate(WIDGET_HOST, ExplorerWidget._esm)
     page.wait_for_function("document.getElementById('widget').dataset.ready === 'true'")
-    page.wait_for_selector("#widget #ax-heatmap td")
+    page.wait_for_selector("#widget #ax-heatmap canvas")
     page.wait_for_function("document.getElementById('widget').dataset.busy === '0'")
     np.testing.assert_allclose(cells(page), weights(session.model, 1, 1), atol=1e-6)
     page.fill("#ax-max-new", "4")
