@@ -42,7 +42,7 @@ from attnlab.models.masked_lm import MaskedLM
 
 MAX_TOKENS = 1024  # longest input the explorer draws (GPT-2's context)
 THUMB = 48  # model-view thumbnails: at most THUMB x THUMB block averages per head
-ALL_HEADS_LIMIT = 4_000_000  # values /api/attention sends at once (all heads as JSON lists)
+ALL_HEADS_LIMIT = 2_000_000  # values /api/attention sends at once (all heads as JSON lists)
 EXAMPLES = (
     "the cat sat on the mat because it was tired.",
     "attention is all you need",
@@ -152,8 +152,9 @@ class Session(Predictions):
         text = next((t for t in EXAMPLES if self._readable(t, limit)), None)
         if text is None:  # a small vocabulary (a char tokenizer): some of its own tokens
             specials = set(getattr(self.tokenizer, "specials", ()))
-            pieces = [self.tokenizer.token_to_str(i) for i in range(self.tokenizer.vocab_size)]
-            text = "".join(p for p in pieces if p not in specials)[: max(limit // 2, 1)]
+            n = min(self.tokenizer.vocab_size, 4096)
+            ids = [i for i in range(n) if self.tokenizer.token_to_str(i) not in specials]
+            text = self.tokenizer.decode(ids[: max(limit // 2, 1)]).strip()
         note = ""
         if self.output == "masks" and getattr(self.tokenizer, "mask_id", None) is not None:
             mask = self.tokenizer.token_to_str(self.tokenizer.mask_id)
@@ -175,10 +176,13 @@ class Session(Predictions):
         return {"text": target, "source": text, "note": note}
 
     def _readable(self, text: str, limit: int) -> bool:
+        """Whether the tokenizer reads ``text`` in at most ``limit`` tokens, none unknown."""
         try:
-            return bool(text) and len(self.tokenizer.encode(text)) <= limit
+            ids = self.tokenizer.encode(text)
         except (ValueError, KeyError, TypeError):
             return False
+        unk = getattr(self.tokenizer, "unk_id", None)
+        return bool(text) and len(ids) <= limit and (unk is None or unk not in ids)
 
     # -- input ----------------------------------------------------------------------------
     def _encode(self, text: Any, what: str, allow_empty: bool = False) -> list[int]:
