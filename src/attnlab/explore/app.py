@@ -6,6 +6,7 @@
     POST /api/tokens        {text, source?} -> the tokens as the tokenizer cut them
     POST /api/overview      {text, source?, ablate?} -> every head as a small packed thumbnail
     POST /api/head          {text, source?, site, layer, head, ablate?} -> one head's A, packed
+    POST /api/neuron        {text, source?, site, layer, head, query, key, ablate?} -> q_i, k_j, q∘k
     POST /api/attention     {text, source?, ablate?} -> A per site, layer, head (JSON lists)
     POST /api/walkthrough   {text, source?, site, layer, head, ablate?, compact?} -> the steps
     POST /api/positions     {text, source?} -> the position signal

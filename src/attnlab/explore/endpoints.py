@@ -16,6 +16,10 @@ ENDPOINTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "tokens": ("tokens", ("text", "source")),
     "overview": ("overview", ("text", "source", "ablate")),
     "head": ("head", ("text", "source", "site", "layer", "head", "ablate")),
+    "neuron": (
+        "neuron",
+        ("text", "source", "site", "layer", "head", "query", "key", "ablate"),
+    ),
     "attention": ("attention", ("text", "source", "ablate")),
     "walkthrough": (
         "walkthrough",

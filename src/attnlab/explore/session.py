@@ -39,6 +39,7 @@ from attnlab.explore.probes import matrix, pack, pack_scaled
 from attnlab.explore.walkthrough import bahdanau_steps, positions_view, walkthrough_steps
 from attnlab.models.base import Classifier, LanguageModel, Seq2SeqModel
 from attnlab.models.masked_lm import MaskedLM
+from attnlab.nn.attention import scale_factor
 
 MAX_TOKENS = 1024  # longest input the explorer draws (GPT-2's context)
 THUMB = 48  # model-view thumbnails: at most THUMB x THUMB block averages per head
@@ -436,6 +437,53 @@ class Session(Predictions):
             "weights": pack(weights),
             **axes,
             "ablated": [h.__dict__ for h in heads],
+        }
+
+    def neuron(
+        self,
+        text: Any = None,
+        source: Any = None,
+        site: Any = None,
+        layer: Any = 0,
+        head: Any = 0,
+        query: Any = 0,
+        key: Any = 0,
+        ablate: Any = None,
+    ) -> dict[str, Any]:
+        """bertviz's neuron view of one weight A_ij: the query vector q_i, the key vector k_j,
+        their elementwise product (which sums to the score q_i · k_j, 001; 004 eq. 9), the
+        scaled score and the weight after the row's softmax. With RoPE, q and k are rotated."""
+        with self.lock:
+            inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
+            if self.recurrent_alignment or not self.sites:
+                raise ExploreError("The neuron view needs a Transformer head (q_i · k_j).")
+            chosen = self._chosen(site, layer, head)
+            path, module = self._module(chosen)
+            axes = self._axes(chosen.site, inputs)
+            i = fields.whole("query", query, 0, len(axes["rows"]) - 1)
+            j = fields.whole("key", key, 0, len(axes["cols"]) - 1)
+            rec = self._record(inputs, heads)[path]
+            names = probes.step_names(path, module, ("Q", "K", "scores", "scaled", "A"))
+            with self.ablated(heads):
+                cache = probes.replay(self.model, path, module, rec, names)
+        rotary = f"{path}.Q_rot" in cache
+        q = cache[f"{path}.Q_rot" if rotary else f"{path}.Q"][0, chosen.head, i]  # (Dk,)
+        k = cache[f"{path}.K_rot" if rotary else f"{path}.K"][0, chosen.head, j]  # (Dk,)
+        h = chosen.head
+        return {
+            "head": chosen.__dict__,
+            "query": i,
+            "key": j,
+            "query_token": axes["rows"][i],
+            "key_token": axes["cols"][j],
+            "rotated": rotary,
+            "q": matrix(q),
+            "k": matrix(k),
+            "product": matrix(q * k),  # q_i ∘ k_j; its sum is the score
+            "score": matrix(cache[f"{path}.scores"][0, h, i, j]),
+            "scaled": matrix(cache[f"{path}.scaled"][0, h, i, j]),
+            "weight": matrix(cache[f"{path}.A"][0, h, i, j]),
+            "factor": float(scale_factor(module.scale, q.size(-1))),
         }
 
     def _chosen(self, site: Any, layer: Any, head: Any) -> Head:

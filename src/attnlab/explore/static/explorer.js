@@ -151,7 +151,7 @@ function download(name, blob) {
 const MAX_CANVAS = 16000;
 
 function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, highlight = null,
-  describe, legend = "", name = "map", tooltip } = {}) {
+  describe, legend = "", name = "map", tooltip, onPick = null } = {}) {
   const T = m.rows.length, S = m.cols.length, values = m.values;
   if (signed && span === null) {
     span = 0;
@@ -164,12 +164,18 @@ function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, hig
   image.width = Math.max(S, 1);
   image.height = Math.max(T, 1);
   const ictx = image.getContext("2d");
-  const pixels = ictx.createImageData(image.width, image.height);
-  for (let k = 0; k < T * S; k++) {
-    const [r, g, b] = signed ? signedRGB(values[k], span) : weightRGB(values[k]);
-    pixels.data[4 * k] = r; pixels.data[4 * k + 1] = g; pixels.data[4 * k + 2] = b; pixels.data[4 * k + 3] = 255;
-  }
-  ictx.putImageData(pixels, 0, 0);
+  // weights are coloured on 0..1, or on 0..their maximum ("stretch": diffuse heads of long
+  // inputs, whose weights are all near 1/S, would be white on 0..1)
+  let top1 = 1;
+  const colour = () => {
+    const pixels = ictx.createImageData(image.width, image.height);
+    for (let k = 0; k < T * S; k++) {
+      const [r, g, b] = signed ? signedRGB(values[k], span) : weightRGB(values[k] / top1);
+      pixels.data[4 * k] = r; pixels.data[4 * k + 1] = g; pixels.data[4 * k + 2] = b; pixels.data[4 * k + 3] = 255;
+    }
+    ictx.putImageData(pixels, 0, 0);
+  };
+  colour();
 
   const canvas = h("canvas", { class: "ax-map-canvas" });
   const overlay = h("canvas", { class: "ax-map-overlay" });
@@ -237,6 +243,13 @@ function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, hig
     ctx.strokeRect(left + j * size - 1, top + i * size - 1, size + 2, size + 2);
     tooltip.show(e, describe(i, j, v));
   });
+  if (onPick) {
+    overlay.addEventListener("click", (e) => {
+      const rect = overlay.getBoundingClientRect();
+      const j = Math.floor((e.clientX - rect.left - left) / size), i = Math.floor((e.clientY - rect.top - top) / size);
+      if (i >= 0 && j >= 0 && i < T && j < S) onPick(i, j);
+    });
+  }
   overlay.addEventListener("mouseleave", () => { hoverCtx().clearRect(0, 0, overlay.width, overlay.height); tooltip.hide(); });
 
   const zoom = (f) => { size = Math.max(1, Math.min(48, Math.round(size * f) || 1, Math.floor(MAX_CANVAS / Math.max(S, T)))); draw(); };
@@ -260,6 +273,17 @@ function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, hig
     h("button", { type: "button", class: "ax-export-json", onclick: () => download(`${name}.json`, new Blob([JSON.stringify({
       name, rows: m.rows, cols: m.cols, values: Array.from({ length: T }, (_, i) => Array.from(values.subarray(i * S, (i + 1) * S))),
     })], { type: "application/json" })) }, "JSON"),
+    signed ? null : h("button", { type: "button", class: "ax-stretch", title: "colour scale 0..1 or 0..the largest value", onclick: (e) => {
+      let peak = 0;
+      for (let k = 0; k < values.length; k++) peak = Math.max(peak, values[k]);
+      top1 = top1 === 1 && peak > 0 ? peak : 1;
+      e.target.textContent = top1 === 1 ? "0–max" : "0–1";
+      box.dataset.scaleTop = String(top1);
+      colour();
+      draw();
+      const bar = legendBar(false, 1, legend, top1);
+      tools.querySelector(".ax-legend").replaceWith(bar);
+    } }, "0–max"),
     legendBar(signed, span, legend));
   box.axExport = { svg: svgOf, png: () => canvas.toDataURL("image/png") };
   box.axCellAt = (i, j) => ({ x: left + (j + 0.5) * size, y: top + (i + 0.5) * size }); // on the overlay
@@ -269,7 +293,7 @@ function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, hig
 }
 
 // A colour legend: the gradient with its end values and what the colour means.
-function legendBar(signed, span, note) {
+function legendBar(signed, span, note, top1 = 1) {
   const c = h("canvas", { width: 120, height: 10, class: "ax-legend-bar" });
   const ctx = c.getContext("2d");
   for (let x = 0; x < 120; x++) {
@@ -278,7 +302,7 @@ function legendBar(signed, span, note) {
     ctx.fillStyle = `rgb(${r},${g},${b})`;
     ctx.fillRect(x, 0, 1, 10);
   }
-  const lo = signed ? fmt(-span) : "0", hi = signed ? fmt(span) : "1";
+  const lo = signed ? fmt(-span) : "0", hi = signed ? fmt(span) : top1 === 1 ? "1" : fmt(top1);
   return h("span", { class: "ax-legend" }, h("span", { text: lo }), c, h("span", { text: hi }),
     note ? h("span", { class: "ax-small", text: ` ${note}` }) : null);
 }
@@ -555,12 +579,39 @@ export function mountExplorer(root, transport, initial = {}) {
     const m = { values, rows: d.rows, cols: d.cols };
     const describe = (i, j, v) => `query ${d.rows[i]} (row ${i}) → key ${d.cols[j]} (column ${j}): ${v}`;
     const precision = d.weights.dtype === "f16" ? " · values sent as float16 at this length (3 digits)" : "";
+    const neuronBox = h("div", { id: "ax-neuron", class: "ax-neuron" });
     headView.replaceChildren(
       h("div", {}, mapView(m, { id: "ax-heatmap", describe, tooltip, name: `attention-${keyOf(d.head)}`,
-        legend: `attention weight A_ij${precision}` })),
+        legend: `attention weight A_ij${precision}; click a cell for its neuron view`,
+        onPick: d.head.site === "alignment" ? null : (i, j) => guarded(() => drawNeuron(neuronBox, i, j)) }), neuronBox),
       h("div", {}, h("p", { class: "ax-small", text: "lines: width and opacity ∝ attention weight; hover a query token" }),
         linesView(m)));
     headView.dataset.head = keyOf(d.head);
+    // the neuron view opens on the last query's strongest key
+    const T = d.rows.length, S = d.cols.length;
+    let best = 0;
+    for (let j = 1; j < S; j++) if (values[(T - 1) * S + j] > values[(T - 1) * S + best]) best = j;
+    if (d.head.site !== "alignment") guarded(() => drawNeuron(neuronBox, T - 1, best));
+  }
+
+  // bertviz's neuron view: q_i, k_j and q_i ∘ k_j (its sum is the score), then scale, softmax.
+  async function drawNeuron(box, i, j) {
+    const sel = state.selected;
+    const d = await latest("neuron", "neuron", request({ ...sel, query: i, key: j, ablate: ablateList() }));
+    if (!d) return;
+    const dk = d.q.length, values = new Float32Array(3 * dk);
+    values.set(d.q, 0); values.set(d.k, dk); values.set(d.product, 2 * dk);
+    const rot = d.rotated ? " (rotated by RoPE)" : "";
+    box.dataset.query = String(d.query);
+    box.dataset.key = String(d.key);
+    box.replaceChildren(
+      h("h3", { text: `Neuron view: query ${d.query} "${d.query_token}" → key ${d.key} "${d.key_token}"` }),
+      mapView({ values, rows: [`q_${d.query}`, `k_${d.key}`, "q∘k"], cols: Array.from({ length: dk }, (_, c) => `k${c}`) }, {
+        id: "ax-neuron-map", signed: true, cell: 22, fit: 500, tooltip, name: `neuron-${d.query}-${d.key}`,
+        legend: `value (red +, blue −)${rot}`, describe: (r, c, v) => `${["q", "k", "q∘k"][r]}[${c}] = ${v}`,
+      }),
+      h("p", { class: "ax-eq", id: "ax-neuron-sum",
+        text: `Σ q∘k = q·k = ${fmt(d.score)} · ${fmt(d.factor)} (1/√d_k) = ${fmt(d.scaled)} → softmax over row ${d.query} → A = ${fmt(d.weight)}` }));
   }
 
   async function drawHead() {
