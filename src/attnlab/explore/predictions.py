@@ -103,7 +103,7 @@ class Predictions:
 
     def _output_label(self, i: int) -> str:
         if self.output in ("tokens", "masks"):
-            return self.tokenizer.token_to_str(i)
+            return self.token_label(i)
         return self.labels.names[i] if self.labels is not None else f"class {i}"
 
     def continuation(
@@ -154,7 +154,7 @@ class Predictions:
                         if cancel.is_set():
                             raise Cancelled
                         ids.append(token)
-                        label = self.tokenizer.token_to_str(token)
+                        label = self.token_label(token)
                         yield {"type": "token", "id": token, "token": label}
             except Cancelled:
                 stopped = True
@@ -163,7 +163,11 @@ class Predictions:
         if stopped:
             yield {"type": "stopped", "ids": ids}
             return
-        yield {"type": "done", "text": self.tokenizer.decode(ids), "ids": ids}
+        try:
+            text = self.tokenizer.decode(ids)
+        except (ValueError, IndexError, KeyError):  # ids past the tokenizer (padded rows)
+            text = "".join(self.token_label(i) for i in ids)
+        yield {"type": "done", "text": text, "ids": ids}
 
     def _generate(self, prompt: list[int], config) -> Iterator[int]:
         from attnlab.generate import generate, generate_seq2seq, stream

@@ -246,7 +246,15 @@ class Session(Predictions):
         raise ExploreError("The tokenizer has no class token (<bos> or [CLS]) for this classifier.")
 
     def _labels(self, ids: list[int]) -> list[str]:
-        return [self.tokenizer.token_to_str(i) for i in ids]
+        return [self.token_label(i) for i in ids]
+
+    def token_label(self, i: int) -> str:
+        """A token's printable text; an id past the tokenizer's vocabulary (a model's padded
+        embedding rows, e.g. a vocabulary rounded up) is shown as <unused i>."""
+        try:
+            return self.tokenizer.token_to_str(i)
+        except (ValueError, IndexError, KeyError):
+            return f"<unused {i}>"
 
     def tokens(self, text: Any = None, source: Any = None) -> dict[str, Any]:
         """The tokens as the tokenizer cut them (with their ids)."""
@@ -503,9 +511,23 @@ class Session(Predictions):
         if force or self._recorded is None or self._recorded[0] != key:
             self._recorded = None  # free the old pass before making the new one
             modules = [pm for site in self.sites for pm in site.modules]
-            with self.ablated(heads), torch.inference_mode():
-                _, seen, _ = self._forward(inputs, modules, steps=())
-            self._recorded = (key, seen)
+            device = _device(self.model)
+            target = torch.tensor([inputs["target"]], device=device)  # (1, T)
+            src = torch.tensor([inputs["source"]], device=device) if self.seq2seq else None
+            with (
+                self.ablated(heads),
+                torch.inference_mode(),
+                probes.record_inputs(modules) as seen,
+                probes.stop_after(modules),  # nothing after the last attention is needed
+            ):
+                try:
+                    if src is not None:
+                        self.model.decode(target, self.model.encode(src))
+                    else:
+                        self.model(target)
+                except probes.Enough:
+                    pass
+            self._recorded = (key, dict(seen))
         return self._recorded[1]
 
     def _axes(self, site: str, inputs: dict[str, list[int]]) -> dict[str, list[str]]:
