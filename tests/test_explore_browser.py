@@ -24,6 +24,7 @@ from attnlab.explore import Session
 from attnlab.explore.probes import unpack
 from attnlab.explore.server import start_in_thread
 from explore_models import TOK, bert_dir, tiny_model, trained_lm, trained_reverser
+from hf_dirs import spread
 
 CHROMIUM = os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -70,7 +71,9 @@ def servers():
             TOK,
             name="tiny Bahdanau LSTM",
         ),
-        "long": Session(tiny_model("decoder_lm", max_len=1024), TOK, name="tiny LM, 1,024"),
+        "long": Session(  # larger random weights: sharper attention, some structure to see
+            spread(tiny_model("decoder_lm", max_len=1024), 0.4), TOK, name="tiny LM, 1,024"
+        ),
         "enc": Session(tiny_model("encoder"), TOK, name="tiny encoder"),
     }
     running = {k: (start_in_thread(s), s) for k, s in sessions.items()}
@@ -288,6 +291,8 @@ def test_screenshots_of_each_view(servers, page, tmp_path):
             ("walkthrough", "#ax-sec-walk"),
             ("positions", "#ax-sec-positions"),
             ("next-token", "#ax-sec-next"),
+            ("neuron", "#ax-neuron"),
+            ("heads-off", "#ax-sec-ablate"),
         ],
         "s2s": [("seq2seq-model-view", "#ax-sec-model")],
         "lstm": [("bahdanau", "#ax-sec-head")],
@@ -306,8 +311,12 @@ def test_screenshots_of_each_view(servers, page, tmp_path):
             page.wait_for_selector("#ax-stream[data-state='done']")
         for view, selector in views:
             page.locator(selector).screenshot(path=str(out / f"{view}.png"))
+    open_long(page, servers["long"][0], LONG)  # 600 tokens, every key; each row's colours stretched
+    page.click("#ax-heatmap .ax-stretch")
+    page.wait_for_selector("#ax-heatmap[data-scale='rows']")
+    page.locator("#ax-sec-head").screenshot(path=str(out / "long-input.png"))
     written = sorted(p.name for p in out.glob("*.png"))
-    assert len(written) >= 8 and all((out / n).stat().st_size > 1000 for n in written)
+    assert len(written) >= 11 and all((out / n).stat().st_size > 1000 for n in written)
     if out is tmp_path:
         shutil.rmtree(tmp_path, ignore_errors=True)
     assert page.errors == []

@@ -164,14 +164,22 @@ function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, hig
   image.width = Math.max(S, 1);
   image.height = Math.max(T, 1);
   const ictx = image.getContext("2d");
-  // weights are coloured on 0..1, or on 0..their maximum ("stretch": diffuse heads of long
-  // inputs, whose weights are all near 1/S, would be white on 0..1)
-  let top1 = 1;
+  // weights are coloured on 0..1, or each row on 0..its own maximum ("rows": a diffuse head of a
+  // long input, whose weights are all near 1/S, would be white on 0..1)
+  let byRow = false;
   const colour = () => {
     const pixels = ictx.createImageData(image.width, image.height);
-    for (let k = 0; k < T * S; k++) {
-      const [r, g, b] = signed ? signedRGB(values[k], span) : weightRGB(values[k] / top1);
-      pixels.data[4 * k] = r; pixels.data[4 * k + 1] = g; pixels.data[4 * k + 2] = b; pixels.data[4 * k + 3] = 255;
+    for (let i = 0; i < T; i++) {
+      let top1 = 1;
+      if (byRow) {
+        top1 = 0;
+        for (let j = 0; j < S; j++) top1 = Math.max(top1, values[i * S + j]);
+        top1 = top1 > 0 ? top1 : 1;
+      }
+      for (let k = i * S; k < (i + 1) * S; k++) {
+        const [r, g, b] = signed ? signedRGB(values[k], span) : weightRGB(values[k] / top1);
+        pixels.data[4 * k] = r; pixels.data[4 * k + 1] = g; pixels.data[4 * k + 2] = b; pixels.data[4 * k + 3] = 255;
+      }
     }
     ictx.putImageData(pixels, 0, 0);
   };
@@ -224,6 +232,7 @@ function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, hig
       ctx.strokeRect(left + highlight[0] * size + 1, top + 1, (highlight[1] - highlight[0]) * size - 2, T * size - 2);
     }
     box.dataset.cell = String(size);
+    box.dataset.scale = box.dataset.scale || "fixed";
   }
   draw();
 
@@ -273,17 +282,15 @@ function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, hig
     h("button", { type: "button", class: "ax-export-json", onclick: () => download(`${name}.json`, new Blob([JSON.stringify({
       name, rows: m.rows, cols: m.cols, values: Array.from({ length: T }, (_, i) => Array.from(values.subarray(i * S, (i + 1) * S))),
     })], { type: "application/json" })) }, "JSON"),
-    signed ? null : h("button", { type: "button", class: "ax-stretch", title: "colour scale 0..1 or 0..the largest value", onclick: (e) => {
-      let peak = 0;
-      for (let k = 0; k < values.length; k++) peak = Math.max(peak, values[k]);
-      top1 = top1 === 1 && peak > 0 ? peak : 1;
-      e.target.textContent = top1 === 1 ? "0–max" : "0–1";
-      box.dataset.scaleTop = String(top1);
+    signed ? null : h("button", { type: "button", class: "ax-stretch", title: "colour each row on 0..its largest weight, or all on 0..1", onclick: (e) => {
+      byRow = !byRow;
+      e.target.textContent = byRow ? "0–1" : "rows";
+      box.dataset.scale = byRow ? "rows" : "fixed";
       colour();
       draw();
-      const bar = legendBar(false, 1, legend, top1);
-      tools.querySelector(".ax-legend").replaceWith(bar);
-    } }, "0–max"),
+      const note = byRow ? `each row scaled to its largest weight · ${legend}` : legend;
+      tools.querySelector(".ax-legend").replaceWith(legendBar(false, 1, note, byRow ? "row max" : "1"));
+    } }, "rows"),
     legendBar(signed, span, legend));
   box.axExport = { svg: svgOf, png: () => canvas.toDataURL("image/png") };
   box.axCellAt = (i, j) => ({ x: left + (j + 0.5) * size, y: top + (i + 0.5) * size }); // on the overlay
@@ -293,7 +300,7 @@ function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, hig
 }
 
 // A colour legend: the gradient with its end values and what the colour means.
-function legendBar(signed, span, note, top1 = 1) {
+function legendBar(signed, span, note, top1 = "1") {
   const c = h("canvas", { width: 120, height: 10, class: "ax-legend-bar" });
   const ctx = c.getContext("2d");
   for (let x = 0; x < 120; x++) {
@@ -302,7 +309,7 @@ function legendBar(signed, span, note, top1 = 1) {
     ctx.fillStyle = `rgb(${r},${g},${b})`;
     ctx.fillRect(x, 0, 1, 10);
   }
-  const lo = signed ? fmt(-span) : "0", hi = signed ? fmt(span) : top1 === 1 ? "1" : fmt(top1);
+  const lo = signed ? fmt(-span) : "0", hi = signed ? fmt(span) : top1;
   return h("span", { class: "ax-legend" }, h("span", { text: lo }), c, h("span", { text: hi }),
     note ? h("span", { class: "ax-small", text: ` ${note}` }) : null);
 }
