@@ -220,3 +220,33 @@ def test_a_busy_port_is_one_message_with_the_fix():
             start_in_thread(Session(tiny_model(), TOK), port=port)
     with pytest.raises(UserError, match="not an address of this machine"):
         check_port("no-such-host.invalid", 8000)
+
+
+QUERY_VALUES = st.one_of(
+    st.text(max_size=12),
+    st.integers(-(2**80), 2**80).map(str),
+    st.floats(allow_nan=True).map(str),
+    st.sampled_from(["greedy", "sample", "beam", "[]", '[["decoder", 0, 1]]', "true", "1.5"]),
+)
+QUERY_FIELDS = [
+    "text", "strategy", "max_new_tokens", "temperature", "top_k", "top_p", "beams", "seed",
+    "ablate", "pace_ms",
+]  # fmt: skip
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(query=st.dictionaries(st.sampled_from(QUERY_FIELDS), QUERY_VALUES, max_size=5))
+def test_fuzzed_stream_queries_end_in_done_or_one_error_never_internal(clients, query):
+    query = {"max_new_tokens": "3", "pace_ms": "0", **query}
+    if query["max_new_tokens"].strip().lstrip("+").isdigit() and int(query["max_new_tokens"]) > 5:
+        query["max_new_tokens"] = "5"  # keep it short; the range check is tested above
+    with clients["lm"].stream("GET", "/api/stream", params=query) as r:
+        body = r.read().decode()
+    if r.status_code == 400:
+        assert "Internal error" not in json.loads(body)["error"]
+        return
+    assert r.status_code == 200, body
+    last = json.loads(body.strip().split("data: ")[-1])
+    assert last["type"] in ("done", "error") and "Internal error" not in last.get("error", "")
