@@ -119,6 +119,22 @@ def stop_after(modules: list[tuple[str, nn.Module]]) -> Iterator[None]:
             h.remove()
 
 
+@contextmanager
+def last_position_only(model: nn.Module) -> Iterator[None]:
+    """While inside, the model's output layer (``lm_head``) sees only the last position: the
+    next-token view needs z_T alone, and GPT-2's unembedding of every position (1,024 x 768 x
+    50,257 multiply-adds) would be a third of the pass. Logits come out (..., 1, V)."""
+    head = getattr(model, "lm_head", None)
+    if not isinstance(head, nn.Module):
+        yield
+        return
+    handle = head.register_forward_pre_hook(lambda _m, args: (args[0][..., -1:, :], *args[1:]))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
 def replay(model: nn.Module, path: str, module: nn.Module, rec: Recorded, names: list[str]):
     """Run one attention module again on the inputs it received (``rec``) and capture ``names``
     (its inspect names, e.g. ``blocks.3.self_attn.A``): the numbers of one head without a whole

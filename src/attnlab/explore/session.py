@@ -337,6 +337,7 @@ class Session(Predictions):
         with (
             probes.record_inputs(modules) as seen,
             inspect.capture(model, list(names)) if names else nullcontext({}) as cache,
+            probes.last_position_only(model) if self.generative else nullcontext(),
             torch.inference_mode(),
         ):
             if self.seq2seq:

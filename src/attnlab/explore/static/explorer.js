@@ -754,20 +754,19 @@ export function mountExplorer(root, transport, initial = {}) {
       const first = state.info.sites[0];
       if (first && !state.selected) state.selected = { site: first.name, layer: 0, head: 0 };
       drawModelView();
-      const work = [drawPositions()];
-      if (state.info.output) work.push(drawNext());
-      const settled = Promise.allSettled(work);
       let failure = null;
-      if (state.selected) {
+      if (state.selected) { // the head view first: it reruns one module, so it comes at once
         try {
           await drawHead(); // the server checks the head exists
-          await drawWalkthrough();
         } catch (err) {
           state.selected = null;
           failure = err;
         }
       }
-      for (const r of await settled) if (r.status === "rejected" && !failure) failure = r.reason;
+      const work = [drawPositions()];
+      if (state.selected) work.push(drawWalkthrough());
+      if (state.info.output) work.push(drawNext());
+      for (const r of await Promise.allSettled(work)) if (r.status === "rejected" && !failure) failure = r.reason;
       syncUrl();
       if (failure) throw failure;
     });
