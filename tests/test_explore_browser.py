@@ -442,6 +442,8 @@ def test_views_agree_on_one_screen_with_a_head_switched_off(servers, page):
     assert "ax-off" in page.get_attribute(
         "#ax-model-view button[data-layer='0'][data-head='0']", "class"
     )
+    thumb = cells(page, "#ax-model-view button[data-layer='1'][data-head='0'] canvas")
+    np.testing.assert_allclose(thumb, head_view, atol=head_view.max() / 255)  # model view too
     neuron = page.eval_on_selector("#ax-neuron", "n => [+n.dataset.query, +n.dataset.key]")
     got = session.neuron(TEXT, site="decoder", layer=1, head=0, query=neuron[0], key=neuron[1],
                          ablate=off)  # fmt: skip

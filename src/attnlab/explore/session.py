@@ -21,6 +21,7 @@ Shapes: T target/query tokens, S source/key tokens, H heads, V vocabulary.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -41,6 +42,7 @@ from attnlab.models.base import Classifier, LanguageModel, Seq2SeqModel
 from attnlab.models.masked_lm import MaskedLM
 from attnlab.nn.attention import scale_factor
 
+log = logging.getLogger("attnlab.explore")
 MAX_TOKENS = 1024  # longest input the explorer draws (GPT-2's context)
 THUMB = 48  # model-view thumbnails: at most THUMB x THUMB block averages per head
 ALL_HEADS_LIMIT = 2_000_000  # values /api/attention sends at once (all heads as JSON lists)
@@ -168,7 +170,8 @@ class Session(Predictions):
             events = list(self.continuation(text="", source=text, max_new_tokens=min(limit, 20)))
             target = events[-1].get("text", "") if events else ""
             target = target if self._readable(target, limit) else ""
-        except ExploreError:
+        except Exception:  # noqa: BLE001 - no example target is better than no page
+            log.exception("explorer: the example's greedy output failed")
             target = ""
         note = (
             "Target prefix: the model's own greedy output for this source, so cross-attention "

@@ -478,6 +478,9 @@ export function mountExplorer(root, transport, initial = {}) {
       img.data[4 * k] = r; img.data[4 * k + 1] = g; img.data[4 * k + 2] = b; img.data[4 * k + 3] = 255;
     }
     ctx.putImageData(img, 0, 0);
+    const values = new Float32Array(t * s);
+    for (let k = 0; k < t * s; k++) values[k] = (bytes[offset + k] / 255) * scale;
+    canvas.axMatrix = { values, shape: [t, s] }; // what the thumbnail shows, for tests and tools
     return canvas;
   }
 
