@@ -891,9 +891,9 @@ export function mountExplorer(root, transport, initial = {}) {
       const [site, layer, head] = String(initial.head).split(":");
       state.selected = { site, layer: +layer, head: +head };
     }
-    if (!textInput.value && !initial.text && info.example) { // first contact: an example input
+    if (!textInput.value && !sourceInput.value && info.example) { // first contact: an example
       textInput.value = info.example.text;
-      sourceInput.value = sourceInput.value || info.example.source;
+      sourceInput.value = info.example.source;
       exampleNote.textContent = `Example input${info.example.note ? `: ${info.example.note}` : ""}`;
       exampleNote.hidden = false;
     }
