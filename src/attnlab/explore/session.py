@@ -598,7 +598,11 @@ class Session(Predictions):
         """The position signal each embedding adds for these tokens (walkthrough.py). Reads
         parameters only, so it needs no lock."""
         inputs = self._inputs(text, source)
-        return positions_view(self.model, self.cfg, inputs, self._labels)
+        result = positions_view(self.model, self.cfg, inputs, self._labels)
+        for view in result["views"]:  # a view built with walkthrough._step holds a tensor
+            if isinstance(view.get("values"), torch.Tensor):
+                view["values"] = matrix(view["values"].to(torch.float64))
+        return result
 
 
 def _device(model: nn.Module) -> torch.device:
