@@ -391,7 +391,8 @@ class Session(Predictions):
     def overview(self, text: Any = None, source: Any = None, ablate: Any = None) -> dict[str, Any]:
         """The model view: every head's A as a thumbnail of at most THUMB x THUMB block averages,
         uint8 scaled by its own maximum (probes.pack_scaled; "scales" holds each maximum).
-        The pass's attention inputs are kept for :meth:`head` and :meth:`walkthrough`."""
+        The forward pass's attention inputs are kept for :meth:`head` and :meth:`walkthrough`
+        (and reused here when one of them came first)."""
         with self.lock:
             inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
             sites: dict[str, Any] = {}
@@ -403,9 +404,19 @@ class Session(Predictions):
                 )
                 sites["alignment"] = {"thumbs": pack_scaled(thumb), **self._axes("cross", inputs)}
             elif self.sites:
+                # the record pass runs the fused attention kernel; the weights are then made one
+                # module at a time on its recorded inputs (so a head view asked for first, which
+                # needs one module, is not kept waiting for every module's weights)
                 modules = [pm for site in self.sites for pm in site.modules]
-                with probes.pooled_weights(modules, THUMB) as pooled:
-                    self._record(inputs, heads, force=True)
+                record = self._record(inputs, heads)
+                with (
+                    probes.pooled_weights(modules, THUMB) as pooled,
+                    self.ablated(heads),
+                    torch.inference_mode(),
+                ):
+                    for path, module in modules:
+                        args, kwargs = record[path].call
+                        module(*args, **kwargs)
                 for site in self.sites:
                     maps = torch.cat([pooled[path] for path, _ in site.modules])  # (L*H, t, s)
                     sites[site.name] = {

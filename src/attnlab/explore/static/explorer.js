@@ -751,14 +751,10 @@ export function mountExplorer(root, transport, initial = {}) {
     await guarded(async () => {
       clearError();
       drawTokens(await call("tokens", request()));
-      const overview = await latest("overview", "overview", request({ ablate: ablateList() }));
-      if (!overview) return;
-      state.overview = overview;
       const first = state.info.sites[0];
       if (first && !state.selected) state.selected = { site: first.name, layer: 0, head: 0 };
-      drawModelView();
       let failure = null;
-      if (state.selected) { // the head view first: it reruns one module, so it comes at once
+      if (state.selected) { // the head view first: one forward pass (fused attention) + one module
         try {
           await drawHead(); // the server checks the head exists
         } catch (err) {
@@ -766,6 +762,10 @@ export function mountExplorer(root, transport, initial = {}) {
           failure = err;
         }
       }
+      const overview = await latest("overview", "overview", request({ ablate: ablateList() }));
+      if (!overview) return;
+      state.overview = overview;
+      drawModelView();
       const work = [drawPositions()];
       if (state.selected) work.push(drawWalkthrough());
       if (state.info.output) work.push(drawNext());
