@@ -26,7 +26,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -70,6 +70,14 @@ class Head:
     head: int
 
 
+class Pass(NamedTuple):
+    """What :meth:`Session._record` keeps of one forward pass."""
+
+    key: tuple  # (target ids, source ids, switched-off heads)
+    seen: dict[str, probes.Recorded]  # module path -> the inputs it received
+    thumbs: dict[str, torch.Tensor]  # module path -> (H, t, s) block averages of A
+
+
 class Session(Predictions):
     """One model + tokenizer, explored through JSON-ready answers."""
 
@@ -88,7 +96,7 @@ class Session(Predictions):
         self.cfg = getattr(model, "cfg", None)
         self.sites = probes.attention_sites(model)
         self.lock = threading.RLock()
-        self._recorded: tuple[Any, dict[str, probes.Recorded]] | None = None  # the last pass
+        self._recorded: Pass | None = None  # the last forward pass (_record)
         self._example: dict[str, str] | None = None
         self.recurrent_alignment = not self.sites and isinstance(model, Seq2SeqModel)
         self.recurrent_alignment &= getattr(model, "attention", "none") != "none"
@@ -404,19 +412,7 @@ class Session(Predictions):
                 )
                 sites["alignment"] = {"thumbs": pack_scaled(thumb), **self._axes("cross", inputs)}
             elif self.sites:
-                # the record pass runs the fused attention kernel; the weights are then made one
-                # module at a time on its recorded inputs (so a head view asked for first, which
-                # needs one module, is not kept waiting for every module's weights)
-                modules = [pm for site in self.sites for pm in site.modules]
-                record = self._record(inputs, heads)
-                with (
-                    probes.pooled_weights(modules, THUMB) as pooled,
-                    self.ablated(heads),
-                    torch.inference_mode(),
-                ):
-                    for path, module in modules:
-                        args, kwargs = record[path].call
-                        module(*args, **kwargs)
+                pooled = self._record(inputs, heads).thumbs  # made by the pass itself
                 for site in self.sites:
                     maps = torch.cat([pooled[path] for path, _ in site.modules])  # (L*H, t, s)
                     sites[site.name] = {
@@ -450,7 +446,7 @@ class Session(Predictions):
             else:
                 chosen = self._chosen(site, layer, head)
                 path, module = self._module(chosen)
-                rec = self._record(inputs, heads)[path]
+                rec = self._record(inputs, heads).seen[path]
                 with self.ablated(heads):
                     cache = probes.replay(self.model, path, module, rec, [f"{path}.A"])
                 weights = cache[f"{path}.A"][0, chosen.head]  # (T, S)
@@ -485,7 +481,7 @@ class Session(Predictions):
             axes = self._axes(chosen.site, inputs)
             i = fields.whole("query", query, 0, len(axes["rows"]) - 1)
             j = fields.whole("key", key, 0, len(axes["cols"]) - 1)
-            rec = self._record(inputs, heads)[path]
+            rec = self._record(inputs, heads).seen[path]
             names = probes.step_names(path, module, ("Q", "K", "scores", "scaled", "A"))
             with self.ablated(heads):
                 cache = probes.replay(self.model, path, module, rec, names)
@@ -517,13 +513,13 @@ class Session(Predictions):
     def _module(self, head: Head) -> tuple[str, nn.Module]:
         return {s.name: s for s in self.sites}[head.site].modules[head.layer]
 
-    def _record(
-        self, inputs: dict[str, list[int]], heads: list[Head], force: bool = False
-    ) -> dict[str, probes.Recorded]:
-        """What every attention module received in a forward pass of ``inputs`` with ``heads``
-        switched off: the last pass's record when it was of the same request (one kept)."""
+    def _record(self, inputs: dict[str, list[int]], heads: list[Head]) -> Pass:
+        """One forward pass of ``inputs`` with ``heads`` switched off, up to the last attention
+        module: what every attention module received, and every head's A block-averaged to
+        thumbnails as it is made. The last pass is kept and reused when a request asks for the
+        same input and ablation (one pass kept: nothing accumulates)."""
         key = (tuple(inputs["target"]), tuple(inputs.get("source", ())), tuple(heads))
-        if force or self._recorded is None or self._recorded[0] != key:
+        if self._recorded is None or self._recorded.key != key:
             self._recorded = None  # free the old pass before making the new one
             modules = [pm for site in self.sites for pm in site.modules]
             device = _device(self.model)
@@ -533,6 +529,7 @@ class Session(Predictions):
                 self.ablated(heads),
                 torch.inference_mode(),
                 probes.record_inputs(modules) as seen,
+                probes.pooled_weights(modules, THUMB) as pooled,
                 probes.stop_after(modules),  # nothing after the last attention is needed
             ):
                 try:
@@ -542,8 +539,8 @@ class Session(Predictions):
                         self.model(target)
                 except probes.Enough:
                     pass
-            self._recorded = (key, dict(seen))
-        return self._recorded[1]
+            self._recorded = Pass(key, dict(seen), dict(pooled))
+        return self._recorded
 
     def _axes(self, site: str, inputs: dict[str, list[int]]) -> dict[str, list[str]]:
         rows = inputs["source"] if site == "encoder" and self.seq2seq else inputs["target"]
@@ -574,7 +571,7 @@ class Session(Predictions):
             chosen = self._chosen(site, layer, head)
             path, module = self._module(chosen)
             names = probes.step_names(path, module)
-            rec = self._record(inputs, heads)[path]
+            rec = self._record(inputs, heads).seen[path]
             with self.ablated(heads):
                 cache = probes.replay(self.model, path, module, rec, names)
             steps = probes.cached_steps(module, path, rec, cache)
