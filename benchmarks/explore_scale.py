@@ -167,6 +167,7 @@ def main() -> int:
 
     torch.set_num_threads(args.threads)
     session = gpt2_small_session()
+    session.overview(text_of(16))  # one-time costs (allocator, thread pool) out of the table
     browser = not args.no_browser and os.path.exists(CHROMIUM)
     running = None
     if browser:

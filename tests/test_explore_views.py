@@ -58,6 +58,7 @@ def test_one_head_of_a_long_input_equals_inspect_and_is_compact(long_lm):
     client = TestClient(create_app(long_lm))
     got = post(client, "head", text=LONG, site="decoder", layer=1, head=1)
     assert got["weights"]["dtype"] == "f16"  # 600 x 600 > EXACT_CELLS: float16
+    assert got["weights"]["layout"] == "tril"  # causal: only the keys j <= i travel
     assert EXACT_CELLS < 600 * 600 and len(got["cols"]) == len(got["rows"]) == 600
     close(unpack(got["weights"]), cache["blocks.1.self_attn.A"][0, 1], atol=1e-3)
     r = client.post("/api/head", json={"text": LONG, "layer": 0, "head": 0})

@@ -212,7 +212,8 @@ def pack(t: Tensor, *, exact: bool | None = None) -> dict:
     """A tensor as compact JSON: {"dtype", "shape", "data" (base64, little-endian)}.
 
     float32 (exact to ~1e-7) up to EXACT_CELLS values, float16 (3 significant digits) beyond, so
-    one 1,024 x 1,024 map is 2 MB instead of ~20 MB of JSON text; a bool mask is uint8 0/1.
+    one 1,024 x 1,024 map is 2 MB instead of ~20 MB of JSON text, and a causal one ("layout":
+    "tril", only j <= i sent) 1 MB; a bool mask is uint8 0/1.
     static/explorer.js ``unpack`` reads it back into a Float32Array."""
     t = t.detach().cpu()
     if t.dtype == torch.bool:
@@ -220,7 +221,16 @@ def pack(t: Tensor, *, exact: bool | None = None) -> dict:
     else:
         exact = t.numel() <= EXACT_CELLS if exact is None else exact
         dtype, raw = ("f32", t.float()) if exact else ("f16", t.float().clamp(-65504, 65504).half())
-    return {"dtype": dtype, "shape": list(t.shape), "data": _b64(raw)}
+    packed = {"dtype": dtype, "shape": list(t.shape)}
+    if t.numel() > EXACT_CELLS and _lower_triangular(t):  # causal: send j <= i only, half
+        rows, cols = torch.tril_indices(t.size(0), t.size(1))
+        raw, packed["layout"] = raw[rows, cols], "tril"
+    return {**packed, "data": _b64(raw)}
+
+
+def _lower_triangular(t: Tensor) -> bool:
+    """A square map whose every entry above the diagonal is 0 (a causal head's A)."""
+    return t.dim() == 2 and t.size(0) == t.size(1) and not torch.triu(t, diagonal=1).any()
 
 
 def unpack(packed: dict) -> Tensor:
@@ -229,6 +239,10 @@ def unpack(packed: dict) -> Tensor:
 
     kind = {"f32": "<f4", "f16": "<f2", "u8": "u1"}[packed["dtype"]]
     values = np.frombuffer(base64.b64decode(packed["data"]), dtype=kind).astype(np.float64)
+    if packed.get("layout") == "tril":  # the lower triangle, row by row; zeros above
+        full = np.zeros(packed["shape"])
+        full[np.tril_indices(packed["shape"][0], 0, packed["shape"][1])] = values
+        values = full
     values = values.reshape(packed["shape"])
     if "scales" in packed:  # pack_scaled: bytes / 255 x each leading slice's scale
         scales = np.asarray(packed["scales"]).reshape((-1,) + (1,) * (values.ndim - 1))

@@ -76,6 +76,7 @@ class Pass(NamedTuple):
     key: tuple  # (target ids, source ids, switched-off heads)
     seen: dict[str, probes.Recorded]  # module path -> the inputs it received
     thumbs: dict[str, torch.Tensor]  # module path -> (H, t, s) block averages of A
+    layer: dict[str, torch.Tensor]  # the last module a head request ran -> its A (H, T, S)
 
 
 class Session(Predictions):
@@ -446,10 +447,15 @@ class Session(Predictions):
             else:
                 chosen = self._chosen(site, layer, head)
                 path, module = self._module(chosen)
-                rec = self._record(inputs, heads).seen[path]
-                with self.ablated(heads):
-                    cache = probes.replay(self.model, path, module, rec, [f"{path}.A"])
-                weights = cache[f"{path}.A"][0, chosen.head]  # (T, S)
+                record = self._record(inputs, heads)
+                if path not in record.layer:  # the module's A for all its heads, kept for the
+                    with self.ablated(heads):  # next head of the same layer
+                        cache = probes.replay(
+                            self.model, path, module, record.seen[path], [f"{path}.A"]
+                        )
+                    record.layer.clear()
+                    record.layer[path] = cache[f"{path}.A"][0]  # (H, T, S)
+                weights = record.layer[path][chosen.head]  # (T, S)
                 axes = self._axes(chosen.site, inputs)
         return {
             "head": chosen.__dict__,
@@ -539,7 +545,7 @@ class Session(Predictions):
                         self.model(target)
                 except probes.Enough:
                     pass
-            self._recorded = Pass(key, dict(seen), dict(pooled))
+            self._recorded = Pass(key, dict(seen), dict(pooled), {})
         return self._recorded
 
     def _axes(self, site: str, inputs: dict[str, list[int]]) -> dict[str, list[str]]:

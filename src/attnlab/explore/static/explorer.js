@@ -79,6 +79,14 @@ function h(tag, attrs = {}, ...children) {
 const SVG_TAGS = new Set(["rect", "line", "text", "g", "title"]);
 
 // Sequential colour for weights in [0, 1]; diverging colour for signed values scaled by `span`.
+// Maps colour their cells through 1,024-step tables of these (no allocation per cell).
+const STEPS = 1024;
+const WEIGHT_LUT = new Uint8Array(3 * (STEPS + 1));
+const SIGNED_LUT = new Uint8Array(3 * (2 * STEPS + 1));
+function fillLuts() {
+  for (let k = 0; k <= STEPS; k++) WEIGHT_LUT.set(weightRGB(k / STEPS), 3 * k);
+  for (let k = -STEPS; k <= STEPS; k++) SIGNED_LUT.set(signedRGB(k / STEPS, 1), 3 * (k + STEPS));
+}
 function weightRGB(w) {
   const t = Math.max(0, Math.min(1, w));
   return [Math.round(255 - 225 * t), Math.round(255 - 160 * t), Math.round(255 - 50 * t)];
@@ -88,6 +96,7 @@ function signedRGB(v, span) {
   if (t >= 0) return [Math.round(255 - 40 * t), Math.round(255 - 170 * t), Math.round(255 - 170 * t)];
   return [Math.round(255 + 170 * t), Math.round(255 + 120 * t), Math.round(255 + 30 * t)];
 }
+fillLuts();
 export function weightColor(w) {
   const [r, g, b] = weightRGB(w);
   return `rgb(${r},${g},${b})`;
@@ -133,6 +142,12 @@ export function unpack(packed) {
     values = new Float32Array(half.length);
     for (let i = 0; i < half.length; i++) values[i] = table[half[i]];
   } else values = Float32Array.from(bytes);
+  if (packed.layout === "tril") { // a causal map: row i sent its keys 0..i only
+    const [T, S] = packed.shape, full = new Float32Array(T * S);
+    let k = 0;
+    for (let i = 0; i < T; i++) for (let j = 0; j <= Math.min(i, S - 1); j++) full[i * S + j] = values[k++];
+    values = full;
+  }
   return { values, shape: packed.shape, dtype: packed.dtype };
 }
 
@@ -176,9 +191,13 @@ function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, hig
         for (let j = 0; j < S; j++) top1 = Math.max(top1, values[i * S + j]);
         top1 = top1 > 0 ? top1 : 1;
       }
+      const px = pixels.data, lut = signed ? SIGNED_LUT : WEIGHT_LUT;
+      const scale = signed ? (span > 0 ? STEPS / span : 0) : STEPS / top1, offset = signed ? STEPS : 0;
+      const hi = signed ? 2 * STEPS : STEPS;
       for (let k = i * S; k < (i + 1) * S; k++) {
-        const [r, g, b] = signed ? signedRGB(values[k], span) : weightRGB(values[k] / top1);
-        pixels.data[4 * k] = r; pixels.data[4 * k + 1] = g; pixels.data[4 * k + 2] = b; pixels.data[4 * k + 3] = 255;
+        let q = Math.round(values[k] * scale) + offset;
+        q = q < 0 ? 0 : q > hi ? hi : q;
+        px[4 * k] = lut[3 * q]; px[4 * k + 1] = lut[3 * q + 1]; px[4 * k + 2] = lut[3 * q + 2]; px[4 * k + 3] = 255;
       }
     }
     ictx.putImageData(pixels, 0, 0);
