@@ -61,3 +61,27 @@ def trained_reverser() -> torch.nn.Module:
         return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tgt.flatten())
 
     return _fit(tiny_model("encoder_decoder", seed=1), loss_of, 300, 1e-2)
+
+
+def bert_dir(root, kind: str, seed: int = 0):
+    """A random-weight Hugging Face BERT directory (BertForMaskedLM or
+    BertForSequenceClassification, 3 labels) with its WordPiece vocab.txt, saved to ``root``;
+    returns (root, the transformers model)."""
+    import transformers
+
+    from hf_dirs import bigger_weights, wordpiece_vocab
+
+    wordpiece_vocab(root)
+    n_vocab = len((root / "vocab.txt").read_text().split())
+    torch.manual_seed(seed)
+    cfg = transformers.BertConfig(
+        vocab_size=n_vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, max_position_embeddings=64, hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0, num_labels=3,
+    )  # fmt: skip
+    cfg._attn_implementation = "eager"  # so that output_attentions gives the weights
+    names = {"masked_lm": "BertForMaskedLM", "classifier": "BertForSequenceClassification"}
+    hf = getattr(transformers, names[kind])(cfg).eval()
+    bigger_weights(hf, 0.1)
+    hf.save_pretrained(root)
+    return root, hf

@@ -376,7 +376,8 @@ def test_bad_input_is_one_message_and_the_server_keeps_serving(clients, endpoint
 
 def test_bad_requests(clients):
     c = clients["lm"]
-    assert c.post("/api/attention", content=b"{nope").json()["error"].startswith("The request body")
+    bad = c.post("/api/attention", content=b"{nope", headers={"content-type": "application/json"})
+    assert bad.json()["error"].startswith("The request body")
     assert c.post("/api/attention", json=[1]).status_code == 400
     assert "source" in clients["s2s"].post("/api/attention", json={"text": "a"}).json()["error"]
     err = events(c, text="ab", strategy="nope")

@@ -10,6 +10,7 @@ them of random-weight models into a temporary folder.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -20,8 +21,10 @@ import torch
 
 from attnlab.data import LabelSet
 from attnlab.explore import Session
+from attnlab.explore.probes import unpack
 from attnlab.explore.server import start_in_thread
-from explore_models import TOK, tiny_model, trained_lm, trained_reverser
+from explore_models import TOK, bert_dir, tiny_model, trained_lm, trained_reverser
+from hf_dirs import spread
 
 CHROMIUM = os.environ.get("ATTNLAB_CHROMIUM", "/usr/bin/chromium")
 ARGS = [
@@ -68,6 +71,10 @@ def servers():
             TOK,
             name="tiny Bahdanau LSTM",
         ),
+        "long": Session(  # larger random weights: sharper attention, some structure to see
+            spread(tiny_model("decoder_lm", max_len=1024), 0.4), TOK, name="tiny LM, 1,024"
+        ),
+        "enc": Session(tiny_model("encoder"), TOK, name="tiny encoder"),
     }
     running = {k: (start_in_thread(s), s) for k, s in sessions.items()}
     yield {k: (r.url, s) for k, (r, s) in running.items()}
@@ -125,15 +132,19 @@ def run(page, text, source=None):
 
 
 def cells(page, selector="#ax-heatmap"):
-    """The heatmap's data-value attributes as a (T, S) array."""
-    values = page.eval_on_selector_all(
-        f"{selector} td", "tds => tds.map(t => [+t.dataset.row, +t.dataset.col, +t.dataset.value])"
+    """The values a canvas map draws (its axMatrix accessor) as a (T, S) array."""
+    got = page.eval_on_selector(
+        selector, "m => ({shape: m.axMatrix.shape, values: Array.from(m.axMatrix.values)})"
     )
-    t, s = max(v[0] for v in values) + 1, max(v[1] for v in values) + 1
-    out = np.zeros((t, s))
-    for i, j, v in values:
-        out[i, j] = v
-    return out
+    return np.asarray(got["values"], dtype=np.float64).reshape(got["shape"])
+
+
+def hover_cell(page, i, j, selector="#ax-heatmap"):
+    """Move the mouse over cell (i, j) of a canvas map; returns the tooltip's text."""
+    at = page.eval_on_selector(selector, f"m => m.axCellAt({i}, {j})")
+    page.hover(f"{selector} .ax-map-overlay", position=at)
+    page.wait_for_selector(f"{selector}[data-hover-row='{i}'][data-hover-col='{j}']")
+    return page.inner_text(".ax-tooltip")
 
 
 def weights(model, layer, head):
@@ -150,7 +161,7 @@ def test_page_loads_with_zero_console_errors(servers, page):
         ("clf", "?text=abc"),
     ):
         open_page(page, servers[name][0], query)
-        page.wait_for_selector("#ax-heatmap td")
+        page.wait_for_selector("#ax-heatmap canvas")
         assert page.is_hidden("#ax-error")
     classes = page.eval_on_selector_all(
         "#ax-next-table td.ax-token-cell", "t => t.map(x => x.textContent)"
@@ -170,19 +181,16 @@ def test_heatmap_cells_equal_the_models_weights(servers, page):
     page.wait_for_selector("#ax-model-view button.ax-selected[data-layer='1'][data-head='1']")
     settle(page)
     np.testing.assert_allclose(cells(page), weights(session.model, 1, 1), atol=1e-6)
-    lines = page.eval_on_selector_all("#ax-lines line", "ls => ls.map(l => +l.dataset.value)")
-    np.testing.assert_allclose(
-        sorted(lines), sorted(weights(session.model, 1, 1).ravel()), atol=1e-6
-    )
+    np.testing.assert_allclose(cells(page, "#ax-lines"), weights(session.model, 1, 1), atol=1e-6)
+    assert int(page.get_attribute("#ax-lines", "data-drawn")) > 0
     assert page.errors == []
 
 
 def test_hover_shows_the_value(servers, page):
     url, session = servers["lm"]
     open_page(page, url, f"?text={TEXT}")
-    page.hover("#ax-heatmap td[data-row='3'][data-col='1']")
-    tip = page.inner_text(".ax-tooltip")
-    value = float(page.get_attribute("#ax-heatmap td[data-row='3'][data-col='1']", "data-value"))
+    tip = hover_cell(page, 3, 1)
+    value = float(page.get_attribute("#ax-heatmap", "data-hover-value"))
     assert str(value) in tip and "row 3" in tip and "column 1" in tip
     assert abs(value - weights(session.model, 0, 0)[3, 1]) < 1e-6
 
@@ -261,14 +269,15 @@ def test_streaming_shows_tokens_one_by_one(servers, page):
 )
 def test_each_bad_input_shows_its_message(servers, page, name, query, text, source, message):
     url, _ = servers[name]
-    open_page(page, url, query)
-    run(page, text, source)
+    open_page(page, url, query)  # a bad head in the link shows on the example input at once
+    if not query:
+        run(page, text, source)
     page.wait_for_selector("#ax-error:not([hidden])")
     shown = page.inner_text("#ax-error")
     assert message in shown and "\n" not in shown.strip()
     run(page, "ab", "hello" if name == "s2s" else None)  # the server keeps serving
     assert page.is_hidden("#ax-error")
-    page.wait_for_selector("#ax-heatmap td")
+    page.wait_for_selector("#ax-heatmap canvas")
 
 
 def test_screenshots_of_each_view(servers, page, tmp_path):
@@ -282,6 +291,8 @@ def test_screenshots_of_each_view(servers, page, tmp_path):
             ("walkthrough", "#ax-sec-walk"),
             ("positions", "#ax-sec-positions"),
             ("next-token", "#ax-sec-next"),
+            ("neuron", "#ax-neuron"),
+            ("heads-off", "#ax-sec-ablate"),
         ],
         "s2s": [("seq2seq-model-view", "#ax-sec-model")],
         "lstm": [("bahdanau", "#ax-sec-head")],
@@ -290,7 +301,7 @@ def test_screenshots_of_each_view(servers, page, tmp_path):
         url, _ = servers[name]
         query = f"?text={PERIODS}&head=decoder:0:0" if name == "lm" else "?text=edc&source=abcde"
         open_page(page, url, query)
-        page.wait_for_selector("#ax-heatmap td")
+        page.wait_for_selector("#ax-heatmap canvas")
         if name == "lm":
             page.click("#ax-ablate button[data-site='decoder'][data-layer='0'][data-head='1']")
             page.wait_for_timeout(50)
@@ -300,8 +311,12 @@ def test_screenshots_of_each_view(servers, page, tmp_path):
             page.wait_for_selector("#ax-stream[data-state='done']")
         for view, selector in views:
             page.locator(selector).screenshot(path=str(out / f"{view}.png"))
+    open_long(page, servers["long"][0], LONG)  # 600 tokens, every key; each row's colours stretched
+    page.click("#ax-heatmap .ax-stretch")
+    page.wait_for_selector("#ax-heatmap[data-scale='rows']")
+    page.locator("#ax-sec-head").screenshot(path=str(out / "long-input.png"))
     written = sorted(p.name for p in out.glob("*.png"))
-    assert len(written) >= 8 and all((out / n).stat().st_size > 1000 for n in written)
+    assert len(written) >= 11 and all((out / n).stat().st_size > 1000 for n in written)
     if out is tmp_path:
         shutil.rmtree(tmp_path, ignore_errors=True)
     assert page.errors == []
@@ -332,7 +347,8 @@ async (esm) => {
         return;
       }
       const body = JSON.stringify(msg.payload);
-      const init = msg.payload === null ? {} : { method: "POST", body };
+      const headers = { "Content-Type": "application/json" };
+      const init = msg.payload === null ? {} : { method: "POST", body, headers };
       const r = await fetch(`/api/${msg.endpoint}`, init);
       const data = await r.json();
       handler(r.ok ? { id: msg.id, result: data } : { id: msg.id, error: data.error });
@@ -354,11 +370,201 @@ def test_the_widget_front_end_runs_the_same_views(servers, page):
     page.goto(url + "static/explorer.css")  # same origin as the endpoints, nothing else loaded
     page.evaluate(WIDGET_HOST, ExplorerWidget._esm)
     page.wait_for_function("document.getElementById('widget').dataset.ready === 'true'")
-    page.wait_for_selector("#widget #ax-heatmap td")
+    page.wait_for_selector("#widget #ax-heatmap canvas")
     page.wait_for_function("document.getElementById('widget').dataset.busy === '0'")
     np.testing.assert_allclose(cells(page), weights(session.model, 1, 1), atol=1e-6)
     page.fill("#ax-max-new", "4")
     page.click("#ax-continue")
     page.wait_for_selector("#ax-stream[data-state='done']")
     assert page.get_attribute("#ax-stream", "data-count") == "4"
+    assert page.errors == []
+
+
+# ------------------------------------------------------------ issue 34: real sizes, every kind
+LONG = ("abc dea fgh ijk lmn op " * 40)[:600]
+
+
+def open_long(page, url, text):
+    """Type a long input (too long for a URL) and run it with Enter."""
+    open_page(page, url, "?text=ab")
+    page.fill("#ax-text", text)
+    page.press("#ax-text", "Enter")
+    page.wait_for_function(
+        f"document.querySelector('#ax-heatmap')?.dataset.shape === '{len(text)},{len(text)}'"
+    )
+    settle(page)
+
+
+def test_a_long_input_draws_every_key_on_canvas_and_hover_reads_the_array(servers, page):
+    url, session = servers["long"]
+    open_long(page, url, LONG)
+    want = unpack(session.head(LONG, site="decoder", layer=0, head=0)["weights"]).numpy()
+    got = cells(page)
+    assert got.shape == (600, 600)  # all 600 key columns, not the first 64
+    np.testing.assert_allclose(got, want, atol=1e-7)  # exactly what the server sent (float16)
+    assert page.eval_on_selector_all("#ax-head-view td", "t => t.length") == 0  # no DOM cells
+    tip = hover_cell(page, 599, 450)
+    value = float(page.get_attribute("#ax-heatmap", "data-hover-value"))
+    assert abs(value - want[599, 450]) < 1e-6 and "row 599" in tip and "column 450" in tip
+    concat = page.eval_on_selector(
+        "#ax-step-concat", "m => [m.dataset.highlight, m.axMatrix.shape]"
+    )
+    assert concat == ["0,8", [600, 16]]  # head 0's 8 columns of 2 x 8
+    page.select_option("#ax-head", "1")  # switching head redraws the head view
+    page.wait_for_function("document.getElementById('ax-head-view').dataset.head === 'decoder:0:1'")
+    page.wait_for_function(
+        "document.getElementById('ax-walkthrough').dataset.head === 'decoder:0:1'"
+    )
+    settle(page)
+    concat = page.eval_on_selector("#ax-step-concat", "m => m.dataset.highlight")
+    assert concat == "8,16"  # the chosen head's columns, also past the first 64 of big models
+    want = unpack(session.head(LONG, site="decoder", layer=0, head=1)["weights"]).numpy()
+    np.testing.assert_allclose(cells(page), want, atol=1e-7)
+    assert page.errors == []
+
+
+def test_views_agree_on_one_screen_with_a_head_switched_off(servers, page):
+    url, session = servers["lm"]
+    open_page(page, url, f"?text={TEXT}&head=decoder:1:0")
+    plain = cells(page)
+    page.click("#ax-ablate button[data-site='decoder'][data-layer='0'][data-head='0']")
+    page.wait_for_function(
+        "document.getElementById('ax-walkthrough').dataset.ablate.includes('\"layer\": 0')"
+        " || document.getElementById('ax-walkthrough').dataset.ablate.includes('\"layer\":0')"
+    )
+    settle(page)
+    off = [["decoder", 0, 0]]
+    want = unpack(session.head(TEXT, site="decoder", layer=1, head=0, ablate=off)["weights"])
+    head_view, walk = cells(page), cells(page, "#ax-step-A")
+    np.testing.assert_allclose(head_view, want.numpy(), atol=1e-6)
+    np.testing.assert_allclose(walk, head_view, atol=1e-7)  # the two views show one matrix
+    assert np.abs(head_view - plain).max() > 1e-7
+    assert "ax-off" in page.get_attribute(
+        "#ax-model-view button[data-layer='0'][data-head='0']", "class"
+    )
+    thumb = cells(page, "#ax-model-view button[data-layer='1'][data-head='0'] canvas")
+    np.testing.assert_allclose(thumb, head_view, atol=head_view.max() / 255)  # model view too
+    neuron = page.eval_on_selector("#ax-neuron", "n => [+n.dataset.query, +n.dataset.key]")
+    got = session.neuron(TEXT, site="decoder", layer=1, head=0, query=neuron[0], key=neuron[1],
+                         ablate=off)  # fmt: skip
+    assert f"A = {got['weight']:.4f}" in page.inner_text("#ax-neuron-sum")
+    assert page.errors == []
+
+
+@pytest.fixture(scope="module")
+def bert_servers(tmp_path_factory):
+    pytest.importorskip("transformers")
+    from attnlab.explore import load
+
+    running = {}
+    for kind in ("masked_lm", "classifier"):
+        root, _ = bert_dir(tmp_path_factory.mktemp(f"bert-{kind}"), kind)
+        loaded = load(root)
+        session = Session(loaded.model, loaded.tokenizer, name=loaded.name, labels=loaded.labels)
+        running[kind] = (start_in_thread(session), session)
+    yield {k: (r.url, s) for k, (r, s) in running.items()}
+    for r, _ in running.values():
+        r.stop()
+
+
+@pytest.mark.parametrize(
+    "kind", ["lm", "s2s", "clf", "lstm", "enc", "rnn", "masked_lm", "classifier"]
+)
+def test_every_model_kind_opens_on_an_example_with_every_view(servers, bert_servers, page, kind):
+    url, session = (bert_servers if kind in ("masked_lm", "classifier") else servers)[kind]
+    open_page(page, url)  # no input given: the page shows its example
+    assert page.input_value("#ax-text") == session.info()["example"]["text"]
+    assert page.is_hidden("#ax-error"), page.inner_text("#ax-error")
+    if kind == "rnn":
+        assert page.query_selector("#ax-heatmap") is None and page.is_hidden("#ax-sec-ablate")
+    else:
+        page.wait_for_selector("#ax-heatmap canvas")
+        page.wait_for_selector("#ax-model-view canvas.ax-thumb")
+    if kind == "s2s":
+        assert "greedy output" in page.inner_text("#ax-example-note")
+        assert page.query_selector("#ax-site option[value='cross']") is not None
+    if kind in ("lm", "masked_lm", "classifier", "enc", "s2s"):
+        assert page.is_visible("#ax-ablate button.ax-toggle")  # the head grid
+    if kind == "masked_lm":
+        text = page.input_value("#ax-text")
+        want = session.next_token(text)["masks"]
+        got = page.eval_on_selector_all(
+            ".ax-mask", "ms => ms.map(m => +m.querySelector('tr[data-id]').dataset.id)"
+        )
+        assert got == [m["candidates"][0]["id"] for m in want] and got
+        assert page.is_hidden("#ax-continue") and page.is_hidden("#ax-temperature")
+    if kind in ("clf", "classifier"):
+        assert page.eval_on_selector_all("#ax-next-table tr[data-id]", "r => r.length") == 3
+        assert page.is_hidden("#ax-temperature") and page.is_hidden("#ax-continue")
+    if kind == "enc":
+        assert page.is_hidden("#ax-sec-next") and page.is_visible("#ax-sec-ablate")
+    assert page.errors == []
+
+
+def test_enter_runs_and_shift_enter_adds_a_line(servers, page):
+    url, _ = servers["lm"]
+    open_page(page, url, "?text=ab")
+    page.fill("#ax-text", "abc")
+    page.press("#ax-text", "Enter")
+    page.wait_for_function("document.querySelectorAll('#ax-tokens .ax-token').length === 3")
+    settle(page)
+    assert page.input_value("#ax-text") == "abc"  # Enter ran, it inserted nothing
+    page.press("#ax-text", "Shift+Enter")
+    assert page.input_value("#ax-text") == "abc\n"
+    assert page.errors == []
+
+
+def test_stop_ends_beam_search_and_the_busy_state(servers, page):
+    url, session = servers["long"]
+    open_page(page, url, f"?text={TEXT}")
+    page.select_option("#ax-strategy", "beam")
+    page.fill("#ax-beams", "16")
+    page.fill("#ax-max-new", "500")
+    page.click("#ax-continue")
+    page.wait_for_selector("#ax-busy:not([hidden])")
+    assert "generating" in page.inner_text("#ax-busy")
+    page.click("#ax-stop")
+    assert page.get_attribute("#ax-stream", "data-state") == "stopped"
+    page.wait_for_selector("#ax-busy", state="hidden")
+    assert session.lock.acquire(timeout=60)  # the server stopped searching, the model is free
+    session.lock.release()
+    page.fill("#ax-text", "abc")
+    page.press("#ax-text", "Enter")  # the next request is answered
+    page.wait_for_function("document.querySelectorAll('#ax-tokens .ax-token').length === 3")
+    assert page.errors == []
+
+
+def test_the_url_carries_the_state_and_views_export(servers, page, tmp_path):
+    url, _ = servers["lm"]
+    open_page(page, url, f"?text={TEXT}")
+    page.click("#ax-model-view button[data-layer='1'][data-head='1']")
+    page.wait_for_function("document.getElementById('ax-head-view').dataset.head === 'decoder:1:1'")
+    page.click("#ax-ablate button[data-site='decoder'][data-layer='0'][data-head='1']")
+    page.wait_for_timeout(50)
+    settle(page)
+    link = page.url
+    assert "head=decoder%3A1%3A1" in link and "ablate=decoder%3A0%3A1" in link
+    shown = cells(page)
+    other = page.context.new_page()
+    try:
+        open_page(other, link)  # the link reproduces the view
+        assert other.get_attribute("#ax-head-view", "data-head") == "decoder:1:1"
+        assert (
+            other.get_attribute("#ax-ablate button[data-layer='0'][data-head='1']", "aria-pressed")
+            == "true"
+        )
+        np.testing.assert_allclose(cells(other), shown, atol=0)
+    finally:
+        other.close()
+    with page.expect_download() as got:
+        page.click("#ax-heatmap .ax-export-json")
+    data = json.loads(Path(got.value.path()).read_text())
+    np.testing.assert_allclose(np.asarray(data["values"]), shown, atol=1e-7)
+    with page.expect_download() as got:
+        page.click("#ax-heatmap .ax-export-png")
+    assert Path(got.value.path()).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with page.expect_download() as got:
+        page.click("#ax-heatmap .ax-export-svg")
+    svg = Path(got.value.path()).read_text()
+    assert svg.startswith("<svg") and svg.count("<rect") == shown.size
     assert page.errors == []

@@ -137,3 +137,22 @@ def test_the_command_serves_until_interrupted(run_dir):
         except subprocess.TimeoutExpired:
             proc.kill()
     assert proc.returncode in (0, 130)
+
+
+def test_bad_devices_and_a_busy_port_are_one_message_each(run_dir, capsys):
+    import socket
+
+    assert main(["explore", str(run_dir), "--device", "foo", "--port", "0"]) != 0
+    err = capsys.readouterr().err
+    assert "--device 'foo' is not a device; use auto, cpu" in err and "Traceback" not in err
+    if not torch.cuda.is_available():
+        assert main(["explore", str(run_dir), "--device", "cuda", "--port", "0"]) != 0
+        assert "no usable CUDA device" in capsys.readouterr().err
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        assert main(["explore", str(run_dir), "--port", str(port)]) != 0
+    err = capsys.readouterr().err
+    assert f"port {port} on 127.0.0.1 is already in use" in err and "--port" in err
+    assert "Traceback" not in err and "Errno" not in err

@@ -1,7 +1,7 @@
 """``attnlab explore``: the attention explorer, a local web page over a model.
 
     attnlab explore runs/dates                 # a run directory or checkpoint
-    attnlab explore gpt2/ --port 8001          # a local Hugging Face GPT-2 directory
+    attnlab explore gpt2/ --port 8001          # a local Hugging Face directory (GPT-2, Llama, BERT)
 
 The page works offline (everything it needs ships in the package) and the server listens on
 127.0.0.1 unless ``--host`` says otherwise. See docs/explorer.md.
@@ -21,8 +21,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "explore",
         help="open a model in the attention explorer (a local web page)",
         description="Serve the attention explorer for a model: tokens, attention maps of every "
-        "layer and head, a one-head walkthrough of the equations, positions, the next-token "
-        "distribution, streamed continuations and head ablation.",
+        "layer and head (inputs up to 1,024 tokens), a one-head walkthrough of the equations, the "
+        "neuron view of one weight, positions, the next-token distribution (a classifier's "
+        "classes, a masked LM's [MASK] fillers), streamed continuations and head ablation.",
     )
     p.add_argument(
         "path",
@@ -35,8 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--host",
         default="127.0.0.1",
-        help="address to listen on (default: %(default)s, this machine only; 0.0.0.0 serves "
-        "every interface: anyone who can reach it can use the model)",
+        help="address to listen on (default: %(default)s, this machine only; ::1 for IPv6 "
+        "loopback; 0.0.0.0 serves every interface: anyone who can reach it can use the model)",
     )
     p.add_argument(
         "--port", type=int, default=8000, help="port to listen on (default: %(default)s)"
@@ -47,11 +48,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _device(name: str) -> str:
+    """--device as a torch device string: auto -> cuda if present, else cpu; a device this
+    machine lacks or an unknown name is one message."""
+    from attnlab.errors import ConfigError
+    from attnlab.train.distributed import resolve_device
+
+    try:
+        return str(resolve_device(name))
+    except RuntimeError:
+        raise ConfigError(
+            f"--device {name!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
+        ) from None
+
+
 def run(args: argparse.Namespace) -> int:
     from attnlab.explore import LoadOptions, Session, load
     from attnlab.explore.server import serve
 
-    options = LoadOptions(device=args.device, weights=args.weights, kv_cache=args.kv_cache)
+    options = LoadOptions(device=_device(args.device), weights=args.weights, kv_cache=args.kv_cache)
     from attnlab.interop.hub import resolve_model_path
 
     local = resolve_model_path(args.path, revision=args.revision)

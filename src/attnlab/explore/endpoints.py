@@ -14,8 +14,17 @@ from attnlab.explore.session import ExploreError, Session
 ENDPOINTS: dict[str, tuple[str, tuple[str, ...]]] = {
     "info": ("info", ()),
     "tokens": ("tokens", ("text", "source")),
+    "overview": ("overview", ("text", "source", "ablate")),
+    "head": ("head", ("text", "source", "site", "layer", "head", "ablate")),
+    "neuron": (
+        "neuron",
+        ("text", "source", "site", "layer", "head", "query", "key", "ablate"),
+    ),
     "attention": ("attention", ("text", "source", "ablate")),
-    "walkthrough": ("walkthrough", ("text", "source", "site", "layer", "head")),
+    "walkthrough": (
+        "walkthrough",
+        ("text", "source", "site", "layer", "head", "ablate", "compact"),
+    ),
     "positions": ("positions", ("text", "source")),
     "next": ("next_token", ("text", "source", "temperature", "top_k", "top_p", "ablate")),
 }
@@ -43,9 +52,19 @@ def dispatch(session: Session, endpoint: str, payload: Any) -> dict[str, Any]:
     if not isinstance(payload, dict):
         raise ExploreError("The request body must be a JSON object.")
     method, fields = ENDPOINTS[endpoint]
-    return getattr(session, method)(**{k: payload[k] for k in fields if k in payload})
+    unknown = [k for k in payload if k not in fields]
+    if unknown:
+        known = ", ".join(fields) or "none"
+        shown = ", ".join(repr(k[:40]) for k in unknown[:5])
+        raise ExploreError(f"Unknown field(s) {shown} for {endpoint}; it reads: {known}.")
+    return getattr(session, method)(**payload)
 
 
 def stream_kwargs(params: dict[str, Any]) -> dict[str, Any]:
-    """The continuation's keyword arguments from a stream request."""
+    """The continuation's keyword arguments from a stream request (``pace_ms`` is the front
+    end's; other unknown fields are refused)."""
+    unknown = [k for k in params if k not in STREAM_FIELDS and k != "pace_ms"]
+    if unknown:
+        shown = ", ".join(repr(k[:40]) for k in unknown[:5])
+        raise ExploreError(f"Unknown field(s) {shown} for the continuation.")
     return {k: params[k] for k in STREAM_FIELDS if k in params}

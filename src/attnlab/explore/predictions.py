@@ -1,5 +1,6 @@
 """What the model predicts, for the explorer: the next-token distribution under the sampling
-controls, a classifier's classes, and a continuation streamed token by token.
+controls, a classifier's classes, a masked LM's [MASK] fillers, and a continuation streamed token
+by token that stops within one decode step when cancelled (beam search included).
 
 003 "Decoding": p(w_t | w_<t) = softmax(z / tau), then top-k / top-p; greedy takes the argmax and
 beam search keeps the best prefixes (attnlab.generate, whose own code these views call). Heads
@@ -10,13 +11,17 @@ Shapes: V vocabulary (or C classes).
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
+from torch import nn
 
 from attnlab.errors import ExploreError
+from attnlab.explore import fields
 
 TOP = 20  # next-token candidates shown
 
@@ -37,7 +42,9 @@ class Predictions:
     ) -> dict[str, Any]:
         """The 20 most likely next tokens: p = softmax(z) and the sampling distribution after
         temperature, top-k and top-p (attnlab.generate.sampling, the generator's own code).
-        For a classifier: p(c | x) = softmax(z) over its classes (p_sample = p)."""
+        For a classifier: p(c | x) = softmax(z) over its classes (p_sample = p). For a masked
+        LM: p(w_i | text) = softmax(logits_i) at every [MASK] position i (``masks``), as
+        attnlab.generate.fill_mask computes it."""
         if self.output is None:
             raise ExploreError("This model outputs vectors, not tokens or labels: nothing to show.")
         from attnlab.generate.sampling import process_logits
@@ -45,8 +52,14 @@ class Predictions:
         config = generation_config(temperature=temperature, top_k=top_k, top_p=top_p)
         with self.lock:
             inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
+            masks = self._mask_positions(inputs["target"]) if self.output == "masks" else []
             with self.ablated(heads), torch.inference_mode():
                 logits, _, _ = self._forward(inputs)
+        ablated = [h.__dict__ for h in heads]
+        if self.output == "masks":  # logits (T, V): every masked position at once
+            p = logits[masks].float().softmax(dim=-1)  # (M, V)
+            found = [{"position": i, "candidates": self._top(q, q)} for i, q in zip(masks, p)]
+            return {"candidates": found[0]["candidates"], "masks": found, "ablated": ablated}
         logits = logits.float()  # (V,)
         p = logits.softmax(dim=-1)  # (V,)
         if self.output == "labels":
@@ -55,23 +68,42 @@ class Predictions:
             q = process_logits(logits[None], config, None)[0].softmax(dim=-1)  # (V,)
         else:  # greedy: all mass on the argmax
             q = torch.zeros_like(p).scatter_(0, logits.argmax()[None], 1.0)
+        if not (torch.isfinite(p).all() and torch.isfinite(q).all()):
+            raise ExploreError(
+                "The model's probabilities are not finite for this input (NaN or infinite "
+                "weights?); check the model with `attnlab evaluate`."
+            )
+        return {"candidates": self._top(p, q), "ablated": ablated}
+
+    def _top(self, p: torch.Tensor, q: torch.Tensor) -> list[dict[str, Any]]:
+        """The TOP most likely entries of p (V,), with q (V,) beside them."""
         top = torch.topk(p, min(TOP, p.numel()))
-        return {
-            "candidates": [
-                {
-                    "id": int(i),
-                    "token": self._output_label(int(i)),
-                    "p": round(float(p[i]), 7),
-                    "p_sample": round(float(q[i]), 7),
-                }
-                for i in top.indices
-            ],
-            "ablated": [h.__dict__ for h in heads],
-        }
+        return [
+            {
+                "id": int(i),
+                "token": self._output_label(int(i)),
+                "p": round(float(p[i]), 7),
+                "p_sample": round(float(q[i]), 7),
+            }
+            for i in top.indices
+        ]
+
+    def _mask_positions(self, ids: list[int]) -> list[int]:
+        mask_id = getattr(self.tokenizer, "mask_id", None)
+        if mask_id is None:
+            raise ExploreError("The tokenizer has no mask token, so there is nothing to fill in.")
+        positions = [i for i, t in enumerate(ids) if t == mask_id]
+        if not positions:
+            mask = self.tokenizer.token_to_str(mask_id)
+            raise ExploreError(
+                f"The text has no {mask} to fill in: write {mask} where a word is missing, "
+                f"e.g. 'the cat sat on the {mask}.'"
+            )
+        return positions
 
     def _output_label(self, i: int) -> str:
-        if self.output == "tokens":
-            return self.tokenizer.token_to_str(i)
+        if self.output in ("tokens", "masks"):
+            return self.token_label(i)
         return self.labels.names[i] if self.labels is not None else f"class {i}"
 
     def continuation(
@@ -79,7 +111,7 @@ class Predictions:
         text: Any = None,
         source: Any = None,
         *,
-        strategy: str = "greedy",
+        strategy: Any = "greedy",
         max_new_tokens: Any = 20,
         temperature: Any = 1.0,
         top_k: Any = 0,
@@ -89,7 +121,9 @@ class Predictions:
         ablate: Any = None,
         cancel: threading.Event | None = None,
     ) -> Iterator[dict[str, Any]]:
-        """Events {"type": "token", "id", "token"} one per new token, then {"type": "done"}.
+        """Events {"type": "token", "id", "token"} one per new token, then {"type": "done"}
+        (or {"type": "stopped"} once ``cancel`` is set: the next decode step raises, so beam
+        search stops too, and the lock is released at once).
 
         Greedy and sampling stream as the tokens are made (attnlab.generate.stream); beam search
         knows its best sequence only at the end, so its tokens follow once it has finished.
@@ -97,7 +131,9 @@ class Predictions:
         if not self.generative:
             raise ExploreError("This model predicts labels, not tokens: nothing to continue.")
         if strategy not in ("greedy", "sample", "beam"):
-            raise ExploreError(f"strategy must be greedy, sample or beam, not {strategy!r}")
+            raise ExploreError(
+                f"strategy must be greedy, sample or beam, not {fields.shown(strategy)}"
+            )
         kwargs: dict[str, Any] = {"max_new_tokens": max_new_tokens, "seed": seed}
         kwargs["cache_dtype"] = getattr(self, "cache_dtype", None)
         if strategy == "greedy":
@@ -107,18 +143,31 @@ class Predictions:
         else:
             kwargs.update(temperature=0.0, num_beams=beams)
         config = generation_config(**kwargs)
+        cancel = cancel or threading.Event()
+        ids: list[int] = []
         with self.lock:
             inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
             prompt = inputs["source"] if self.seq2seq else inputs["target"]
-            ids: list[int] = []
-            with self.ablated(heads):
-                for token in self._generate(prompt, config):
-                    if cancel is not None and cancel.is_set():
-                        return
-                    ids.append(token)
-                    label = self.tokenizer.token_to_str(token)
-                    yield {"type": "token", "id": token, "token": label}
-        yield {"type": "done", "text": self.tokenizer.decode(ids), "ids": ids}
+            try:
+                with self.ablated(heads), stops_on(self.model, cancel):
+                    for token in self._generate(prompt, config):
+                        if cancel.is_set():
+                            raise Cancelled
+                        ids.append(token)
+                        label = self.token_label(token)
+                        yield {"type": "token", "id": token, "token": label}
+            except Cancelled:
+                stopped = True
+            else:
+                stopped = False
+        if stopped:
+            yield {"type": "stopped", "ids": ids}
+            return
+        try:
+            text = self.tokenizer.decode(ids)
+        except (ValueError, IndexError, KeyError):  # ids past the tokenizer (padded rows)
+            text = "".join(self.token_label(i) for i in ids)
+        yield {"type": "done", "text": text, "ids": ids}
 
     def _generate(self, prompt: list[int], config) -> Iterator[int]:
         from attnlab.generate import generate, generate_seq2seq, stream
@@ -130,21 +179,45 @@ class Predictions:
         yield from run(self.model, [prompt], config, tokenizer=self.tokenizer).tokens[0]
 
 
-def generation_config(**fields: Any):
-    """A GenerationConfig from request values, with their errors as ExploreError."""
+class Cancelled(Exception):
+    """Raised inside a decode step once the request is cancelled (see :func:`stops_on`)."""
+
+
+@contextmanager
+def stops_on(model: nn.Module, cancel: threading.Event) -> Iterator[None]:
+    """While inside, every forward call of the model's embeddings (each decode step starts
+    there, in every strategy and model kind) raises :class:`Cancelled` once ``cancel`` is set."""
+
+    def check(_module, _args):
+        if cancel.is_set():
+            raise Cancelled
+
+    targets = [m for m in model.modules() if isinstance(m, nn.Embedding)] or [model]
+    handles = [m.register_forward_pre_hook(check) for m in targets]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def generation_config(**values: Any):
+    """A GenerationConfig from request values, each checked strictly (fields.py)."""
     from attnlab.generate import GenerationConfig
 
+    checks = {
+        "max_new_tokens": lambda v: fields.whole("max_new_tokens", v, 1, 512),
+        "top_k": lambda v: fields.whole("top_k", v, 0, 1 << 24),
+        "num_beams": lambda v: fields.whole("beams", v, 1, 16),
+        "seed": lambda v: fields.whole("seed", v, 0, (1 << 63) - 1),
+        "temperature": fields.temperature,
+        "top_p": lambda v: fields.number("top_p", v, 0.0, 1.0),
+    }
+    values = {k: checks[k](v) if k in checks else v for k, v in values.items()}
+    if values.get("top_p", 1.0) <= 0:
+        raise ExploreError("top_p must be above 0 (1 = off).")
     try:
-        for name in ("max_new_tokens", "top_k", "num_beams", "seed"):
-            if name in fields:
-                fields[name] = int(fields[name])
-        for name in ("temperature", "top_p"):
-            if name in fields:
-                fields[name] = float(fields[name])
-        if not 1 <= fields.get("max_new_tokens", 1) <= 512:
-            raise ValueError("max_new_tokens must be between 1 and 512")
-        if fields.get("num_beams", 1) > 16:
-            raise ValueError("use at most 16 beams")
-        return GenerationConfig(**fields)
+        return GenerationConfig(**values)
     except (TypeError, ValueError) as err:
-        raise ExploreError(f"Bad generation setting: {err}") from None
+        message = re.sub(r" \(--[\w-]+\)", "", str(err))  # the page has fields, not flags
+    raise ExploreError(f"Bad generation setting: {message}")

@@ -16,13 +16,16 @@ Shapes: B batch (1 here), H heads, T queries, S keys, D d_model, Dk, Dv per head
 
 from __future__ import annotations
 
+import base64
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
+from attnlab import inspect
 from attnlab.nn.attention import scale_factor
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 
@@ -56,6 +59,7 @@ class Recorded(NamedTuple):
     mask: Tensor | None  # broadcastable to (1, H, T, S), True = may attend
     causal: bool
     positions: Tensor | None
+    call: tuple[tuple, dict]  # the module's (args, kwargs), to run it again (:func:`replay`)
 
 
 @contextmanager
@@ -75,7 +79,9 @@ def record_inputs(modules: list[tuple[str, nn.Module]]) -> Iterator[dict[str, Re
                 memory = x
                 mask = args[1] if len(args) > 1 else kwargs.get("mask")
                 causal, positions = kwargs.get("causal", False), kwargs.get("positions")
-            seen[path] = Recorded(_batched(x), _batched(memory), mask, causal, positions)
+            memory = x if memory is None else memory  # memory_kv given: keys from x's width
+            call = (args, dict(kwargs))
+            seen[path] = Recorded(_batched(x), _batched(memory), mask, causal, positions, call)
 
         return hook
 
@@ -83,6 +89,82 @@ def record_inputs(modules: list[tuple[str, nn.Module]]) -> Iterator[dict[str, Re
         for path, module in modules:
             handles.append(module.register_forward_pre_hook(hook_for(path), with_kwargs=True))
         yield seen
+    finally:
+        for h in handles:
+            h.remove()
+
+
+class Enough(Exception):
+    """Raised by :func:`stop_after` once every attention module of interest has run."""
+
+
+@contextmanager
+def stop_after(modules: list[tuple[str, nn.Module]]) -> Iterator[None]:
+    """End the forward pass (raise :class:`Enough`) as soon as each of ``modules`` has run once:
+    the feed-forward after the last attention and the unembedding (GPT-2: 1,024 x 768 x 50,257
+    multiply-adds, a third of the pass) are not computed for attention views."""
+    done: set[int] = set()
+    wanted = {id(m) for _, m in modules}
+
+    def hook(module, _args, _output):
+        done.add(id(module))
+        if done >= wanted:
+            raise Enough
+
+    handles = [m.register_forward_hook(hook) for _, m in modules]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextmanager
+def last_position_only(model: nn.Module) -> Iterator[None]:
+    """While inside, the model's output layer (``lm_head``) sees only the last position: the
+    next-token view needs z_T alone, and GPT-2's unembedding of every position (1,024 x 768 x
+    50,257 multiply-adds) would be a third of the pass. Logits come out (..., 1, V)."""
+    head = getattr(model, "lm_head", None)
+    if not isinstance(head, nn.Module):
+        yield
+        return
+    handle = head.register_forward_pre_hook(lambda _m, args: (args[0][..., -1:, :], *args[1:]))
+    try:
+        yield
+    finally:
+        handle.remove()
+
+
+def replay(model: nn.Module, path: str, module: nn.Module, rec: Recorded, names: list[str]):
+    """Run one attention module again on the inputs it received (``rec``) and capture ``names``
+    (its inspect names, e.g. ``blocks.3.self_attn.A``): the numbers of one head without a whole
+    forward pass. Inside ``Session.ablated`` the module's own switched-off heads stay off."""
+    args, kwargs = rec.call
+    with inspect.capture(model, names) as cache, torch.inference_mode():
+        module(*args, **kwargs)
+    return cache
+
+
+@contextmanager
+def pooled_weights(modules: list[tuple[str, nn.Module]], size: int) -> Iterator[dict[str, Tensor]]:
+    """While inside, each module's A (1, H, T, S) is averaged down to (H, <=size, <=size) blocks as
+    it is computed (the full maps of a long input are never all kept: 12 x 12 heads x 1,024^2
+    floats would be 576 MB). Thumbnails of the model view."""
+    pooled: dict[str, Tensor] = {}
+    handles = []
+
+    def hook_for(path: str):
+        def hook(_module, _args, output):
+            a = output[0].float()  # (H, T, S)
+            t, s = a.shape[-2:]
+            pooled[path] = F.adaptive_avg_pool2d(a, (min(t, size), min(s, size)))
+
+        return hook
+
+    try:
+        for path, module in modules:
+            handles.append(module.hook_A.register_forward_hook(hook_for(path)))
+        yield pooled
     finally:
         for h in handles:
             h.remove()
@@ -121,3 +203,64 @@ def cached_steps(module: nn.Module, path: str, rec: Recorded, cache) -> dict[str
 def matrix(t: Tensor) -> list:
     """A tensor as nested lists of floats rounded to 7 decimals (JSON-ready)."""
     return torch.round(t.detach().double().cpu(), decimals=7).tolist()
+
+
+EXACT_CELLS = 1 << 18  # up to 512 x 512 values travel as float32; larger maps as float16
+
+
+def pack(t: Tensor, *, exact: bool | None = None) -> dict:
+    """A tensor as compact JSON: {"dtype", "shape", "data" (base64, little-endian)}.
+
+    float32 (exact to ~1e-7) up to EXACT_CELLS values, float16 (3 significant digits) beyond, so
+    one 1,024 x 1,024 map is 2 MB instead of ~20 MB of JSON text, and a causal one ("layout":
+    "tril", only j <= i sent) 1 MB; a bool mask is uint8 0/1.
+    static/explorer.js ``unpack`` reads it back into a Float32Array."""
+    t = t.detach().cpu()
+    if t.dtype == torch.bool:
+        dtype, raw = "u8", t.to(torch.uint8)
+    else:
+        exact = t.numel() <= EXACT_CELLS if exact is None else exact
+        dtype, raw = ("f32", t.float()) if exact else ("f16", t.float().clamp(-65504, 65504).half())
+    packed = {"dtype": dtype, "shape": list(t.shape)}
+    if t.numel() > EXACT_CELLS and _lower_triangular(t):  # causal: send j <= i only, half
+        rows, cols = torch.tril_indices(t.size(0), t.size(1))
+        raw, packed["layout"] = raw[rows, cols], "tril"
+    return {**packed, "data": _b64(raw)}
+
+
+def _lower_triangular(t: Tensor) -> bool:
+    """A square map whose every entry above the diagonal is 0 (a causal head's A)."""
+    return t.dim() == 2 and t.size(0) == t.size(1) and not torch.triu(t, diagonal=1).any()
+
+
+def unpack(packed: dict) -> Tensor:
+    """:func:`pack` read back (tests, notebooks): a float64 tensor of the packed shape."""
+    import numpy as np
+
+    kind = {"f32": "<f4", "f16": "<f2", "u8": "u1"}[packed["dtype"]]
+    values = np.frombuffer(base64.b64decode(packed["data"]), dtype=kind).astype(np.float64)
+    if packed.get("layout") == "tril":  # the lower triangle, row by row; zeros above
+        full = np.zeros(packed["shape"])
+        full[np.tril_indices(packed["shape"][0], 0, packed["shape"][1])] = values
+        values = full
+    values = values.reshape(packed["shape"])
+    if "scales" in packed:  # pack_scaled: bytes / 255 x each leading slice's scale
+        scales = np.asarray(packed["scales"]).reshape((-1,) + (1,) * (values.ndim - 1))
+        values = values / 255.0 * scales
+    return torch.from_numpy(values)
+
+
+def pack_scaled(t: Tensor) -> dict:
+    """Non-negative maps (thumbnails) as uint8 per leading index, each scaled by its own maximum:
+    value = byte / 255 * scale[i] (a diffuse head is as visible as a sharp one)."""
+    t = t.detach().float().cpu()
+    flat = t.reshape(t.size(0), -1)  # (N, cells)
+    scale = flat.amax(dim=1).clamp_min(1e-12)  # (N,)
+    q = torch.round(flat / scale[:, None] * 255).to(torch.uint8)
+    packed = {"dtype": "u8", "shape": list(t.shape), "data": _b64(q)}
+    return {**packed, "scales": [float(s) for s in scale]}
+
+
+def _b64(t: Tensor) -> str:
+    """Bytes of ``t`` in base64 (little-endian: the byte order of every machine torch runs on)."""
+    return base64.b64encode(t.contiguous().numpy().tobytes()).decode("ascii")

@@ -6,6 +6,8 @@ rejects requests whose Host header names another machine (a guard against DNS re
 
 from __future__ import annotations
 
+import errno
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -13,6 +15,7 @@ from typing import NamedTuple
 
 import uvicorn
 
+from attnlab.errors import UserError
 from attnlab.explore.app import create_app
 from attnlab.explore.session import Session
 
@@ -25,7 +28,42 @@ def _allowed_hosts(host: str) -> list[str] | None:
     return sorted({host, *LOOPBACK})
 
 
+def check_port(host: str, port: int) -> None:
+    """Raise a UserError naming the fix when ``host:port`` cannot be listened on (in use, or an
+    address this machine does not have); uvicorn would only log and exit."""
+    if port == 0:
+        return
+    try:
+        infos = socket.getaddrinfo(
+            host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+    except socket.gaierror:
+        raise UserError(
+            f"cannot listen on {host!r}: not an address of this machine; use 127.0.0.1 (the "
+            "default), ::1 or 0.0.0.0"
+        ) from None
+    family, kind, proto, _, address = infos[0]
+    problem = None
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as err:
+            problem = err.errno
+    if problem == errno.EADDRINUSE:
+        raise UserError(
+            f"port {port} on {host} is already in use (another program, or an explorer still "
+            f"running); choose another port, e.g. --port {port + 1 if port < 65535 else 8001}"
+        )
+    if problem is not None:
+        raise UserError(
+            f"cannot listen on {host} port {port} ({errno.errorcode.get(problem, problem)}); "
+            "choose another --host or --port (ports below 1024 need administrator rights)"
+        )
+
+
 def _server(session: Session, host: str, port: int) -> uvicorn.Server:
+    check_port(host, port)
     app = create_app(session, allowed_hosts=_allowed_hosts(host))
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     return uvicorn.Server(config)

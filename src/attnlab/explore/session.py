@@ -4,8 +4,13 @@ A :class:`Session` holds one model and its tokenizer and answers in plain JSON-r
 tokens, attention maps per site x layer x head, the one-head walkthrough, the position signal,
 the next-token distribution and a streamed continuation (predictions.py), each optionally with
 heads switched off.
+Long inputs (up to 1,024 tokens) stay light: :meth:`Session.overview` sends every head as a small
+thumbnail, :meth:`Session.head` one head's full map packed as float32/float16 (probes.pack), and a
+head or walkthrough request runs only its own attention module again on the inputs recorded by
+the last forward pass (one pass kept, for the newest input and ablation: nothing accumulates).
 Calls are serialised by a lock (hooks and generation must not interleave). Bad input raises
-:class:`ExploreError` with one readable sentence that the page shows as is.
+:class:`ExploreError` with one readable sentence that the page shows as is; fields are read
+strictly (fields.py).
 
 Text conventions: a language model reads ``text`` (the prompt); a sequence-to-sequence model reads
 ``source`` and the target prefix ``text`` (its decoder input is <bos> + text); an encoder or a
@@ -16,24 +21,36 @@ Shapes: T target/query tokens, S source/key tokens, H heads, V vocabulary.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from attnlab import inspect
 from attnlab.errors import ExploreError
-from attnlab.explore import probes
+from attnlab.explore import fields, probes
 from attnlab.explore.predictions import Predictions
-from attnlab.explore.probes import matrix
+from attnlab.explore.probes import matrix, pack, pack_scaled
 from attnlab.explore.walkthrough import bahdanau_steps, positions_view, walkthrough_steps
 from attnlab.models.base import Classifier, LanguageModel, Seq2SeqModel
+from attnlab.models.masked_lm import MaskedLM
+from attnlab.nn.attention import scale_factor
 
-MAX_TOKENS = 256  # longest input the explorer draws (GPT-2's 1024 would be 12 x 12 x 1M cells)
+log = logging.getLogger("attnlab.explore")
+MAX_TOKENS = 1024  # longest input the explorer draws (GPT-2's context)
+THUMB = 48  # model-view thumbnails: at most THUMB x THUMB block averages per head
+ALL_HEADS_LIMIT = 2_000_000  # values /api/attention sends at once (all heads as JSON lists)
+EXAMPLES = (
+    "the cat sat on the mat because it was tired.",
+    "attention is all you need",
+    "hello world",
+)
 # The recurrent attention's named activations (attnlab.inspect; 004 eq. 2, 5-8).
 RECURRENT_NAMES = ("h_enc", "f", "keys", "e", "alpha", "v_l", "h_dec")
 SITE_LABELS = {
@@ -51,6 +68,15 @@ class Head:
     site: str
     layer: int
     head: int
+
+
+class Pass(NamedTuple):
+    """What :meth:`Session._record` keeps of one forward pass."""
+
+    key: tuple  # (target ids, source ids, switched-off heads)
+    seen: dict[str, probes.Recorded]  # module path -> the inputs it received
+    thumbs: dict[str, torch.Tensor]  # module path -> (H, t, s) block averages of A
+    layer: dict[str, torch.Tensor]  # the last module a head request ran -> its A (H, T, S)
 
 
 class Session(Predictions):
@@ -71,6 +97,8 @@ class Session(Predictions):
         self.cfg = getattr(model, "cfg", None)
         self.sites = probes.attention_sites(model)
         self.lock = threading.RLock()
+        self._recorded: Pass | None = None  # the last forward pass (_record)
+        self._example: dict[str, str] | None = None
         self.recurrent_alignment = not self.sites and isinstance(model, Seq2SeqModel)
         self.recurrent_alignment &= getattr(model, "attention", "none") != "none"
 
@@ -85,9 +113,12 @@ class Session(Predictions):
 
     @property
     def output(self) -> str | None:
-        """What the model predicts: "tokens", "labels" (a classifier) or None (an encoder)."""
+        """What the model predicts: "tokens", "labels" (a classifier), "masks" (a masked LM
+        fills its [MASK] tokens) or None (an encoder)."""
         if self.generative:
             return "tokens"
+        if isinstance(self.model, MaskedLM):
+            return "masks"
         return "labels" if isinstance(self.model, Classifier) else None
 
     def info(self) -> dict[str, Any]:
@@ -116,19 +147,73 @@ class Session(Predictions):
             "max_len": min(getattr(self.model, "max_len", None) or MAX_TOKENS, MAX_TOKENS),
             "vocab_size": getattr(self.model, "vocab_size", None),
             "d_model": getattr(cfg, "d_model", None),
+            "example": self.example(),
         }
+
+    def example(self) -> dict[str, str]:
+        """A first input that shows something: a sentence the tokenizer reads (a masked LM gets a
+        [MASK] to fill); for seq2seq a source and, as target prefix, the model's own greedy
+        output for it, so cross-attention has rows to show. Computed once."""
+        if self._example is None:
+            with self.lock:
+                self._example = self._make_example()
+        return self._example
+
+    def _make_example(self) -> dict[str, str]:
+        limit = min(getattr(self.model, "max_len", None) or 64, 64) - 3
+        text = next((t for t in EXAMPLES if self._readable(t, limit)), None)
+        if text is None:  # a small vocabulary (a char tokenizer): some of its own tokens
+            specials = set(getattr(self.tokenizer, "specials", ()))
+            n = min(self.tokenizer.vocab_size, 4096)
+            ids = [i for i in range(n) if self.tokenizer.token_to_str(i) not in specials]
+            text = self.tokenizer.decode(ids[: max(limit // 2, 1)]).strip()
+        note = ""
+        if self.output == "masks" and getattr(self.tokenizer, "mask_id", None) is not None:
+            mask = self.tokenizer.token_to_str(self.tokenizer.mask_id)
+            words = text.split()
+            text = " ".join(words[:-1] + [mask]) if len(words) > 1 else f"{text} {mask}"
+            note = f"{mask} marks the word the model fills in."
+        if not self.seq2seq:
+            return {"text": text, "source": "", "note": note}
+        try:
+            events = list(self.continuation(text="", source=text, max_new_tokens=min(limit, 20)))
+            target = events[-1].get("text", "") if events else ""
+            target = target if self._readable(target, limit) else ""
+        except Exception:  # noqa: BLE001 - no example target is better than no page
+            log.exception("explorer: the example's greedy output failed")
+            target = ""
+        note = (
+            "Target prefix: the model's own greedy output for this source, so cross-attention "
+            "shows which source tokens each output token looked at."
+        )
+        return {"text": target, "source": text, "note": note}
+
+    def _readable(self, text: str, limit: int) -> bool:
+        """Whether the tokenizer reads ``text`` in at most ``limit`` tokens, none unknown."""
+        try:
+            ids = self.tokenizer.encode(text)
+        except (ValueError, KeyError, TypeError):
+            return False
+        unk = getattr(self.tokenizer, "unk_id", None)
+        return bool(text) and len(ids) <= limit and (unk is None or unk not in ids)
 
     # -- input ----------------------------------------------------------------------------
     def _encode(self, text: Any, what: str, allow_empty: bool = False) -> list[int]:
-        text = "" if text is None else text
-        if not isinstance(text, str):
-            raise ExploreError(f"the {what} must be text, got {type(text).__name__}")
+        text = fields.text("source" if what == "source" else "text", text, default="")
         if not text and not allow_empty:
             raise ExploreError(f"The {what} is empty: type some text to see its attention.")
+        if len(text) > 64 * MAX_TOKENS:  # no tokenizer makes fewer than 1 token per 64 chars
+            raise ExploreError(
+                f"The {what} is {len(text)} characters long; the explorer draws at most "
+                f"{MAX_TOKENS} tokens. Shorten it."
+            )
+        ids, problem = None, None
         try:
             ids = list(self.tokenizer.encode(text))
         except ValueError as err:
-            raise ExploreError(f"The tokenizer cannot read the {what}: {err}") from None
+            problem = str(err)  # raised below, outside the handler: nothing of it is kept
+        if problem is not None:
+            raise ExploreError(f"The tokenizer cannot read the {what}: {problem[:300]}")
         limit = getattr(self.model, "max_len", None)
         n = len(ids) + (1 if what == "target" else 0)
         if limit is not None and n > limit:
@@ -156,11 +241,32 @@ class Session(Predictions):
             return {"source": self._encode(source, "source"), "target": target}
         ids = self._encode(text, "input")
         if isinstance(self.model, Classifier) and getattr(self.cfg, "pooling", "") == "cls":
-            ids = [self.tokenizer.bos_id] + ids  # the class token sits at position 0
+            first = self._class_token()
+            if ids[:1] != [first]:  # BERT's tokenizer already frames the text with [CLS]
+                ids = [first] + ids  # the class token sits at position 0
         return {"target": ids}
 
+    def _class_token(self) -> int:
+        """The token a "cls"-pooling classifier reads its class from: <bos> for attnlab's own
+        tokenizers, [CLS] for a pretrained (BERT) tokenizer."""
+        tok = self.tokenizer
+        if getattr(tok, "bos_id", None) is not None:
+            return tok.bos_id
+        cls = getattr(tok, "special_tokens", {}).get("cls")
+        if cls is not None and hasattr(tok, "hf"):
+            return tok.hf.token_to_id(cls)
+        raise ExploreError("The tokenizer has no class token (<bos> or [CLS]) for this classifier.")
+
     def _labels(self, ids: list[int]) -> list[str]:
-        return [self.tokenizer.token_to_str(i) for i in ids]
+        return [self.token_label(i) for i in ids]
+
+    def token_label(self, i: int) -> str:
+        """A token's printable text; an id past the tokenizer's vocabulary (a model's padded
+        embedding rows, e.g. a vocabulary rounded up) is shown as <unused i>."""
+        try:
+            return self.tokenizer.token_to_str(i)
+        except (ValueError, IndexError, KeyError):
+            return f"<unused {i}>"
 
     def tokens(self, text: Any = None, source: Any = None) -> dict[str, Any]:
         """The tokens as the tokenizer cut them (with their ids)."""
@@ -172,25 +278,32 @@ class Session(Predictions):
         if ablate in (None, ""):
             return []
         if not isinstance(ablate, list):
-            raise ExploreError("ablate must be a list of heads like {site, layer, head}")
+            raise ExploreError("ablate must be a list of heads like {site, layer, head}.")
+        if len(ablate) > 10_000:
+            raise ExploreError(f"ablate lists {len(ablate)} heads; a model has fewer.")
         heads = []
         for item in ablate:
-            try:
-                site, layer, head = (
-                    (item["site"], item["layer"], item["head"]) if isinstance(item, dict) else item
-                )
-                layer, head = int(layer), int(head)
-            except (KeyError, TypeError, ValueError):
-                message = f"cannot read head {item!r}: give site, layer and head"
-                raise ExploreError(message) from None
-            heads.append(self._check_head(str(site), layer, head))
-        return heads
+            if isinstance(item, dict) and {"site", "layer", "head"} <= item.keys():
+                site, layer, head = item["site"], item["layer"], item["head"]
+            elif isinstance(item, list) and len(item) == 3:
+                site, layer, head = item
+            else:
+                message = f"cannot read head {fields.shown(item)}: give site, layer and head."
+                raise ExploreError(message)
+            heads.append(self._check_head(site, layer, head))
+        return sorted(set(heads), key=lambda x: (x.site, x.layer, x.head))
 
-    def _check_head(self, site: str, layer: int, head: int) -> Head:
+    def _check_head(self, site: Any, layer: Any, head: Any) -> Head:
         found = {s.name: s for s in self.sites}
-        if site not in found:
+        if not isinstance(site, str) or site not in found:
             names = ", ".join(found) or "none (this model has no attention heads)"
-            raise ExploreError(f"Unknown attention site {site!r}; this model has: {names}.")
+            raise ExploreError(
+                f"Unknown attention site {fields.shown(site)}; this model has: {names}."
+            )
+        layer, head = (
+            fields.whole("layer", layer, 0, 1 << 20),
+            fields.whole("head", head, 0, 1 << 20),
+        )
         n_layers, n_heads = len(found[site].modules), found[site].modules[0][1].n_heads
         if not (0 <= layer < n_layers and 0 <= head < n_heads):
             raise ExploreError(
@@ -236,6 +349,7 @@ class Session(Predictions):
         with (
             probes.record_inputs(modules) as seen,
             inspect.capture(model, list(names)) if names else nullcontext({}) as cache,
+            probes.last_position_only(model) if self.generative else nullcontext(),
             torch.inference_mode(),
         ):
             if self.seq2seq:
@@ -248,15 +362,25 @@ class Session(Predictions):
                     logits = out.logits[0, -1]  # (V,) the next token
                 elif isinstance(model, Classifier):
                     logits = out.logits[0]  # (C,) the classes
+                elif isinstance(model, MaskedLM):
+                    logits = out.logits[0]  # (T, V) every position's token
         if recurrent:
             return logits, dict(seen), {n: cache[n][0] for n in names}  # batch of one
         return logits, dict(seen), cache
 
     # -- views ----------------------------------------------------------------------------
     def attention(self, text: Any = None, source: Any = None, ablate: Any = None) -> dict[str, Any]:
-        """A (H, T, S) of every layer of every site, with row (query) and column (key) tokens."""
+        """A (H, T, S) of every layer of every site as JSON lists, with row (query) and column
+        (key) tokens. For long inputs use :meth:`overview` and :meth:`head` (the page does)."""
         with self.lock:
             inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
+            t, s = len(inputs["target"]), len(inputs.get("source", inputs["target"]))
+            n = sum(len(x.modules) * x.modules[0][1].n_heads for x in self.sites) * t * max(t, s)
+            if n > ALL_HEADS_LIMIT:
+                raise ExploreError(
+                    f"All heads of this input are {n:,} numbers; ask for one head at a time "
+                    "(the head request) or thumbnails (the overview request), or shorten the text."
+                )
             with self.ablated(heads), torch.inference_mode():
                 modules = [pm for site in self.sites for pm in site.modules]
                 _, seen, cache = self._forward(
@@ -273,50 +397,226 @@ class Session(Predictions):
             sites["alignment"].update(self._axes("cross", inputs))
         return {"sites": sites, "ablated": [h.__dict__ for h in heads]}
 
+    def overview(self, text: Any = None, source: Any = None, ablate: Any = None) -> dict[str, Any]:
+        """The model view: every head's A as a thumbnail of at most THUMB x THUMB block averages,
+        uint8 scaled by its own maximum (probes.pack_scaled; "scales" holds each maximum).
+        The forward pass's attention inputs are kept for :meth:`head` and :meth:`walkthrough`
+        (and reused here when one of them came first)."""
+        with self.lock:
+            inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
+            sites: dict[str, Any] = {}
+            if self.recurrent_alignment:
+                _, _, rec = self._forward(inputs, recurrent=True)
+                alpha = rec["alpha"][None, None].float()  # (1, 1, T, S)
+                thumb = F.adaptive_avg_pool2d(
+                    alpha[0], tuple(min(n, THUMB) for n in alpha.shape[-2:])
+                )
+                sites["alignment"] = {"thumbs": pack_scaled(thumb), **self._axes("cross", inputs)}
+            elif self.sites:
+                pooled = self._record(inputs, heads).thumbs  # made by the pass itself
+                for site in self.sites:
+                    maps = torch.cat([pooled[path] for path, _ in site.modules])  # (L*H, t, s)
+                    sites[site.name] = {
+                        "thumbs": pack_scaled(maps),
+                        **self._axes(site.name, inputs),
+                    }
+        return {
+            "sites": sites,
+            "ablated": [h.__dict__ for h in heads],
+            "tokens": {k: len(v) for k, v in inputs.items()},
+        }
+
+    def head(
+        self,
+        text: Any = None,
+        source: Any = None,
+        site: Any = None,
+        layer: Any = 0,
+        head: Any = 0,
+        ablate: Any = None,
+    ) -> dict[str, Any]:
+        """One head's A (T, S), packed (probes.pack: float32 up to 512 x 512, else float16),
+        with its row and column tokens. Only that head's module runs (on recorded inputs)."""
+        with self.lock:
+            inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
+            if self.recurrent_alignment:
+                fields.whole("layer", layer, 0, 0), fields.whole("head", head, 0, 0)
+                _, _, rec = self._forward(inputs, recurrent=True)
+                chosen, weights = Head("alignment", 0, 0), rec["alpha"]  # (T, S)
+                axes = self._axes("cross", inputs)
+            else:
+                chosen = self._chosen(site, layer, head)
+                path, module = self._module(chosen)
+                record = self._record(inputs, heads)
+                if path not in record.layer:  # the module's A for all its heads, kept for the
+                    with self.ablated(heads):  # next head of the same layer
+                        cache = probes.replay(
+                            self.model, path, module, record.seen[path], [f"{path}.A"]
+                        )
+                    record.layer.clear()
+                    record.layer[path] = cache[f"{path}.A"][0]  # (H, T, S)
+                weights = record.layer[path][chosen.head]  # (T, S)
+                axes = self._axes(chosen.site, inputs)
+        return {
+            "head": chosen.__dict__,
+            "weights": pack(weights),
+            **axes,
+            "ablated": [h.__dict__ for h in heads],
+        }
+
+    def neuron(
+        self,
+        text: Any = None,
+        source: Any = None,
+        site: Any = None,
+        layer: Any = 0,
+        head: Any = 0,
+        query: Any = 0,
+        key: Any = 0,
+        ablate: Any = None,
+    ) -> dict[str, Any]:
+        """bertviz's neuron view of one weight A_ij: the query vector q_i, the key vector k_j,
+        their elementwise product (which sums to the score q_i · k_j, 001; 004 eq. 9), the
+        scaled score and the weight after the row's softmax. With RoPE, q and k are rotated."""
+        with self.lock:
+            inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
+            if self.recurrent_alignment or not self.sites:
+                raise ExploreError("The neuron view needs a Transformer head (q_i · k_j).")
+            chosen = self._chosen(site, layer, head)
+            path, module = self._module(chosen)
+            axes = self._axes(chosen.site, inputs)
+            i = fields.whole("query", query, 0, len(axes["rows"]) - 1)
+            j = fields.whole("key", key, 0, len(axes["cols"]) - 1)
+            rec = self._record(inputs, heads).seen[path]
+            names = probes.step_names(path, module, ("Q", "K", "scores", "scaled", "A"))
+            with self.ablated(heads):
+                cache = probes.replay(self.model, path, module, rec, names)
+        rotary = f"{path}.Q_rot" in cache
+        q = cache[f"{path}.Q_rot" if rotary else f"{path}.Q"][0, chosen.head, i]  # (Dk,)
+        k = cache[f"{path}.K_rot" if rotary else f"{path}.K"][0, chosen.head, j]  # (Dk,)
+        h = chosen.head
+        return {
+            "head": chosen.__dict__,
+            "query": i,
+            "key": j,
+            "query_token": axes["rows"][i],
+            "key_token": axes["cols"][j],
+            "rotated": rotary,
+            "q": matrix(q),
+            "k": matrix(k),
+            "product": matrix(q * k),  # q_i ∘ k_j; its sum is the score
+            "score": matrix(cache[f"{path}.scores"][0, h, i, j]),
+            "scaled": matrix(cache[f"{path}.scaled"][0, h, i, j]),
+            "weight": matrix(cache[f"{path}.A"][0, h, i, j]),
+            "factor": float(scale_factor(module.scale, q.size(-1))),
+        }
+
+    def _chosen(self, site: Any, layer: Any, head: Any) -> Head:
+        if not self.sites:
+            raise ExploreError("This model has no attention heads to show.")
+        return self._check_head(self.sites[0].name if site is None else site, layer, head)
+
+    def _module(self, head: Head) -> tuple[str, nn.Module]:
+        return {s.name: s for s in self.sites}[head.site].modules[head.layer]
+
+    def _record(self, inputs: dict[str, list[int]], heads: list[Head]) -> Pass:
+        """One forward pass of ``inputs`` with ``heads`` switched off, up to the last attention
+        module: what every attention module received, and every head's A block-averaged to
+        thumbnails as it is made. The last pass is kept and reused when a request asks for the
+        same input and ablation (one pass kept: nothing accumulates)."""
+        key = (tuple(inputs["target"]), tuple(inputs.get("source", ())), tuple(heads))
+        if self._recorded is None or self._recorded.key != key:
+            self._recorded = None  # free the old pass before making the new one
+            modules = [pm for site in self.sites for pm in site.modules]
+            device = _device(self.model)
+            target = torch.tensor([inputs["target"]], device=device)  # (1, T)
+            src = torch.tensor([inputs["source"]], device=device) if self.seq2seq else None
+            with (
+                self.ablated(heads),
+                torch.inference_mode(),
+                probes.record_inputs(modules) as seen,
+                probes.pooled_weights(modules, THUMB) as pooled,
+                probes.stop_after(modules),  # nothing after the last attention is needed
+            ):
+                try:
+                    if src is not None:
+                        self.model.decode(target, self.model.encode(src))
+                    else:
+                        self.model(target)
+                except probes.Enough:
+                    pass
+            self._recorded = Pass(key, dict(seen), dict(pooled), {})
+        return self._recorded
+
     def _axes(self, site: str, inputs: dict[str, list[int]]) -> dict[str, list[str]]:
         rows = inputs["source"] if site == "encoder" and self.seq2seq else inputs["target"]
         cols = inputs["source"] if site in ("encoder", "cross") and self.seq2seq else rows
         return {"rows": self._labels(rows), "cols": self._labels(cols)}
 
     def walkthrough(
-        self, text: Any = None, source: Any = None, site: Any = None, layer: Any = 0, head: Any = 0
+        self,
+        text: Any = None,
+        source: Any = None,
+        site: Any = None,
+        layer: Any = 0,
+        head: Any = 0,
+        ablate: Any = None,
+        compact: Any = False,
     ) -> dict[str, Any]:
-        """The chosen head's equation step by step with its actual numbers (walkthrough.py)."""
+        """The chosen head's equation step by step with its actual numbers (walkthrough.py),
+        with ``ablate``'s heads switched off as in every other view. ``compact``: values packed
+        (probes.pack) instead of JSON lists."""
+        if not isinstance(compact, bool):
+            raise ExploreError(f"compact must be true or false, got {fields.shown(compact)}.")
         with self.lock:
+            inputs, heads = self._inputs(text, source), self.parse_heads(ablate)
             if self.recurrent_alignment:
-                return self._bahdanau_walkthrough(text, source)
+                return self._values(self._bahdanau_walkthrough(inputs, heads), compact)
             if not self.sites:
                 raise ExploreError("This model has no attention to walk through.")
-            site = site or self.sites[0].name
-            try:
-                chosen = self._check_head(str(site), int(layer), int(head))
-            except (TypeError, ValueError):
-                raise ExploreError("layer and head must be whole numbers") from None
-            inputs = self._inputs(text, source)
-            with torch.inference_mode():
-                path, module = {s.name: s for s in self.sites}[chosen.site].modules[chosen.layer]
-                _, seen, cache = self._forward(inputs, [(path, module)])
-                steps = probes.cached_steps(module, path, seen[path], cache)
-        axes = self._axes(chosen.site, inputs)
-        return {
-            "head": chosen.__dict__,
-            "module": path,
-            "steps": walkthrough_steps(steps, module, chosen, axes, self.cfg),
-        }
+            chosen = self._chosen(site, layer, head)
+            path, module = self._module(chosen)
+            names = probes.step_names(path, module)
+            rec = self._record(inputs, heads).seen[path]
+            with self.ablated(heads):
+                cache = probes.replay(self.model, path, module, rec, names)
+            steps = probes.cached_steps(module, path, rec, cache)
+            axes = self._axes(chosen.site, inputs)
+            result = {
+                "head": chosen.__dict__,
+                "module": path,
+                "steps": walkthrough_steps(steps, module, chosen, axes, self.cfg),
+                "ablated": [h.__dict__ for h in heads],
+            }
+        return self._values(result, compact)
 
-    def _bahdanau_walkthrough(self, text: Any, source: Any) -> dict[str, Any]:
-        inputs = self._inputs(text, source)
-        _, _, recurrent = self._forward(inputs, recurrent=True)
+    @staticmethod
+    def _values(result: dict[str, Any], compact: bool) -> dict[str, Any]:
+        """The steps' tensors as JSON lists, or packed (``compact``)."""
+        for step in result["steps"]:
+            v = step["values"]
+            if isinstance(v, torch.Tensor):
+                v = v.to(torch.float64) if v.dtype == torch.bool and not compact else v
+                step["values"] = pack(v) if compact else matrix(v)
+        return result
+
+    def _bahdanau_walkthrough(self, inputs, heads) -> dict[str, Any]:
+        with self.ablated(heads):
+            _, _, recurrent = self._forward(inputs, recurrent=True)
         axes = self._axes("cross", inputs)
         head = Head("alignment", 0, 0)
         steps = bahdanau_steps(recurrent, axes, self.model.attention)
-        return {"head": head.__dict__, "module": "", "steps": steps}
+        return {"head": head.__dict__, "module": "", "steps": steps, "ablated": []}
 
     def positions(self, text: Any = None, source: Any = None) -> dict[str, Any]:
         """The position signal each embedding adds for these tokens (walkthrough.py). Reads
         parameters only, so it needs no lock."""
         inputs = self._inputs(text, source)
-        return positions_view(self.model, self.cfg, inputs, self._labels)
+        result = positions_view(self.model, self.cfg, inputs, self._labels)
+        for view in result["views"]:  # a view built with walkthrough._step holds a tensor
+            if isinstance(view.get("values"), torch.Tensor):
+                view["values"] = matrix(view["values"].to(torch.float64))
+        return result
 
 
 def _device(model: nn.Module) -> torch.device:

@@ -20,7 +20,7 @@ from attnlab.nn.positional import PositionDescription
 
 
 def _step(key, title, equation, note, values, rows, cols, **extra) -> dict[str, Any]:
-    values = values.to(torch.float64) if values.dtype == torch.bool else values
+    """One step; ``values`` stays a tensor (session.py sends it as JSON lists or packed)."""
     return {
         "key": key,
         "title": title,
@@ -29,7 +29,7 @@ def _step(key, title, equation, note, values, rows, cols, **extra) -> dict[str, 
         "shape": list(values.shape),
         "rows": rows,
         "cols": cols,
-        "values": matrix(values),
+        "values": values,
         **extra,
     }
 

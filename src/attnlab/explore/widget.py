@@ -11,11 +11,15 @@ Needs ``anywidget`` (``pip install 'attnlab[notebook]'``).
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
+import time
 from importlib import resources
 from typing import Any
 
 from attnlab.errors import UserError
+from attnlab.explore import fields
 from attnlab.explore.endpoints import dispatch, stream_kwargs
 from attnlab.explore.loading import load
 from attnlab.explore.session import Session
@@ -29,6 +33,7 @@ except ModuleNotFoundError as err:  # pragma: no cover - depends on the environm
     ) from None
 
 STATIC = resources.files("attnlab.explore") / "static"
+log = logging.getLogger("attnlab.explore")
 
 # The anywidget entry point: requests and stream events travel as comm messages {id, ...}.
 _ENTRY = """
@@ -62,7 +67,9 @@ export default {
         const id = ++next;
         streams.set(id, onEvent);
         model.send({ kind: "stream", id, params });
-        return () => streams.delete(id);
+        return () => {  // Stop: the kernel stops generating within one decode step
+          if (streams.delete(id)) model.send({ kind: "stop", id });
+        };
       },
     };
     mountExplorer(el, transport, {
@@ -86,6 +93,7 @@ class ExplorerWidget(anywidget.AnyWidget):
     def __init__(self, session: Session, **kwargs: Any):
         super().__init__(**kwargs)
         self.session = session
+        self._streams: dict[Any, threading.Event] = {}  # running continuations: their Stop
         self.on_msg(self._on_message)
 
     def call(self, endpoint: str, payload: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -94,23 +102,52 @@ class ExplorerWidget(anywidget.AnyWidget):
 
     def _on_message(self, _widget: Any, content: dict[str, Any], _buffers: Any) -> None:
         request_id = content.get("id")
-        if content.get("kind") == "stream":
-            for event in self.stream(content.get("params") or {}):
-                self.send({"id": request_id, "event": event})
+        kind = content.get("kind")
+        if kind == "stop":
+            cancel = self._streams.get(request_id)
+            if cancel is not None:
+                cancel.set()
+            return
+        if kind == "stream":  # in a thread, so that Stop (a later message) is heard
+            cancel = self._streams.setdefault(request_id, threading.Event())
+            params = content.get("params") or {}
+            worker = threading.Thread(
+                target=self._relay, args=(request_id, params, cancel), daemon=True
+            )
+            worker.start()
             return
         try:
-            self.send(
-                {"id": request_id, "result": self.call(content["endpoint"], content.get("payload"))}
-            )
+            result = self.call(content.get("endpoint"), content.get("payload"))
+            message = {"id": request_id, "result": result}
         except UserError as err:
-            self.send({"id": request_id, "error": str(err)})
+            message = {"id": request_id, "error": str(err)}
+        except Exception as err:  # the view must leave its busy state with a message
+            log.exception("explorer widget: %s failed", content.get("endpoint"))
+            message = {"id": request_id, "error": f"Internal error ({type(err).__name__}): {err}"}
+        self.send(message)
 
-    def stream(self, params: dict[str, Any]):
-        """The continuation's events ({"type": "token"|"done"|"error", ...}), as the page gets."""
+    def _relay(self, request_id: Any, params: dict[str, Any], cancel: threading.Event) -> None:
         try:
-            yield from self.session.continuation(**stream_kwargs(params))
+            for event in self.stream(params, cancel):
+                self.send({"id": request_id, "event": event})
+        finally:
+            self._streams.pop(request_id, None)
+
+    def stream(self, params: dict[str, Any], cancel: threading.Event | None = None):
+        """The continuation's events ({"type": "token"|"done"|"stopped"|"error", ...}), as the
+        page gets them, ``pace_ms`` apart; ``cancel`` stops the generation."""
+        cancel = cancel or threading.Event()
+        try:
+            pace = fields.number("pace_ms", params.get("pace_ms", 0), 0.0, 2000.0) / 1000.0
+            for event in self.session.continuation(**stream_kwargs(params), cancel=cancel):
+                yield event
+                if event["type"] == "token" and pace:
+                    time.sleep(pace)
         except UserError as err:
             yield {"type": "error", "error": str(err)}
+        except Exception as err:
+            log.exception("explorer widget: the continuation failed")
+            yield {"type": "error", "error": f"Internal error ({type(err).__name__}): {err}"}
 
 
 def explore(
