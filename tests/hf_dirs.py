@@ -61,14 +61,8 @@ def greedy_pair(hf, ours, prompts: torch.Tensor, n: int) -> tuple[list, list]:
     ``prompts`` (B, T), no stop token, from ``hf.generate`` and from attnlab's ``generate``."""
     from attnlab.generate import GenerationConfig, generate
 
-    want = hf.generate(
-        prompts,
-        do_sample=False,
-        max_new_tokens=n,
-        min_new_tokens=n,
-        pad_token_id=0,
-        eos_token_id=None,
-    )[:, prompts.size(1) :].tolist()
+    greedy = dict(do_sample=False, max_new_tokens=n, min_new_tokens=n, eos_token_id=None)
+    want = hf.generate(prompts, pad_token_id=0, **greedy)[:, prompts.size(1) :].tolist()
     gen = GenerationConfig(temperature=0, max_new_tokens=n, stop_token_ids=())
     return want, generate(ours, prompts.tolist(), gen).tokens
 
