@@ -50,6 +50,23 @@ def wordpiece_vocab(path: Path) -> None:
     (path / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
 
 
+# The small Llama-layout config.json the Llama, Mistral, Qwen2, Qwen3 and Gemma 3 tests build on.
+SMALL_LLAMA = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                   num_attention_heads=4, max_position_embeddings=64, bos_token_id=1,
+                   eos_token_id=2, pad_token_id=0)  # fmt: skip
+
+
+def greedy_pair(hf, ours, prompts: torch.Tensor, n: int) -> tuple[list, list]:
+    """(transformers' greedy continuations, attnlab's): ``n`` new tokens after each row of
+    ``prompts`` (B, T), no stop token, from ``hf.generate`` and from attnlab's ``generate``."""
+    from attnlab.generate import GenerationConfig, generate
+
+    greedy = dict(do_sample=False, max_new_tokens=n, min_new_tokens=n, eos_token_id=None)
+    want = hf.generate(prompts, pad_token_id=0, **greedy)[:, prompts.size(1) :].tolist()
+    gen = GenerationConfig(temperature=0, max_new_tokens=n, stop_token_ids=())
+    return want, generate(ours, prompts.tolist(), gen).tokens
+
+
 def bigger_weights(model: torch.nn.Module, std: float = 0.3) -> None:
     """Larger than the usual 0.02 init so greedy choices are never near-ties."""
     with torch.no_grad():

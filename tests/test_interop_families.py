@@ -34,44 +34,18 @@ transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 
 # Each family's own shape; the strategy perturbs a few fields of it (or none).
+ROTARY = dict(kind="decoder_lm", positional="rotary", norm="rmsnorm", bias=False)
+SWIGLU = dict(ROTARY, ffn="swiglu", activation="silu")  # Llama's block, and Qwen's
 NATURAL = {
     "gpt2": dict(kind="decoder_lm", positional="learned", activation="gelu_tanh"),
-    "llama": dict(
-        kind="decoder_lm",
-        positional="rotary",
-        norm="rmsnorm",
-        ffn="swiglu",
-        activation="silu",
-        bias=False,
-        tie_embeddings=False,
-    ),
-    "qwen2": dict(
-        kind="decoder_lm",
-        positional="rotary",
-        norm="rmsnorm",
-        ffn="swiglu",
-        activation="silu",
-        bias=False,
-        attn_bias=True,
-        attn_out_bias=False,
-    ),
-    "qwen3": dict(
-        kind="decoder_lm",
-        positional="rotary",
-        norm="rmsnorm",
-        ffn="swiglu",
-        activation="silu",
-        bias=False,
-        qk_norm=True,
-    ),
+    "llama": dict(SWIGLU, tie_embeddings=False),
+    "qwen2": dict(SWIGLU, attn_bias=True, attn_out_bias=False),
+    "qwen3": dict(SWIGLU, qk_norm=True),
     "gemma3": dict(
-        kind="decoder_lm",
-        positional="rotary",
-        norm="rmsnorm",
+        ROTARY,
         norm_placement="sandwich",
         ffn="geglu",
         activation="gelu_tanh",
-        bias=False,
         embed_scale=True,
         qk_norm=True,
     ),
@@ -207,16 +181,23 @@ def _outputs(model: torch.nn.Module, ids: torch.Tensor) -> torch.Tensor:
     return out.logits if getattr(out, "logits", None) is not None else out.hidden
 
 
-@pytest.mark.parametrize("name", FAMILIES)
-@given(data=st.data())
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-def test_an_exportable_model_keeps_its_function_through_the_tensor_table(name, data):
+def _exportable_model(name: str, data) -> tuple:
+    """(family, cfg, model): a config drawn for family ``name`` that it holds exactly, and its
+    model with random weights (eval mode)."""
     family = REGISTRY[name]
     cfg = data.draw(configs(name, buildable=True))
     assume(not family.lost_fields(cfg))
     torch.manual_seed(0)
     model = build_model(cfg).eval()
     _randomise(model)
+    return family, cfg, model
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+@given(data=st.data())
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_an_exportable_model_keeps_its_function_through_the_tensor_table(name, data):
+    family, cfg, model = _exportable_model(name, data)
     tensors = export_mapped(model, family.table(cfg), family.name)  # covers every tensor
     back_cfg = family.read(family.write(cfg))
     back = load_mapped(build_model(back_cfg), tensors, family.table(back_cfg), family.name)
@@ -242,12 +223,7 @@ HF_CLASSES = {
 @given(data=st.data())
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_exportable_models_load_in_transformers_with_equal_outputs(name, data, tmp_path_factory):
-    family = REGISTRY[name]
-    cfg = data.draw(configs(name, buildable=True))
-    assume(not family.lost_fields(cfg))
-    torch.manual_seed(0)
-    model = build_model(cfg).eval()
-    _randomise(model)
+    family, cfg, model = _exportable_model(name, data)
     out = save_pretrained(model, tmp_path_factory.mktemp("export") / "hf")
     arch = family.write(cfg)["architectures"][0]
     hf = getattr(transformers, arch).from_pretrained(out).eval()

@@ -10,17 +10,14 @@ import pytest
 import torch
 
 from attnlab.errors import ConfigError
-from attnlab.generate import GenerationConfig, generate
 from attnlab.interop.gemma import gemma_config_to_model_config
 from attnlab.interop.pretrained import from_hf_model, load_pretrained, save_pretrained
-from hf_dirs import bigger_weights
+from hf_dirs import SMALL_LLAMA, bigger_weights, greedy_pair
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 TOL = {"rtol": 1e-5, "atol": 1e-5}
-BASE = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16,
-            max_position_embeddings=64, bos_token_id=1, eos_token_id=2, pad_token_id=0)  # fmt: skip
+BASE = dict(SMALL_LLAMA, num_key_value_heads=2, head_dim=16, query_pre_attn_scalar=16)
 CASES = {
     "full": dict(layer_types=["full_attention"] * 2),
     "sliding_untied": dict(layer_types=["sliding_attention"] * 2, sliding_window=5,
@@ -55,16 +52,8 @@ def test_logits_and_greedy_continuations_equal_transformers(case):
     ids = torch.randint(3, 97, (2, 24), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(ours(ids).logits, hf(ids).logits, **TOL)
-    want = hf.generate(
-        ids[:, :10],
-        do_sample=False,
-        max_new_tokens=12,
-        min_new_tokens=12,
-        pad_token_id=0,
-        eos_token_id=None,
-    )[:, 10:].tolist()
-    gen = GenerationConfig(temperature=0, max_new_tokens=12, stop_token_ids=())
-    assert generate(ours, ids[:, :10].tolist(), gen).tokens == want
+    want, got = greedy_pair(hf, ours, ids[:, :10], 12)
+    assert got == want
 
 
 @pytest.mark.parametrize("case", list(CASES))

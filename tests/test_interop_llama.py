@@ -12,14 +12,11 @@ from attnlab.errors import CheckpointError, ConfigError
 from attnlab.generate import GenerationConfig, generate
 from attnlab.interop.llama import llama_config_to_model_config
 from attnlab.interop.pretrained import from_hf_model, load_pretrained, save_pretrained
-from hf_dirs import bigger_weights, llama_bpe
+from hf_dirs import SMALL_LLAMA, bigger_weights, llama_bpe
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 TOL = {"rtol": 1e-5, "atol": 1e-5}
-BASE = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-            num_attention_heads=4, max_position_embeddings=64, bos_token_id=1,
-            eos_token_id=2, pad_token_id=0)  # fmt: skip
 CASES = {
     "mha": dict(num_key_value_heads=4),
     "gqa": dict(num_key_value_heads=2, rope_theta=500000.0),
@@ -39,7 +36,7 @@ def hf_llama(case: str, cls=None, seed: int = 0, **extra):
     model_cls = (
         transformers.MistralForCausalLM if cls == "mistral" else transformers.LlamaForCausalLM
     )
-    cfg = config_cls(**{**BASE, **CASES.get(case, {}), **extra})
+    cfg = config_cls(**{**SMALL_LLAMA, **CASES.get(case, {}), **extra})
     hf = model_cls(cfg).eval()
     bigger_weights(hf, 0.2)  # away from near-ties in argmax
     with torch.no_grad():
@@ -145,7 +142,7 @@ def test_a_saved_directory_with_its_tokenizer_generates_from_text(tmp_path):
 
 def test_unsupported_llama_settings_are_listed_together():
     bad = {
-        **BASE,
+        **SMALL_LLAMA,
         "model_type": "llama",
         "hidden_act": "gelu",
         "pretraining_tp": 2,

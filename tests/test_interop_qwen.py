@@ -9,17 +9,13 @@ import pytest
 import torch
 
 from attnlab.errors import ConfigError
-from attnlab.generate import GenerationConfig, generate
 from attnlab.interop.llama import llama_config_to_model_config
 from attnlab.interop.pretrained import from_hf_model, load_pretrained, save_pretrained
-from hf_dirs import bigger_weights
+from hf_dirs import SMALL_LLAMA, bigger_weights, greedy_pair
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
 TOL = {"rtol": 1e-5, "atol": 1e-5}
-BASE = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-            num_attention_heads=4, max_position_embeddings=64, bos_token_id=1,
-            eos_token_id=2, pad_token_id=0)  # fmt: skip
 CASES = {
     "qwen2_gqa": ("Qwen2", dict(num_key_value_heads=2, rope_theta=1000000.0)),
     "qwen2_tied_window": ("Qwen2", dict(num_key_value_heads=1, tie_word_embeddings=True,
@@ -35,7 +31,7 @@ CASES = {
 def hf_qwen(case: str, seed: int = 0):
     family, extra = CASES[case]
     torch.manual_seed(seed)
-    cfg = getattr(transformers, f"{family}Config")(**{**BASE, **extra})
+    cfg = getattr(transformers, f"{family}Config")(**{**SMALL_LLAMA, **extra})
     hf = getattr(transformers, f"{family}ForCausalLM")(cfg).eval()
     bigger_weights(hf, 0.2)  # away from near-ties in argmax
     with torch.no_grad():
@@ -59,16 +55,8 @@ def test_logits_and_greedy_continuations_equal_transformers(case):
     ids = torch.randint(3, 97, (2, 24), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         torch.testing.assert_close(ours(ids).logits, hf(ids).logits, **TOL)
-    want = hf.generate(
-        ids[:, :10],
-        do_sample=False,
-        max_new_tokens=12,
-        min_new_tokens=12,
-        pad_token_id=0,
-        eos_token_id=None,
-    )[:, 10:].tolist()
-    gen = GenerationConfig(temperature=0, max_new_tokens=12, stop_token_ids=())
-    assert generate(ours, ids[:, :10].tolist(), gen).tokens == want
+    want, got = greedy_pair(hf, ours, ids[:, :10], 12)
+    assert got == want
 
 
 @pytest.mark.parametrize("case", ["qwen2_tied_window", "qwen3_bias_window"])
@@ -89,7 +77,7 @@ def test_export_round_trip_loads_in_transformers_with_equal_logits(case, tmp_pat
 
 def test_mixed_sliding_and_full_layers_are_refused():
     data = transformers.Qwen2Config(
-        **BASE, use_sliding_window=True, sliding_window=4, max_window_layers=1
+        **SMALL_LLAMA, use_sliding_window=True, sliding_window=4, max_window_layers=1
     ).to_dict()  # layer 0 full, layer 1 sliding
     with pytest.raises(ConfigError, match=r"mixed layer_types .*one kind only"):
         llama_config_to_model_config(data)

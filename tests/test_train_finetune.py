@@ -11,7 +11,7 @@ import torch
 from attnlab.cli import main
 from attnlab.train.checkpoint import load_checkpoint
 from attnlab.train.finetune import freeze, parse_freeze
-from hf_dirs import TEXTS, gpt2_dir, llama_bpe
+from hf_dirs import SMALL_LLAMA, TEXTS, gpt2_dir, llama_bpe
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -20,16 +20,7 @@ transformers.logging.set_verbosity_error()
 def llama_dir(root):
     tok = llama_bpe()
     cfg = transformers.LlamaConfig(
-        vocab_size=tok.get_vocab_size(),
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=64,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
+        **{**SMALL_LLAMA, "vocab_size": tok.get_vocab_size(), "num_key_value_heads": 2}
     )
     torch.manual_seed(0)
     transformers.LlamaForCausalLM(cfg).save_pretrained(root)
@@ -55,6 +46,12 @@ def train(capsys, init, text, out, *extra):
     out_text, err = capsys.readouterr()
     assert code == 0, err
     return out_text
+
+
+def export_hf(run, out):
+    """``attnlab export --format hf`` of the run's checkpoint into ``out``; returns ``out``."""
+    assert main(["export", "--checkpoint", str(run), "--format", "hf", "--out", str(out)]) == 0
+    return out
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])
@@ -85,21 +82,7 @@ def test_fine_tune_resume_and_export_back_to_the_family(family, text, tmp_path, 
         assert torch.equal(v, split.model.state_dict()[k]), k
 
     # Export back: transformers loads it with attnlab's logits.
-    exported = tmp_path / "export"
-    assert (
-        main(
-            [
-                "export",
-                "--checkpoint",
-                str(tmp_path / "run"),
-                "--format",
-                "hf",
-                "--out",
-                str(exported),
-            ]
-        )
-        == 0
-    )
+    exported = export_hf(tmp_path / "run", tmp_path / "export")
     hf = transformers.AutoModelForCausalLM.from_pretrained(exported).eval()
     assert hf.config.model_type == family
     ids = torch.tensor([tuned.tokenizer.encode("the cat sat on the mat")])
@@ -195,21 +178,7 @@ def test_fine_tune_a_bert_classifier_and_export_it(tmp_path, capsys):
     assert main(argv) == 0, capsys.readouterr().err
     tuned = load_checkpoint(tmp_path / "run")
     assert tuned.config.kind == "classifier" and tuned.config.n_classes == 2
-    exported = tmp_path / "export"
-    assert (
-        main(
-            [
-                "export",
-                "--checkpoint",
-                str(tmp_path / "run"),
-                "--format",
-                "hf",
-                "--out",
-                str(exported),
-            ]
-        )
-        == 0
-    )
+    exported = export_hf(tmp_path / "run", tmp_path / "export")
     hf = transformers.AutoModelForSequenceClassification.from_pretrained(exported).eval()
     ids = torch.tensor([tuned.tokenizer.encode("the cat sat on the mat")])
     with torch.no_grad():

@@ -31,15 +31,15 @@ from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.interop.family import (
     OMIT,
+    PAD_ID,
     Family,
     Key,
-    as_bool,
     as_float,
     check_exportable,
-    pad_token,
     register,
+    tie_key,
 )
-from attnlab.interop.gpt2 import ALL_BIASES
+from attnlab.interop.gpt2 import ALL_BIASES, LEARNED_LAYERNORM
 from attnlab.interop.weights_map import (
     Mapped,
     config_dict,
@@ -134,23 +134,19 @@ KEYS = (
     Key("type_vocab_size", "n_token_types", lambda c: c.n_token_types or OMIT, default=2),
     Key("layer_norm_eps", "norm_eps", read=as_float, default=1e-12),
     Key("position_embedding_type", (), lambda c: "absolute", default=None),
-    Key("pad_token_id", "pad_id", read=pad_token, default=None),
-    Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=True),
+    PAD_ID,
+    tie_key(default=True),
     Key("id2label", "n_classes", _labels, _n_classes, default=None),
     Key("problem_type", (), _problem_type, default=None),
 )
 # BERT's encoder: post-norm LayerNorm blocks, a norm on the embeddings, no final norm.
-FIXED = dict(
-    positional="learned",
-    norm="layernorm",
-    norm_placement="post",
-    ffn="mlp",
-    bias=True,
-    attention="softmax",
-    final_norm=False,
-    embed_norm=True,
-    pooling="cls",
-)
+FIXED = {
+    **LEARNED_LAYERNORM,
+    "norm_placement": "post",
+    "final_norm": False,
+    "embed_norm": True,
+    "pooling": "cls",
+}
 
 
 def bert_config_to_model_config(hf_config: Any, kind: str | None = None) -> ModelConfig:

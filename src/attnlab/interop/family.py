@@ -60,10 +60,10 @@ class Family:
 
     name: str  # as people write it: "GPT-2"
     export_name: str  # what users choose to export to, and the REGISTRY key: "gpt2"
-    kinds: tuple[str, ...]  # the attnlab kinds it holds
     keys: Sequence[Key]  # config.json <-> ModelConfig, both directions
     fixed: Mapping[str, Any]  # ModelConfig fields the architecture pins
     table: Callable[[ModelConfig], list[Mapped]]  # HF tensor name(s) <-> attnlab tensor
+    kinds: tuple[str, ...] = ("decoder_lm",)  # the attnlab kinds it holds
     widens: Mapping[str, Any] = dataclasses.field(default_factory=dict)  # stored more generally
 
     def write(self, cfg: ModelConfig) -> dict[str, Any]:
@@ -135,6 +135,15 @@ def pad_token(value: Any, data: dict[str, Any]) -> int:
     the vocabulary)."""
     ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value < data["vocab_size"]
     return value if ok else 0
+
+
+# The keys that several families spell the same way.
+PAD_ID = Key("pad_token_id", "pad_id", read=pad_token, default=None)
+
+
+def tie_key(default: bool) -> Key:
+    """The ``tie_word_embeddings`` key; ``default`` is the family's (GPT-2 ties, Llama does not)."""
+    return Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=default)
 
 
 REGISTRY: dict[str, Family] = {}
@@ -242,6 +251,12 @@ def family_for(cfg: ModelConfig) -> Family:
             f"a {cfg.kind!r} model has no Hugging Face counterpart in attnlab (it writes "
             f"{kinds}); export it to safetensors instead"
         )
-    closest = min(candidates, key=lambda f: len(f.lost_fields(cfg)))
+    return closest_family(cfg, candidates)
+
+
+def closest_family(cfg: ModelConfig, families: Sequence[Family]) -> Family:
+    """The one of ``families`` that holds ``cfg`` exactly (the first of equals), else ConfigError
+    naming, for the closest of them (fewest lost fields), every field it cannot hold."""
+    closest = min(families, key=lambda f: len(f.lost_fields(cfg)))
     check_exportable(closest, cfg)
     return closest

@@ -27,31 +27,21 @@ Shapes: D hidden_size, H heads, G key/value heads, Dh head_dim, F intermediate_s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
-
-from torch import Tensor
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.interop.family import (
-    Family,
-    Key,
-    as_bool,
-    check_exportable,
-    register,
+from attnlab.interop.causal_lm import CausalLM
+from attnlab.interop.family import Family, Key, register, tie_key
+from attnlab.interop.llama import (
+    ROPE_FIELDS,
+    ROTARY_RMSNORM,
+    SHAPE_KEYS,
+    decoder_table,
+    read_rope,
+    rope_parameters,
 )
-from attnlab.interop.llama import ROPE_FIELDS, SHAPE_KEYS, read_rope, rope_parameters
-from attnlab.interop.weights_map import (
-    Mapped,
-    config_dict,
-    export_mapped,
-    load_mapped,
-    model_to_load,
-    problems_message,
-    tied_head,
-)
-from attnlab.models.lm import DecoderLM
+from attnlab.interop.weights_map import Mapped, config_dict, problems_message
 
 MODEL_TYPE = "gemma3_text"
 ARCHITECTURE = "Gemma3ForCausalLM"
@@ -128,63 +118,50 @@ KEYS = (
     Key("final_logit_softcapping", (), lambda c: None, default=None),
     Key("use_bidirectional_attention", (), lambda c: False, default=None),
     Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _attention_bias, default=False),
-    Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=True),
+    tie_key(default=True),
 )
 # A Gemma 3 block: sandwich RMSNorms, rotary, GeGLU, query/key norms, sqrt(D)-scaled embeddings.
-FIXED = dict(
-    kind="decoder_lm",
-    positional="rotary",
-    norm="rmsnorm",
-    norm_placement="sandwich",
-    ffn="geglu",
-    bias=False,
-    attention="softmax",
-    final_norm=True,
-    embed_scale=True,
-    qk_norm=True,
+FIXED = {
+    **ROTARY_RMSNORM,
+    "norm_placement": "sandwich",
+    "ffn": "geglu",
+    "final_norm": True,
+    "embed_scale": True,
+    "qk_norm": True,
+}
+
+
+# A Gemma 3 layer's RMSNorms (HF module, attnlab module); each gain is stored as g - 1.
+_NORMS = (
+    ("input_layernorm", "self_attn_norm"),
+    ("post_attention_layernorm", "post_attn_norm"),
+    ("pre_feedforward_layernorm", "ffn_norm"),
+    ("post_feedforward_layernorm", "post_ffn_norm"),
+    ("self_attn.q_norm", "self_attn.q_norm"),
+    ("self_attn.k_norm", "self_attn.k_norm"),
 )
+
+
+def _gemma_layer(cfg: ModelConfig, h: str, b: str) -> list[Mapped]:
+    """A Gemma 3 layer's tensors besides q/k/v: W^O, the GeGLU, the six RMSNorms (g - 1)."""
+    pairs = [("self_attn.o_proj.weight", "self_attn.out_proj.weight")]
+    if cfg.attention_bias:
+        pairs.append(("self_attn.o_proj.bias", "self_attn.out_proj.bias"))
+    pairs += [(f"mlp.{p}_proj.weight", f"ffn.{p}.weight") for p in ("gate", "up", "down")]
+    table = [Mapped.one(h + hf, b + ours) for hf, ours in pairs]
+    return table + [Mapped.one(f"{h}{hf}.weight", f"{b}{o}.weight", offset=1.0) for hf, o in _NORMS]
 
 
 def gemma_table(cfg: ModelConfig) -> list[Mapped]:
     """Hugging Face name(s) -> attnlab name for every tensor of a Gemma 3 model of ``cfg``; every
     RMSNorm gain is stored as g - 1 (``offset=1``)."""
-    q_rows, kv_rows = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-    sizes = (q_rows, kv_rows, kv_rows)
-    table = [Mapped.one("model.embed_tokens.weight", "embed.tok_emb.weight")]
-    for i in range(cfg.n_layers):
-        h, b = f"model.layers.{i}.", f"blocks.{i}."
-        qkv = tuple(f"{h}self_attn.{p}_proj" for p in "qkv")
-        table.append(
-            Mapped(tuple(p + ".weight" for p in qkv), b + "self_attn.qkv_proj.weight", sizes)
-        )
-        pairs = [("self_attn.o_proj.weight", "self_attn.out_proj.weight")]
-        if cfg.attention_bias:
-            table.append(
-                Mapped(tuple(p + ".bias" for p in qkv), b + "self_attn.qkv_proj.bias", sizes)
-            )
-            pairs.append(("self_attn.o_proj.bias", "self_attn.out_proj.bias"))
-        pairs += [(f"mlp.{p}_proj.weight", f"ffn.{p}.weight") for p in ("gate", "up", "down")]
-        table += [Mapped.one(h + hf, b + ours) for hf, ours in pairs]
-        norms = [
-            ("input_layernorm", "self_attn_norm"),
-            ("post_attention_layernorm", "post_attn_norm"),
-            ("pre_feedforward_layernorm", "ffn_norm"),
-            ("post_feedforward_layernorm", "post_ffn_norm"),
-            ("self_attn.q_norm", "self_attn.q_norm"),
-            ("self_attn.k_norm", "self_attn.k_norm"),
-        ]
-        table += [Mapped.one(f"{h}{hf}.weight", f"{b}{o}.weight", offset=1.0) for hf, o in norms]
-    table.append(Mapped.one("model.norm.weight", "final_norm.weight", offset=1.0))
-    if not cfg.tie_embeddings:
-        table.append(Mapped.one("lm_head.weight", "lm_head.weight"))
-    return table
+    return decoder_table(cfg, _gemma_layer, offset=1.0)
 
 
 GEMMA3 = register(
     Family(
         name="Gemma 3",
         export_name="gemma3",
-        kinds=("decoder_lm",),
         keys=KEYS,
         fixed=FIXED,
         table=gemma_table,
@@ -224,53 +201,10 @@ def gemma_config_to_model_config(hf_config: Any) -> ModelConfig:
     return GEMMA3.read(data)
 
 
-def check_gemma_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming every setting of ``cfg`` Gemma 3's config cannot hold."""
-    check_exportable(GEMMA3, cfg)
-
-
-def model_config_to_gemma_config(
-    cfg: ModelConfig,
-    *,
-    bos_id: int | None = None,
-    eos_id: int | None = None,
-    pad_id: int | None = None,
-) -> dict[str, Any]:
-    """The config.json dict that ``transformers.Gemma3TextConfig`` reads."""
-    check_exportable(GEMMA3, cfg)
-    out = GEMMA3.write(cfg)
-    out.update(bos_token_id=bos_id, eos_token_id=eos_id)
-    if pad_id is not None:
-        out["pad_token_id"] = pad_id
-    return out
-
-
-def load_gemma_state_dict(
-    model: DecoderLM | None, state_dict: Mapping[str, Tensor], config: Any = None
-) -> DecoderLM:
-    """Copy Gemma 3 weights into ``model`` or a new DecoderLM built from ``config``. Eval mode."""
-    model = model_to_load(
-        model,
-        config,
-        loader="load_gemma_state_dict",
-        convert=gemma_config_to_model_config,
-        check=check_gemma_compatible,
-        build=DecoderLM,
-        family="Gemma 3",
-        cls=DecoderLM,
-    )
-    tensors = dict(state_dict)
-    tied = model.cfg.tie_embeddings
-    tied_head(tensors, "lm_head.weight", "model.embed_tokens.weight", tied, "Gemma 3")
-    return load_mapped(model, tensors, gemma_table(model.cfg), "Gemma 3")
-
-
-def to_gemma_state_dict(model: DecoderLM) -> dict[str, Tensor]:
-    """The ``Gemma3ForCausalLM`` state dict of ``model`` (lm_head included even when tied)."""
-    if not isinstance(model, DecoderLM):
-        raise TypeError(f"only a DecoderLM exports to Gemma 3, got {type(model).__name__}")
-    check_exportable(GEMMA3, model.cfg)
-    out = export_mapped(model, gemma_table(model.cfg), "Gemma 3")
-    if model.cfg.tie_embeddings:
-        out["lm_head.weight"] = out["model.embed_tokens.weight"]
-    return out
+# The file around the table: the head tied to embed_tokens, the reader.
+GEMMA3_LM = CausalLM(
+    families=(GEMMA3,),
+    embedding="model.embed_tokens.weight",
+    convert=gemma_config_to_model_config,
+    loader="GEMMA3_LM.load",
+)

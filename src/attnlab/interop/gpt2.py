@@ -28,23 +28,9 @@ from torch import Tensor
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.interop.family import (
-    Family,
-    Key,
-    as_bool,
-    as_float,
-    check_exportable,
-    pad_token,
-    register,
-)
-from attnlab.interop.weights_map import (
-    Mapped,
-    config_dict,
-    export_mapped,
-    load_mapped,
-    model_to_load,
-    tied_head,
-)
+from attnlab.interop.causal_lm import CausalLM
+from attnlab.interop.family import PAD_ID, Family, Key, as_bool, as_float, register, tie_key
+from attnlab.interop.weights_map import Mapped, config_dict
 from attnlab.models.lm import DecoderLM
 
 # HF activation_function -> attnlab activation, and back (the first HF name is the one we write).
@@ -90,25 +76,20 @@ KEYS = (
     Key("attn_pdrop", (), lambda c: c.dropout, default=None),
     Key("layer_norm_epsilon", "norm_eps", read=as_float, default=1e-5),
     Key("scale_attn_weights", "scale_logits", read=as_bool, default=True),
-    Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=True),
-    Key("pad_token_id", "pad_id", read=pad_token, default=None),
+    tie_key(default=True),
+    PAD_ID,
     Key("scale_attn_by_inverse_layer_idx", (), lambda c: False, default=None),
     Key("reorder_and_upcast_attn", (), lambda c: False, default=None),
     Key("add_cross_attention", (), lambda c: False, default=None),
     Key("initializer_range", (), lambda c: 0.02, default=None),
     Key("use_cache", (), lambda c: True, default=None),
 )
-# What GPT-2's architecture pins (everything else comes from a key above).
-FIXED = dict(
-    kind="decoder_lm",
-    positional="learned",
-    norm="layernorm",
-    norm_placement="pre",
-    ffn="mlp",
-    bias=True,
-    attention="softmax",
-    final_norm=True,
+# What the Transformer of GPT-2 and BERT pins: learned positions, LayerNorm, a biased MLP.
+LEARNED_LAYERNORM = dict(
+    positional="learned", norm="layernorm", ffn="mlp", bias=True, attention="softmax"
 )
+# What GPT-2's architecture pins (everything else comes from a key above): a pre-norm decoder.
+FIXED = {**LEARNED_LAYERNORM, "kind": "decoder_lm", "norm_placement": "pre", "final_norm": True}
 # GPT-2 stores every bias; a bias-free model is written with zero biases (the same function).
 ALL_BIASES = dict(bias=True, attn_bias=None, attn_out_bias=None, ffn_bias=None)
 
@@ -147,7 +128,6 @@ GPT2 = register(
     Family(
         name="GPT-2",
         export_name="gpt2",
-        kinds=("decoder_lm",),
         keys=KEYS,
         fixed=FIXED,
         table=gpt2_table,
@@ -184,10 +164,20 @@ def gpt2_config_to_model_config(hf_config: Any) -> ModelConfig:
     return GPT2.read(data)
 
 
+# The file around the table: the head tied to wte, the reader, the causal-mask buffers skipped.
+GPT2_LM = CausalLM(
+    families=(GPT2,),
+    embedding="transformer.wte.weight",
+    convert=gpt2_config_to_model_config,
+    loader="load_gpt2_state_dict",
+    ignored=_IGNORED,
+)
+
+
 def check_gpt2_compatible(cfg: ModelConfig) -> None:
     """Raise ConfigError naming every setting of ``cfg`` that does not survive the round trip
     through GPT-2's config (and the family that would hold it)."""
-    check_exportable(GPT2, cfg)
+    GPT2_LM.family(cfg)
 
 
 def model_config_to_gpt2_config(
@@ -198,12 +188,7 @@ def model_config_to_gpt2_config(
     pad_id: int | None = None,
 ) -> dict[str, Any]:
     """The config.json dict that ``transformers.GPT2Config`` reads for an attnlab ModelConfig."""
-    check_exportable(GPT2, cfg)
-    out = GPT2.write(cfg)
-    out.update(bos_token_id=bos_id, eos_token_id=eos_id)
-    if pad_id is not None:
-        out["pad_token_id"] = pad_id
-    return out
+    return GPT2_LM.config_json(cfg, dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id))
 
 
 def load_gpt2_state_dict(
@@ -216,24 +201,11 @@ def load_gpt2_state_dict(
     ModelConfig, a GPT2Config, or the dict of config.json. Every tensor is shape-checked against
     the model; missing and unexpected keys are errors. Returns the model in eval mode.
     """
-    model = model_to_load(
-        model,
-        config,
-        loader="load_gpt2_state_dict",
-        convert=gpt2_config_to_model_config,
-        check=check_gpt2_compatible,
-        build=DecoderLM,
-        family="GPT-2",
-        cls=DecoderLM,
-    )
     tensors = {
         k if k.startswith(("transformer.", "lm_head.")) else "transformer." + k: v
         for k, v in state_dict.items()
     }
-    tied_head(
-        tensors, "lm_head.weight", "transformer.wte.weight", model.cfg.tie_embeddings, "GPT-2"
-    )
-    return load_mapped(model, tensors, gpt2_table(model.cfg), "GPT-2", ignored=_IGNORED)
+    return GPT2_LM.load(model, tensors, config)
 
 
 def to_gpt2_state_dict(model: DecoderLM) -> dict[str, Tensor]:
@@ -242,10 +214,4 @@ def to_gpt2_state_dict(model: DecoderLM) -> dict[str, Tensor]:
     Bias-free layers export zero biases. With tied embeddings "lm_head.weight" is the same tensor
     as "transformer.wte.weight", as in HF.
     """
-    if not isinstance(model, DecoderLM):
-        raise TypeError(f"only a DecoderLM exports to GPT-2, got {type(model).__name__}")
-    check_exportable(GPT2, model.cfg)
-    out = export_mapped(model, gpt2_table(model.cfg), "GPT-2")
-    if model.cfg.tie_embeddings:
-        out["lm_head.weight"] = out["transformer.wte.weight"]
-    return out
+    return GPT2_LM.export(model)

@@ -25,33 +25,14 @@ Shapes: D hidden_size, H heads, G key/value heads, Dh head_dim, F intermediate_s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
-
-from torch import Tensor
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.interop.family import (
-    OMIT,
-    Family,
-    Key,
-    as_bool,
-    as_float,
-    check_exportable,
-    pad_token,
-    register,
-)
-from attnlab.interop.weights_map import (
-    Mapped,
-    config_dict,
-    export_mapped,
-    load_mapped,
-    model_to_load,
-    problems_message,
-    tied_head,
-)
-from attnlab.models.lm import DecoderLM
+from attnlab.interop.causal_lm import CausalLM
+from attnlab.interop.family import OMIT, PAD_ID, Family, Key, as_float, register, tie_key
+from attnlab.interop.weights_map import Mapped, config_dict, problems_message
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
@@ -152,7 +133,7 @@ SHAPE_KEYS = (
     Key("max_position_embeddings", "max_len", default=2048),
     Key("attention_dropout", "dropout", read=as_float, default=0.0),
     Key("rms_norm_eps", "norm_eps", read=as_float, default=1e-6),
-    Key("pad_token_id", "pad_id", read=pad_token, default=None),
+    PAD_ID,
     Key("use_cache", (), lambda c: True, default=None),
 )
 DECODER_KEYS = (
@@ -161,7 +142,7 @@ DECODER_KEYS = (
     Key("rope_parameters", ROPE_FIELDS, rope_parameters, read_rope, default=None),
     Key("rope_theta", (), lambda c: c.rope_base, default=None),  # transformers < 5 reads these
     Key("rope_scaling", (), _rope_scaling, default=None),
-    Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=False),
+    tie_key(default=False),
 )
 KEYS = (
     Key("model_type", (), _model_type, default=None),
@@ -172,18 +153,18 @@ KEYS = (
     Key("mlp_bias", "ffn_bias", lambda c: c.feedforward_bias, _llama_bias, default=False),
     Key("sliding_window", "attn_window", lambda c: c.attn_window or OMIT, _window, default=None),
 )
-# A Llama block: pre-norm RMSNorm, rotary, SwiGLU, no norm biases.
-FIXED = dict(
-    kind="decoder_lm",
-    positional="rotary",
-    norm="rmsnorm",
-    norm_placement="pre",
-    activation="silu",
-    ffn="swiglu",
-    bias=False,
-    attention="softmax",
-    final_norm=True,
+# What Llama-layout decoders (Llama's and Gemma's) pin: rotary positions, RMSNorm, no biases.
+ROTARY_RMSNORM = dict(
+    kind="decoder_lm", positional="rotary", norm="rmsnorm", bias=False, attention="softmax"
 )
+# A Llama block: pre-norm, SwiGLU, a final norm.
+FIXED = {
+    **ROTARY_RMSNORM,
+    "norm_placement": "pre",
+    "activation": "silu",
+    "ffn": "swiglu",
+    "final_norm": True,
+}
 
 
 def _layer_types(cfg: ModelConfig) -> list[str]:
@@ -248,80 +229,65 @@ def llama_config_to_model_config(hf_config: Any) -> ModelConfig:
     return FAMILY_OF[model_type].read(data)
 
 
-def decoder_family(cfg: ModelConfig) -> Family:
-    """The Llama-like family whose round trip keeps ``cfg`` (ConfigError naming what does not
-    map, for the closest of them, otherwise)."""
-    families = (LLAMA, QWEN2, QWEN3)
-    closest = min(families, key=lambda f: len(f.lost_fields(cfg)))
-    check_exportable(closest, cfg)
-    return closest
+def qkv_rows(cfg: ModelConfig, h: str, b: str) -> list[Mapped]:
+    """Hugging Face's q, k, v projections of layer ``h`` -> attnlab's fused ``qkv_proj`` of
+    block ``b``: rows [W_q; W_k; W_v] of H*Dh, G*Dh, G*Dh; the bias too when there is one."""
+    sizes = (cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim)
+    qkv = tuple(f"{h}self_attn.{p}_proj" for p in "qkv")
+    params = ("weight", "bias") if cfg.attention_bias else ("weight",)
+    return [
+        Mapped(tuple(f"{p}.{w}" for p in qkv), f"{b}self_attn.qkv_proj.{w}", sizes) for w in params
+    ]
 
 
-def check_llama_compatible(cfg: ModelConfig) -> None:
-    """Raise ConfigError naming every setting of ``cfg`` that does not survive the round trip
-    through any Llama-like config (Llama, Mistral, Qwen2, Qwen3), and the family that holds it."""
-    decoder_family(cfg)
-
-
-def model_config_to_llama_config(
+def decoder_table(
     cfg: ModelConfig,
-    *,
-    bos_id: int | None = None,
-    eos_id: int | None = None,
-    pad_id: int | None = None,
-) -> dict[str, Any]:
-    """The config.json dict that transformers' LlamaConfig, MistralConfig, Qwen2Config or
-    Qwen3Config (whichever holds ``cfg``) reads."""
-    out = decoder_family(cfg).write(cfg)
-    out.update(bos_token_id=bos_id, eos_token_id=eos_id)
-    if pad_id is not None:
-        out["pad_token_id"] = pad_id
-    return out
+    layer: Callable[[ModelConfig, str, str], list[Mapped]],
+    offset: float = 0.0,
+) -> list[Mapped]:
+    """Hugging Face name(s) -> attnlab name for every tensor of a Llama-layout model (Llama's and
+    Gemma's): the embeddings, each layer's fused q/k/v and the rows ``layer(cfg, h, b)`` gives
+    for HF layer ``h`` and attnlab block ``b``, the final norm (its gain stored as
+    g - ``offset``) and an untied head."""
+    table = [Mapped.one("model.embed_tokens.weight", "embed.tok_emb.weight")]
+    for i in range(cfg.n_layers):
+        h, b = f"model.layers.{i}.", f"blocks.{i}."
+        table += qkv_rows(cfg, h, b)
+        table += layer(cfg, h, b)
+    table.append(Mapped.one("model.norm.weight", "final_norm.weight", offset=offset))
+    if not cfg.tie_embeddings:
+        table.append(Mapped.one("lm_head.weight", "lm_head.weight"))
+    return table
+
+
+def _llama_layer(cfg: ModelConfig, h: str, b: str) -> list[Mapped]:
+    """A Llama layer's tensors besides q/k/v."""
+    pairs = [
+        ("input_layernorm.weight", "self_attn_norm.weight"),
+        ("self_attn.o_proj.weight", "self_attn.out_proj.weight"),
+        ("post_attention_layernorm.weight", "ffn_norm.weight"),
+        ("mlp.gate_proj.weight", "ffn.gate.weight"),
+        ("mlp.up_proj.weight", "ffn.up.weight"),
+        ("mlp.down_proj.weight", "ffn.down.weight"),
+    ]
+    if cfg.attention_out_bias:
+        pairs.append(("self_attn.o_proj.bias", "self_attn.out_proj.bias"))
+    if cfg.qk_norm:  # Qwen3
+        pairs += [(f"self_attn.{n}.weight", f"self_attn.{n}.weight") for n in ("q_norm", "k_norm")]
+    if cfg.feedforward_bias:
+        pairs += [(f"mlp.{p}_proj.bias", f"ffn.{p}.bias") for p in ("gate", "up", "down")]
+    return [Mapped.one(h + hf, b + ours) for hf, ours in pairs]
 
 
 def llama_table(cfg: ModelConfig) -> list[Mapped]:
     """Hugging Face name(s) -> attnlab name for every tensor of a Llama-like model of ``cfg``."""
-    q_rows, kv_rows = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
-    table = [Mapped.one("model.embed_tokens.weight", "embed.tok_emb.weight")]
-    for i in range(cfg.n_layers):
-        h, b = f"model.layers.{i}.", f"blocks.{i}."
-        qkv = tuple(f"{h}self_attn.{p}_proj" for p in "qkv")
-        sizes = (q_rows, kv_rows, kv_rows)
-        table.append(
-            Mapped(tuple(p + ".weight" for p in qkv), b + "self_attn.qkv_proj.weight", sizes)
-        )
-        if cfg.attention_bias:
-            table.append(
-                Mapped(tuple(p + ".bias" for p in qkv), b + "self_attn.qkv_proj.bias", sizes)
-            )
-        pairs = [
-            ("input_layernorm.weight", "self_attn_norm.weight"),
-            ("self_attn.o_proj.weight", "self_attn.out_proj.weight"),
-            ("post_attention_layernorm.weight", "ffn_norm.weight"),
-            ("mlp.gate_proj.weight", "ffn.gate.weight"),
-            ("mlp.up_proj.weight", "ffn.up.weight"),
-            ("mlp.down_proj.weight", "ffn.down.weight"),
-        ]
-        if cfg.attention_out_bias:
-            pairs.append(("self_attn.o_proj.bias", "self_attn.out_proj.bias"))
-        if cfg.qk_norm:  # Qwen3
-            pairs += [
-                (f"self_attn.{n}.weight", f"self_attn.{n}.weight") for n in ("q_norm", "k_norm")
-            ]
-        if cfg.feedforward_bias:
-            pairs += [(f"mlp.{p}_proj.bias", f"ffn.{p}.bias") for p in ("gate", "up", "down")]
-        table += [Mapped.one(h + hf, b + ours) for hf, ours in pairs]
-    table.append(Mapped.one("model.norm.weight", "final_norm.weight"))
-    if not cfg.tie_embeddings:
-        table.append(Mapped.one("lm_head.weight", "lm_head.weight"))
-    return table
+    return decoder_table(cfg, _llama_layer)
 
 
 LLAMA = register(
     Family(
         name="Llama",
         export_name="llama",
-        kinds=("decoder_lm",),
         keys=KEYS,
         fixed=FIXED,
         table=llama_table,
@@ -331,7 +297,6 @@ QWEN2 = register(
     Family(
         name="Qwen2",
         export_name="qwen2",
-        kinds=("decoder_lm",),
         keys=_qwen_keys("qwen2", "Qwen2ForCausalLM"),
         fixed={**FIXED, "attn_bias": True, "attn_out_bias": False},  # biased q, k, v; plain W^O
         table=llama_table,
@@ -341,45 +306,16 @@ QWEN3 = register(
     Family(
         name="Qwen3",
         export_name="qwen3",
-        kinds=("decoder_lm",),
         keys=QWEN3_KEYS,
         fixed={**FIXED, "qk_norm": True},
         table=llama_table,
     )
 )
 FAMILY_OF = {"llama": LLAMA, "mistral": LLAMA, "qwen2": QWEN2, "qwen3": QWEN3}
-
-
-def load_llama_state_dict(
-    model: DecoderLM | None, state_dict: Mapping[str, Tensor], config: Any = None
-) -> DecoderLM:
-    """Copy Llama/Mistral/Qwen2/Qwen3 weights into ``model`` or a new DecoderLM built from
-    ``config`` (an attnlab ModelConfig, a transformers config, or config.json's dict). Eval
-    mode."""
-    model = model_to_load(
-        model,
-        config,
-        loader="load_llama_state_dict",
-        convert=llama_config_to_model_config,
-        check=check_llama_compatible,
-        build=DecoderLM,
-        family="Llama",
-        cls=DecoderLM,
-    )
-    tensors = dict(state_dict)
-    family = decoder_family(model.cfg).name
-    tied = model.cfg.tie_embeddings
-    tied_head(tensors, "lm_head.weight", "model.embed_tokens.weight", tied, family)
-    return load_mapped(model, tensors, llama_table(model.cfg), family)
-
-
-def to_llama_state_dict(model: DecoderLM) -> dict[str, Tensor]:
-    """The Llama-like (``LlamaForCausalLM``, ...) state dict of ``model`` (lm_head included even
-    when tied)."""
-    if not isinstance(model, DecoderLM):
-        raise TypeError(f"only a DecoderLM exports to Llama, got {type(model).__name__}")
-    family = decoder_family(model.cfg)
-    out = export_mapped(model, llama_table(model.cfg), family.name)
-    if model.cfg.tie_embeddings:
-        out["lm_head.weight"] = out["model.embed_tokens.weight"]
-    return out
+# The file around the tables: the head tied to embed_tokens, one reader for the four model types.
+LLAMA_LM = CausalLM(
+    families=(LLAMA, QWEN2, QWEN3),
+    embedding="model.embed_tokens.weight",
+    convert=llama_config_to_model_config,
+    loader="LLAMA_LM.load",
+)

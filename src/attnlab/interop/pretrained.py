@@ -94,9 +94,9 @@ def load_state_dict(config: ModelConfig, model_type: str, tensors: dict) -> nn.M
     if model_type == "gpt2":
         return gpt2.load_gpt2_state_dict(None, tensors, config)
     if model_type in llama.MODEL_TYPES:
-        return llama.load_llama_state_dict(None, tensors, config)
+        return llama.LLAMA_LM.load(None, tensors, config)
     if model_type == gemma.MODEL_TYPE:
-        return gemma.load_gemma_state_dict(None, tensors, config)
+        return gemma.GEMMA3_LM.load(None, tensors, config)
     return bert.load_bert_state_dict(None, tensors, config)
 
 
@@ -158,12 +158,9 @@ def hf_export(
         raise TypeError(f"expected an attnlab model with .cfg, got {type(model).__name__}")
     ids = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
     family = family_for(cfg)
-    if family in llama.FAMILY_OF.values():
-        return llama.model_config_to_llama_config(cfg, **ids), llama.to_llama_state_dict(model)
-    if family is gemma.GEMMA3:
-        return gemma.model_config_to_gemma_config(cfg, **ids), gemma.to_gemma_state_dict(model)
-    if family is gpt2.GPT2:
-        return gpt2.model_config_to_gpt2_config(cfg, **ids), gpt2.to_gpt2_state_dict(model)
+    for decoder in (llama.LLAMA_LM, gemma.GEMMA3_LM, gpt2.GPT2_LM):
+        if family in decoder.families:
+            return decoder.config_json(cfg, ids), decoder.export(model)
     return bert.model_config_to_bert_config(cfg, labels), bert.to_bert_state_dict(model)
 
 

@@ -12,10 +12,11 @@ Shapes: B batch, T query length, S key length, D d_model, H heads. Hook points a
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor, nn
 
 from attnlab.nn.blocks import BlockOutput, CausalBlock
-from attnlab.nn.cache import KVCache
 
 
 class SandwichBlock(CausalBlock):
@@ -25,25 +26,12 @@ class SandwichBlock(CausalBlock):
         super().__init__(**parts, norm_first=True)
         self.post_attn_norm, self.post_ffn_norm = post_attn_norm, post_ffn_norm
 
-    def forward(
-        self,
-        x: Tensor,
-        mask: Tensor | None = None,
-        *,
-        positions: Tensor | None = None,
-        cache: KVCache | None = None,
-        need_weights: bool = False,
-    ) -> BlockOutput:
-        """x: (B, T, D); mask broadcastable to (B, H, T, S) -> BlockOutput with x (B, T, D)."""
+    def forward(self, x: Tensor, mask: Tensor | None = None, **opts: Any) -> BlockOutput:
+        """x: (B, T, D); mask broadcastable to (B, H, T, S); ``opts`` the keywords of
+        :meth:`CausalBlock.forward` (positions (B, T), cache, need_weights) -> BlockOutput with
+        x (B, T, D)."""
         x = self.hook_x(x)
-        a = self.self_attn(
-            self.hook_attn_norm(self.self_attn_norm(x)),
-            mask,
-            causal=True,
-            positions=positions,
-            cache=cache,
-            need_weights=need_weights,
-        )
+        a = self.self_attn(self.hook_attn_norm(self.self_attn_norm(x)), mask, causal=True, **opts)
         h = self.hook_resid_mid(x + self.drop(self.post_attn_norm(a.out)))  # (B, T, D)
         f = self.ffn(self.hook_ffn_norm(self.ffn_norm(h)))  # (B, T, D)
         x = self.hook_resid_post(h + self.drop(self.post_ffn_norm(f)))  # (B, T, D)
