@@ -100,6 +100,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "bit-identical to an uninterrupted run)",
     )
     g.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="a fresh run into a --out that holds other files: replace the run's own files "
+        "there (config.toml, metrics.jsonl, loss.png, plots/; checkpoints are never replaced)",
+    )
+    g.add_argument(
         "--dump-config",
         metavar="FILE.toml",
         help="write the resolved config to FILE and exit without training",
@@ -252,6 +258,7 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume,
         progress=not args.no_progress,
         allow_changes=args.allow_changes,
+        overwrite=args.overwrite,
         on_event=_print_event,
     )
     if main:

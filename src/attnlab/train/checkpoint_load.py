@@ -34,7 +34,9 @@ from attnlab.train.checkpoint_dir import (
     TOKENIZER,
     _resolve,
     _step_of,
+    damage_of,
     list_checkpoints,
+    newer_than,
 )
 from attnlab.train.state import optimizer_state_from_tensors, scheduler_state_from_json
 
@@ -137,6 +139,11 @@ def _verify(ckpt: Path, manifest: dict[str, Any] | None, name: str) -> None:
     """Compare a file's size and CRC-32 with the manifest written at save time."""
     entry = (manifest or {}).get("files", {}).get(name)
     path = ckpt / name
+    if path.is_dir():
+        raise CheckpointError(
+            f"checkpoint file {str(path)!r} is a directory, not a file; the checkpoint is "
+            f"damaged, use another one (see the other step_* directories)"
+        )
     if not path.is_file():
         raise CheckpointError(
             f"checkpoint file {str(path)!r} is missing; the checkpoint is incomplete, use "
@@ -230,14 +237,32 @@ def load_checkpoint(
     if _is_hf_model_dir(path):
         return _load_hf_dir(path, map_location)
     ckpt = _resolve(path)
+    whole_run = ckpt != Path(path)  # a run directory (or a pointer) rather than one checkpoint
+    if whole_run and fallback:
+        report_unfinished(ckpt)
     try:
         return _load_one(ckpt, map_location, expect_kind, verify)
     except CheckpointError as err:
-        if not fallback or isinstance(err, WrongKindError) or (Path(path) / CONFIG).is_file():
+        if not fallback or isinstance(err, WrongKindError) or not whole_run:
             raise  # a wrong kind is no damage: the other checkpoints of the run share it
         return load_fallback(
             ckpt, err, lambda c: _load_one(c, map_location, expect_kind, verify), "using"
         )
+
+
+def report_unfinished(ckpt: Path, announce: bool = True) -> list[Path]:
+    """The step directories newer than ``ckpt`` (the one ``latest`` names), with a warning
+    naming them: a save that did not finish, or a damaged checkpoint; neither is read."""
+    newer = newer_than(ckpt)
+    if newer and announce:
+        names = ", ".join(p.name for p in newer)
+        warnings.warn(
+            f"{names} {'is' if len(newer) == 1 else 'are'} newer than {ckpt.name}, the "
+            f"checkpoint the run's 'latest' pointer names: a save that did not finish (or a "
+            f"damaged checkpoint); not used",
+            stacklevel=3,
+        )
+    return newer
 
 
 def load_fallback(
@@ -246,7 +271,12 @@ def load_fallback(
     """``load`` the newest other complete checkpoint of ``damaged``'s run that passes, warning
     which one and why (if ``announce``); re-raise ``error`` (with the others' problems) if none
     does."""
-    others = [c for c in reversed(list_checkpoints(damaged.parent)) if c != damaged]
+    step = _step_of(damaged)
+    others = [
+        c
+        for c in reversed(list_checkpoints(damaged.parent))
+        if c != damaged and (step is None or (_step_of(c) or 0) < step)
+    ]
     problems = []
     for older in others:
         try:
@@ -275,9 +305,25 @@ def _load_one(ckpt: Path, map_location: Any, expect_kind: Any, verify: bool) -> 
     from attnlab.data import LabelSet, load_tokenizer
     from attnlab.models import build_model
 
+    problem = damage_of(ckpt)
+    if problem is not None:
+        raise CheckpointError(
+            f"the checkpoint {str(ckpt)!r} is incomplete: {problem}; use another checkpoint "
+            f"(see the other step_* directories) or restore the file"
+        )
     config, data = _read_config(ckpt, expect_kind)
-    manifest = _read_json(ckpt / MANIFEST) if (ckpt / MANIFEST).is_file() else None
-    names = [n for n in (MODEL, TOKENIZER, LABELS, STATE) if n == MODEL or (ckpt / n).is_file()]
+    manifest = _read_json(ckpt / MANIFEST)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise CheckpointError(
+            f"{str(ckpt / MANIFEST)!r} is not a checkpoint manifest (no table of files); it was "
+            f"edited or damaged, use another checkpoint (see the other step_* directories)"
+        )
+    listed = manifest.get("files", {}) if isinstance(manifest, dict) else {}
+    names = [
+        n
+        for n in (MODEL, TOKENIZER, LABELS, STATE)
+        if n == MODEL or (ckpt / n).exists() or n in listed  # a listed file must be there
+    ]
     with ThreadPoolExecutor(max_workers=1) as pool:  # hash the files while the model is built
         checked = pool.submit(lambda: [_verify(ckpt, manifest, n) for n in names if verify])
         model = build_model(config)
