@@ -72,6 +72,9 @@ FLAG_FIELDS = {  # flag -> (config field, type, help)
 }  # fmt: skip
 
 
+KIND_KEYS = {"kind", "model.kind"}  # --set keys that choose the model kind
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
@@ -204,7 +207,10 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
         raw = tomllib.loads(Path(config_file).read_text(encoding="utf-8"))
         for t in ("model", "train"):
             tables[t].update(raw.get(t, {}))
-    explicit_kind = "kind" in tables["model"] or args.model_kind is not None
+    set_keys = {item.partition("=")[0].strip().replace("-", "_") for item in args.set}
+    explicit_kind = (
+        "kind" in tables["model"] or args.model_kind is not None or bool(set_keys & KIND_KEYS)
+    )
     run = RunConfig.from_dict(tables, source=str(config_file or args.preset or "defaults"))
     flags: dict[str, Any] = {"out": args.out}
     for flag, (field, _, _) in FLAG_FIELDS.items():

@@ -27,6 +27,7 @@ from typing import Any, NamedTuple
 
 from attnlab.config import LM_KINDS, SEQ2SEQ_KINDS, ModelConfig
 from attnlab.errors import CheckpointError, ConfigError, UserError
+from attnlab.models.build import check_model_memory
 from attnlab.train.atomic import ensure_writable_dir
 from attnlab.train.build_data import build_task_data
 from attnlab.train.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
@@ -100,6 +101,10 @@ RESUME_SAFE = (
 )
 
 
+# TrainConfig fields no resume can change: the saved model is built around them.
+FIXED_ON_RESUME = ("task", "tokenizer", "bpe_vocab_size")
+
+
 def changed_settings(saved: Any, cfg: Any) -> tuple[list[str], list[str]]:
     """(changes that alter the remaining steps, harmless changes) between a checkpoint's saved
     train config (a dict) and this run's TrainConfig, each as ``"lr 0.001 -> 0.003"``."""
@@ -123,6 +128,14 @@ def check_resume_settings(
     """Refuse (or with ``allow_changes`` announce) settings that differ from the saved run's."""
     saved = (ckpt.train_state or {}).get("train_config")
     breaking, harmless = changed_settings(saved, cfg)
+    fixed = [text for text in breaking if text.split(" ", 1)[0] in FIXED_ON_RESUME]
+    if fixed:
+        raise ConfigError(
+            f"--resume cannot change {'; '.join(fixed)}: the checkpoint {ckpt.path.name}'s "
+            f"embeddings and output layer are sized for the tokenizer it was trained with (even "
+            f"with --allow-changes); drop those flags to continue the run, or start a new run "
+            f"into another --out"
+        )
     if breaking and not allow_changes:
         raise ConfigError(
             f"--resume with settings that differ from the run saved at {ckpt.path.name}: "
@@ -276,6 +289,7 @@ def prepare_run(
         data = build(False)
     model_cfg = fit_model_config(run_config.model, data, announce=info.is_main)
     data.check_fits(model_cfg)
+    check_model_memory(model_cfg, copies=4, purpose=" with its gradients and AdamW moments")
     if ckpt is not None and ckpt.config != model_cfg:
         diff = "; ".join(_differences(ckpt.config, model_cfg)[:6])
         raise CheckpointError(
