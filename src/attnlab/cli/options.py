@@ -5,7 +5,21 @@ argument group) with the common name, type and help; a command adds what is its 
 
 from __future__ import annotations
 
+import argparse
+import math
 from typing import Any
+
+
+def positive_number(text: str) -> float:
+    """An argparse ``type``: a finite number > 0 (``nan``, ``inf``, 0 and negatives refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
 
 CHECKPOINT_HELP = (
     "run directory (its latest checkpoint) or a step_* checkpoint written by `attnlab train`"

@@ -12,6 +12,7 @@ import argparse
 
 import torch
 
+from attnlab.budget import check_allocation
 from attnlab.cli import load_checkpoint_lazily
 from attnlab.cli.options import add_checkpoint
 from attnlab.errors import CheckpointError
@@ -88,8 +89,13 @@ def run_positions(args: argparse.Namespace) -> int:
     for flag, value in (("--d-model", args.d_model), ("--max-len", args.max_len)):
         if value < 1:
             raise ValueError(f"{flag} must be a positive integer, got {value}")
-    if not args.base > 1.0:
-        raise ValueError(f"--base must be > 1, got {args.base}")
+    if not 1.0 < args.base < float("inf"):
+        raise ValueError(f"--base must be a finite number > 1, got {args.base}")
+    check_allocation(  # the fp32 table, its angles and the figure's copy of it
+        16 * args.d_model * args.max_len,
+        f"a position-encoding plot of {args.max_len:,} x {args.d_model:,} values",
+        "lower --d-model or --max-len (the figure shows a few hundred of each well)",
+    )
     table = sinusoidal_table(torch.arange(args.max_len), args.d_model, args.base)  # (N, D)
     title = f"sinusoidal position encoding, D={args.d_model}, N={args.max_len}"
     print(f"wrote {save_figure(plot_position_encoding(table, title), args.out)}")

@@ -190,6 +190,37 @@ def _join_parallel(src: str, tgt: str, out: Path) -> Path:
     return atomic_write_text(out / "data" / "pairs.jsonl", lines)
 
 
+def _saved_tables(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The [model] and [train] settings of a run whose config.toml is missing, from its latest
+    checkpoint (config.json and train_state/state.json); empty tables if it has none."""
+    import json
+
+    from attnlab.train.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    if ckpt is None:
+        return {"model": {}, "train": {}}
+    try:
+        model = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))["model"]
+        state = json.loads((ckpt / "train_state" / "state.json").read_text(encoding="utf-8"))
+        train = dict(state["train_config"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(
+            f"--resume: {str(run_dir / 'config.toml')!r} is missing and the settings saved in "
+            f"{str(ckpt)!r} cannot be read; restore config.toml, or give the run's settings "
+            f"with --config FILE (or --preset and the same flags)"
+        ) from None
+    import warnings
+
+    warnings.warn(
+        f"{str(run_dir / 'config.toml')!r} is missing; resuming with the settings saved in "
+        f"{ckpt.name} (config.toml is written again)",
+        stacklevel=2,
+    )
+    train["betas"] = tuple(train.get("betas", ()))  # JSON lists: back to the field's tuple
+    return {"model": model, "train": train}
+
+
 def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     """The RunConfig and run directory the flags describe (see module docstring)."""
     from attnlab.train.presets import preset_tables
@@ -200,8 +231,10 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     if args.preset:
         tables = preset_tables(args.preset)
     own = Path(args.out or tables["train"].get("out", "runs/default")) / "config.toml"
-    resume_own = args.resume and not args.preset and own.is_file()
-    config_file = args.config or (own if resume_own else None)
+    resume_own = args.resume and not args.preset and not args.config
+    config_file = args.config or (own if resume_own and own.is_file() else None)
+    if resume_own and not own.is_file():
+        tables = _saved_tables(own.parent)
     if config_file:
         load_toml(config_file)  # validates, with errors naming the file and the key
         raw = tomllib.loads(Path(config_file).read_text(encoding="utf-8"))
@@ -224,16 +257,16 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
         if not sep:
             raise ConfigError(f"--set {item!r} must look like KEY=VALUE, e.g. --set dropout=0.1")
         flags[key.strip()] = value.strip()
-    if flags.get("model.kind") == "classifier" and "n_classes" not in tables["model"]:
+    kinds = (flags.get("model.kind"), flags.get("kind"), flags.get("model_kind"))
+    if "classifier" in kinds and "n_classes" not in tables["model"]:
         flags["n_classes"] = 2  # a placeholder: training takes n_classes from the labels
-    run = merge_overrides(run, flags)
-    data_flags = _data_flags(args, Path(run.train.out))
+    data_flags = _data_flags(args, Path(args.out or run.train.out))
     if args.best_metric is None and "task" in data_flags:  # a preset's metric may not fit
         from attnlab.train.run_config import metric_names
 
         if run.train.best_metric not in metric_names(data_flags["task"], data_flags["data"]):
             data_flags["best_metric"] = "val_loss"
-    run = merge_overrides(run, data_flags)
+    run = merge_overrides(run, {**flags, **data_flags})  # one check: the task and its metric
     task = run.train.task
     if not explicit_kind and run.model.kind not in KINDS_FOR_TASK[task]:
         kind = DEFAULT_KIND[task]  # n_classes: a placeholder, training takes it from the labels
@@ -246,6 +279,11 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.train import dump_toml, train
     from attnlab.train.atomic import atomic_write_text
 
+    if args.dump_config and Path(args.dump_config).is_dir():
+        raise ConfigError(
+            f"--dump-config {args.dump_config!r} is a directory; give a file name to write, "
+            f"e.g. --dump-config {str(Path(args.dump_config) / 'run.toml')!r}"
+        )
     run_config, out = build_run_config(args)
     if args.dump_config:
         atomic_write_text(args.dump_config, dump_toml(run_config))

@@ -202,7 +202,14 @@ def _read_stamp(corpus_dir: Path) -> Any:
 
 
 def _check_text(path: str) -> None:
-    """Fail early, naming the file, on a missing path or an empty single file."""
+    """Fail early, naming the file, on a missing path, something that is neither a file nor a
+    directory (a device such as /dev/null, a FIFO that would block the read), or an empty file."""
+    p = Path(path)
+    if p.exists() and not p.is_file() and not p.is_dir():
+        raise DataError(
+            f"{path!r} is neither a file nor a directory (a device, FIFO or socket); give a text "
+            f"file or a directory of text files"
+        )
     files = list_text_files(path)
     if len(files) == 1 and files[0].stat().st_size == 0:
         read_text(files[0])  # raises: "file ... is empty; give it some text or remove it"

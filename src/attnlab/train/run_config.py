@@ -311,6 +311,11 @@ class RunConfig:
 def load_toml(path: str | os.PathLike) -> RunConfig:
     """Read a run config file with tables [model] and [train]."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigValueError(
+            f"config file {str(p)!r} is a directory; give the TOML file itself, e.g. "
+            f"{str(p / 'config.toml')!r}"
+        )
     if not p.is_file():
         raise ConfigValueError(
             f"config file {str(p)!r} does not exist; check the path, or write one with "
