@@ -1,0 +1,87 @@
+"""The bad-input suite's shared pieces: the tests/ helpers on the path, tiny trained runs (trained
+once per session, copied per test) and the check every case makes."""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tiny_configs and friends
+
+TINY = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--d-ff", "32", "--batch-size",
+        "4", "--warmup-steps", "1", "--eval-batches", "1", "--no-progress", "--no-plots",
+        "--threads", "1"]  # fmt: skip
+TEXT = "the cat sat on the mat and the dog ran far away from the big red barn. " * 60
+
+
+def snapshot(root: Path, skip: Path | None = None) -> dict[str, str]:
+    """Every file under ``root`` (but not under ``skip``) with the SHA-256 of its bytes."""
+    found = {}
+    for p in sorted(root.rglob("*")):
+        if skip is not None and (p == skip or skip in p.parents):
+            continue
+        if p.is_file() and not p.is_symlink():
+            found[str(p.relative_to(root))] = hashlib.sha256(p.read_bytes()).hexdigest()
+    return found
+
+
+@pytest.fixture(scope="session")
+def trained_runs(tmp_path_factory):
+    """A tiny LM run (steps 2, 4) and a tiny seq2seq run (steps 2, 4), trained once."""
+    from attnlab.cli import main
+
+    root = tmp_path_factory.mktemp("reliability-runs")
+    (root / "text.txt").write_text(TEXT)
+    lm = [
+        "train",
+        "--text",
+        str(root / "text.txt"),
+        "--context-len",
+        "16",
+        "--max-len",
+        "32",
+        "--steps",
+        "4",
+        "--save-every",
+        "2",
+        "--keep-last",
+        "0",
+        "--out",
+        str(root / "lm"),
+    ]
+    s2s = [
+        "train",
+        "--task",
+        "reverse",
+        "--max-len",
+        "24",
+        "--n-train",
+        "64",
+        "--n-val",
+        "8",
+        "--steps",
+        "4",
+        "--save-every",
+        "2",
+        "--keep-last",
+        "0",
+        "--out",
+        str(root / "s2s"),
+    ]
+    for argv in (lm, s2s):
+        assert main([*argv, *TINY]) == 0
+    return root
+
+
+@pytest.fixture
+def workspace(trained_runs, tmp_path, monkeypatch):
+    """A fresh copy of the trained runs and the text file, as the current directory."""
+    for name in ("lm", "s2s", "text.txt"):
+        src = trained_runs / name
+        (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
