@@ -62,6 +62,19 @@ CASES = [
     ("plot positions of 1e5 x 1e5",
      ["plot", "positions", "--d-model", "100000", "--max-len", "100000", "--out", "pe.png"],
      None, 2, "lower --d-model or --max-len"),
+    ("experiment over a directory of the user's files",
+     ["experiment", "order", "--quick", "--out", "mine"], None, 2, "choose a new or empty --out"),
+    ("export --force into a run directory",
+     ["export", "--checkpoint", "lm", "--format", "hf-gpt2", "--out", "s2s", "--force"], None, 2,
+     "choose a new --out"),
+    ("export --force over the user's files",
+     ["export", "--checkpoint", "lm", "--format", "hf-gpt2", "--out", "mine", "--force"], None, 2,
+     "choose a new or empty --out"),
+    ("export --force over the user's safetensors file",
+     ["export", "--checkpoint", "lm", "--format", "safetensors", "--out", "mine/notes.txt",
+      "--force"], None, 2, "choose a new or empty --out"),
+    ("plot positions over the user's file",
+     ["plot", "positions", "--out", "mine/notes.txt"], None, 2, "choose a new or empty --out"),
     ("bench --memory-cap-gib nan", ["bench", "--memory-cap-gib", "nan"], None, 2,
      "finite number > 0"),
 ]  # fmt: skip
@@ -138,3 +151,24 @@ def test_allow_changes_with_new_text_encodes_the_new_text(workspace, capsys):
     assert stamp["data"] == str((workspace / "other.txt").resolve())
     n = json.loads((workspace / "lm" / "data" / "corpus" / "meta.json").read_text())["n_tokens"]
     assert n >= len("a different text with other words in it. " * 80)
+
+
+def test_export_force_replaces_exactly_its_own_earlier_export(workspace, capsys):
+    from attnlab.cli.outputs import files_in, record
+
+    argv = ["export", "--checkpoint", "lm", "--format", "hf-gpt2", "--out", "hf"]
+    assert main(argv) == 0
+    before = files_in(workspace / "hf")
+    (workspace / "hf" / "tokenizer.json").write_text("{}")  # as an earlier BPE export left it
+    record(workspace / "hf", before)
+    assert main(argv) == 2  # without --force nothing is replaced
+    assert main([*argv, "--force"]) == 0
+    assert not (workspace / "hf" / "tokenizer.json").exists()  # no stale tokenizer left behind
+    assert set(files_in(workspace / "hf")) == set(before)
+
+
+def test_plot_may_replace_its_own_earlier_figure(workspace, capsys):
+    argv = ["plot", "positions", "--d-model", "8", "--max-len", "8", "--out", "pe.png"]
+    assert main(argv) == 0 and main(argv) == 0
+    (workspace / "pe.png").write_bytes(b"edited by hand")
+    assert main(argv) == 2 and (workspace / "pe.png").read_bytes() == b"edited by hand"

@@ -9,12 +9,14 @@ attnlab plot loss --run runs/x --out loss.png
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 
 from attnlab.budget import check_allocation
 from attnlab.cli import load_checkpoint_lazily
 from attnlab.cli.options import add_checkpoint
+from attnlab.cli.outputs import outputs
 from attnlab.errors import CheckpointError
 
 
@@ -77,7 +79,9 @@ def run_attention(args: argparse.Namespace) -> int:
             "input text cannot be encoded; train with a tokenizer"
         )
     figures = model_attention_figures(ckpt.model, ckpt.tokenizer, args.input, args.target)
-    for path in save_figures(figures, args.out):
+    with outputs(Path(args.out), "attnlab plot attention", names=set(figures)):
+        paths = save_figures(figures, args.out)
+    for path in paths:
         print(f"wrote {path}")
     return 0
 
@@ -98,7 +102,9 @@ def run_positions(args: argparse.Namespace) -> int:
     )
     table = sinusoidal_table(torch.arange(args.max_len), args.d_model, args.base)  # (N, D)
     title = f"sinusoidal position encoding, D={args.d_model}, N={args.max_len}"
-    print(f"wrote {save_figure(plot_position_encoding(table, title), args.out)}")
+    out = Path(args.out)
+    with outputs(out.parent, "attnlab plot positions", names={out.name}):
+        print(f"wrote {save_figure(plot_position_encoding(table, title), out)}")
     return 0
 
 
@@ -106,6 +112,8 @@ def run_loss(args: argparse.Namespace) -> int:
     from attnlab.viz import find_metrics_file, plot_loss_curves
 
     metrics = find_metrics_file(args.run)
-    plot_loss_curves(metrics, args.out, title=str(args.run), log_y=args.log_y)
+    out = Path(args.out)
+    with outputs(out.parent, "attnlab plot loss", names={out.name}):
+        plot_loss_curves(metrics, out, title=str(args.run), log_y=args.log_y)
     print(f"wrote {args.out} from {metrics}")
     return 0
