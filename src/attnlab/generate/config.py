@@ -204,6 +204,30 @@ class SpecialIds(NamedTuple):
     stop: tuple[int, ...]  # ending a row (not part of its output)
 
 
+def as_config(config: Any) -> GenerationConfig:
+    """``config``, or the default GenerationConfig for None; anything else is a TypeError."""
+    if config is None:
+        return GenerationConfig()
+    if not isinstance(config, GenerationConfig):
+        hint = "GenerationConfig(**settings)" if isinstance(config, dict) else "GenerationConfig()"
+        raise TypeError(
+            f"config must be a GenerationConfig, got {type(config).__name__}; build one with "
+            f"{hint} (attnlab.generate.GenerationConfig)"
+        )
+    return config
+
+
+def check_special_ids(specials: SpecialIds, vocab_size: int) -> None:
+    """The ids fed to the model (bos, pad) must be tokens of its vocabulary (a stop id outside it
+    is harmless: it never occurs)."""
+    for name, value in (("bos_token_id", specials.bos), ("pad_token_id", specials.pad)):
+        if value is not None and value >= vocab_size:
+            raise ValueError(
+                f"{name}={value} is not a token of the model, whose vocabulary has "
+                f"{vocab_size} ids (0 to {vocab_size - 1}); use the tokenizer's ids"
+            )
+
+
 def special_ids(config: GenerationConfig, tokenizer: Any | None) -> SpecialIds:
     """Config values win; then the tokenizer's BOS/pad/EOS; pad defaults to 0, stop to none."""
     bos = config.bos_token_id
