@@ -74,13 +74,33 @@ def trained_runs(tmp_path_factory):
     ]
     for argv in (lm, s2s):
         assert main([*argv, *TINY]) == 0
+    for fmt, out in (("hf-gpt2", "hf"), ("safetensors", "lm.safetensors")):
+        assert main(["export", "--checkpoint", str(root / "lm"), "--format", fmt, "--out",
+                     str(root / out)]) == 0  # fmt: skip
+    shutil.copytree(root / "hf", root / "hf-no-tokenizer")
+    (root / "hf-no-tokenizer" / "attnlab_tokenizer.json").unlink()
+    _nan_copy(root / "hf", root / "hf-nan")
     return root
+
+
+def _nan_copy(src: Path, dst: Path) -> None:
+    """A copy of the Hugging Face directory ``src`` with one NaN in its weights."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    with safe_open(str(src / "model.safetensors"), "pt") as f:
+        meta = f.metadata()
+    tensors = load_file(src / "model.safetensors")
+    first = next(iter(tensors))
+    tensors[first].view(-1)[0] = float("nan")
+    save_file(tensors, dst / "model.safetensors", metadata=meta)
 
 
 @pytest.fixture
 def workspace(trained_runs, tmp_path, monkeypatch):
     """A fresh copy of the trained runs and the text file, as the current directory."""
-    for name in ("lm", "s2s", "text.txt"):
+    for name in ("lm", "s2s", "text.txt", "hf", "hf-no-tokenizer", "hf-nan", "lm.safetensors"):
         src = trained_runs / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     monkeypatch.chdir(tmp_path)

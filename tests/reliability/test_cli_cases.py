@@ -75,6 +75,15 @@ CASES = [
       "--force"], None, 2, "choose a new or empty --out"),
     ("plot positions over the user's file",
      ["plot", "positions", "--out", "mine/notes.txt"], None, 2, "choose a new or empty --out"),
+    ("NaN in Hugging Face weights: evaluate",
+     ["evaluate", "--checkpoint", "hf-nan", "--text", "text.txt"], None, 2,
+     "export or download the model again"),
+    ("NaN in Hugging Face weights: generate",
+     ["generate", "--checkpoint", "hf-nan", "--prompt", "the"], None, 2,
+     "export or download the model again"),
+    ("a Hugging Face directory without its tokenizer",
+     ["generate", "--checkpoint", "hf-no-tokenizer", "--prompt", "the"], None, 2,
+     "copy the tokenizer file"),
     ("bench --memory-cap-gib nan", ["bench", "--memory-cap-gib", "nan"], None, 2,
      "finite number > 0"),
 ]  # fmt: skip
@@ -156,15 +165,15 @@ def test_allow_changes_with_new_text_encodes_the_new_text(workspace, capsys):
 def test_export_force_replaces_exactly_its_own_earlier_export(workspace, capsys):
     from attnlab.cli.outputs import files_in, record
 
-    argv = ["export", "--checkpoint", "lm", "--format", "hf-gpt2", "--out", "hf"]
+    argv = ["export", "--checkpoint", "lm", "--format", "hf-gpt2", "--out", "hf2"]
     assert main(argv) == 0
-    before = files_in(workspace / "hf")
-    (workspace / "hf" / "tokenizer.json").write_text("{}")  # as an earlier BPE export left it
-    record(workspace / "hf", before)
+    before = files_in(workspace / "hf2")
+    (workspace / "hf2" / "tokenizer.json").write_text("{}")  # as an earlier BPE export left it
+    record(workspace / "hf2", before)
     assert main(argv) == 2  # without --force nothing is replaced
     assert main([*argv, "--force"]) == 0
-    assert not (workspace / "hf" / "tokenizer.json").exists()  # no stale tokenizer left behind
-    assert set(files_in(workspace / "hf")) == set(before)
+    assert not (workspace / "hf2" / "tokenizer.json").exists()  # no stale tokenizer left behind
+    assert set(files_in(workspace / "hf2")) == set(before)
 
 
 def test_plot_may_replace_its_own_earlier_figure(workspace, capsys):
@@ -172,3 +181,14 @@ def test_plot_may_replace_its_own_earlier_figure(workspace, capsys):
     assert main(argv) == 0 and main(argv) == 0
     (workspace / "pe.png").write_bytes(b"edited by hand")
     assert main(argv) == 2 and (workspace / "pe.png").read_bytes() == b"edited by hand"
+
+
+@pytest.mark.parametrize("checkpoint", ["hf", "lm.safetensors"])
+def test_exports_are_read_back_by_generate(workspace, capsys, checkpoint):
+    """An HF directory with attnlab's char tokenizer, and a single-file safetensors export."""
+    argv = ["generate", "--checkpoint", checkpoint, "--prompt", "the", "--temperature", "0",
+            "--max-new-tokens", "4"]  # fmt: skip
+    assert main(argv) == 0
+    assert main(["generate", "--checkpoint", "lm", *argv[3:]]) == 0
+    ours, theirs = capsys.readouterr().out.splitlines()[-2:]
+    assert ours == theirs  # the same greedy text as the run it was exported from

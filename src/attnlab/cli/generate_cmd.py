@@ -185,8 +185,9 @@ def run(args: argparse.Namespace) -> int:
         accelerate(model)
     if tok is None:
         raise CheckpointError(
-            f"the checkpoint at {str(ckpt.path)!r} has no tokenizer.json, so "
-            "text cannot be encoded; save the checkpoint with its tokenizer"
+            f"{str(ckpt.path)!r} has no tokenizer (tokenizer.json in a checkpoint or Hugging "
+            "Face directory, attnlab_tokenizer.json in an export), so text cannot be encoded; "
+            "copy the tokenizer file of the model next to its config.json"
         )
     with plain_warnings():
         if isinstance(model, LanguageModel):

@@ -86,7 +86,11 @@ def _load_state_dict(model: nn.Module, tensors: dict[str, Tensor], where: Path) 
     model.load_state_dict(tensors, strict=True)
 
 
-def check_finite(tensors: dict[str, Tensor], where: Path) -> None:
+OTHER_STEP = "use another checkpoint (see the other step_* directories)"
+OTHER_COPY = "export or download the model again"
+
+
+def check_finite(tensors: dict[str, Tensor], where: Path, fix: str = OTHER_STEP) -> None:
     """A CheckpointError naming the weight tensors that hold NaN or infinite values.
 
     Training stops before saving a diverged model, so such weights mean a damaged or edited
@@ -96,7 +100,7 @@ def check_finite(tensors: dict[str, Tensor], where: Path) -> None:
     if bad:
         raise CheckpointError(
             f"{str(where)!r} holds non-finite weights (NaN or inf) in {_few(bad)}; the file is "
-            f"damaged or was edited: use another checkpoint (see the other step_* directories)"
+            f"damaged or was edited: {fix}"
         )
 
 
@@ -236,6 +240,10 @@ def load_checkpoint(
     """
     if _is_hf_model_dir(path):
         return _load_hf_dir(path, map_location)
+    if Path(path).is_file() and Path(path).suffix == ".safetensors":
+        found = _load_safetensors_export(Path(path), map_location)
+        if found is not None:
+            return found
     ckpt = _resolve(path)
     whole_run = ckpt != Path(path)  # a run directory (or a pointer) rather than one checkpoint
     if whole_run and fallback:
@@ -372,6 +380,41 @@ def _is_hf_model_dir(path: str | os.PathLike) -> bool:
     return Path(path).is_dir() and is_hf_model_dir(path)
 
 
+def _load_safetensors_export(path: Path, map_location: Any) -> Checkpoint | None:
+    """A single-file export (``attnlab export --format safetensors``: weights with the config,
+    tokenizer and labels in its metadata) as a Checkpoint; None for a safetensors file without
+    an attnlab config (e.g. the weights file of a checkpoint directory)."""
+    from attnlab.data import LabelSet, load_tokenizer
+    from attnlab.interop.safetensors_io import (
+        load_safetensors,
+        read_safetensors_config,
+        read_safetensors_labels,
+        read_safetensors_tokenizer,
+    )
+
+    try:
+        config = read_safetensors_config(path)
+    except (CheckpointError, ValueError, TypeError, OSError):
+        return None
+    model = load_safetensors(path)
+    check_finite(dict(model.state_dict()), path, OTHER_COPY)
+    tok = read_safetensors_tokenizer(path)
+    labels = read_safetensors_labels(path)
+    try:
+        model.to(map_location)
+    except (RuntimeError, AssertionError, ValueError) as err:
+        raise UserError(f"cannot place the model on {str(map_location)!r} ({err})") from None
+    return Checkpoint(
+        model,
+        config,
+        load_tokenizer(tok) if tok else None,
+        None,
+        0,
+        path,
+        LabelSet.from_dict(labels) if labels else None,
+    )
+
+
 def _load_hf_dir(path: str | os.PathLike, map_location: str | torch.device) -> Checkpoint:
     """A local Hugging Face model directory (GPT-2, Llama family, BERT) as a Checkpoint, so every
     command that reads checkpoints reads these too (``attnlab.interop.pretrained``)."""
@@ -379,6 +422,16 @@ def _load_hf_dir(path: str | os.PathLike, map_location: str | torch.device) -> C
     from attnlab.interop.pretrained import load_pretrained
 
     found = load_pretrained(path)
+    check_finite(dict(found.model.state_dict()), Path(path), OTHER_COPY)  # no silent NaN metrics
+    tokenizer = found.tokenizer
+    own = Path(path) / "attnlab_tokenizer.json"  # a char/byte tokenizer exported by attnlab
+    if tokenizer is None and own.is_file():
+        from attnlab.data import load_tokenizer
+
+        try:
+            tokenizer = load_tokenizer(own)
+        except (ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{str(own)!r} is not a valid tokenizer: {err}") from None
     try:
         found.model.to(map_location)
     except (RuntimeError, AssertionError, ValueError) as err:
@@ -387,7 +440,7 @@ def _load_hf_dir(path: str | os.PathLike, map_location: str | torch.device) -> C
             "machine has, e.g. 'cpu'"
         ) from None
     labels = LabelSet(found.labels) if found.labels else None
-    return Checkpoint(found.model, found.config, found.tokenizer, None, 0, found.path, labels)
+    return Checkpoint(found.model, found.config, tokenizer, None, 0, found.path, labels)
 
 
 def check_same_model(checkpoint: Checkpoint, config: ModelConfig) -> None:
