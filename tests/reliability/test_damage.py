@@ -96,3 +96,47 @@ def test_a_run_with_only_damaged_checkpoints_is_not_trained_over(workspace, caps
     assert _digest(run / "checkpoints") == before
     shutil.rmtree(run / "checkpoints")  # the fix the message names
     assert main(["train", "--out", str(run), "--steps", "2", *config]) == 0
+
+
+def test_a_checkpoint_retired_while_it_is_read_is_not_called_damage(tmp_path, monkeypatch):
+    """A reader of a run that is saving with --keep-last 1: the checkpoint it resolved may be
+    retired (moved away, then deleted) before it reads it; it then reads the new latest."""
+    import warnings
+
+    import attnlab.train.checkpoint_load as loading
+    from attnlab.data import CharTokenizer
+    from attnlab.models import build_model
+    from attnlab.train.checkpoint import save_checkpoint
+    from tiny_configs import tiny_config
+
+    tok = CharTokenizer("abc ")
+    cfg = tiny_config("decoder_lm", vocab_size=tok.vocab_size)
+    model = build_model(cfg)
+    for step in (1, 2):
+        save_checkpoint(tmp_path, model=model, config=cfg, tokenizer=tok, step=step, keep_last=0)
+    real, seen = loading._load_one, []
+
+    def racing(ckpt, *args):
+        if not seen:  # the trainer saves step 3 and retires step 2 just as we start reading
+            seen.append(ckpt.name)
+            save_checkpoint(tmp_path, model=model, config=cfg, tokenizer=tok, step=3, keep_last=1)
+        return real(ckpt, *args)
+
+    monkeypatch.setattr(loading, "_load_one", racing)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no "cannot be used" warning: nothing is damaged
+        got = load_checkpoint(tmp_path)
+    assert seen == ["step_00000002"] and got.step == 3
+    assert not list(tmp_path.glob("checkpoints/damaged-*"))
+
+
+def test_ctrl_c_while_the_commands_import_is_one_line(monkeypatch, capsys):
+    import attnlab.cli as cli
+
+    def interrupted(name):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.importlib, "import_module", interrupted)
+    assert main(["train", "--help"]) == 130
+    err = capsys.readouterr().err
+    assert err == "attnlab: interrupted\n"

@@ -52,7 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:  # the subcommands import torch: a Ctrl-C may come before any command runs
+        parser = build_parser()
+    except KeyboardInterrupt:
+        print("attnlab: interrupted", file=sys.stderr)
+        return 130
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()

@@ -248,14 +248,19 @@ def load_checkpoint(
     whole_run = ckpt != Path(path)  # a run directory (or a pointer) rather than one checkpoint
     if whole_run and fallback:
         report_unfinished(ckpt)
-    try:
-        return _load_one(ckpt, map_location, expect_kind, verify)
-    except CheckpointError as err:
-        if not fallback or isinstance(err, WrongKindError) or not whole_run:
-            raise  # a wrong kind is no damage: the other checkpoints of the run share it
-        return load_fallback(
-            ckpt, err, lambda c: _load_one(c, map_location, expect_kind, verify), "using"
-        )
+    for _ in range(3):  # a save may retire the checkpoint while we read it (--keep-last)
+        try:
+            return _load_one(ckpt, map_location, expect_kind, verify)
+        except CheckpointError as err:
+            error = err
+        if not whole_run or ckpt.is_dir() or (newer := _resolve(path)) == ckpt:
+            break
+        ckpt = newer  # it was moved away, not damaged: read the one latest names now
+    if not fallback or isinstance(error, WrongKindError) or not whole_run:
+        raise error  # a wrong kind is no damage: the other checkpoints of the run share it
+    return load_fallback(
+        ckpt, error, lambda c: _load_one(c, map_location, expect_kind, verify), "using"
+    )
 
 
 def report_unfinished(ckpt: Path, announce: bool = True) -> list[Path]:
