@@ -4,6 +4,7 @@ once per session, copied per test) and the check every case makes."""
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -80,6 +81,10 @@ def trained_runs(tmp_path_factory):
     shutil.copytree(root / "hf", root / "hf-no-tokenizer")
     (root / "hf-no-tokenizer" / "attnlab_tokenizer.json").unlink()
     _nan_copy(root / "hf", root / "hf-nan")
+    shutil.copytree(root / "hf", root / "hf-huge")
+    config = json.loads((root / "hf-huge" / "config.json").read_text())
+    config.update(n_embd=1_000_000, vocab_size=10**9)  # asks for ~4e15 bytes
+    (root / "hf-huge" / "config.json").write_text(json.dumps(config))
     return root
 
 
@@ -100,7 +105,16 @@ def _nan_copy(src: Path, dst: Path) -> None:
 @pytest.fixture
 def workspace(trained_runs, tmp_path, monkeypatch):
     """A fresh copy of the trained runs and the text file, as the current directory."""
-    for name in ("lm", "s2s", "text.txt", "hf", "hf-no-tokenizer", "hf-nan", "lm.safetensors"):
+    for name in (
+        "lm",
+        "s2s",
+        "text.txt",
+        "hf",
+        "hf-no-tokenizer",
+        "hf-nan",
+        "hf-huge",
+        "lm.safetensors",
+    ):
         src = trained_runs / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, tmp_path / name)
     monkeypatch.chdir(tmp_path)

@@ -81,6 +81,8 @@ CASES = [
     ("NaN in Hugging Face weights: generate",
      ["generate", "--checkpoint", "hf-nan", "--prompt", "the"], None, 2,
      "export or download the model again"),
+    ("a Hugging Face config asking for 1e6 width and 1e9 tokens",
+     ["generate", "--checkpoint", "hf-huge", "--prompt", "the"], None, 2, "make it smaller"),
     ("a Hugging Face directory without its tokenizer",
      ["generate", "--checkpoint", "hf-no-tokenizer", "--prompt", "the"], None, 2,
      "copy the tokenizer file"),
