@@ -7,7 +7,10 @@ The rules a user can rely on:
   ``latest_checkpoint(run_dir)`` (and starts fresh if there is none yet, e.g. after a ``kill -9``
   before the first save). A latest checkpoint that fails its checks (truncated weights, garbage
   JSON, missing optimizer state) is skipped for the newest one that passes, with a warning; the
-  skipped ones are renamed ``damaged-step_*`` (kept, never read or deleted).
+  skipped ones are renamed ``damaged-step_*`` (kept, never read or deleted), and so are step
+  directories newer than the one ``latest`` names (a save that did not finish).
+* A fresh run writes only into a directory that is missing, empty, or an attnlab run of the same
+  config; anything else (the user's files, another run) is an error unless ``overwrite``.
 * The data decides the sizes the model config leaves open: ``vocab_size`` = the tokenizer's,
   ``n_classes`` = the number of labels, ``pad_id`` = the tokenizer's pad id. A resumed run takes
   its tokenizer and labels from the checkpoint, and the model config must equal the saved one.
