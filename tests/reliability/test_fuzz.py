@@ -113,3 +113,21 @@ def test_generation_numbers_give_a_config_or_a_value_error(name, value):
 def test_sampling_temperatures_that_overflow_are_refused(value):
     with pytest.raises(ValueError, match="temperature"):
         GenerationConfig(temperature=value)
+
+
+GENERATE_FLAGS = ["--temperature", "--top-k", "--top-p", "--repetition-penalty", "--beams",
+                  "--length-penalty", "--max-new-tokens", "--num-samples", "--seed"]  # fmt: skip
+
+
+@FAST
+@given(flag=st.sampled_from(GENERATE_FLAGS), value=NUMBERS)
+def test_numeric_generate_flags_are_one_clear_error(tmp_path, capsys, flag, value):
+    """The settings are checked before the checkpoint is read: whatever the number, a bad one is
+    named (and a good one reaches the missing checkpoint's error), never a traceback."""
+    argv = ["generate", "--checkpoint", str(tmp_path / "none"), "--prompt", "a", f"{flag}={value}"]
+    try:
+        code = main(argv)
+    except SystemExit as stop:
+        code = stop.code
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err and "error" in err, err
