@@ -103,8 +103,11 @@ def run_lock(run_dir: str | os.PathLike, *, enabled: bool = True) -> Iterator[Pa
                 f"this directory ended without releasing its lock (killed?). Taking the lock over",
                 stacklevel=3,
             )
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
+        except OSError as err:  # e.g. a full disk: named like every other write
+            raise storage_error(err, path, "write the lock file") from None
         yield path
     finally:
         with contextlib.suppress(OSError):
