@@ -3,6 +3,8 @@ error), prints no traceback, names the fix, and changes no file outside its run 
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from attnlab.cli import main
@@ -32,6 +34,8 @@ CASES = [
     ("--dump-config given a directory",
      ["train", "--task", "reverse", "--dump-config", "lm"], None, 2, "give a file name"),
     ("/dev/null as --text", ["train", "--text", "/dev/null", "--out", "n", *TINY], "n", 2,
+     "give a text file"),
+    ("a FIFO as --text", ["train", "--text", "pipe.txt", "--out", "n", *TINY], "n", 2,
      "give a text file"),
     ("--best-metric accuracy with --text",
      ["train", "--text", "text.txt", "--best-metric", "accuracy", "--out", "b", *TINY], "b", 2,
@@ -103,6 +107,7 @@ def run_cli(argv: list[str]) -> int:
 def test_bad_input_is_one_clear_error(workspace, capsys, argv, run_dir, code, fix):
     (workspace / "mine").mkdir()
     (workspace / "mine" / "notes.txt").write_text("my notes")
+    os.mkfifo(workspace / "pipe.txt")  # reading it would block forever
     (workspace / "other").mkdir()
     (workspace / "other" / "config.toml").write_text((workspace / "lm" / "config.toml").read_text())
     skip = workspace / run_dir if run_dir else None
