@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from attnlab.cli import main
+from attnlab.cli.outputs import recorded
 from attnlab.data import CharTokenizer
 from attnlab.errors import ConfigError
 from attnlab.interop import export_as
@@ -28,8 +29,15 @@ def test_an_existing_file_is_replaced_only_with_force(run, tmp_path, capsys):
     assert main(args) == 2
     assert "already exists; pass --force" in " ".join(capsys.readouterr().err.split())
     assert target.read_bytes() == b"precious"
-    assert main([*args, "--force"]) == 0
-    assert target.read_bytes() != b"precious"
+    assert main([*args, "--force"]) == 2  # --force replaces attnlab's own exports, not this
+    assert "attnlab did not write" in " ".join(capsys.readouterr().err.split())
+    assert target.read_bytes() == b"precious"
+    target.unlink()
+    assert main(args) == 0
+    first = target.read_bytes()
+    assert main(args) == 2 and main([*args, "--force"]) == 0  # an earlier export: replaced
+    assert len(target.read_bytes()) == len(first)
+    assert "model.safetensors" in recorded(tmp_path)  # the manifest of what export wrote
 
 
 @pytest.mark.parametrize("where", ["checkpoint", "checkpoints", "hf-dir"])

@@ -19,6 +19,7 @@ Glossary of ``kind``:
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -133,16 +134,20 @@ class ModelConfig:
             raise ValueError(
                 f"ModelConfig.n_token_types={self.n_token_types!r} must be an int >= 0"
             )
+        for name in ("ffn_mult", "norm_eps", "rope_base", "rope_factor", "dropout"):
+            _finite(self, name)
+        for name in ("rope_low_freq_factor", "rope_high_freq_factor"):
+            _finite(self, name)
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"ModelConfig.dropout={self.dropout} must be in [0, 1)")
-        if self.ffn_mult <= 0 or self.ff_dim < 1:
+        if not self.ffn_mult > 0 or self.ff_dim < 1:
             raise ValueError(
                 f"ModelConfig.ffn_mult={self.ffn_mult} must be > 0 and give a feed-forward width "
                 f"d_ff >= 1 (got d_ff={self.ff_dim})"
             )
-        if self.norm_eps <= 0:
+        if not self.norm_eps > 0:
             raise ValueError(f"ModelConfig.norm_eps={self.norm_eps} must be > 0")
-        if self.rope_base <= 1:
+        if not self.rope_base > 1:
             raise ValueError(f"ModelConfig.rope_base={self.rope_base} must be > 1")
         if self.kind == "classifier" and (self.n_classes is None or self.n_classes < 2):
             raise ValueError("a classifier needs n_classes >= 2")
@@ -160,7 +165,7 @@ class ModelConfig:
                 f"ffn={self.ffn!r} gates with activation in {list(gates)}, got "
                 f"activation={self.activation!r}; set activation={gates[0]!r}"
             )
-        if self.rope_scaling != "none" and self.rope_factor <= 0:
+        if self.rope_scaling != "none" and not self.rope_factor > 0:
             raise ValueError(f"ModelConfig.rope_factor={self.rope_factor} must be > 0")
         if self.rope_scaling == "llama3" and self.rope_original_max_len is None:
             raise ValueError("rope_scaling='llama3' needs rope_original_max_len (the context L)")
@@ -279,6 +284,12 @@ def _check_types(cfg) -> None:
                 f"{type(cfg).__name__}.{f.name}={value!r} must be of type {base}"
                 + (" or None" if optional else "")
             )
+
+
+def _finite(cfg: ModelConfig, name: str) -> None:
+    value = getattr(cfg, name)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"ModelConfig.{name}={value!r} must be a finite number")
 
 
 def _positive(cfg: ModelConfig, *names: str) -> None:

@@ -101,7 +101,11 @@ def expand_paths(args: argparse.Namespace) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    try:  # the subcommands import torch: a Ctrl-C may come before any command runs
+        parser = build_parser()
+    except KeyboardInterrupt:
+        print("attnlab: interrupted", file=sys.stderr)
+        return 130
     args = expand_paths(parser.parse_args(argv))
     if not getattr(args, "func", None):
         parser.print_help()

@@ -15,6 +15,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from attnlab.cli.options import positive_number
 from attnlab.errors import DataError, UserError
 
 
@@ -82,7 +83,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--memory-cap-gib",
-        type=float,
+        type=positive_number,
         metavar="GIB",
         help="skip explicit-attention lengths predicted to need more (default 8)",
     )

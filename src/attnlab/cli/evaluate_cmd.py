@@ -41,7 +41,12 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.train.eval_checkpoint import evaluate_checkpoint
     from attnlab.train.report import format_metrics
 
-    files = [f for f in (args.text, args.pairs, args.labels) if f]
+    given = [
+        (t, f)
+        for t, f in zip(("lm", "seq2seq", "classify"), (args.text, args.pairs, args.labels))
+        if f
+    ]
+    files = [f for _, f in given]
     if len(files) > 1:
         raise ConfigError("give at most one of --text, --pairs and --labels")
     for name in ("batch_size", "max_batches"):
@@ -55,6 +60,7 @@ def run(args: argparse.Namespace) -> int:
         batch_size=args.batch_size,
         max_batches=args.max_batches,
         device=args.device,
+        data_task=given[0][0] if given else None,
     )
     metrics = found.result.metrics
     if args.json:

@@ -9,7 +9,10 @@ attnlab experiment scaling --out runs/scaling --seed 1
 from __future__ import annotations
 
 import argparse
+import json
 import textwrap
+from collections.abc import Callable
+from pathlib import Path
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -55,7 +58,31 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.seed < 0:
         raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
-    report, path = run_experiment(args.name, quick=args.quick, out_dir=args.out, seed=args.seed)
+    from attnlab.cli.outputs import outputs
+    from attnlab.lab.runner import default_out_dir
+
+    if args.out is None and args.quick:  # a fresh temporary directory: nothing to protect
+        report, path = run_experiment(args.name, quick=True, seed=args.seed)
+    else:
+        out = Path(args.out) if args.out else default_out_dir(args.name, False)
+        with outputs(out, f"attnlab experiment {args.name}", earlier_ours=_report_of(args.name)):
+            report, path = run_experiment(
+                args.name, quick=args.quick, out_dir=args.out, seed=args.seed
+            )
     print(f"{report.title}\nverdict: {report.verdict}. {report.verdict_reason}")
     print(f"wrote {path} ({report.wall_time_s:.1f} s)")
     return 0
+
+
+def _report_of(name: str) -> Callable[[Path], bool]:
+    """Whether a directory holds an earlier report of experiment ``name`` (written before the
+    outputs manifest existed, e.g. the committed docs/experiments/NAME/)."""
+
+    def check(root: Path) -> bool:
+        try:
+            data = json.loads((root / "report.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return False
+        return isinstance(data, dict) and data.get("name") == name
+
+    return check

@@ -8,10 +8,13 @@ attnlab export --checkpoint runs/x --format safetensors --out model.safetensors
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from attnlab.cli import load_checkpoint_lazily
 from attnlab.cli.options import add_checkpoint, add_device
-from attnlab.interop.export import FORMATS, export_as
+from attnlab.cli.outputs import outputs, remove_earlier
+from attnlab.errors import ConfigError
+from attnlab.interop.export import FORMATS, check_export_target, export_as
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -42,21 +45,39 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--force",
         action="store_true",
-        help="replace an existing --out (never one inside a checkpoint directory)",
+        help="replace an earlier export at --out (its files, as its manifest lists them; never "
+        "a run or checkpoint directory, never files attnlab did not write)",
     )
     p.set_defaults(func=run)
 
 
+RUN_MARKERS = ("checkpoints", "config.toml", "metrics.jsonl")  # what a training run holds
+
+
 def run(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    one_file = args.format == "safetensors"
+    root, names = (out.parent, {out.name}) if one_file else (out, None)
+    if not one_file and any((out / m).exists() for m in RUN_MARKERS):
+        raise ConfigError(
+            f"--out {args.out!r} is a training run directory; an export never writes into one "
+            f"(its checkpoints would be mixed with the export): choose a new --out"
+        )
+    if args.force:
+        check_export_target(out, force=True)  # never inside a checkpoint
+        if not one_file and out.is_dir():
+            remove_earlier(out, "export")  # its own earlier files, nothing else
     ckpt = load_checkpoint_lazily(args.checkpoint, revision=args.revision, device=args.device)
-    path = export_as(
-        ckpt.model,
-        args.format,
-        args.out,
-        config=ckpt.config,
-        tokenizer=ckpt.tokenizer,
-        labels=getattr(ckpt, "labels", None),
-        force=args.force,
-    )
+    # without --force export_as refuses any existing target; with it, only attnlab's are replaced
+    with outputs(root, "attnlab export", names=names, check=args.force):
+        path = export_as(
+            ckpt.model,
+            args.format,
+            args.out,
+            config=ckpt.config,
+            tokenizer=ckpt.tokenizer,
+            labels=getattr(ckpt, "labels", None),
+            force=args.force,
+        )
     print(f"exported {args.checkpoint} as {args.format} to {path}")
     return 0

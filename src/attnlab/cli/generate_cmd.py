@@ -185,8 +185,9 @@ def run(args: argparse.Namespace) -> int:
         accelerate(model)
     if tok is None:
         raise CheckpointError(
-            f"the checkpoint at {str(ckpt.path)!r} has no tokenizer.json, so "
-            "text cannot be encoded; save the checkpoint with its tokenizer"
+            f"{str(ckpt.path)!r} has no tokenizer (tokenizer.json in a checkpoint or Hugging "
+            "Face directory, attnlab_tokenizer.json in an export), so text cannot be encoded; "
+            "copy the tokenizer file of the model next to its config.json"
         )
     with plain_warnings():
         if isinstance(model, LanguageModel):
@@ -242,7 +243,6 @@ def _check_cache_dtype(model, cache_dtype: str | None) -> None:
 
 def _run_lm(model, tok, args: argparse.Namespace, config) -> None:
     from attnlab.generate import generate, stream
-    from attnlab.generate.sampling import fresh_seed
 
     prompt = args.prompt if args.prompt is not None else ""
     if config.num_beams > 1:
@@ -251,12 +251,8 @@ def _run_lm(model, tok, args: argparse.Namespace, config) -> None:
             print(f"{prompt}{tok.decode(hyp.tokens)}")
             print(f"[score {hyp.score:.4f}, {hyp.finish_reason}]", file=sys.stderr)
         return
-    base = args.seed
-    if config.sampling and base is None:
-        base = fresh_seed()
-        print(f"attnlab: seed {base} (pass --seed {base} to repeat)", file=sys.stderr)
-    for i in range(args.num_samples):
-        cfg = config.replace(seed=None if base is None else base + i)
+    for i, seed in enumerate(_seeds(args, config)):
+        cfg = config.replace(seed=seed)
         if i:
             print("---")
         if args.no_stream:
@@ -269,6 +265,18 @@ def _run_lm(model, tok, args: argparse.Namespace, config) -> None:
             sys.stdout.flush()
         sys.stdout.write("\n")
         sys.stdout.flush()
+
+
+def _seeds(args: argparse.Namespace, config) -> list[int | None]:
+    """One seed per sample, N, N + 1, ... from --seed N, or from a fresh seed that is printed (so
+    any sampled output can be repeated)."""
+    from attnlab.generate.sampling import fresh_seed
+
+    base = args.seed
+    if config.sampling and base is None:
+        base = fresh_seed()
+        print(f"attnlab: seed {base} (pass --seed {base} to repeat)", file=sys.stderr)
+    return [None if base is None else base + i for i in range(args.num_samples)]
 
 
 def _run_fill_mask(model, tok, args: argparse.Namespace) -> None:
@@ -292,8 +300,9 @@ def _run_seq2seq(model, tok, args: argparse.Namespace, config) -> None:
 
     sources = [args.source] if args.source is not None else _read_sources(args.source_file)
     streaming = args.source is not None and not args.no_stream and config.num_beams == 1
-    for i in range(1 if config.num_beams > 1 else args.num_samples):
-        cfg = config if config.seed is None else config.replace(seed=config.seed + i)
+    seeds = [config.seed] if config.num_beams > 1 else _seeds(args, config)
+    for seed in seeds:
+        cfg = config.replace(seed=seed)
         if streaming:
             for piece in stream(model, sources[0], cfg, tokenizer=tok, text=True):
                 sys.stdout.write(piece)

@@ -5,10 +5,24 @@ argument group) with the common name, type and help; a command adds what is its 
 
 from __future__ import annotations
 
+import argparse
+import math
 from typing import Any
 
 # Where --help sends a reader for more: the documentation online (a pip install has no docs/).
 DOCS_URL = "https://github.com/attnlab/attnlab/blob/main/docs/"
+
+
+def positive_number(text: str) -> float:
+    """An argparse ``type``: a finite number > 0 (``nan``, ``inf``, 0 and negatives refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text!r}")
+    return value
+
 
 CHECKPOINT_HELP = (
     "run directory (its latest checkpoint) or a step_* checkpoint written by `attnlab train`, "

@@ -9,11 +9,14 @@ attnlab plot loss --run runs/x --out loss.png
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 import torch
 
+from attnlab.budget import check_allocation
 from attnlab.cli import load_checkpoint_lazily
 from attnlab.cli.options import add_checkpoint, add_device
+from attnlab.cli.outputs import outputs
 from attnlab.errors import CheckpointError
 
 
@@ -77,7 +80,9 @@ def run_attention(args: argparse.Namespace) -> int:
             "input text cannot be encoded; train with a tokenizer"
         )
     figures = model_attention_figures(ckpt.model, ckpt.tokenizer, args.input, args.target)
-    for path in save_figures(figures, args.out):
+    with outputs(Path(args.out), "attnlab plot attention", names=set(figures)):
+        paths = save_figures(figures, args.out)
+    for path in paths:
         print(f"wrote {path}")
     return 0
 
@@ -89,11 +94,18 @@ def run_positions(args: argparse.Namespace) -> int:
     for flag, value in (("--d-model", args.d_model), ("--max-len", args.max_len)):
         if value < 1:
             raise ValueError(f"{flag} must be a positive integer, got {value}")
-    if not args.base > 1.0:
-        raise ValueError(f"--base must be > 1, got {args.base}")
+    if not 1.0 < args.base < float("inf"):
+        raise ValueError(f"--base must be a finite number > 1, got {args.base}")
+    check_allocation(  # the fp32 table, its angles and the figure's copy of it
+        16 * args.d_model * args.max_len,
+        f"a position-encoding plot of {args.max_len:,} x {args.d_model:,} values",
+        "lower --d-model or --max-len (the figure shows a few hundred of each well)",
+    )
     table = sinusoidal_table(torch.arange(args.max_len), args.d_model, args.base)  # (N, D)
     title = f"sinusoidal position encoding, D={args.d_model}, N={args.max_len}"
-    print(f"wrote {save_figure(plot_position_encoding(table, title), args.out)}")
+    out = Path(args.out)
+    with outputs(out.parent, "attnlab plot positions", names={out.name}):
+        print(f"wrote {save_figure(plot_position_encoding(table, title), out)}")
     return 0
 
 
@@ -101,6 +113,8 @@ def run_loss(args: argparse.Namespace) -> int:
     from attnlab.viz import find_metrics_file, plot_loss_curves
 
     metrics = find_metrics_file(args.run)
-    plot_loss_curves(metrics, args.out, title=str(args.run), log_y=args.log_y)
+    out = Path(args.out)
+    with outputs(out.parent, "attnlab plot loss", names={out.name}):
+        plot_loss_curves(metrics, out, title=str(args.run), log_y=args.log_y)
     print(f"wrote {args.out} from {metrics}")
     return 0

@@ -78,6 +78,9 @@ FLAG_FIELDS = {  # flag -> (config field, type, help)
 }  # fmt: skip
 
 
+KIND_KEYS = {"kind", "model.kind"}  # --set keys that choose the model kind
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "train",
@@ -105,6 +108,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="with --resume: continue even though settings that change the remaining steps "
         "(--lr, --seed, data, ...) differ from the saved run's (it is then no longer "
         "bit-identical to an uninterrupted run)",
+    )
+    g.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="a fresh run into a --out that holds other files: replace the run's own files "
+        "there (config.toml, metrics.jsonl, loss.png, plots/; checkpoints are never replaced)",
     )
     g.add_argument(
         "--dump-config",
@@ -217,6 +226,37 @@ def _join_parallel(src: str, tgt: str, out: Path) -> Path:
     return atomic_write_text(out / "data" / "pairs.jsonl", lines)
 
 
+def _saved_tables(run_dir: Path) -> dict[str, dict[str, Any]]:
+    """The [model] and [train] settings of a run whose config.toml is missing, from its latest
+    checkpoint (config.json and train_state/state.json); empty tables if it has none."""
+    import json
+
+    from attnlab.train.checkpoint import latest_checkpoint
+
+    ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    if ckpt is None:
+        return {"model": {}, "train": {}}
+    try:
+        model = json.loads((ckpt / "config.json").read_text(encoding="utf-8"))["model"]
+        state = json.loads((ckpt / "train_state" / "state.json").read_text(encoding="utf-8"))
+        train = dict(state["train_config"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(
+            f"--resume: {str(run_dir / 'config.toml')!r} is missing and the settings saved in "
+            f"{str(ckpt)!r} cannot be read; restore config.toml, or give the run's settings "
+            f"with --config FILE (or --preset and the same flags)"
+        ) from None
+    import warnings
+
+    warnings.warn(
+        f"{str(run_dir / 'config.toml')!r} is missing; resuming with the settings saved in "
+        f"{ckpt.name} (config.toml is written again)",
+        stacklevel=2,
+    )
+    train["betas"] = tuple(train.get("betas", ()))  # JSON lists: back to the field's tuple
+    return {"model": model, "train": train}
+
+
 def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     """The RunConfig and run directory the flags describe (see module docstring)."""
     from attnlab.train.presets import preset_tables
@@ -227,14 +267,19 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     if args.preset:
         tables = preset_tables(args.preset)
     own = Path(args.out or tables["train"].get("out", "runs/default")) / "config.toml"
-    resume_own = args.resume and not args.preset and own.is_file()
-    config_file = args.config or (own if resume_own else None)
+    resume_own = args.resume and not args.preset and not args.config
+    config_file = args.config or (own if resume_own and own.is_file() else None)
+    if resume_own and not own.is_file():
+        tables = _saved_tables(own.parent)
     if config_file:
         load_toml(config_file)  # validates, with errors naming the file and the key
         raw = tomllib.loads(Path(config_file).read_text(encoding="utf-8"))
         for t in ("model", "train"):
             tables[t].update(raw.get(t, {}))
-    explicit_kind = "kind" in tables["model"] or args.model_kind is not None
+    set_keys = {item.partition("=")[0].strip().replace("-", "_") for item in args.set}
+    explicit_kind = (
+        "kind" in tables["model"] or args.model_kind is not None or bool(set_keys & KIND_KEYS)
+    )
     run = RunConfig.from_dict(tables, source=str(config_file or args.preset or "defaults"))
     flags: dict[str, Any] = {"out": args.out}
     for flag, (field, _, _) in FLAG_FIELDS.items():
@@ -249,18 +294,18 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
         if not sep:
             raise ConfigError(f"--set {item!r} must look like KEY=VALUE, e.g. --set dropout=0.1")
         flags[key.strip()] = value.strip()
-    if flags.get("model.kind") == "classifier" and "n_classes" not in tables["model"]:
+    kinds = (flags.get("model.kind"), flags.get("kind"), flags.get("model_kind"))
+    if "classifier" in kinds and "n_classes" not in tables["model"]:
         flags["n_classes"] = 2  # a placeholder: training takes n_classes from the labels
-    run = merge_overrides(run, flags)
-    if run.train.init_from:
+    if flags.get("init_from") or run.train.init_from:
         _check_no_model_flags(args)
-    data_flags = _data_flags(args, Path(run.train.out))
+    data_flags = _data_flags(args, Path(args.out or run.train.out))
     if args.best_metric is None and "task" in data_flags:  # a preset's metric may not fit
         from attnlab.train.run_config import metric_names
 
         if run.train.best_metric not in metric_names(data_flags["task"], data_flags["data"]):
             data_flags["best_metric"] = "val_loss"
-    run = merge_overrides(run, data_flags)
+    run = merge_overrides(run, {**flags, **data_flags})  # one check: the task and its metric
     task = run.train.task
     if not explicit_kind and run.model.kind not in KINDS_FOR_TASK[task]:
         kind = DEFAULT_KIND[task]  # n_classes: a placeholder, training takes it from the labels
@@ -273,6 +318,11 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.train import dump_toml, train
     from attnlab.train.atomic import atomic_write_text
 
+    if args.dump_config and Path(args.dump_config).is_dir():
+        raise ConfigError(
+            f"--dump-config {args.dump_config!r} is a directory; give a file name to write, "
+            f"e.g. --dump-config {str(Path(args.dump_config) / 'run.toml')!r}"
+        )
     run_config, out = build_run_config(args)
     if args.dump_config:
         atomic_write_text(args.dump_config, dump_toml(run_config))
@@ -292,6 +342,7 @@ def run(args: argparse.Namespace) -> int:
         resume=args.resume,
         progress=not args.no_progress,
         allow_changes=args.allow_changes,
+        overwrite=args.overwrite,
         on_event=_print_event,
     )
     if main:

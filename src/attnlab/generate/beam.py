@@ -30,7 +30,7 @@ from typing import Any
 import torch
 
 from attnlab.generate.config import GenerationConfig, GenerationResult, Hypothesis, SpecialIds
-from attnlab.generate.sampling import process_logits, seen_tokens
+from attnlab.generate.sampling import check_finite_logits, process_logits, seen_tokens
 
 NEG_INF = float("-inf")
 
@@ -77,7 +77,7 @@ def beam_search(
     """Run beam search over the rows of a fresh stepper (one row per input)."""
     k, n, b = config.num_beams, config.max_new_tokens, stepper.rows
     stop = set(specials.stop)
-    logits = stepper.start()  # (B, V)
+    logits = check_finite_logits(stepper.start())  # (B, V)
     device = logits.device
     expand = torch.arange(b, device=device).repeat_interleave(k)  # (B*K,) row b*K + j <- b
     stepper.reorder(expand)

@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 from torch import Tensor
 
 FINISH_REASONS = ("stop_token", "stop_string", "length")
+MIN_TEMPERATURE = 1e-4  # logits / tau stay finite in fp32 for |logits| up to ~1e34
+MAX_LENGTH_PENALTY = 100.0  # len^alpha stays finite for outputs up to ~1e3 tokens
 
 
 def _is_int(value: Any) -> bool:
@@ -61,6 +63,11 @@ class GenerationConfig:
             raise ValueError(
                 f"temperature (--temperature) must be >= 0 (0 = greedy), got {self.temperature}"
             )
+        if 0 < self.temperature < MIN_TEMPERATURE:  # z / tau overflows: every row NaN
+            raise ValueError(
+                f"temperature (--temperature) must be 0 (greedy) or at least {MIN_TEMPERATURE}, "
+                f"got {self.temperature}; below that sampling is greedy anyway, so use 0"
+            )
         if not _is_int(self.top_k) or self.top_k < 0:
             raise ValueError(f"top_k (--top-k) must be an int >= 0 (0 = off), got {self.top_k!r}")
         _check_number("top_p", "--top-p", self.top_p)
@@ -75,6 +82,12 @@ class GenerationConfig:
         if not _is_int(self.num_beams) or self.num_beams < 1:
             raise ValueError(f"num_beams (--beams) must be an int >= 1, got {self.num_beams!r}")
         _check_number("length_penalty", "--length-penalty", self.length_penalty)
+        if abs(self.length_penalty) > MAX_LENGTH_PENALTY:  # |y|^alpha overflows
+            raise ValueError(
+                f"length_penalty (--length-penalty) must be between -{MAX_LENGTH_PENALTY} and "
+                f"{MAX_LENGTH_PENALTY} (1 = average log-probability per token, 0 = the plain "
+                f"sum), got {self.length_penalty}"
+            )
         if self.stop_token_ids is not None:
             ids = tuple(self.stop_token_ids)
             if not all(_is_int(i) and i >= 0 for i in ids):
@@ -189,6 +202,30 @@ class SpecialIds(NamedTuple):
     bos: int | None  # prepended to an empty LM prompt; the first decoder input of seq2seq
     pad: int  # fills left padding and the rows that have finished
     stop: tuple[int, ...]  # ending a row (not part of its output)
+
+
+def as_config(config: Any) -> GenerationConfig:
+    """``config``, or the default GenerationConfig for None; anything else is a TypeError."""
+    if config is None:
+        return GenerationConfig()
+    if not isinstance(config, GenerationConfig):
+        hint = "GenerationConfig(**settings)" if isinstance(config, dict) else "GenerationConfig()"
+        raise TypeError(
+            f"config must be a GenerationConfig, got {type(config).__name__}; build one with "
+            f"{hint} (attnlab.generate.GenerationConfig)"
+        )
+    return config
+
+
+def check_special_ids(specials: SpecialIds, vocab_size: int) -> None:
+    """The ids fed to the model (bos, pad) must be tokens of its vocabulary (a stop id outside it
+    is harmless: it never occurs)."""
+    for name, value in (("bos_token_id", specials.bos), ("pad_token_id", specials.pad)):
+        if value is not None and value >= vocab_size:
+            raise ValueError(
+                f"{name}={value} is not a token of the model, whose vocabulary has "
+                f"{vocab_size} ids (0 to {vocab_size - 1}); use the tokenizer's ids"
+            )
 
 
 def special_ids(config: GenerationConfig, tokenizer: Any | None) -> SpecialIds:

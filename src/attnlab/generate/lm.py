@@ -19,7 +19,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from attnlab.generate.config import GenerationConfig, GenerationResult, special_ids
+from attnlab.generate.config import (
+    GenerationConfig,
+    GenerationResult,
+    as_config,
+    check_special_ids,
+    special_ids,
+)
 from attnlab.generate.loop import Prepared
 from attnlab.generate.prompts import as_id_lists, left_pad, prepare_lm_prompts
 from attnlab.generate.steppers import LMStepper, check_model, eval_mode
@@ -38,7 +44,7 @@ def generate(
 ) -> GenerationResult:
     """Continue each prompt; see the module docstring. ``return_logits`` keeps the raw model
     logits of every step (R, V) in ``result.logits`` (greedy/sampling only)."""
-    config = config if config is not None else GenerationConfig()
+    config = as_config(config)
     check_model(model, LanguageModel, "generate")
     with eval_mode(model):
         return prepare_lm(model, prompts, config, tokenizer).decode(
@@ -51,6 +57,7 @@ def prepare_lm(
 ) -> Prepared:
     """Checked, left-padded prompts and an :class:`LMStepper` over them, ready to decode."""
     specials = special_ids(config, tokenizer)
+    check_special_ids(specials, model.vocab_size)
     ids = as_id_lists(prompts, tokenizer, "prompt")
     ids = prepare_lm_prompts(
         ids,

@@ -26,7 +26,13 @@ from torch import Tensor
 from attnlab.generate.beam import beam_search
 from attnlab.generate.config import GenerationConfig, GenerationResult, SpecialIds
 from attnlab.generate.prompts import PromptBatch
-from attnlab.generate.sampling import choose_next, fresh_seed, make_generator, seen_tokens
+from attnlab.generate.sampling import (
+    check_finite_logits,
+    choose_next,
+    fresh_seed,
+    make_generator,
+    seen_tokens,
+)
 from attnlab.generate.text import TextRow
 
 
@@ -128,7 +134,10 @@ class DecodeLoop:
     def _step(self) -> tuple[Tensor, Tensor] | None:
         if self.finished:
             return None
-        logits = self.stepper.start() if self.steps == 0 else self._next_logits
+        if self.steps == 0:
+            logits = check_finite_logits(self.stepper.start())  # (R, V)
+        else:
+            logits = self._next_logits
         if self.logits is not None:
             self.logits.append(logits.float().clone())  # (R, V) raw model logits
         nxt = choose_next(logits, self.config, self.seen, self.generator)  # (R,)

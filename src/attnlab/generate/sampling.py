@@ -71,6 +71,18 @@ def repetition_penalty(logits: Tensor, seen: Tensor, penalty: float) -> Tensor:
     return torch.where(seen, penalised, logits)
 
 
+def check_finite_logits(logits: Tensor) -> Tensor:
+    """The model's first logits, checked: NaN or inf there means weights that are damaged,
+    diverged or never loaded (argmax would pick token 0 and sampling would fail)."""
+    if not bool(torch.isfinite(logits).all()):
+        raise ValueError(
+            "the model's logits hold NaN or inf values, so there is nothing to decode: its "
+            "weights are damaged, diverged or were never loaded; check them with "
+            "torch.isfinite(p).all() for p in model.parameters(), or load another checkpoint"
+        )
+    return logits
+
+
 def greedy(logits: Tensor) -> Tensor:
     """argmax_i z_i per row (the first maximum on ties): (R, V) -> (R,) int64."""
     return logits.argmax(dim=-1)

@@ -18,7 +18,13 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
-from attnlab.generate.config import GenerationConfig, GenerationResult, special_ids
+from attnlab.generate.config import (
+    GenerationConfig,
+    GenerationResult,
+    as_config,
+    check_special_ids,
+    special_ids,
+)
 from attnlab.generate.loop import Prepared
 from attnlab.generate.prompts import as_id_lists, prepare_sources
 from attnlab.generate.steppers import Seq2SeqStepper, check_model, eval_mode
@@ -40,7 +46,7 @@ def generate_seq2seq(
     ``tokenizer`` encodes text sources and decodes outputs (attnlab checkpoints store one
     tokenizer for both sides); with separate vocabularies, pass source ids and the target tokenizer.
     """
-    config = config if config is not None else GenerationConfig()
+    config = as_config(config)
     check_model(model, Seq2SeqModel, "generate_seq2seq")
     with eval_mode(model):
         return prepare_seq2seq(model, sources, config, tokenizer).decode(
@@ -54,6 +60,7 @@ def prepare_seq2seq(
     """Checked, right-padded sources and a :class:`Seq2SeqStepper` over them, ready to decode;
     ``max_new_tokens`` capped at the decoder's window."""
     specials = special_ids(config, tokenizer)
+    check_special_ids(specials, model.tgt_vocab_size)
     if specials.bos is None:
         raise ValueError(
             "seq2seq decoding starts from a BOS token, and none is known; pass the tokenizer "

@@ -349,8 +349,16 @@ def _device(model: torch.nn.Module) -> torch.device:
 
 
 def check_model(model: object, interface: type, use: str) -> None:
-    """A clear error when a model cannot be used this way (e.g. a classifier given to generate)."""
+    """A clear error when a model cannot be used this way (e.g. a classifier given to generate,
+    or a model whose weights are still on the meta device)."""
     if isinstance(model, interface):
+        meta = next((n for n, p in model.named_parameters() if p.is_meta), None)
+        if meta is not None:
+            raise ValueError(
+                f"{use} needs a model with real weights, but {meta} (and maybe more) is on the "
+                "meta device (shapes only, no values); materialise it first, e.g. "
+                "model.to_empty(device='cpu') and then load_state_dict(...)"
+            )
         return
     kinds = {LanguageModel: "language model", Seq2SeqModel: "sequence-to-sequence model"}
     has = next((name for cls, name in kinds.items() if isinstance(model, cls)), None)

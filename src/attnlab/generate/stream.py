@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from attnlab.generate.config import GenerationConfig
+from attnlab.generate.config import GenerationConfig, as_config
 from attnlab.generate.lm import prepare_lm
 from attnlab.generate.prompts import as_id_lists
 from attnlab.generate.seq2seq import prepare_seq2seq
@@ -33,7 +33,7 @@ def stream(
     text: bool = False,
 ) -> Iterator[int] | Iterator[str]:
     """Yield the new token ids (or, with ``text=True``, text pieces) of one prompt/source."""
-    config = config if config is not None else GenerationConfig()
+    config = as_config(config)
     if config.num_beams > 1:
         raise ValueError(
             "beam search (--beams > 1) cannot stream: the best beam is known only at the end; "

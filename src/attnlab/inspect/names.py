@@ -76,7 +76,16 @@ def select(points: dict[str, HookPoint], names: Selection) -> list[str]:
         return available
     if callable(names):
         return [n for n in available if names(n)]
+    if not isinstance(names, str | Iterable) or isinstance(names, bytes):
+        raise InspectError(
+            f"names={names!r} ({type(names).__name__}) is not a selection; give a name or glob "
+            f"such as 'blocks.0.self_attn.A', a list of them, a predicate, or None for all"
+        )
     patterns = [names] if isinstance(names, str) else list(names)
+    if not all(isinstance(p, str) for p in patterns):
+        raise InspectError(
+            f"names={names!r} must hold names or globs (strings), e.g. ['blocks.*.self_attn.A']"
+        )
     chosen: dict[str, None] = {}
     for pattern in patterns:
         if not isinstance(pattern, str):

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError
+from attnlab.models.build import check_model_memory
 
 
 class Mapped(NamedTuple):
@@ -196,6 +197,7 @@ def model_to_load(
             raise TypeError(f"{loader} needs a model or a config to build one from")
         cfg = config if isinstance(config, ModelConfig) else convert(config)
         check(cfg)
+        check_model_memory(cfg)  # a config asking for 1e6 width stops before allocating
         return build(cfg)
     if cls is not None and not isinstance(model, cls):
         raise TypeError(f"{family} weights load into a {cls.__name__}, got {type(model).__name__}")

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib
 
+import torch
 from torch import nn
 
+from attnlab.budget import check_allocation, fits_easily
 from attnlab.config import ModelConfig
 
 
@@ -18,6 +20,7 @@ def build_model(cfg: ModelConfig, fast: bool | None = None) -> nn.Module:
     """
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"build_model needs a ModelConfig, got {type(cfg).__name__}")
+    check_model_memory(cfg)
     model = _build(cfg)
     if cfg.fast if fast is None else fast:
         from attnlab.fast import accelerate
@@ -43,3 +46,29 @@ def _build(cfg: ModelConfig) -> nn.Module:
         raise ValueError(f"unknown model kind {cfg.kind!r}")
     module, name = FAMILIES[cfg.kind]
     return getattr(importlib.import_module(module), name)(cfg)
+
+
+def count_parameters(cfg: ModelConfig) -> int:
+    """The number of parameters (and buffers) ``build_model(cfg)`` allocates, counted on the
+    meta device: exact, without allocating them."""
+    with torch.device("meta"):
+        model = _build(cfg)
+    tensors = {id(t): t for t in [*model.parameters(), *model.buffers()]}
+    return sum(t.numel() for t in tensors.values())
+
+
+def check_model_memory(cfg: ModelConfig, copies: int = 1, purpose: str = "") -> None:
+    """Stop, with the estimate and the limit, before building a model whose ``copies`` fp32
+    copies (1: the weights; 4: training with AdamW) would not fit in this machine's memory."""
+    d, v = cfg.d_model, max(cfg.vocab_size, cfg.target_vocab_size)
+    layers = cfg.n_layers + (cfg.n_decoder_layers or cfg.n_layers)
+    rough = 2 * v * d + cfg.max_len * d + layers * (8 * d * d + 3 * d * cfg.ff_dim)
+    if fits_easily(4 * copies * rough):
+        return
+    n = count_parameters(cfg)
+    check_allocation(
+        4 * copies * n,
+        f"a {cfg.kind} model of {n:,} parameters (d_model={cfg.d_model}, n_layers="
+        f"{cfg.n_layers}, d_ff={cfg.ff_dim}, vocab_size={cfg.vocab_size}){purpose}",
+        "make it smaller (d_model, n_layers, d_ff, vocab_size or max_len)",
+    )

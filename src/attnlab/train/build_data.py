@@ -15,6 +15,7 @@ in training are removed from the held-out sets. File data is split deterministic
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,8 @@ from attnlab.data import (
     split_items,
     train_tokenizer,
 )
-from attnlab.errors import DataError
+from attnlab.errors import DataError, UserError
+from attnlab.train.atomic import atomic_write_json
 from attnlab.train.task_data import LabelData, LMData, PairData, TaskData
 
 VAL_SEED_OFFSET = 1_000_003
@@ -142,10 +144,12 @@ def _lm_data(
         return LMData(dataclasses.replace(other, val=other.train), cfg.context_len, cfg.seed)
     corpus_dir = data_dir / "corpus"
     meta = corpus_dir / "meta.json"
+    fraction = 0.0 if cfg.val_data else cfg.val_fraction
+    source = _source_stamp(cfg.data, fraction)
     if not prepare:
         corpus = load_corpus(corpus_dir)
-    elif tokenizer is not None and meta.is_file():
-        corpus = load_corpus(corpus_dir)
+    elif tokenizer is not None and meta.is_file() and _read_stamp(corpus_dir) == source:
+        corpus = load_corpus(corpus_dir)  # a resumed run: the cache of the same data
         if corpus.tokenizer.to_dict() != tokenizer.to_dict():
             corpus = None
     else:
@@ -159,8 +163,8 @@ def _lm_data(
                 tokenizer = train_tokenizer(
                     cfg.tokenizer, Path(cfg.data), vocab_size=cfg.bpe_vocab_size
                 )
-        fraction = 0.0 if cfg.val_data else cfg.val_fraction
         corpus = prepare_corpus(cfg.data, corpus_dir, tokenizer, val_fraction=fraction)
+        atomic_write_json(corpus_dir / SOURCE_STAMP, source)
     if cfg.val_data:  # a separate text file as the validation split
         if prepare:
             _check_text(cfg.val_data)
@@ -173,8 +177,39 @@ def _lm_data(
     return LMData(corpus, cfg.context_len, cfg.seed)
 
 
+SOURCE_STAMP = "source.json"  # what the cached corpus was encoded from
+
+
+def _source_stamp(data: str, val_fraction: float) -> dict[str, Any]:
+    """The data an LM corpus cache stands for: the text files (path, size, modification time)
+    and the split; a cache with another stamp is encoded again (e.g. a resume with a new --text
+    and --allow-changes)."""
+    try:
+        files = [
+            (str(p.resolve()), p.stat().st_size, p.stat().st_mtime_ns)
+            for p in list_text_files(data)
+        ]
+    except (OSError, ValueError, UserError):
+        files = []
+    return {"data": str(Path(data).resolve()), "val_fraction": val_fraction, "files": files}
+
+
+def _read_stamp(corpus_dir: Path) -> Any:
+    try:
+        return json.loads((corpus_dir / SOURCE_STAMP).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
 def _check_text(path: str) -> None:
-    """Fail early, naming the file, on a missing path or an empty single file."""
+    """Fail early, naming the file, on a missing path, something that is neither a file nor a
+    directory (a device such as /dev/null, a FIFO that would block the read), or an empty file."""
+    p = Path(path)
+    if p.exists() and not p.is_file() and not p.is_dir():
+        raise DataError(
+            f"{path!r} is neither a file nor a directory (a device, FIFO or socket); give a text "
+            f"file or a directory of text files"
+        )
     files = list_text_files(path)
     if len(files) == 1 and files[0].stat().st_size == 0:
         read_text(files[0])  # raises: "file ... is empty; give it some text or remove it"

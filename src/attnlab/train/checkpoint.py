@@ -138,6 +138,28 @@ def model_tensors(model: nn.Module) -> tuple[dict[str, Tensor], dict[str, str]]:
     return tensors, aliases
 
 
+def check_model_fits_config(model: nn.Module, config: ModelConfig) -> None:
+    """A ValueError unless ``model``'s tensors are those ``build_model(config)`` makes (names and
+    shapes, compared with a copy built on the meta device): a checkpoint whose config.json
+    describes another model could never be loaded back."""
+    from attnlab.models import build_model
+
+    with torch.device("meta"):
+        expected = {
+            k: tuple(t.shape) for k, t in build_model(config, fast=False).state_dict().items()
+        }
+    tensors, aliases = model_tensors(model)
+    got = {k: tuple(t.shape) for k, t in tensors.items()}
+    got.update({alias: got[source] for alias, source in aliases.items() if source in got})
+    if got != expected:
+        wrong = sorted(set(got) ^ set(expected)) or [k for k in got if got[k] != expected[k]]
+        raise ValueError(
+            f"config describes a {config.kind!r} model that does not match the model's tensors "
+            f"(first differences: {', '.join(wrong[:4])}); save with the ModelConfig the model "
+            f"was built from"
+        )
+
+
 # Writing -------------------------------------------------------------------------------------
 def _write_checkpoint_files(
     tmp: Path,
@@ -221,6 +243,7 @@ def save_checkpoint(
     reserved = sorted({"step", "best_metric"} & set(extra))
     if reserved:
         raise ValueError(f"extra_state keys {reserved} are reserved; they are saved by themselves")
+    check_model_fits_config(model, config)
     rng = extra.pop("rng", None) or capture_rng_state()
     root = ensure_writable_dir(Path(run_dir) / CHECKPOINTS)
     name = f"step_{step:08d}"

@@ -51,22 +51,54 @@ def _step_of(path: Path) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def damage_of(path: Path) -> str | None:
+    """What makes the checkpoint directory ``path`` incomplete, or None when the files every
+    checkpoint has are there: the one structural check that listing, resuming, evaluating and
+    generating share (the loader then checks each file against the manifest's sizes and CRCs).
+
+    A save assembles a checkpoint elsewhere and renames it into place whole, so a ``step_*``
+    directory that fails this check was damaged afterwards (a file deleted or replaced)."""
+    if not path.is_dir():
+        return "it is not a directory"
+    for name in (CONFIG, MODEL, MANIFEST):
+        if (path / name).is_dir():
+            return f"'{name}' is a directory, not a file"
+        if not (path / name).is_file():
+            return f"'{name}' is missing"
+    return None
+
+
 def _is_complete(path: Path) -> bool:
-    return all((path / f).is_file() for f in (CONFIG, MODEL, MANIFEST))
+    return damage_of(path) is None
 
 
-def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
-    """Complete checkpoint directories of a run (or of its ``checkpoints/`` dir), oldest first."""
-    root = _checkpoint_root(Path(run_dir))
-    if root is None:
+def step_dirs(root: Path) -> list[Path]:
+    """Every ``step_*`` directory directly in the checkpoints directory ``root``, complete or
+    not, oldest first."""
+    if not root.is_dir():
         return []
     here = root.resolve()
     found = [
         p
         for p in root.iterdir()
-        if _step_of(p) is not None and _is_complete(p) and p.resolve().parent == here
+        if _step_of(p) is not None and p.is_dir() and p.resolve().parent == here
     ]
     return sorted(found, key=lambda p: _step_of(p) or 0)
+
+
+def newer_than(ckpt: Path) -> list[Path]:
+    """The ``step_*`` directories of ``ckpt``'s run with a higher step than ``ckpt``: saves that
+    did not finish (their ``latest`` update never happened) or damaged ones skipped for it."""
+    step = _step_of(ckpt)
+    if step is None:
+        return []
+    return [p for p in step_dirs(ckpt.parent) if (_step_of(p) or 0) > step]
+
+
+def list_checkpoints(run_dir: str | os.PathLike) -> list[Path]:
+    """Complete checkpoint directories of a run (or of its ``checkpoints/`` dir), oldest first."""
+    root = _checkpoint_root(Path(run_dir))
+    return [] if root is None else [p for p in step_dirs(root) if _is_complete(p)]
 
 
 def _checkpoint_root(p: Path) -> Path | None:
@@ -104,7 +136,7 @@ def _read_pointer(root: Path, name: str) -> Path | None:
     for candidate in (target, root / f".old-{target.name}"):  # see _place_dir
         if _is_complete(candidate):
             return candidate
-    return None
+    return target if target.is_dir() else None  # damaged: the loader names what is wrong
 
 
 def _current_best(root: Path) -> tuple[str | None, float | None]:
@@ -133,7 +165,13 @@ def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
     target = _read_pointer(root, LATEST)
     if target is not None:
         return target
-    found = list_checkpoints(root)
+    found = list_checkpoints(root)  # newer damaged ones are named by report_unfinished
+    if found and (root / LATEST).is_file():
+        warnings.warn(
+            f"{str(root / LATEST)!r} does not name a checkpoint directory of this run; using "
+            f"the highest step, {found[-1].name}",
+            stacklevel=2,
+        )
     return found[-1] if found else None
 
 

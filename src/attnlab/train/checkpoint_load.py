@@ -34,7 +34,9 @@ from attnlab.train.checkpoint_dir import (
     TOKENIZER,
     _resolve,
     _step_of,
+    damage_of,
     list_checkpoints,
+    newer_than,
 )
 from attnlab.train.state import optimizer_state_from_tensors, scheduler_state_from_json
 
@@ -84,7 +86,11 @@ def _load_state_dict(model: nn.Module, tensors: dict[str, Tensor], where: Path) 
     model.load_state_dict(tensors, strict=True)
 
 
-def check_finite(tensors: dict[str, Tensor], where: Path) -> None:
+OTHER_STEP = "use another checkpoint (see the other step_* directories)"
+OTHER_COPY = "export or download the model again"
+
+
+def check_finite(tensors: dict[str, Tensor], where: Path, fix: str = OTHER_STEP) -> None:
     """A CheckpointError naming the weight tensors that hold NaN or infinite values.
 
     Training stops before saving a diverged model, so such weights mean a damaged or edited
@@ -94,7 +100,7 @@ def check_finite(tensors: dict[str, Tensor], where: Path) -> None:
     if bad:
         raise CheckpointError(
             f"{str(where)!r} holds non-finite weights (NaN or inf) in {_few(bad)}; the file is "
-            f"damaged or was edited: use another checkpoint (see the other step_* directories)"
+            f"damaged or was edited: {fix}"
         )
 
 
@@ -137,6 +143,11 @@ def _verify(ckpt: Path, manifest: dict[str, Any] | None, name: str) -> None:
     """Compare a file's size and CRC-32 with the manifest written at save time."""
     entry = (manifest or {}).get("files", {}).get(name)
     path = ckpt / name
+    if path.is_dir():
+        raise CheckpointError(
+            f"checkpoint file {str(path)!r} is a directory, not a file; the checkpoint is "
+            f"damaged, use another one (see the other step_* directories)"
+        )
     if not path.is_file():
         raise CheckpointError(
             f"checkpoint file {str(path)!r} is missing; the checkpoint is incomplete, use "
@@ -235,15 +246,42 @@ def load_checkpoint(
     path = resolve_model_path(path, revision=revision)
     if _is_hf_model_dir(path):
         return _load_hf_dir(path, map_location)
+    if Path(path).is_file() and Path(path).suffix == ".safetensors":
+        found = _load_safetensors_export(Path(path), map_location)
+        if found is not None:
+            return found
     ckpt = _resolve(path)
-    try:
-        return _load_one(ckpt, map_location, expect_kind, verify)
-    except CheckpointError as err:
-        if not fallback or isinstance(err, WrongKindError) or (Path(path) / CONFIG).is_file():
-            raise  # a wrong kind is no damage: the other checkpoints of the run share it
-        return load_fallback(
-            ckpt, err, lambda c: _load_one(c, map_location, expect_kind, verify), "using"
+    whole_run = ckpt != Path(path)  # a run directory (or a pointer) rather than one checkpoint
+    if whole_run and fallback:
+        report_unfinished(ckpt)
+    for _ in range(3):  # a save may retire the checkpoint while we read it (--keep-last)
+        try:
+            return _load_one(ckpt, map_location, expect_kind, verify)
+        except CheckpointError as err:
+            error = err
+        if not whole_run or ckpt.is_dir() or (newer := _resolve(path)) == ckpt:
+            break
+        ckpt = newer  # it was moved away, not damaged: read the one latest names now
+    if not fallback or isinstance(error, WrongKindError) or not whole_run:
+        raise error  # a wrong kind is no damage: the other checkpoints of the run share it
+    return load_fallback(
+        ckpt, error, lambda c: _load_one(c, map_location, expect_kind, verify), "using"
+    )
+
+
+def report_unfinished(ckpt: Path, announce: bool = True) -> list[Path]:
+    """The step directories newer than ``ckpt`` (the one ``latest`` names), with a warning
+    naming them: a save that did not finish, or a damaged checkpoint; neither is read."""
+    newer = newer_than(ckpt)
+    if newer and announce:
+        names = ", ".join(p.name for p in newer)
+        warnings.warn(
+            f"{names} {'is' if len(newer) == 1 else 'are'} newer than {ckpt.name}, the "
+            f"checkpoint the run's 'latest' pointer names: a save that did not finish (or a "
+            f"damaged checkpoint); not used",
+            stacklevel=3,
         )
+    return newer
 
 
 def load_fallback(
@@ -252,7 +290,12 @@ def load_fallback(
     """``load`` the newest other complete checkpoint of ``damaged``'s run that passes, warning
     which one and why (if ``announce``); re-raise ``error`` (with the others' problems) if none
     does."""
-    others = [c for c in reversed(list_checkpoints(damaged.parent)) if c != damaged]
+    step = _step_of(damaged)
+    others = [
+        c
+        for c in reversed(list_checkpoints(damaged.parent))
+        if c != damaged and (step is None or (_step_of(c) or 0) < step)
+    ]
     problems = []
     for older in others:
         try:
@@ -281,9 +324,25 @@ def _load_one(ckpt: Path, map_location: Any, expect_kind: Any, verify: bool) -> 
     from attnlab.data import LabelSet, load_tokenizer
     from attnlab.models import build_model
 
+    problem = damage_of(ckpt)
+    if problem is not None:
+        raise CheckpointError(
+            f"the checkpoint {str(ckpt)!r} is incomplete: {problem}; use another checkpoint "
+            f"(see the other step_* directories) or restore the file"
+        )
     config, data = _read_config(ckpt, expect_kind)
-    manifest = _read_json(ckpt / MANIFEST) if (ckpt / MANIFEST).is_file() else None
-    names = [n for n in (MODEL, TOKENIZER, LABELS, STATE) if n == MODEL or (ckpt / n).is_file()]
+    manifest = _read_json(ckpt / MANIFEST)
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+        raise CheckpointError(
+            f"{str(ckpt / MANIFEST)!r} is not a checkpoint manifest (no table of files); it was "
+            f"edited or damaged, use another checkpoint (see the other step_* directories)"
+        )
+    listed = manifest.get("files", {}) if isinstance(manifest, dict) else {}
+    names = [
+        n
+        for n in (MODEL, TOKENIZER, LABELS, STATE)
+        if n == MODEL or (ckpt / n).exists() or n in listed  # a listed file must be there
+    ]
     with ThreadPoolExecutor(max_workers=1) as pool:  # hash the files while the model is built
         checked = pool.submit(lambda: [_verify(ckpt, manifest, n) for n in names if verify])
         model = build_model(config)
@@ -332,6 +391,41 @@ def _is_hf_model_dir(path: str | os.PathLike) -> bool:
     return Path(path).is_dir() and is_hf_model_dir(path)
 
 
+def _load_safetensors_export(path: Path, map_location: Any) -> Checkpoint | None:
+    """A single-file export (``attnlab export --format safetensors``: weights with the config,
+    tokenizer and labels in its metadata) as a Checkpoint; None for a safetensors file without
+    an attnlab config (e.g. the weights file of a checkpoint directory)."""
+    from attnlab.data import LabelSet, load_tokenizer
+    from attnlab.interop.safetensors_io import (
+        load_safetensors,
+        read_safetensors_config,
+        read_safetensors_labels,
+        read_safetensors_tokenizer,
+    )
+
+    try:
+        config = read_safetensors_config(path)
+    except (CheckpointError, ValueError, TypeError, OSError):
+        return None
+    model = load_safetensors(path)
+    check_finite(dict(model.state_dict()), path, OTHER_COPY)
+    tok = read_safetensors_tokenizer(path)
+    labels = read_safetensors_labels(path)
+    try:
+        model.to(map_location)
+    except (RuntimeError, AssertionError, ValueError) as err:
+        raise UserError(f"cannot place the model on {str(map_location)!r} ({err})") from None
+    return Checkpoint(
+        model,
+        config,
+        load_tokenizer(tok) if tok else None,
+        None,
+        0,
+        path,
+        LabelSet.from_dict(labels) if labels else None,
+    )
+
+
 def _load_hf_dir(path: str | os.PathLike, map_location: str | torch.device) -> Checkpoint:
     """A local Hugging Face model directory (GPT-2, Llama family, BERT) as a Checkpoint, so every
     command that reads checkpoints reads these too (``attnlab.interop.pretrained``)."""
@@ -339,6 +433,16 @@ def _load_hf_dir(path: str | os.PathLike, map_location: str | torch.device) -> C
     from attnlab.interop.pretrained import load_pretrained
 
     found = load_pretrained(path)
+    check_finite(dict(found.model.state_dict()), Path(path), OTHER_COPY)  # no silent NaN metrics
+    tokenizer = found.tokenizer
+    own = Path(path) / "attnlab_tokenizer.json"  # a char/byte tokenizer exported by attnlab
+    if tokenizer is None and own.is_file():
+        from attnlab.data import load_tokenizer
+
+        try:
+            tokenizer = load_tokenizer(own)
+        except (ValueError, KeyError, TypeError) as err:
+            raise CheckpointError(f"{str(own)!r} is not a valid tokenizer: {err}") from None
     try:
         found.model.to(map_location)
     except (RuntimeError, AssertionError, ValueError) as err:
@@ -347,7 +451,7 @@ def _load_hf_dir(path: str | os.PathLike, map_location: str | torch.device) -> C
             "machine has, e.g. 'cpu'"
         ) from None
     labels = LabelSet(found.labels) if found.labels else None
-    return Checkpoint(found.model, found.config, found.tokenizer, None, 0, found.path, labels)
+    return Checkpoint(found.model, found.config, tokenizer, None, 0, found.path, labels)
 
 
 def check_same_model(checkpoint: Checkpoint, config: ModelConfig) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import re
 import warnings
 from typing import NamedTuple
 
@@ -40,6 +41,11 @@ class DistInfo(NamedTuple):
 
 def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     """``"auto"`` -> CUDA if present else CPU; a requested device that is missing is an error."""
+    if not isinstance(name, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", name):
+        raise ConfigError(
+            f"device={name!r} is not a device attnlab knows; use 'auto', 'cpu', 'cuda', "
+            f"'cuda:N' or 'mps'"
+        )
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     if name.startswith("cuda"):
@@ -50,6 +56,11 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
             )
         if name == "cuda":
             name = f"cuda:{local_rank % torch.cuda.device_count()}"
+        elif int(name[5:]) >= torch.cuda.device_count():
+            raise ConfigError(
+                f"device={name!r} but this machine has {torch.cuda.device_count()} CUDA "
+                f"device(s), numbered from 0; use --device cuda:0 (or auto)"
+            )
     if name == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(
             "device='mps' but the Apple MPS backend is not available; use --device cpu"

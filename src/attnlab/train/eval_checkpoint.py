@@ -22,6 +22,12 @@ from attnlab.train.evaluate import EvalResult, evaluate
 from attnlab.train.run_config import TrainConfig
 from attnlab.train.setup import KINDS_FOR_TASK
 
+DATA_OF_TASK = {
+    "lm": "text (--text FILE)",
+    "seq2seq": "source-target pairs (--pairs FILE)",
+    "classify": "labelled examples (--labels FILE)",
+}
+
 
 class CheckpointEvaluation(NamedTuple):
     result: EvalResult
@@ -47,20 +53,29 @@ def evaluate_checkpoint(
     batch_size: int | None = None,
     max_batches: int | None = None,
     device: str = "auto",
+    data_task: str | None = None,
 ) -> CheckpointEvaluation:
     """Metrics of the checkpoint at ``path`` (a run directory or a ``step_*`` directory).
 
     ``data`` replaces the evaluation set with a file: text for an LM, a pair file for seq2seq,
-    a labelled file for a classifier. ``max_batches`` defaults to every batch of the set.
+    a labelled file for a classifier; ``data_task`` (``"lm"``, ``"seq2seq"`` or ``"classify"``)
+    says which of these ``data`` is, and must fit the model. ``max_batches`` defaults to every
+    batch of the set.
     """
     if split not in ("val", "test"):
         raise ValueError(f"split={split!r} must be 'val' or 'test'")
     dev = resolve_device(device)
     ckpt = load_checkpoint(path, map_location=dev)
+    task = "lm" if ckpt.config.kind == "masked_lm" else _task_of(ckpt.config.kind)
+    if data_task is not None and data_task != task:
+        raise DataError(
+            f"the checkpoint {str(ckpt.path)!r} holds a {ckpt.config.kind!r} model, which is "
+            f"evaluated on {DATA_OF_TASK[task]}, but the data given is {DATA_OF_TASK[data_task]}; "
+            f"give the model data of its own task (or evaluate a model trained for that data)"
+        )
     if ckpt.config.kind == "masked_lm":  # e.g. a BERT directory: its own objective
         return _evaluate_masked_lm(ckpt, data, batch_size, max_batches)
     saved = (ckpt.train_state or {}).get("train_config")
-    task = _task_of(ckpt.config.kind)
     if saved:
         try:
             cfg = TrainConfig.from_dict({**saved, "best_metric": "val_loss"})  # unused here

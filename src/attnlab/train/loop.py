@@ -47,6 +47,7 @@ from attnlab.train.distributed import (
 )
 from attnlab.train.evaluate import Prediction, evaluate
 from attnlab.train.finetune import copy_weights, freeze
+from attnlab.train.lock import run_lock
 from attnlab.train.optim import build_optimizers
 from attnlab.train.report import METRICS_FILE, PLOT_FILE, LossPlotter, MetricsLog, open_boards
 from attnlab.train.report import progress_bar as make_progress_bar
@@ -108,6 +109,7 @@ def train(
     progress: bool = True,
     stop_at: int | None = None,
     allow_changes: bool = False,
+    overwrite: bool = False,
     on_event: EventHandler | None = None,
 ) -> TrainResult:
     """Train the model of ``run_config.model`` on ``run_config.train``'s task; see module doc.
@@ -116,23 +118,36 @@ def train(
     checkpoint there (bit-identically); without it a run directory that holds checkpoints is an
     error, so saved work is never overwritten. A resume whose settings differ from the saved ones
     in a way that changes the steps (learning rate, seed, data, ...) is refused unless
-    ``allow_changes``. ``stop_at`` ends this call after that global step with a checkpoint (the
-    schedule still runs to ``train.steps``), e.g. to split a long run into pieces that fit a job
-    time limit and continue each with ``resume``.
+    ``allow_changes``. A fresh run into a directory that holds anything but an attnlab run of the
+    same config is an error unless ``overwrite``. ``stop_at`` ends this call after that global
+    step with a checkpoint (the schedule still runs to ``train.steps``), e.g. to split a long
+    run into pieces that fit a job time limit and continue each with ``resume``. Training holds
+    an exclusive lock on ``run_dir`` (:mod:`attnlab.train.lock`): one run per directory.
 
     ``on_event(name, data)`` (rank 0) hears of the run as it happens: ``"resumed"`` (``path``,
     ``step``) and ``"record"`` (every metrics.jsonl line, evaluations included).
     """
     if not isinstance(run_config, RunConfig):
         raise TypeError(f"train() needs a RunConfig, got {type(run_config).__name__}")
+    if stop_at is not None and (
+        not isinstance(stop_at, int) or isinstance(stop_at, bool) or stop_at < 1
+    ):
+        raise ValueError(
+            f"stop_at={stop_at!r} must be a global step >= 1 (or None to run to train.steps)"
+        )
     cfg = run_config.train
     info, device = init_distributed(cfg.device)
     run_dir = Path(run_dir or cfg.out)
     try:
-        with cpu_settings(cfg.threads), cuda_matmul_precision(cfg.matmul_precision, device):
-            with _removed_on_failure(run_dir, info):
-                setup = prepare_run(run_config, run_dir, resume, info, allow_changes)
-                run = _Run.start(run_config, setup, info, device, on_event or _ignore)
+        with (
+            cpu_settings(cfg.threads),
+            cuda_matmul_precision(cfg.matmul_precision, device),
+            _removed_on_failure(run_dir, info) as started,
+            run_lock(run_dir, enabled=info.is_main),  # one training per run directory
+        ):
+            setup = prepare_run(run_config, run_dir, resume, info, allow_changes, overwrite)
+            run = _Run.start(run_config, setup, info, device, on_event or _ignore)
+            started()
             return run.go(progress, stop_at)
     finally:
         cleanup(info)
@@ -141,12 +156,12 @@ def train(
 @contextlib.contextmanager
 def _removed_on_failure(run_dir: Path, info: DistInfo):
     """Remove ``run_dir`` again if this call created it and failed before the first step (a
-    data file that does not load leaves nothing behind)."""
-    created = info.is_main and not run_dir.exists()
+    data file that does not load leaves nothing behind); the yielded function marks the start."""
+    created = [info.is_main and not run_dir.exists()]
     try:
-        yield
+        yield created.clear
     except BaseException:
-        if created:
+        if created and created[0]:
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
 

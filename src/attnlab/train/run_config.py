@@ -153,8 +153,8 @@ class TrainConfig:
             if not getattr(self, name) > 0 or math.isinf(getattr(self, name)):
                 _bad(name, getattr(self, name), "must be a finite number > 0")
         for name in ("weight_decay", "grad_clip"):
-            if not getattr(self, name) >= 0:
-                _bad(name, getattr(self, name), "must be >= 0")
+            if not getattr(self, name) >= 0 or math.isinf(getattr(self, name)):
+                _bad(name, getattr(self, name), "must be a finite number >= 0")
         if not 0 <= self.min_lr <= self.lr:
             _bad("min_lr", self.min_lr, f"must be between 0 and lr={self.lr}")
         if not all(0 <= b < 1 for b in self.betas):
@@ -328,6 +328,11 @@ class RunConfig:
 def load_toml(path: str | os.PathLike) -> RunConfig:
     """Read a run config file with tables [model] and [train]."""
     p = Path(path)
+    if p.is_dir():
+        raise ConfigValueError(
+            f"config file {str(p)!r} is a directory; give the TOML file itself, e.g. "
+            f"{str(p / 'config.toml')!r}"
+        )
     if not p.is_file():
         raise ConfigValueError(
             f"config file {str(p)!r} does not exist; check the path, or write one with "

@@ -7,7 +7,10 @@ The rules a user can rely on:
   ``latest_checkpoint(run_dir)`` (and starts fresh if there is none yet, e.g. after a ``kill -9``
   before the first save). A latest checkpoint that fails its checks (truncated weights, garbage
   JSON, missing optimizer state) is skipped for the newest one that passes, with a warning; the
-  skipped ones are renamed ``damaged-step_*`` (kept, never read or deleted).
+  skipped ones are renamed ``damaged-step_*`` (kept, never read or deleted), and so are step
+  directories newer than the one ``latest`` names (a save that did not finish).
+* A fresh run writes only into a directory that is missing, empty, or an attnlab run of the same
+  config; anything else (the user's files, another run) is an error unless ``overwrite``.
 * The data decides the sizes the model config leaves open: ``vocab_size`` = the tokenizer's,
   ``n_classes`` = the number of labels, ``pad_id`` = the tokenizer's pad id. A resumed run takes
   its tokenizer and labels from the checkpoint, and the model config must equal the saved one.
@@ -28,12 +31,13 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from attnlab.config import LM_KINDS, SEQ2SEQ_KINDS, ModelConfig
-from attnlab.errors import CheckpointError, ConfigError
+from attnlab.errors import CheckpointError, ConfigError, UserError
+from attnlab.models.build import check_model_memory
 from attnlab.train.atomic import ensure_writable_dir
 from attnlab.train.build_data import build_task_data
 from attnlab.train.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
-from attnlab.train.checkpoint_dir import _step_of, list_checkpoints
-from attnlab.train.checkpoint_load import check_resumable, load_fallback
+from attnlab.train.checkpoint_dir import _step_of, damage_of, step_dirs
+from attnlab.train.checkpoint_load import check_resumable, load_fallback, report_unfinished
 from attnlab.train.distributed import DistInfo, barrier
 from attnlab.train.task_data import TaskData
 
@@ -104,6 +108,10 @@ RESUME_SAFE = (
 )
 
 
+# TrainConfig fields no resume can change: the saved model is built around them.
+FIXED_ON_RESUME = ("task", "tokenizer", "bpe_vocab_size")
+
+
 def changed_settings(saved: Any, cfg: Any) -> tuple[list[str], list[str]]:
     """(changes that alter the remaining steps, harmless changes) between a checkpoint's saved
     train config (a dict) and this run's TrainConfig, each as ``"lr 0.001 -> 0.003"``."""
@@ -127,6 +135,14 @@ def check_resume_settings(
     """Refuse (or with ``allow_changes`` announce) settings that differ from the saved run's."""
     saved = (ckpt.train_state or {}).get("train_config")
     breaking, harmless = changed_settings(saved, cfg)
+    fixed = [text for text in breaking if text.split(" ", 1)[0] in FIXED_ON_RESUME]
+    if fixed:
+        raise ConfigError(
+            f"--resume cannot change {'; '.join(fixed)}: the checkpoint {ckpt.path.name}'s "
+            f"embeddings and output layer are sized for the tokenizer it was trained with (even "
+            f"with --allow-changes); drop those flags to continue the run, or start a new run "
+            f"into another --out"
+        )
     if breaking and not allow_changes:
         raise ConfigError(
             f"--resume with settings that differ from the run saved at {ckpt.path.name}: "
@@ -142,9 +158,66 @@ def check_resume_settings(
         )
 
 
+# What a run writes into its directory (attnlab.train.loop, report, build_data, the CLI's plots).
+RUN_FILES = ("config.toml", "metrics.jsonl", "loss.png", "plots", "tensorboard")
+RUN_DIRS = ("checkpoints", "data")  # checkpoints: guarded by find_resume_point; data: a cache
+DATA_FIELDS = ("vocab_size", "tgt_vocab_size", "pad_id", "n_classes")  # the data decides these
+
+
+def same_run(saved: Any, run_config: Any) -> list[str]:
+    """The settings in which ``saved`` (a run's config.toml, a RunConfig) differs from
+    ``run_config`` (sizes the data decides and settings that only change what is logged or kept
+    are not compared)."""
+    a, b = saved.model.to_dict(), run_config.model.to_dict()
+    diffs = [f"model.{k}" for k in a if k not in DATA_FIELDS and a[k] != b[k]]
+    breaking, _ = changed_settings(saved.train.to_dict(), run_config.train)
+    return diffs + ["train." + text.split(" ", 1)[0] for text in breaking]
+
+
+def check_fresh_dir(run_dir: Path, run_config: Any, overwrite: bool) -> None:
+    """A fresh run writes into ``run_dir`` only when that holds nothing of the user's: it is
+    missing, empty, or an attnlab run of the same config (e.g. one killed before its first
+    checkpoint). Anything else is an error, unless ``overwrite`` (the run's own files are then
+    replaced; other files are left alone)."""
+    from attnlab.train.lock import LOCK_FILE
+    from attnlab.train.run_config import load_toml
+
+    if overwrite or not run_dir.is_dir():
+        return
+    entries = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_FILE)
+    foreign = [n for n in entries if n not in RUN_FILES + RUN_DIRS]
+    ours = [n for n in entries if n in RUN_FILES]
+    why = ""
+    if foreign:
+        why = f"it holds files attnlab did not write ({', '.join(foreign[:5])})"
+    elif ours:
+        try:
+            diffs = same_run(load_toml(run_dir / "config.toml"), run_config)
+        except (UserError, ValueError, TypeError, OSError):
+            diffs = None
+        if diffs is None:
+            why = f"it holds {', '.join(ours)} but no readable attnlab config.toml"
+        elif diffs:
+            why = f"it holds another run (its config.toml differs in {', '.join(diffs[:6])})"
+    if why:
+        raise ConfigError(
+            f"the run directory {str(run_dir)!r} is not empty and {why}; a fresh run would "
+            f"write over them. Choose a new or empty --out, or pass --overwrite to train into it "
+            f"anyway (config.toml, metrics.jsonl, loss.png and plots/ are then replaced; other "
+            f"files are left alone)"
+        )
+
+
 def find_resume_point(run_dir: Path, resume: bool) -> Path | None:
     """The checkpoint to continue from, or None for a fresh run (see module docstring)."""
     latest = latest_checkpoint(run_dir) if run_dir.is_dir() else None
+    if latest is None and (damaged := step_dirs(run_dir / "checkpoints")):
+        problems = "; ".join(f"{p.name}: {damage_of(p)}" for p in damaged[-3:])
+        raise CheckpointError(
+            f"the run directory {str(run_dir)!r} holds only incomplete checkpoints ({problems}); "
+            f"they are kept, not trained over: restore the missing files, or move "
+            f"{str(run_dir / 'checkpoints')!r} away to start afresh, or choose a new --out"
+        )
     if latest is not None and not resume:
         raise ConfigError(
             f"the run directory {str(run_dir)!r} already holds checkpoints (latest: "
@@ -164,11 +237,12 @@ def load_resume_point(path: Path, announce: bool = True) -> tuple[Checkpoint, li
         check_resumable(ckpt)
         return ckpt
 
+    unfinished = report_unfinished(path, announce)  # kept aside too: never saved over
     try:
-        return load(path), []
+        return load(path), unfinished
     except CheckpointError as err:
         ckpt = load_fallback(path, err, load, "resuming from", announce)
-    newer = [c for c in list_checkpoints(path.parent) if (_step_of(c) or 0) > ckpt.step]
+    newer = [c for c in step_dirs(path.parent) if (_step_of(c) or 0) > ckpt.step]
     return ckpt, sorted(set(newer) | {path})
 
 
@@ -186,15 +260,22 @@ def set_aside(damaged: list[Path]) -> None:
 
 
 def prepare_run(
-    run_config: Any, run_dir: Path, resume: bool, info: DistInfo, allow_changes: bool = False
+    run_config: Any,
+    run_dir: Path,
+    resume: bool,
+    info: DistInfo,
+    allow_changes: bool = False,
+    overwrite: bool = False,
 ) -> RunSetup:
     """Resolve the run directory, resume point, data and model config (all ranks)."""
     cfg = run_config.train
     check_kind(run_config.model, cfg.task)
+    path = find_resume_point(run_dir, resume)
+    if path is None and info.is_main:
+        check_fresh_dir(run_dir, run_config, overwrite)
     if info.is_main:
         ensure_writable_dir(run_dir)
     barrier(info)
-    path = find_resume_point(run_dir, resume)
     ckpt, damaged = None, []
     if path is not None:
         ckpt, damaged = load_resume_point(path, announce=info.is_main)
@@ -230,6 +311,7 @@ def prepare_run(
     else:
         model_cfg = fit_model_config(run_config.model, data, announce=info.is_main)
     data.check_fits(model_cfg)
+    check_model_memory(model_cfg, copies=4, purpose=" with its gradients and AdamW moments")
     if ckpt is not None and ckpt.config != model_cfg:
         diff = "; ".join(_differences(ckpt.config, model_cfg)[:6])
         raise CheckpointError(
