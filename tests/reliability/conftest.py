@@ -79,7 +79,8 @@ def trained_runs(tmp_path_factory):
         assert main(["export", "--checkpoint", str(root / "lm"), "--format", fmt, "--out",
                      str(root / out)]) == 0  # fmt: skip
     shutil.copytree(root / "hf", root / "hf-no-tokenizer")
-    (root / "hf-no-tokenizer" / "attnlab_tokenizer.json").unlink()
+    for name in ("attnlab_tokenizer.json", "tokenizer.json", "tokenizer_config.json"):
+        (root / "hf-no-tokenizer" / name).unlink(missing_ok=True)  # every tokenizer file
     _nan_copy(root / "hf", root / "hf-nan")
     shutil.copytree(root / "hf", root / "hf-huge")
     config = json.loads((root / "hf-huge" / "config.json").read_text())

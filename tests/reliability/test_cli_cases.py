@@ -175,11 +175,12 @@ def test_export_force_replaces_exactly_its_own_earlier_export(workspace, capsys)
     argv = ["export", "--checkpoint", "lm", "--format", "hf-gpt2", "--out", "hf2"]
     assert main(argv) == 0
     before = files_in(workspace / "hf2")
-    (workspace / "hf2" / "tokenizer.json").write_text("{}")  # as an earlier BPE export left it
+    assert "merges.txt" not in before  # a char-level export has no BPE merges
+    (workspace / "hf2" / "merges.txt").write_text("#v2\n")  # as an earlier BPE export left it
     record(workspace / "hf2", before)
     assert main(argv) == 2  # without --force nothing is replaced
     assert main([*argv, "--force"]) == 0
-    assert not (workspace / "hf2" / "tokenizer.json").exists()  # no stale tokenizer left behind
+    assert not (workspace / "hf2" / "merges.txt").exists()  # no stale tokenizer file left behind
     assert set(files_in(workspace / "hf2")) == set(before)
 
 

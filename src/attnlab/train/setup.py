@@ -159,7 +159,15 @@ def check_resume_settings(
 
 
 # What a run writes into its directory (attnlab.train.loop, report, build_data, the CLI's plots).
-RUN_FILES = ("config.toml", "metrics.jsonl", "loss.png", "plots", "tensorboard")
+RUN_FILES = (
+    "config.toml",
+    "metrics.jsonl",
+    "metrics.csv",
+    "loss.png",
+    "plots",
+    "tensorboard",
+    "wandb",
+)
 RUN_DIRS = ("checkpoints", "data")  # checkpoints: guarded by find_resume_point; data: a cache
 DATA_FIELDS = ("vocab_size", "tgt_vocab_size", "pad_id", "n_classes")  # the data decides these
 
