@@ -144,7 +144,7 @@ def test_bad_devices_and_a_busy_port_are_one_message_each(run_dir, capsys):
 
     assert main(["explore", str(run_dir), "--device", "foo", "--port", "0"]) != 0
     err = capsys.readouterr().err
-    assert "--device 'foo' is not a device; use auto, cpu" in err and "Traceback" not in err
+    assert "'foo' is not a device" in err and "cpu" in err and "Traceback" not in err
     if not torch.cuda.is_available():
         assert main(["explore", str(run_dir), "--device", "cuda", "--port", "0"]) != 0
         assert "no usable CUDA device" in capsys.readouterr().err

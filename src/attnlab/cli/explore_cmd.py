@@ -48,25 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _device(name: str) -> str:
-    """--device as a torch device string: auto -> cuda if present, else cpu; a device this
-    machine lacks or an unknown name is one message."""
-    from attnlab.errors import ConfigError
-    from attnlab.train.distributed import resolve_device
-
-    try:
-        return str(resolve_device(name))
-    except RuntimeError:
-        raise ConfigError(
-            f"--device {name!r} is not a device; use auto, cpu, cuda, cuda:N or mps"
-        ) from None
-
-
 def run(args: argparse.Namespace) -> int:
     from attnlab.explore import LoadOptions, Session, load
     from attnlab.explore.server import serve
+    from attnlab.train.distributed import resolve_device  # auto -> cuda or cpu; errors named
 
-    options = LoadOptions(device=_device(args.device), weights=args.weights, kv_cache=args.kv_cache)
+    device = str(resolve_device(args.device))
+    options = LoadOptions(device=device, weights=args.weights, kv_cache=args.kv_cache)
     from attnlab.interop.hub import resolve_model_path
 
     local = resolve_model_path(args.path, revision=args.revision)
