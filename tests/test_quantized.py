@@ -310,3 +310,19 @@ def test_the_explorer_loads_a_language_model_with_reduced_weights(tmp_path):
         load(tmp_path / "encoder_decoder", LoadOptions(weights="int8"))
     args = build_parser().parse_args(["explore", "runs/x", "--weights", "int4"])
     assert args.weights == "int4"
+
+
+@pytest.mark.parametrize("layer_cls", [Int8Linear, Int4Linear])
+def test_gradients_reach_the_inputs_of_a_quantised_layer(layer_cls):
+    """The packed kernels have no derivative; dL/dx = dL/dy W_hat (dequantised) stands in."""
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 32)
+    q = layer_cls(linear)
+    x = torch.randn(3, 5, 64, requires_grad=True)
+    (q(x) ** 2).sum().backward()
+    ref_x = x.detach().clone().requires_grad_(True)
+    w_hat = q.dequantize().float()  # (N, K)
+    ((ref_x @ w_hat.T + q.bias) ** 2).sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape
+    assert torch.allclose(x.grad, ref_x.grad, rtol=5e-2, atol=5e-2)  # bf16 products
+    assert not any(t.requires_grad for t in q.buffers())  # the codes stay frozen

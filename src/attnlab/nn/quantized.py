@@ -33,6 +33,8 @@ Shapes: M rows (all leading dimensions of x flattened), K in_features, N out_fea
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -109,7 +111,7 @@ class WeightOnlyLinear(nn.Module):
                 f"{type(self).__name__} expects inputs of width {self.in_features}, got "
                 f"{tuple(x.shape)}"
             )
-        y = self.product(x.reshape(-1, self.in_features))  # (M, N)
+        y = _Product.apply(x.reshape(-1, self.in_features), self)  # (M, N)
         y = y.to(x.dtype).reshape(*x.shape[:-1], self.out_features)  # (..., N)
         return y if self.bias is None else y + self.bias
 
@@ -124,6 +126,23 @@ class WeightOnlyLinear(nn.Module):
             f"in_features={self.in_features}, out_features={self.out_features}, "
             f"bias={self.bias is not None}, weights={self.format}"
         )
+
+
+class _Product(torch.autograd.Function):
+    """y = x W_hat^T through the layer's packed kernel, which has no derivative of its own; the
+    backward pass is dL/dx = dL/dy W_hat with the dequantised weights (the weights are frozen
+    codes: they get no gradient). So gradients reach the activations of a quantised model
+    (``inspect``'s gradient cache, attribution patching)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, layer: WeightOnlyLinear) -> Tensor:  # (M, K) -> (M, N)
+        ctx.layer, ctx.dtype = layer, x.dtype
+        return layer.product(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: Tensor) -> tuple[Tensor, None]:  # (M, N) -> (M, K)
+        w = ctx.layer.dequantize().to(grad.dtype)  # (N, K)
+        return (grad @ w).to(ctx.dtype), None
 
 
 class Int8Linear(WeightOnlyLinear):
