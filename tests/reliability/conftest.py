@@ -37,42 +37,11 @@ def trained_runs(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("reliability-runs")
     (root / "text.txt").write_text(TEXT)
-    lm = [
-        "train",
-        "--text",
-        str(root / "text.txt"),
-        "--context-len",
-        "16",
-        "--max-len",
-        "32",
-        "--steps",
-        "4",
-        "--save-every",
-        "2",
-        "--keep-last",
-        "0",
-        "--out",
-        str(root / "lm"),
-    ]
-    s2s = [
-        "train",
-        "--task",
-        "reverse",
-        "--max-len",
-        "24",
-        "--n-train",
-        "64",
-        "--n-val",
-        "8",
-        "--steps",
-        "4",
-        "--save-every",
-        "2",
-        "--keep-last",
-        "0",
-        "--out",
-        str(root / "s2s"),
-    ]
+    saves = ["--steps", "4", "--save-every", "2", "--keep-last", "0"]  # two checkpoints each
+    lm = ["train", "--text", str(root / "text.txt"), "--context-len", "16", "--max-len", "32",
+          *saves, "--out", str(root / "lm")]  # fmt: skip
+    s2s = ["train", "--task", "reverse", "--max-len", "24", "--n-train", "64", "--n-val", "8",
+           *saves, "--out", str(root / "s2s")]  # fmt: skip
     for argv in (lm, s2s):
         assert main([*argv, *TINY]) == 0
     for fmt, out in (("hf-gpt2", "hf"), ("safetensors", "lm.safetensors")):
