@@ -237,3 +237,12 @@ def test_two_gpu_ddp_matches_one_cpu_process(tmp_path, text):
     ddp = [r["train_loss"] for r in read_metrics(tmp_path / "ddp" / "metrics.jsonl")]
     cpu = [r["train_loss"] for r in read_metrics(tmp_path / "cpu" / "metrics.jsonl")]
     assert ddp == pytest.approx(cpu, rel=1e-3)
+
+
+def test_a_model_too_big_for_the_gpu_stops_before_moving(tmp_path, text, monkeypatch):
+    from attnlab import budget
+    from attnlab.budget import MemoryBudgetError
+
+    monkeypatch.setattr(budget, "gpu_available_bytes", lambda device: 1024)  # a 1 KiB GPU
+    with pytest.raises(MemoryBudgetError, match="cuda:0 has 0.0 GiB available"):
+        train(_lm(text, "cuda"), run_dir=tmp_path)

@@ -34,13 +34,26 @@ def available_bytes() -> int | None:
         return None
 
 
-def check_allocation(nbytes: float, what: str, fix: str) -> None:
+def gpu_available_bytes(device) -> int | None:
+    """Free memory of a CUDA ``device`` (bytes, ``torch.cuda.mem_get_info``), or None."""
+    import torch
+
+    try:
+        return int(torch.cuda.mem_get_info(device)[0])
+    except (RuntimeError, AssertionError, ValueError):
+        return None
+
+
+def check_allocation(nbytes: float, what: str, fix: str, device=None) -> None:
     """Raise :class:`MemoryBudgetError` when ``nbytes`` exceed the available memory; ``what``
-    names the allocation (``"a decoder_lm of 1.2e12 parameters"``), ``fix`` how to shrink it."""
-    limit = available_bytes()
+    names the allocation (``"a decoder_lm of 1.2e12 parameters"``), ``fix`` how to shrink it.
+    ``device``: a CUDA device's free memory is the limit instead of the machine's."""
+    on_gpu = device is not None and getattr(device, "type", str(device)).startswith("cuda")
+    limit = gpu_available_bytes(device) if on_gpu else available_bytes()
     if limit is not None and nbytes > limit:
+        where = f"{device} has" if on_gpu else "this machine has"
         raise MemoryBudgetError(
-            f"{what} needs about {nbytes / GIB:,.1f} GiB of memory, but this machine has "
+            f"{what} needs about {nbytes / GIB:,.1f} GiB of memory, but {where} "
             f"{limit / GIB:,.1f} GiB available; {fix}"
         )
 

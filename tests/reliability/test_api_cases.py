@@ -107,3 +107,15 @@ def test_bad_python_input_is_one_clear_error(tmp_path, lm, call, error, words):
         call(tmp_path, lm)
     assert words in str(caught.value)
     assert not (tmp_path / "run").exists()  # nothing was written
+
+
+def test_the_gpu_budget_reads_the_devices_free_memory(monkeypatch):
+    import torch
+
+    from attnlab import budget
+    from attnlab.budget import MemoryBudgetError, check_allocation
+
+    monkeypatch.setattr(budget, "gpu_available_bytes", lambda device: 2 * budget.GIB)
+    check_allocation(budget.GIB, "a model", "shrink it", device=torch.device("cuda:0"))
+    with pytest.raises(MemoryBudgetError, match=r"cuda:0 has 2\.0 GiB available; shrink it"):
+        check_allocation(3 * budget.GIB, "a model", "shrink it", device=torch.device("cuda:0"))

@@ -33,6 +33,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnlab.budget import check_allocation
 from attnlab.errors import UserError
 from attnlab.models import build_model
 from attnlab.train.atomic import atomic_write_text
@@ -294,6 +295,11 @@ class _Run:
         if setup.initial_weights is not None:  # fine-tuning: the pretrained weights
             copy_weights(model, setup.initial_weights)
         freeze(model, cfg.freeze)
+        if device.type == "cuda":  # weights, gradients and two AdamW moments, before moving
+            n = sum(p.numel() * p.element_size() for p in model.parameters())
+            what = f"training this {setup.model_config.kind} ({n / 4:,.0f} fp32 parameters)"
+            fix = "make the model smaller (d_model, n_layers) or train with device='cpu'"
+            check_allocation(4 * n, what, fix, device=device)
         model.to(device).train()
         optimizers = build_optimizers(model, cfg)
         start, elapsed0, window = 0, 0.0, LogWindow()
