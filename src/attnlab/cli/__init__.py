@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def load_checkpoint_lazily(path: str, *, revision: str | None = None, device: str = "cpu"):
-    """``attnlab.train.checkpoint.load_checkpoint``, imported only when a command needs it:
+    """``attnlab.interop.load_checkpoint``, imported only when a command needs it:
     ``path`` is a run or checkpoint directory, a Hugging Face model directory or a hub id (at
     ``revision``), loaded onto ``device`` ("auto", "cpu", "cuda", ...)."""
     from attnlab.interop.hub import resolve_model_path
@@ -140,11 +140,11 @@ def load_checkpoint_lazily(path: str, *, revision: str | None = None, device: st
 
     local = resolve_model_path(path, revision=revision)
     try:
-        from attnlab.train.checkpoint import load_checkpoint
+        from attnlab.interop.loading import load_checkpoint
     except ModuleNotFoundError as err:
         if err.name and err.name.startswith("attnlab"):
             raise UserError(
-                "checkpoint loading (attnlab.train.checkpoint) is not available in "
+                "checkpoint loading (attnlab.interop.loading) is not available in "
                 "this installation; reinstall attnlab"
             ) from None
         raise

@@ -219,7 +219,7 @@ def _join_parallel(src: str, tgt: str, out: Path) -> Path:
     """Parallel files -> one JSONL pair file in the run directory (TrainConfig has one path)."""
     import json
 
-    from attnlab.train.atomic import atomic_write_text
+    from attnlab.checkpoint.atomic import atomic_write_text
 
     pairs = read_parallel(src, tgt)
     lines = "".join(json.dumps({"src": s, "tgt": t}, ensure_ascii=False) + "\n" for s, t in pairs)
@@ -231,7 +231,7 @@ def _saved_tables(run_dir: Path) -> dict[str, dict[str, Any]]:
     checkpoint (config.json and train_state/state.json); empty tables if it has none."""
     import json
 
-    from attnlab.train.checkpoint import latest_checkpoint
+    from attnlab.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
     if ckpt is None:
@@ -315,8 +315,8 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
+    from attnlab.checkpoint.atomic import atomic_write_text
     from attnlab.train import dump_toml, train
-    from attnlab.train.atomic import atomic_write_text
 
     if args.dump_config and Path(args.dump_config).is_dir():
         raise ConfigError(
