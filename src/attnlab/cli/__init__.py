@@ -3,6 +3,10 @@
 Each subcommand lives in its own module exposing ``register(subparsers)``; the module adds a
 parser and sets ``func`` to a function taking the parsed ``argparse.Namespace`` and returning an
 exit code. This file only dispatches and turns errors into one-paragraph messages.
+
+Every command module is imported to build the parser, so a command imports the packages it runs
+(``bench``, ``explore``, ``lab``, ``train``, ``viz``, ``interop``) inside its functions: one
+command does not pay for another's matplotlib, starlette or training stack.
 """
 
 from __future__ import annotations
