@@ -39,6 +39,7 @@ from attnlab.checkpoint.state import (
 from attnlab.config import ModelConfig
 from attnlab.data import ByteTokenizer, CharTokenizer, LabelSet
 from attnlab.errors import CheckpointError, ConfigError, UserError
+from attnlab.interop import load_checkpoint as load_any
 from attnlab.models import build_model
 from tiny_configs import TINY
 
@@ -320,7 +321,7 @@ def test_crash_at_rename_or_pointer_keeps_previous(two_saves, monkeypatch):
     def die(*a, **k):
         raise KeyboardInterrupt  # dies after step_3 was renamed into place, before `latest`
 
-    monkeypatch.setattr(ck, "atomic_write_text", die)
+    monkeypatch.setattr(ck.save, "atomic_write_text", die)
     with pytest.raises(KeyboardInterrupt):
         save(run, model, cfg, step=3)
     monkeypatch.undo()
@@ -431,7 +432,9 @@ def test_bad_json_and_missing_paths(saved, tmp_path):
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "config.json").write_text('{"model_type": "gpt2"}')
     with pytest.raises(ConfigError, match="GPT-2 config is missing"):  # read as a HF directory
-        ck.load_checkpoint(tmp_path / "hf")
+        load_any(tmp_path / "hf")
+    with pytest.raises(CheckpointError, match="Hugging Face model directory.*interop"):
+        ck.load_checkpoint(tmp_path / "hf")  # attnlab's own format only, one floor down
 
 
 def test_wrong_kind(saved):

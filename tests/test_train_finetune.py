@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attnlab.checkpoint import load_checkpoint
 from attnlab.cli import main
+from attnlab.interop import load_checkpoint
 from attnlab.train.finetune import freeze, parse_freeze
 from hf_dirs import SMALL_LLAMA, TEXTS, gpt2_dir, llama_bpe
 

@@ -241,6 +241,11 @@ def load_checkpoint(
     Hugging Face directory or hub id) load one floor up, through
     :func:`attnlab.interop.load_checkpoint`, which reads these too.
     """
+    if _is_hf_dir(Path(path)):
+        raise CheckpointError(
+            f"{str(path)!r} is a Hugging Face model directory, not an attnlab checkpoint; load it "
+            "with attnlab.interop.load_checkpoint"
+        )
     ckpt = _resolve(path)
     whole_run = ckpt != Path(path)  # a run directory (or a pointer) rather than one checkpoint
     if whole_run and fallback:
@@ -258,6 +263,15 @@ def load_checkpoint(
     return load_fallback(
         ckpt, error, lambda c: _load_one(c, map_location, expect_kind, verify), "using"
     )
+
+
+def _is_hf_dir(path: Path) -> bool:
+    """A directory whose config.json names a ``model_type`` and no attnlab format."""
+    try:
+        data = json.loads((path / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "model_type" in data and "format" not in data
 
 
 def report_unfinished(ckpt: Path, announce: bool = True) -> list[Path]:
