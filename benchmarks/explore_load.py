@@ -38,8 +38,8 @@ def default_run(root: Path) -> Path:
     import torch
 
     from attnlab import ModelConfig, build_model
+    from attnlab.checkpoint import save_checkpoint
     from attnlab.data import CharTokenizer
-    from attnlab.train.checkpoint import save_checkpoint
 
     torch.manual_seed(0)
     tok = CharTokenizer.train([TEXT + "abcdefghijklmnopqrstuvwxyz .,"])

@@ -1,4 +1,4 @@
-"""Checkpoints (attnlab.train.checkpoint), training state (state.py) and atomic writes (atomic.py).
+"""Checkpoints (attnlab.checkpoint.save), training state (state.py) and atomic writes (atomic.py).
 
 Round trips for every Transformer kind, tied weights stored once and re-tied, a resumed step that is
 bit-identical to an uninterrupted one (AdamW, and Muon + AdamW), keep-last-k + best, crashes at
@@ -25,13 +25,9 @@ import safetensors.torch
 import torch
 import torch.nn.functional as F
 
+import attnlab.checkpoint as ck
 import attnlab.checkpoint.atomic as atomic
-import attnlab.train.checkpoint as ck
-from attnlab.config import ModelConfig
-from attnlab.data import ByteTokenizer, CharTokenizer, LabelSet
-from attnlab.errors import CheckpointError, ConfigError, UserError
-from attnlab.models import build_model
-from attnlab.train.state import (
+from attnlab.checkpoint.state import (
     capture_rng_state,
     flatten_state,
     optimizer_state_from_tensors,
@@ -40,6 +36,11 @@ from attnlab.train.state import (
     unflatten_state,
     write_safetensors,
 )
+from attnlab.config import ModelConfig
+from attnlab.data import ByteTokenizer, CharTokenizer, LabelSet
+from attnlab.errors import CheckpointError, ConfigError, UserError
+from attnlab.interop import load_checkpoint as load_any
+from attnlab.models import build_model
 from tiny_configs import TINY
 
 TOK = CharTokenizer.train(["abcdefghij klmnop"])
@@ -311,7 +312,7 @@ def test_disk_full_mid_save_keeps_previous(two_saves, monkeypatch):
 
 def test_crash_at_rename_or_pointer_keeps_previous(two_saves, monkeypatch):
     run, cfg, model, expected, x = two_saves
-    monkeypatch.setattr(ck.os, "replace", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+    monkeypatch.setattr(ck.save.os, "replace", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
     with pytest.raises(KeyboardInterrupt):
         save(run, model, cfg, step=3)
     monkeypatch.undo()
@@ -320,7 +321,7 @@ def test_crash_at_rename_or_pointer_keeps_previous(two_saves, monkeypatch):
     def die(*a, **k):
         raise KeyboardInterrupt  # dies after step_3 was renamed into place, before `latest`
 
-    monkeypatch.setattr(ck, "atomic_write_text", die)
+    monkeypatch.setattr(ck.save, "atomic_write_text", die)
     with pytest.raises(KeyboardInterrupt):
         save(run, model, cfg, step=3)
     monkeypatch.undo()
@@ -368,7 +369,7 @@ def test_kill_9_during_saves_leaves_a_loadable_latest(tmp_path):
         torch.set_num_threads(1)
         from attnlab.config import ModelConfig
         from attnlab.models import build_model
-        from attnlab.train.checkpoint import save_checkpoint
+        from attnlab.checkpoint import save_checkpoint
         cfg = ModelConfig(vocab_size=64, d_model=64, n_heads=2, n_layers=2, max_len=16)
         model = build_model(cfg)
         for step in range(1, 10_000):
@@ -431,7 +432,9 @@ def test_bad_json_and_missing_paths(saved, tmp_path):
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "config.json").write_text('{"model_type": "gpt2"}')
     with pytest.raises(ConfigError, match="GPT-2 config is missing"):  # read as a HF directory
-        ck.load_checkpoint(tmp_path / "hf")
+        load_any(tmp_path / "hf")
+    with pytest.raises(CheckpointError, match="Hugging Face model directory.*interop"):
+        ck.load_checkpoint(tmp_path / "hf")  # attnlab's own format only, one floor down
 
 
 def test_wrong_kind(saved):

@@ -10,10 +10,10 @@ import warnings
 import pytest
 import torch
 
+from attnlab.checkpoint import load_checkpoint, save_checkpoint
 from attnlab.cli import main
 from attnlab.errors import CheckpointError
 from attnlab.train import RunConfig, TrainConfig, train
-from attnlab.train.checkpoint import load_checkpoint, save_checkpoint
 from attnlab.train.eval_checkpoint import evaluate_checkpoint
 from tiny_configs import tiny_config
 

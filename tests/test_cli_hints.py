@@ -42,9 +42,9 @@ def test_an_unknown_pair_file_suffix_says_rename(tmp_path, capsys):
 
 
 def test_unknown_characters_in_a_source_say_remove_them(tmp_path, capsys):
+    from attnlab.checkpoint import save_checkpoint
     from attnlab.data import CharTokenizer
     from attnlab.models import build_model
-    from attnlab.train.checkpoint import save_checkpoint
 
     tok = CharTokenizer("abc ")
     cfg = tiny_config("encoder_decoder", vocab_size=tok.vocab_size)

@@ -12,9 +12,9 @@ import shutil
 
 import pytest
 
+from attnlab.checkpoint import latest_checkpoint, load_checkpoint
 from attnlab.cli import main
 from attnlab.train import load_toml
-from attnlab.train.checkpoint import latest_checkpoint, load_checkpoint
 
 TINY = ["--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--d-ff", "32", "--max-len", "24",
         "--batch-size", "8", "--warmup-steps", "1", "--n-train", "200", "--n-val", "16",
@@ -168,7 +168,7 @@ def test_unwritable_run_directory(tmp_path, capsys):
 
 
 def test_full_disk_keeps_the_previous_checkpoint(run_dir, capsys, monkeypatch):
-    import attnlab.train.checkpoint as checkpoint
+    import attnlab.checkpoint.save as checkpoint
 
     def full(path, data):
         raise OSError(errno.ENOSPC, "No space left on device", str(path))

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab.checkpoint import save_checkpoint
 from attnlab.cli import build_parser, main
 from attnlab.explore import Session, load
-from attnlab.train.checkpoint import save_checkpoint
 from explore_models import TOK, tiny_model
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

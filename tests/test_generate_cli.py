@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
+from attnlab.checkpoint import save_checkpoint
 from attnlab.cli import main
 from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer
 from attnlab.generate import GenerationConfig, generate, generate_seq2seq
 from attnlab.models import build_model
-from attnlab.train.checkpoint import save_checkpoint
 
 TOK = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
 

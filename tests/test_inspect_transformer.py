@@ -386,8 +386,8 @@ def test_gpt2_imports_and_saved_checkpoints_can_be_inspected(tmp_path):
         torch.testing.assert_close(cache[f"blocks.{layer}.self_attn.A"], weights)
     torch.testing.assert_close(out.logits, hf_out.logits, rtol=1e-4, atol=1e-4)
 
-    from attnlab.train.checkpoint import save_inference_checkpoint
-    from attnlab.train.checkpoint_load import load_checkpoint
+    from attnlab.checkpoint import save_inference_checkpoint
+    from attnlab.checkpoint.load import load_checkpoint
 
     save_inference_checkpoint(tmp_path / "ckpt", model=model, config=model.cfg)
     loaded = load_checkpoint(tmp_path / "ckpt").model
@@ -420,8 +420,8 @@ def test_the_worked_example_of_docs_inspect_runs(tmp_path, monkeypatch, capsys):
     import re
     import sys
 
+    from attnlab.checkpoint import save_inference_checkpoint
     from attnlab.data.tokenizers import CharTokenizer
-    from attnlab.train.checkpoint import save_inference_checkpoint
 
     doc = pathlib.Path(__file__).parents[1] / "docs" / "inspect.md"
     code = re.search(r"```python\n(# example\.py\n.*?)```", doc.read_text(), re.S).group(1)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from attnlab.checkpoint import save_checkpoint
 from attnlab.cli import main
 from attnlab.cli.outputs import recorded
 from attnlab.data import CharTokenizer
 from attnlab.errors import ConfigError
-from attnlab.interop import export_as
+from attnlab.interop import export_as, load_checkpoint
 from attnlab.models import build_model
-from attnlab.train.checkpoint import load_checkpoint, save_checkpoint
 from tiny_configs import tiny_config
 
 

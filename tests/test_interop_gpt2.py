@@ -263,8 +263,8 @@ def test_bpe_tokenizer_exports_for_auto_tokenizer(tmp_path):
 
 
 def test_export_cli_from_a_training_checkpoint(tmp_path, capsys):
+    from attnlab.checkpoint import save_checkpoint
     from attnlab.data import CharTokenizer
-    from attnlab.train.checkpoint import save_checkpoint
 
     tok = CharTokenizer("abcdefgh ")
     model = ours_gpt2(vocab_size=tok.vocab_size)

@@ -13,9 +13,8 @@ import torch
 
 from attnlab.cli import main
 from attnlab.errors import CheckpointError
-from attnlab.interop import hub
+from attnlab.interop import hub, load_checkpoint
 from attnlab.interop.pretrained import load_pretrained
-from attnlab.train.checkpoint import load_checkpoint
 from hf_dirs import gpt2_dir
 
 transformers = pytest.importorskip("transformers")

@@ -206,11 +206,11 @@ def test_evaluate_and_plot_a_llama_directory_from_the_command_line(tmp_path, cap
 
 def test_an_attnlab_trained_llama_style_run_exports_to_transformers(tmp_path, capsys):
     """`attnlab export --format hf` of a GQA/SwiGLU/RMSNorm/rotary model with attnlab's BPE."""
+    from attnlab.checkpoint import save_checkpoint
     from attnlab.cli import main
     from attnlab.config import ModelConfig
     from attnlab.data import BPETokenizer
     from attnlab.models import build_model
-    from attnlab.train.checkpoint import save_checkpoint
 
     tok = BPETokenizer.train(["the quick brown fox jumps over the lazy dog"] * 20, 280)
     cfg = ModelConfig(kind="decoder_lm", vocab_size=tok.vocab_size, d_model=32, n_heads=4,

@@ -207,12 +207,12 @@ def test_bad_modes_models_and_devices_name_what_is_supported():
 
 
 def test_bf16_on_a_cpu_that_emulates_it_warns_with_the_measured_cost(monkeypatch):
-    from attnlab.train import distributed
+    from attnlab.generate import weights
 
-    monkeypatch.setattr(distributed, "cpu_has_native_bf16", lambda: False)
+    monkeypatch.setattr(weights, "cpu_has_native_bf16", lambda: False)
     with pytest.warns(UserWarning, match=r"emulates them; a 1 x 2048 x 2048 product took .* ms"):
         reduced(tiny(), "bf16")
-    monkeypatch.setattr(distributed, "cpu_has_native_bf16", lambda: True)
+    monkeypatch.setattr(weights, "cpu_has_native_bf16", lambda: True)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         reduced(tiny(), "bf16")
@@ -222,7 +222,7 @@ def test_bf16_on_a_cpu_that_emulates_it_warns_with_the_measured_cost(monkeypatch
 
 
 def test_cli_weights_option_generates_with_reduced_weights(tmp_path, capsys):
-    from attnlab.train.checkpoint import save_checkpoint
+    from attnlab.checkpoint import save_checkpoint
 
     tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
     cfg = ModelConfig(kind="decoder_lm", vocab_size=tok.vocab_size, d_model=32, n_heads=4,
@@ -288,10 +288,10 @@ def test_the_explorer_loads_a_language_model_with_reduced_weights(tmp_path):
     """``attnlab explore PATH --weights int8``: attention maps, the walkthrough, the next token
     and a continuation all work on the reduced model; a seq2seq model is refused by name."""
     pytest.importorskip("starlette")
+    from attnlab.checkpoint import save_checkpoint
     from attnlab.cli import build_parser
     from attnlab.errors import ConfigError
     from attnlab.explore import LoadOptions, Session, load
-    from attnlab.train.checkpoint import save_checkpoint
 
     tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz .")
     for kind in ("decoder_lm", "encoder_decoder"):

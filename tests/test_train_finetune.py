@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from attnlab.cli import main
-from attnlab.train.checkpoint import load_checkpoint
+from attnlab.interop import load_checkpoint
 from attnlab.train.finetune import freeze, parse_freeze
 from hf_dirs import SMALL_LLAMA, TEXTS, gpt2_dir, llama_bpe
 

@@ -10,10 +10,10 @@ import sys
 import pytest
 import torch
 
+from attnlab.checkpoint import latest_checkpoint, load_checkpoint
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError, UserError
 from attnlab.train import RunConfig, TrainConfig, TrainingDiverged, train
-from attnlab.train.checkpoint import latest_checkpoint, load_checkpoint
 from tiny_configs import tiny_config
 
 TINY_S2S = tiny_config("encoder_decoder", max_len=24, dropout=0.1)

@@ -121,9 +121,9 @@ def test_no_progress_logs_each_evaluation_as_it_happens(tmp_path):
 
 
 def _tiny_lm_run(run_dir, steps=(1,)):
+    from attnlab.checkpoint import save_checkpoint
     from attnlab.data import CharTokenizer
     from attnlab.models import build_model
-    from attnlab.train.checkpoint import save_checkpoint
 
     tok = CharTokenizer("abc ")
     cfg = tiny_config(vocab_size=tok.vocab_size)
@@ -134,7 +134,7 @@ def _tiny_lm_run(run_dir, steps=(1,)):
 def test_pointers_resolve_only_inside_their_own_run(tmp_path):
     import os
 
-    from attnlab.train.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
+    from attnlab.checkpoint import latest_checkpoint, list_checkpoints, load_checkpoint
 
     _tiny_lm_run(tmp_path / "mine", steps=(1, 2))
     _tiny_lm_run(tmp_path / "other", steps=(9,))

@@ -10,8 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+from attnlab.checkpoint import latest_checkpoint, load_checkpoint
 from attnlab.cli import main
-from attnlab.train.checkpoint import latest_checkpoint, load_checkpoint
 
 ARGS = ["--task", "reverse", "--d-model", "16", "--n-heads", "2", "--n-layers", "1", "--d-ff",
         "32", "--max-len", "24", "--batch-size", "8", "--warmup-steps", "1", "--n-train", "200",

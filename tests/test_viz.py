@@ -232,7 +232,7 @@ def test_bahdanau_model_gets_an_alignment_plot():
 
 
 def test_plot_cli_positions_loss_and_attention(tmp_path, capsys):
-    from attnlab.train.checkpoint import save_checkpoint
+    from attnlab.checkpoint import save_checkpoint
 
     out = tmp_path / "pe.png"
     assert main(["plot", "positions", "--d-model", "16", "--max-len", "20", "--out", str(out)]) == 0

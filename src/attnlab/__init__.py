@@ -1,5 +1,6 @@
 """attnlab: self-attention and Transformers from first principles."""
 
+import attnlab.fast  # noqa: F401  (the opt-in engine plugs into build_model(fast=True) from above)
 from attnlab.config import PRESETS, ModelConfig
 from attnlab.generate import GenerationConfig, generate, generate_seq2seq, stream
 from attnlab.models import (

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 
+import torch
+
 from attnlab.errors import UserError
 
 GIB = 1024**3
@@ -36,8 +38,6 @@ def available_bytes() -> int | None:
 
 def gpu_available_bytes(device) -> int | None:
     """Free memory of a CUDA ``device`` (bytes, ``torch.cuda.mem_get_info``), or None."""
-    import torch
-
     try:
         return int(torch.cuda.mem_get_info(device)[0])
     except (RuntimeError, AssertionError, ValueError):

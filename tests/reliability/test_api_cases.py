@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from attnlab.budget import MemoryBudgetError
+from attnlab.checkpoint import save_checkpoint
 from attnlab.config import ModelConfig
 from attnlab.generate import GenerationConfig, generate
 from attnlab.inspect import run_with_cache
 from attnlab.models import build_model
 from attnlab.train import RunConfig, TrainConfig, train
-from attnlab.train.checkpoint import save_checkpoint
 from tiny_configs import tiny_config
 
 NAN, INF = math.nan, math.inf

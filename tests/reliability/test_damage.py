@@ -9,9 +9,9 @@ import shutil
 
 import pytest
 
+from attnlab.checkpoint import load_checkpoint
+from attnlab.checkpoint.rundir import damage_of
 from attnlab.cli import main
-from attnlab.train.checkpoint import load_checkpoint
-from attnlab.train.checkpoint_dir import damage_of
 
 
 def _damage(ckpt, how: str) -> str:
@@ -103,10 +103,10 @@ def test_a_checkpoint_retired_while_it_is_read_is_not_called_damage(tmp_path, mo
     retired (moved away, then deleted) before it reads it; it then reads the new latest."""
     import warnings
 
-    import attnlab.train.checkpoint_load as loading
+    import attnlab.checkpoint.load as loading
+    from attnlab.checkpoint import save_checkpoint
     from attnlab.data import CharTokenizer
     from attnlab.models import build_model
-    from attnlab.train.checkpoint import save_checkpoint
     from tiny_configs import tiny_config
 
     tok = CharTokenizer("abc ")

@@ -11,8 +11,8 @@ import subprocess
 import sys
 import time
 
+from attnlab.checkpoint import load_checkpoint, model_tensors
 from attnlab.cli import main
-from attnlab.train.checkpoint import load_checkpoint, model_tensors
 from conftest import TINY
 
 STEPS = 30

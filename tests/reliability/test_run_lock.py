@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from attnlab.checkpoint import load_checkpoint
 from attnlab.cli import main
-from attnlab.train.checkpoint import load_checkpoint
 from attnlab.train.lock import LOCK_FILE, RunLockedError, run_lock
 from conftest import TINY
 

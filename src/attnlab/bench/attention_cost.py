@@ -32,6 +32,7 @@ import torch
 
 from attnlab.bench import memory
 from attnlab.bench.harness import interleave, loglog_slope, target_entry
+from attnlab.nn.attention import scaled_dot_product_attention
 
 PATHS = ("explicit", "fused")
 BATCH, HEADS, D_HEAD = 1, 4, 64
@@ -46,8 +47,6 @@ def make_inputs(n: int, batch: int = BATCH, heads: int = HEADS, d_head: int = D_
 
 def make_step(path: str, n: int, **shape: int):
     """work(r) -> 1.0 after one forward+backward of the ``path`` attention at length n."""
-    from attnlab.nn.attention import scaled_dot_product_attention
-
     if path not in PATHS:
         raise ValueError(f"unknown attention path {path!r}; choose from {PATHS}")
     q, k, v = make_inputs(n, **shape)

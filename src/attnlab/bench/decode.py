@@ -53,6 +53,9 @@ from attnlab.bench.generation import build_pair, hf_greedy
 from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.lm_train import SHAPES, LMShape
 from attnlab.fast import accelerate
+from attnlab.generate import GenerationConfig
+from attnlab.generate.lm import prepare_lm
+from attnlab.generate.weights import bytes_per_token, quantize_weights
 
 GPT2_SMALL = LMShape("gpt2-124M", 12, 12, 768, 1024, 1, vocab=50257)
 TINY_GPT2 = LMShape("gpt2-124M", 2, 2, 64, 32, 1, vocab=500)
@@ -80,9 +83,7 @@ def measure_bandwidth(n_bytes: int = BANDWIDTH_BYTES, reps: int = 7) -> float:
 
 
 def run(settings, ctx) -> dict[str, Any]:
-    import transformers
-
-    from attnlab.generate.weights import bytes_per_token
+    import transformers  # optional (dev extra): the reference only
 
     tiny = settings.tiny
     shapes = [TINY_MEDIUM, TINY_GPT2] if tiny else [SHAPES["medium"], GPT2_SMALL]
@@ -133,8 +134,6 @@ def run(settings, ctx) -> dict[str, Any]:
 
 
 def quantize(model, mode: str):
-    from attnlab.generate.weights import quantize_weights
-
     return quantize_weights(copy.deepcopy(model), mode)
 
 
@@ -202,9 +201,6 @@ def _attnlab_work(
     """One greedy generation through the decode loop (KV cache in ``cache``, or the compute
     dtype); the time after the first new token (the prefill) is appended to ``decode_s`` for
     timed rounds."""
-    from attnlab.generate import GenerationConfig
-    from attnlab.generate.lm import prepare_lm
-
     cfg = GenerationConfig(
         max_new_tokens=n, temperature=0.0, stop_token_ids=(), compile=compile, cache_dtype=cache
     )
@@ -224,6 +220,7 @@ def _attnlab_work(
 
 def _hf_work(hf, prompts: list[list[int]], n: int, decode_s: list):
     """``hf.generate``; a stopping criterion (never stopping) clocks each new token."""
+    # optional (dev extra): the reference only
     from transformers import StoppingCriteria, StoppingCriteriaList
 
     ids = torch.tensor(prompts)  # (B, C)

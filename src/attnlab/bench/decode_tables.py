@@ -6,7 +6,7 @@ from typing import Any
 
 
 def render_decode(s: dict[str, Any]) -> list[str]:
-    from attnlab.bench.tables import fmt_num, md_table
+    from attnlab.bench.tables import fmt_num, md_table  # tables imports this module
 
     out = [
         f"Random GPT-2 weights shared by every contender; {s['new_tokens']} new tokens after the "
@@ -61,7 +61,7 @@ def render_decode(s: dict[str, Any]) -> list[str]:
 
 
 def render_quality(s: dict[str, Any]) -> list[str]:
-    from attnlab.bench.tables import fmt_num, md_table
+    from attnlab.bench.tables import fmt_num, md_table  # tables imports this module
 
     lm = s["char_lm"]
     out = [

@@ -39,6 +39,9 @@ from torch import Tensor
 
 from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.lm_train import SHAPES, TINY_SHAPES, hf_gpt2_config
+from attnlab.fast import accelerate
+from attnlab.generate import GenerationConfig, generate
+from attnlab.interop import from_transformers
 
 CONTENDERS = ("attnlab", "attnlab_compiled", "attnlab_fast_compiled", "hf_gpt2")
 OURS = (
@@ -52,9 +55,7 @@ TARGET = 4.0  # attnlab tokens/s >= 4x transformers generate at both contexts (i
 
 def build_pair(shape, n_positions: int, seed: int = 0):
     """(hf_model, attnlab_model): one random GPT-2 and its attnlab copy, both in eval mode."""
-    from transformers import GPT2LMHeadModel
-
-    from attnlab.interop import from_transformers
+    from transformers import GPT2LMHeadModel  # optional (dev extra): the reference only
 
     torch.manual_seed(seed)
     hf = GPT2LMHeadModel(hf_gpt2_config(shape, n_positions, "sdpa")).eval()
@@ -65,8 +66,6 @@ def build_pair(shape, n_positions: int, seed: int = 0):
 def make_attnlab_work(
     model, prompt: list[int], new_tokens: int, outputs: list, compile: bool = False
 ):
-    from attnlab.generate import GenerationConfig, generate
-
     cfg = GenerationConfig(
         max_new_tokens=new_tokens, temperature=0.0, stop_token_ids=(), compile=compile
     )
@@ -118,7 +117,7 @@ def agreement(a: list[int], b: list[int]) -> float:
 
 
 def run(settings, ctx) -> dict[str, Any]:
-    import transformers
+    import transformers  # optional (dev extra): the reference only
 
     n = settings.new_tokens
     verbosity = transformers.logging.get_verbosity()
@@ -154,8 +153,6 @@ def _one_context(settings, ctx, shape, context: int, n: int) -> dict[str, Any]:
     works, info, first_call = {}, {}, {}
     works["attnlab"] = make_attnlab_work(ours, prompt, n, outputs["attnlab"])
     if settings.compile:
-        from attnlab.fast import accelerate
-
         models = {
             "attnlab_compiled": ours,
             "attnlab_fast_compiled": accelerate(copy.deepcopy(ours)),

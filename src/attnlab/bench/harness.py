@@ -21,6 +21,7 @@ Ratios compare medians: ratio = rate(A) / rate(B). A target is met when ratio >=
 from __future__ import annotations
 
 import math
+import os
 import statistics
 import time
 from collections.abc import Callable, Mapping
@@ -48,8 +49,6 @@ def setup_torch(threads: int | None = None) -> int:
 
 def available_cores() -> int:
     """CPU cores this process may run on (respects taskset / cgroup affinity)."""
-    import os
-
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux

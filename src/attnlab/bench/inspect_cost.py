@@ -34,6 +34,9 @@ from torch import nn
 
 from attnlab.bench.harness import interleave, ratio
 from attnlab.bench.lm_train import SHAPES, TINY_SHAPES, attnlab_config
+from attnlab.inspect import hook_points, run_with_cache
+from attnlab.models import build_model
+from attnlab.nn.hooks import HookPoint
 
 CONTENDERS = ("no_hook_points", "plain", "explicit_path", "cache_all")
 
@@ -49,8 +52,6 @@ class _Bare:
 
 def without_hook_points(model: nn.Module) -> nn.Module:
     """A copy of ``model`` whose HookPoints are replaced by a bare identity call."""
-    from attnlab.nn.hooks import HookPoint
-
     bare = copy.deepcopy(model)
     for module in list(bare.modules()):
         for name, child in list(module._modules.items()):
@@ -62,8 +63,6 @@ def without_hook_points(model: nn.Module) -> nn.Module:
 
 def idle_point_call_us(calls: int = 100_000) -> float:
     """Microseconds per call of a HookPoint with no hook (the plain forward's only extra work)."""
-    from attnlab.nn.hooks import HookPoint
-
     point, x = HookPoint(), torch.zeros(1)
     t0 = time.perf_counter()
     for _ in range(calls):
@@ -72,8 +71,6 @@ def idle_point_call_us(calls: int = 100_000) -> float:
 
 
 def _workloads(model: nn.Module, batches: list[torch.Tensor]) -> dict[str, Any]:
-    from attnlab.inspect import run_with_cache
-
     bare = without_hook_points(model)
     tokens = batches[0].numel()
 
@@ -94,9 +91,6 @@ def _workloads(model: nn.Module, batches: list[torch.Tensor]) -> dict[str, Any]:
 
 
 def run(settings, ctx) -> dict[str, Any]:
-    from attnlab.inspect import hook_points, run_with_cache
-    from attnlab.models import build_model
-
     shapes = TINY_SHAPES if settings.tiny else SHAPES
     out = []
     for shape in shapes.values():

@@ -44,7 +44,9 @@ from torch import Tensor, nn
 
 from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.matmul_peak import make_matmul, sizes_for
-from attnlab.train.distributed import cpu_has_native_bf16
+from attnlab.config import ModelConfig
+from attnlab.models import build_model
+from attnlab.runtime import cpu_has_native_bf16
 
 VOCAB = 65
 CONTENDERS = (
@@ -119,7 +121,7 @@ class TorchEncoderLM(nn.Module):
 
 def hf_gpt2_config(shape: LMShape, n_positions: int, attn: str = "sdpa") -> Any:
     """A transformers GPT2Config of ``shape``: dropout 0, no special tokens (65-char vocab)."""
-    from transformers import GPT2Config
+    from transformers import GPT2Config  # optional (dev extra): the reference only
 
     return GPT2Config(
         vocab_size=shape.vocab,
@@ -140,8 +142,6 @@ def hf_gpt2_config(shape: LMShape, n_positions: int, attn: str = "sdpa") -> Any:
 
 
 def attnlab_config(shape: LMShape, max_len: int | None = None) -> Any:
-    from attnlab.config import ModelConfig
-
     return ModelConfig(
         kind="decoder_lm",
         vocab_size=shape.vocab,
@@ -172,15 +172,13 @@ def build_lm(contender: str, shape: LMShape, seed: int = 0):
         return model, autocast_forward
     torch.manual_seed(seed)
     if contender in ("attnlab", "attnlab_compiled"):
-        from attnlab.models import build_model
-
         model = build_model(attnlab_config(shape))
         if contender == "attnlab_compiled":
             compiled = torch.compile(model)
             return model, lambda ids: compiled(ids).logits
         return model, lambda ids: model(ids).logits
     if contender in ("hf_gpt2_sdpa", "hf_gpt2_eager"):
-        from transformers import GPT2LMHeadModel
+        from transformers import GPT2LMHeadModel  # optional (dev extra): the reference only
 
         cfg = hf_gpt2_config(shape, shape.context, contender.rsplit("_", 1)[1])
         model = GPT2LMHeadModel(cfg)

@@ -13,30 +13,13 @@ from typing import Any
 
 import torch
 
-
-def cpu_model() -> str:
-    """The CPU's model name from /proc/cpuinfo (Linux), else ``platform.processor()``."""
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.lower().startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def load_average() -> list[float] | None:
-    try:
-        return [round(x, 2) for x in os.getloadavg()]
-    except (AttributeError, OSError):
-        return None
+from attnlab.runtime import cpu_model, load_average
 
 
 def machine_info(threads: int) -> dict[str, Any]:
     """JSON ``machine`` block: cpu_model, logical_cores, threads, torch/python versions, load."""
     try:
-        import transformers
+        import transformers  # optional (dev extra): the reference only
 
         hf_version = transformers.__version__
     except ImportError:

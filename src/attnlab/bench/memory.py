@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
+import importlib
 import json
 import os
 import re
@@ -148,9 +149,7 @@ def _failed(reason: str) -> dict[str, Any]:
 
 def _child_main() -> int:
     """Child entry point: read a JSON list of cases on stdin, print one JSON result per line."""
-    import importlib
-
-    import torch
+    import torch  # in the child alone: the parent measures without torch loaded
 
     cases = json.loads(sys.stdin.read())
     primed: set[str] = set()

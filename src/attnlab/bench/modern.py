@@ -30,8 +30,12 @@ from typing import Any
 
 import torch
 
-from attnlab.bench.generation import make_hf_work
+from attnlab.bench.generation import agreement, make_hf_work
 from attnlab.bench.harness import interleave, ratio
+from attnlab.config import ModelConfig
+from attnlab.generate import GenerationConfig, generate
+from attnlab.interop.pretrained import from_hf_model
+from attnlab.models import build_model
 
 KV_HEADS = (6, 3, 2, 1)
 
@@ -44,8 +48,6 @@ def llama_shape(tiny: bool) -> dict[str, Any]:
 
 
 def modern_config(n_kv_heads: int, tiny: bool):
-    from attnlab.config import ModelConfig
-
     return ModelConfig(
         kind="decoder_lm",
         n_kv_heads=n_kv_heads,
@@ -67,8 +69,6 @@ def kv_bytes_per_token(model, batch: int, length: int) -> float:
 
 
 def _greedy_work(model, prompts: list[list[int]], n: int, outputs: list):
-    from attnlab.generate import GenerationConfig, generate
-
     cfg = GenerationConfig(max_new_tokens=n, temperature=0.0, stop_token_ids=())
 
     def work(r: int) -> float:
@@ -80,8 +80,6 @@ def _greedy_work(model, prompts: list[list[int]], n: int, outputs: list):
 
 
 def run_kv_heads(settings, ctx) -> list[dict[str, Any]]:
-    from attnlab.models import build_model
-
     n = min(settings.new_tokens, 200)
     context = 32 if settings.tiny else 512
     batch = 1 if settings.tiny else 4
@@ -123,9 +121,7 @@ def run_kv_heads(settings, ctx) -> list[dict[str, Any]]:
 
 
 def _gpt2_pair(tiny: bool):
-    import transformers
-
-    from attnlab.interop.pretrained import from_hf_model
+    import transformers  # optional (dev extra): the reference only
 
     shape = dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, n_positions=1024)
     if tiny:
@@ -145,9 +141,7 @@ TINY_LLAMA = dict(SMOLLM2_135M, num_hidden_layers=2, num_attention_heads=4, num_
 
 
 def _llama_pair(tiny: bool):
-    import transformers
-
-    from attnlab.interop.pretrained import from_hf_model
+    import transformers  # optional (dev extra): the reference only
 
     shape = TINY_LLAMA if tiny else SMOLLM2_135M
     torch.manual_seed(0)
@@ -156,8 +150,6 @@ def _llama_pair(tiny: bool):
 
 
 def run_vs_transformers(settings, ctx) -> list[dict[str, Any]]:
-    from attnlab.bench.generation import agreement
-
     n = min(settings.new_tokens, 200)
     rows = []
     for name, build in (("gpt2_124m", _gpt2_pair), ("llama_135m", _llama_pair)):
@@ -190,7 +182,7 @@ def run_vs_transformers(settings, ctx) -> list[dict[str, Any]]:
 
 
 def run(settings, ctx) -> dict[str, Any]:
-    import transformers
+    import transformers  # optional (dev extra): the reference only
 
     verbosity = transformers.logging.get_verbosity()
     transformers.logging.set_verbosity_error()

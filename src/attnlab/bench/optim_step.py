@@ -32,6 +32,8 @@ import torch.nn.functional as F
 
 from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.lm_train import LMShape, attnlab_config, make_batches
+from attnlab.models import build_model
+from attnlab.train.optim import build_optimizers
 
 TARGET_STEP_RATIO = 1.2  # Muon step <= 1.2 x AdamW step (issue 37), on CUDA
 SHAPES = {
@@ -46,8 +48,6 @@ CPU_NOTE = (
 
 
 def _model(shape: LMShape, device: torch.device, seed: int = 0):
-    from attnlab.models import build_model
-
     torch.manual_seed(seed)
     cfg = attnlab_config(shape).replace(positional="rotary", qk_norm=True)
     return build_model(cfg).to(device).train()
@@ -55,8 +55,6 @@ def _model(shape: LMShape, device: torch.device, seed: int = 0):
 
 def _optimizers(model, optimizer: str, per_matrix: bool = False):
     """The loop's optimizers (``build_optimizers``); ``per_matrix`` splits Muon's group."""
-    from attnlab.train.optim import build_optimizers
-
     cfg = SimpleNamespace(
         optimizer=optimizer, lr=1e-3, muon_lr=0.02, weight_decay=0.1, betas=(0.9, 0.99), eps=1e-8
     )

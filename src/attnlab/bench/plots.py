@@ -13,10 +13,10 @@ from attnlab.bench.tables import threads
 
 
 def _plt():
-    import matplotlib
+    import matplotlib  # heavy: only when drawing
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # heavy: only when drawing
 
     return plt
 

@@ -18,7 +18,16 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from attnlab.bench import seq2seq_train as s2s
-from attnlab.bench.lm_train import SHAPES, TINY_SHAPES, build_lm, make_batches, make_train_step
+from attnlab.bench.lm_train import (
+    SHAPES,
+    TINY_SHAPES,
+    attnlab_config,
+    build_lm,
+    make_batches,
+    make_train_step,
+)
+from attnlab.generate import GenerationConfig, generate
+from attnlab.models import build_model
 
 TOP = 15
 
@@ -75,25 +84,18 @@ def run(settings, ctx) -> dict[str, Any]:
     )
     ctx.say("profile: attnlab seq2seq training step")
     out.append(_profile(lambda: work(0), f"attnlab seq2seq training, {steps} steps", steps))
-    try:
-        from attnlab.bench.lm_train import attnlab_config
-        from attnlab.generate import GenerationConfig, generate
-        from attnlab.models import build_model
-    except ImportError as err:
-        ctx.say(f"profile: skipping generation ({err})")
-    else:
-        shape = shapes["medium"]
-        n_new, n_prompt = (8, 8) if settings.tiny else (100, 64)
-        torch.manual_seed(0)
-        model = build_model(attnlab_config(shape, n_prompt + n_new)).eval()
-        cfg = GenerationConfig(max_new_tokens=n_new, temperature=0.0, stop_token_ids=())
-        prompt = [list(range(n_prompt))]
-        ctx.say("profile: attnlab greedy generation, medium shape")
-        out.append(
-            _profile(
-                lambda: generate(model, prompt, cfg),
-                f"attnlab greedy generate, {n_new} tokens after {n_prompt}",
-                1,
-            )
+    shape = shapes["medium"]
+    n_new, n_prompt = (8, 8) if settings.tiny else (100, 64)
+    torch.manual_seed(0)
+    model = build_model(attnlab_config(shape, n_prompt + n_new)).eval()
+    cfg = GenerationConfig(max_new_tokens=n_new, temperature=0.0, stop_token_ids=())
+    prompt = [list(range(n_prompt))]
+    ctx.say("profile: attnlab greedy generation, medium shape")
+    out.append(
+        _profile(
+            lambda: generate(model, prompt, cfg),
+            f"attnlab greedy generate, {n_new} tokens after {n_prompt}",
+            1,
         )
+    )
     return {"status": "ok", "threads": torch.get_num_threads(), "profiles": out}

@@ -34,6 +34,11 @@ import torch.nn.functional as F
 from attnlab.bench.decode import GPT2_SMALL, TINY_GPT2, quantize
 from attnlab.bench.generation import agreement, build_pair
 from attnlab.bench.harness import target_entry
+from attnlab.config import ModelConfig
+from attnlab.data import CharTokenizer
+from attnlab.generate import GenerationConfig, generate
+from attnlab.generate.weights import WEIGHT_MODES
+from attnlab.models import build_model
 
 STEPS, TINY_STEPS = 200, 20
 GREEDY_TOKENS, TINY_GREEDY_TOKENS = 200, 20
@@ -66,8 +71,6 @@ _WORDS = (
 
 
 def run(settings, ctx) -> dict[str, Any]:
-    from attnlab.generate.weights import WEIGHT_MODES
-
     tiny = settings.tiny
     modes = WEIGHT_MODES[1:]
     cached = [(m, c) for c in settings.kv_cache for m in CACHE_MODES]
@@ -123,8 +126,6 @@ def char_lm_quality(
 ) -> dict[str, Any]:
     """Train a char LM on the first 90% of ``text``; score every mode (and each (mode, KV
     cache dtype) pair of ``cached``) on the rest."""
-    from attnlab.data import CharTokenizer
-
     tok = CharTokenizer(set(text))
     ids = torch.tensor(tok.encode(text))
     split = int(len(ids) * 0.9)
@@ -184,9 +185,6 @@ def gpt2_agreement(
 def train_char_lm(ids: torch.Tensor, vocab_size: int, *, tiny: bool = False, seed: int = 0):
     """A small DecoderLM trained with AdamW on random windows of ``ids`` (eval mode on return;
     ``model.final_loss`` holds the last step's training loss)."""
-    from attnlab.config import ModelConfig
-    from attnlab.models import build_model
-
     torch.manual_seed(seed)
     width, layers, context = (64, 2, 32) if tiny else (128, 4, 128)
     cfg = ModelConfig(
@@ -241,8 +239,6 @@ def _score(model, ids: torch.Tensor, cache: str | None = None) -> dict[str, Any]
 
 
 def _greedy(model, prompt: list[int], n: int, cache: str | None = None) -> list[int]:
-    from attnlab.generate import GenerationConfig, generate
-
     cfg = GenerationConfig(max_new_tokens=n, temperature=0.0, stop_token_ids=(), cache_dtype=cache)
     return generate(model, [prompt], cfg).tokens[0]
 

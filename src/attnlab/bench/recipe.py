@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.bench.harness import target_entry
-from attnlab.bench.machine import load_average
 from attnlab.errors import DataError
+from attnlab.runtime import load_average
+from attnlab.train import RunConfig, train
+from attnlab.train.presets import RUN_PRESETS, preset_tables
 
 TARGET = 0.5  # fast-char time-to-baseline-loss <= 0.5x the baseline's
 
@@ -95,8 +97,6 @@ def _train_api():
 
     Presets are the tables of ``attnlab.train.presets.RUN_PRESETS`` (``attnlab train --preset``).
     """
-    from attnlab.train import RunConfig, train
-    from attnlab.train.presets import RUN_PRESETS, preset_tables
 
     def preset(name: str) -> RunConfig:
         if name not in RUN_PRESETS:
@@ -111,8 +111,6 @@ def _train_api():
 
 def configure(run_config, text: str):
     """The preset's RunConfig on ``text``, quiet, with nothing else changed."""
-    from attnlab.train import RunConfig
-
     return RunConfig(run_config.model, run_config.train.replace(data=text, progress=False))
 
 

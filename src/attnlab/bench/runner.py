@@ -36,8 +36,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 from attnlab.bench.harness import setup_torch
-from attnlab.bench.machine import load_average, machine_info
+from attnlab.bench.machine import machine_info
 from attnlab.errors import UserError
+from attnlab.runtime import load_average
 
 SUITES = (
     "matmul",

@@ -47,6 +47,8 @@ from torch import Tensor, nn
 
 from attnlab.bench.harness import interleave, ratio, target_entry
 from attnlab.bench.matmul_peak import make_matmul, sizes_for
+from attnlab.config import ModelConfig
+from attnlab.models import build_model
 
 PAD, BOS, EOS = 0, 1, 2
 CONTENDERS = ("attnlab", "attnlab_fast", "torch_nn")
@@ -162,8 +164,6 @@ class TorchSeq2Seq(nn.Module):
 
 def attnlab_config(shape: Seq2SeqShape):
     """The attnlab ModelConfig of ``shape`` (the suite's configuration, module docstring)."""
-    from attnlab.config import ModelConfig
-
     return ModelConfig(  # and the defaults: dropout 0, learned positions, pre-norm, ReLU, tied
         kind="encoder_decoder",
         vocab_size=shape.vocab,
@@ -180,8 +180,6 @@ def build_seq2seq(contender: str, shape: Seq2SeqShape, seed: int = 0):
     """(model, forward) where forward(src, tgt_in) -> logits (B, T, V)."""
     torch.manual_seed(seed)
     if contender in ("attnlab", "attnlab_fast"):
-        from attnlab.models import build_model
-
         model = build_model(attnlab_config(shape), fast=contender == "attnlab_fast")
 
         def forward(src: Tensor, tgt_in: Tensor) -> Tensor:

@@ -9,7 +9,7 @@ The recipe (what databases and package managers do):
 
 A crash (even ``kill -9``) between any two steps leaves the previous file intact plus, at worst,
 a stray ``.<name>.tmp-*`` file that nothing reads. Checkpoint directories use the same idea one
-level up (see :mod:`attnlab.train.checkpoint`). This is the one atomic writer of the package: the
+level up (see :mod:`attnlab.checkpoint.save`). This is the one atomic writer of the package: the
 training checkpoints, reports and figures, and ``interop``'s Hugging Face and safetensors exports
 (whose libraries write to a path, hence :func:`atomic_write_with`) all go through it.
 

@@ -3,6 +3,10 @@
 Each subcommand lives in its own module exposing ``register(subparsers)``; the module adds a
 parser and sets ``func`` to a function taking the parsed ``argparse.Namespace`` and returning an
 exit code. This file only dispatches and turns errors into one-paragraph messages.
+
+Every command module is imported to build the parser, so a command imports the packages it runs
+(``bench``, ``explore``, ``lab``, ``train``, ``viz``, ``interop``) inside its functions: one
+command does not pay for another's matplotlib, starlette or training stack.
 """
 
 from __future__ import annotations
@@ -132,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def load_checkpoint_lazily(path: str, *, revision: str | None = None, device: str = "cpu"):
-    """``attnlab.train.checkpoint.load_checkpoint``, imported only when a command needs it:
+    """``attnlab.interop.load_checkpoint``, imported only when a command needs it:
     ``path`` is a run or checkpoint directory, a Hugging Face model directory or a hub id (at
     ``revision``), loaded onto ``device`` ("auto", "cpu", "cuda", ...)."""
     from attnlab.interop.hub import resolve_model_path
@@ -140,11 +144,11 @@ def load_checkpoint_lazily(path: str, *, revision: str | None = None, device: st
 
     local = resolve_model_path(path, revision=revision)
     try:
-        from attnlab.train.checkpoint import load_checkpoint
+        from attnlab.interop.loading import load_checkpoint
     except ModuleNotFoundError as err:
         if err.name and err.name.startswith("attnlab"):
             raise UserError(
-                "checkpoint loading (attnlab.train.checkpoint) is not available in "
+                "checkpoint loading (attnlab.interop.loading) is not available in "
                 "this installation; reinstall attnlab"
             ) from None
         raise

@@ -6,6 +6,7 @@ import argparse
 import json
 
 from attnlab.cli.options import add_checkpoint, add_device
+from attnlab.errors import ConfigError
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,7 +37,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.errors import ConfigError
     from attnlab.interop.hub import resolve_model_path
     from attnlab.train.eval_checkpoint import evaluate_checkpoint
     from attnlab.train.report import format_metrics

@@ -14,6 +14,8 @@ import textwrap
 from collections.abc import Callable
 from pathlib import Path
 
+from attnlab.cli.outputs import outputs
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -58,7 +60,6 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.seed < 0:
         raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
-    from attnlab.cli.outputs import outputs
     from attnlab.lab.runner import default_out_dir
 
     if args.out is None and args.quick:  # a fresh temporary directory: nothing to protect

@@ -21,6 +21,11 @@ from pathlib import Path
 from attnlab.cli import load_checkpoint_lazily, plain_warnings
 from attnlab.cli.options import add_checkpoint, add_device, add_fast, add_kv_cache, add_weights
 from attnlab.errors import CheckpointError, ConfigError, DataError, UserError
+from attnlab.generate import GenerationConfig, generate, generate_seq2seq, stream
+from attnlab.generate.fill_mask import fill_mask
+from attnlab.generate.sampling import fresh_seed
+from attnlab.generate.weights import check_cache_dtype, quantize_weights
+from attnlab.models.base import LanguageModel, Seq2SeqModel
 
 SEQ2SEQ_BATCH = 32  # sources decoded together from --source-file
 
@@ -149,9 +154,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.generate import GenerationConfig
-    from attnlab.models.base import LanguageModel, Seq2SeqModel
-
     if args.num_samples < 1:
         raise UserError(f"--num-samples must be >= 1, got {args.num_samples}")
     if args.beams > 1 and args.num_samples > args.beams:
@@ -224,8 +226,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _reduce_weights(model, mode: str) -> None:
-    from attnlab.generate.weights import quantize_weights
-
     try:
         quantize_weights(model, mode)
     except (ValueError, TypeError) as err:
@@ -233,8 +233,6 @@ def _reduce_weights(model, mode: str) -> None:
 
 
 def _check_cache_dtype(model, cache_dtype: str | None) -> None:
-    from attnlab.generate.weights import check_cache_dtype
-
     try:
         check_cache_dtype(model, cache_dtype)
     except ValueError as err:
@@ -242,8 +240,6 @@ def _check_cache_dtype(model, cache_dtype: str | None) -> None:
 
 
 def _run_lm(model, tok, args: argparse.Namespace, config) -> None:
-    from attnlab.generate import generate, stream
-
     prompt = args.prompt if args.prompt is not None else ""
     if config.num_beams > 1:
         res = generate(model, prompt, config, tokenizer=tok)
@@ -270,7 +266,6 @@ def _run_lm(model, tok, args: argparse.Namespace, config) -> None:
 def _seeds(args: argparse.Namespace, config) -> list[int | None]:
     """One seed per sample, N, N + 1, ... from --seed N, or from a fresh seed that is printed (so
     any sampled output can be repeated)."""
-    from attnlab.generate.sampling import fresh_seed
 
     base = args.seed
     if config.sampling and base is None:
@@ -281,7 +276,6 @@ def _seeds(args: argparse.Namespace, config) -> list[int | None]:
 
 def _run_fill_mask(model, tok, args: argparse.Namespace) -> None:
     """A masked LM (BERT): the prompt with every mask filled, then the top candidates per mask."""
-    from attnlab.generate.fill_mask import fill_mask
 
     if args.prompt is None:
         raise UserError("a masked language model fills in masks: give --prompt 'the [MASK] sat'")
@@ -296,8 +290,6 @@ def _run_fill_mask(model, tok, args: argparse.Namespace) -> None:
 
 
 def _run_seq2seq(model, tok, args: argparse.Namespace, config) -> None:
-    from attnlab.generate import generate_seq2seq, stream
-
     sources = [args.source] if args.source is not None else _read_sources(args.source_file)
     streaming = args.source is not None and not args.no_stream and config.num_beams == 1
     seeds = [config.seed] if config.num_beams > 1 else _seeds(args, config)

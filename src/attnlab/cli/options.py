@@ -9,6 +9,9 @@ import argparse
 import math
 from typing import Any
 
+from attnlab.generate.weights import WEIGHT_MODES
+from attnlab.nn.cache import CACHE_DTYPES
+
 # Where --help sends a reader for more: the documentation online (a pip install has no docs/).
 DOCS_URL = "https://github.com/attnlab/attnlab/blob/main/docs/"
 
@@ -67,7 +70,6 @@ def add_fast(p: Any, *, also: str = "", default: bool | None = False) -> None:
 
 def add_kv_cache(p: Any, *, purpose: str) -> None:
     """``--kv-cache``: the dtype of a Transformer's KV cache (default: the compute dtype)."""
-    from attnlab.nn.cache import CACHE_DTYPES
 
     p.add_argument(
         "--kv-cache",
@@ -81,7 +83,6 @@ def add_kv_cache(p: Any, *, purpose: str) -> None:
 
 def add_weights(p: Any, *, purpose: str) -> None:
     """``--weights``: the linear layers' weights of a language model in fewer bits."""
-    from attnlab.generate.weights import WEIGHT_MODES
 
     p.add_argument(
         "--weights",

@@ -15,6 +15,7 @@ import json
 from collections.abc import Callable, Collection, Iterator
 from pathlib import Path
 
+from attnlab.checkpoint.atomic import atomic_write_json
 from attnlab.errors import UserError
 
 MANIFEST = ".attnlab-outputs.json"
@@ -62,7 +63,6 @@ def not_ours(root: Path, names: Collection[str] | None = None) -> list[str]:
 def record(root: Path, before: dict[str, str], names: Collection[str] | None = None) -> None:
     """Add the files under ``root`` (of ``names``, if given) that are new or changed since
     ``before`` to its manifest."""
-    from attnlab.train.atomic import atomic_write_json
 
     after = files_in(root, names)
     own = {n: d for n, d in recorded(root).items() if (root / n).is_file()}

@@ -18,6 +18,7 @@ from attnlab.cli import load_checkpoint_lazily
 from attnlab.cli.options import add_checkpoint, add_device
 from attnlab.cli.outputs import outputs
 from attnlab.errors import CheckpointError
+from attnlab.nn import sinusoidal_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -88,7 +89,6 @@ def run_attention(args: argparse.Namespace) -> int:
 
 
 def run_positions(args: argparse.Namespace) -> int:
-    from attnlab.nn import sinusoidal_table
     from attnlab.viz import plot_position_encoding, save_figure
 
     for flag, value in (("--d-model", args.d_model), ("--max-len", args.max_len)):

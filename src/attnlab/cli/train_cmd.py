@@ -9,8 +9,11 @@ flags (including ``--set key=value``). With ``--resume`` and neither ``--preset`
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import os
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,9 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
+from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.cli.options import add_fast
+from attnlab.config import ModelConfig
 from attnlab.data import CLASSIFICATION_TASKS, TASKS, read_parallel
 from attnlab.errors import ConfigError
 
@@ -196,9 +201,6 @@ def _data_flags(args: argparse.Namespace, out: Path) -> dict[str, Any]:
 def _check_no_model_flags(args: argparse.Namespace) -> None:
     """With --init-from the pretrained model's config and tokenizer are the run's: model and
     tokenizer flags would not fit."""
-    import dataclasses
-
-    from attnlab.config import ModelConfig
 
     model_fields = {f.name for f in dataclasses.fields(ModelConfig)} | {"model.kind"}
     model_fields |= {"tokenizer", "bpe_vocab_size"}  # the pretrained tokenizer is kept
@@ -217,9 +219,6 @@ def _check_no_model_flags(args: argparse.Namespace) -> None:
 
 def _join_parallel(src: str, tgt: str, out: Path) -> Path:
     """Parallel files -> one JSONL pair file in the run directory (TrainConfig has one path)."""
-    import json
-
-    from attnlab.train.atomic import atomic_write_text
 
     pairs = read_parallel(src, tgt)
     lines = "".join(json.dumps({"src": s, "tgt": t}, ensure_ascii=False) + "\n" for s, t in pairs)
@@ -229,9 +228,8 @@ def _join_parallel(src: str, tgt: str, out: Path) -> Path:
 def _saved_tables(run_dir: Path) -> dict[str, dict[str, Any]]:
     """The [model] and [train] settings of a run whose config.toml is missing, from its latest
     checkpoint (config.json and train_state/state.json); empty tables if it has none."""
-    import json
 
-    from attnlab.train.checkpoint import latest_checkpoint
+    from attnlab.checkpoint import latest_checkpoint
 
     ckpt = latest_checkpoint(run_dir) if run_dir.is_dir() else None
     if ckpt is None:
@@ -246,7 +244,6 @@ def _saved_tables(run_dir: Path) -> dict[str, dict[str, Any]]:
             f"{str(ckpt)!r} cannot be read; restore config.toml, or give the run's settings "
             f"with --config FILE (or --preset and the same flags)"
         ) from None
-    import warnings
 
     warnings.warn(
         f"{str(run_dir / 'config.toml')!r} is missing; resuming with the settings saved in "
@@ -316,7 +313,6 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
 
 def run(args: argparse.Namespace) -> int:
     from attnlab.train import dump_toml, train
-    from attnlab.train.atomic import atomic_write_text
 
     if args.dump_config and Path(args.dump_config).is_dir():
         raise ConfigError(

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from attnlab.data.textfiles import iter_texts
 
 if TYPE_CHECKING:
-    from attnlab.data.pretrained_tokenizer import PretrainedTokenizer
+    from attnlab.data.pretrained_tokenizer import PretrainedTokenizer  # imports this module too
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 DEFAULT_SPECIALS = (PAD, BOS, EOS)
@@ -262,7 +262,7 @@ def load_tokenizer(
         except json.JSONDecodeError as err:
             raise ValueError(f"tokenizer file {str(p)!r} is not valid JSON: {err}") from None
     from attnlab.data.bpe import BPETokenizer  # bpe imports this module
-    from attnlab.data.pretrained_tokenizer import PretrainedTokenizer
+    from attnlab.data.pretrained_tokenizer import PretrainedTokenizer  # it imports this module
 
     kinds: dict[str, Any] = {
         "char": CharTokenizer,
@@ -292,7 +292,7 @@ def train_tokenizer(
     if kind == "byte":
         return ByteTokenizer(specials)
     if kind == "bpe":
-        from attnlab.data.bpe import BPETokenizer
+        from attnlab.data.bpe import BPETokenizer  # bpe imports this module
 
         if vocab_size is None:
             raise ValueError("a BPE tokenizer needs vocab_size, e.g. vocab_size=4096")

@@ -9,6 +9,7 @@ predictions.py); the stream's query string is turned into the same typed values 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from typing import Any
@@ -74,8 +75,6 @@ def temperature(value: Any) -> float:
 
 def from_query(params: dict[str, str]) -> dict[str, Any]:
     """A stream request's query string as typed values (whole numbers, numbers, JSON lists)."""
-    import json
-
     out: dict[str, Any] = {}
     for key, raw in params.items():
         if key in WHOLE:

@@ -20,7 +20,13 @@ from typing import Any, NamedTuple
 
 from torch import nn
 
+from attnlab.data import LabelSet
 from attnlab.errors import CheckpointError, ConfigError
+from attnlab.generate.weights import check_cache_dtype, quantize_weights
+from attnlab.interop.hf_tokenizer import has_tokenizer_files
+from attnlab.interop.hub import expand_path, resolve_model_path
+from attnlab.interop.loading import load_checkpoint
+from attnlab.interop.pretrained import load_pretrained
 
 
 @dataclass(frozen=True)
@@ -48,15 +54,11 @@ def load(path: str | os.PathLike, options: LoadOptions | None = None) -> Loaded:
     options = options or LoadOptions()
     loaded = _load(path, options)
     if options.weights != "fp32":
-        from attnlab.generate.weights import quantize_weights
-
         try:
             quantize_weights(loaded.model, options.weights)
         except (ValueError, TypeError) as err:
             raise ConfigError(f"--weights {options.weights}: {err}") from None
     if options.kv_cache is not None:
-        from attnlab.generate.weights import check_cache_dtype
-
         try:
             check_cache_dtype(loaded.model, options.kv_cache)
         except ValueError as err:
@@ -65,8 +67,6 @@ def load(path: str | os.PathLike, options: LoadOptions | None = None) -> Loaded:
 
 
 def _load(path: str | os.PathLike, options: LoadOptions) -> Loaded:
-    from attnlab.interop.hub import expand_path, resolve_model_path
-
     root = resolve_model_path(path)  # a hub id -> its snapshot in the Hugging Face cache
     if not root.exists():
         raise CheckpointError(
@@ -78,8 +78,6 @@ def _load(path: str | os.PathLike, options: LoadOptions) -> Loaded:
         loaded = _load_hf(root, options)
         hub_id = not expand_path(path).exists()
         return loaded._replace(name=os.fspath(path)) if hub_id else loaded  # not its commit
-    from attnlab.train.checkpoint_load import load_checkpoint
-
     ckpt = load_checkpoint(root, map_location=options.device)
     if ckpt.tokenizer is None:
         raise CheckpointError(
@@ -99,9 +97,6 @@ def _is_hf_config(path: Path) -> bool:
 
 def _load_hf(root: Path, options: LoadOptions) -> Loaded:
     """A local Hugging Face directory (GPT-2, Llama family, BERT) through attnlab.interop."""
-    from attnlab.interop.hf_tokenizer import has_tokenizer_files
-    from attnlab.interop.pretrained import load_pretrained
-
     if not any((root / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
         raise CheckpointError(
             f"{str(root)!r} has no model.safetensors; the explorer never loads pickle files "
@@ -116,7 +111,5 @@ def _load_hf(root: Path, options: LoadOptions) -> Loaded:
     found = load_pretrained(root)
     labels = None
     if found.labels:
-        from attnlab.data import LabelSet
-
         labels = LabelSet(found.labels)
     return Loaded(found.model.to(options.device).eval(), found.tokenizer, root.name, labels)

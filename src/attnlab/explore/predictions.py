@@ -22,6 +22,8 @@ from torch import nn
 
 from attnlab.errors import ExploreError
 from attnlab.explore import fields
+from attnlab.generate import GenerationConfig, generate, generate_seq2seq, stream
+from attnlab.generate.sampling import process_logits
 
 TOP = 20  # next-token candidates shown
 
@@ -47,7 +49,6 @@ class Predictions:
         attnlab.generate.fill_mask computes it."""
         if self.output is None:
             raise ExploreError("This model outputs vectors, not tokens or labels: nothing to show.")
-        from attnlab.generate.sampling import process_logits
 
         config = generation_config(temperature=temperature, top_k=top_k, top_p=top_p)
         with self.lock:
@@ -170,8 +171,6 @@ class Predictions:
         yield {"type": "done", "text": text, "ids": ids}
 
     def _generate(self, prompt: list[int], config) -> Iterator[int]:
-        from attnlab.generate import generate, generate_seq2seq, stream
-
         if config.num_beams == 1:
             yield from stream(self.model, prompt, config, tokenizer=self.tokenizer)
             return
@@ -203,8 +202,6 @@ def stops_on(model: nn.Module, cancel: threading.Event) -> Iterator[None]:
 
 def generation_config(**values: Any):
     """A GenerationConfig from request values, each checked strictly (fields.py)."""
-    from attnlab.generate import GenerationConfig
-
     checks = {
         "max_new_tokens": lambda v: fields.whole("max_new_tokens", v, 1, 512),
         "top_k": lambda v: fields.whole("top_k", v, 0, 1 << 24),

@@ -21,6 +21,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import NamedTuple
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -235,8 +236,6 @@ def _lower_triangular(t: Tensor) -> bool:
 
 def unpack(packed: dict) -> Tensor:
     """:func:`pack` read back (tests, notebooks): a float64 tensor of the packed shape."""
-    import numpy as np
-
     kind = {"f32": "<f4", "f16": "<f2", "u8": "u1"}[packed["dtype"]]
     values = np.frombuffer(base64.b64decode(packed["data"]), dtype=kind).astype(np.float64)
     if packed.get("layout") == "tril":  # the lower triangle, row by row; zeros above

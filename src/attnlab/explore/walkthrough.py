@@ -15,6 +15,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.explore.probes import matrix
+from attnlab.models.layers import Embeddings
 from attnlab.nn.multihead import CrossAttention
 from attnlab.nn.positional import PositionDescription
 
@@ -214,8 +215,6 @@ def positions_view(
 ) -> dict[str, Any]:
     """For each embedding of the model, what its position scheme says of itself for these tokens
     (``attnlab.nn.positional``'s ``describe``: the same tables the forward uses)."""
-    from attnlab.models.layers import Embeddings
-
     views = []
     embeds = [(p, m) for p, m in model.named_modules() if isinstance(m, Embeddings)]
     for path, embed in embeds:

@@ -13,7 +13,10 @@ tests/test_fast_*.py). Each path is kept only while it earns its place on a real
   (:mod:`attnlab.fast.replay`): ``generate(compile=True)`` on a fast model.
 
 A fast module runs its plain form whenever one of its hook points is active, so
-``attnlab.inspect`` reads the same values on both; ``attnlab.nn`` never imports this package.
+``attnlab.inspect`` reads the same values on both. The engine plugs in from above: nothing below
+it imports this package. ``build_model`` reaches :func:`accelerate` through the slot this package
+fills (:func:`attnlab.models.build.plug_engine`), and a fast model carries its own compiled decode
+step (``decode_step``, :mod:`attnlab.fast.replay`), which ``attnlab.generate`` asks it for.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from attnlab.fast.models import (
     FastTransformerEncoder,
     FastTransformerEncoderDecoder,
 )
+from attnlab.models.build import plug_engine
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 
 ENGINE: dict[type, type] = {
@@ -53,6 +57,9 @@ def is_fast(model: nn.Module) -> bool:
     """True when ``model`` (or a module inside it) runs on the engine (see :func:`accelerate`)."""
     fast = set(ENGINE.values())
     return any(type(m) in fast for m in model.modules())
+
+
+plug_engine(accelerate)  # build_model(cfg, fast=True) reaches the engine through this
 
 
 __all__ = [

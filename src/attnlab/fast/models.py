@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from attnlab.fast.attention import packed
 from attnlab.fast.packing import length_groups, make_packing, pack, row_major, unpack
+from attnlab.fast.replay import ReplayingStep
 from attnlab.fast.switches import PATHS
 from attnlab.models.base import ModelOutput
 from attnlab.models.encoder import EncoderOutput, TransformerEncoder
@@ -53,6 +54,8 @@ def row_groups(model: nn.Module, mask: Tensor | None, *others: Tensor | None):
 class FastDecoderLM(DecoderLM):
     """The decoder-only LM on the fast modules (its windows are unpadded: nothing to pack)."""
 
+    decode_step = ReplayingStep  # generate(compile=True): the compiled step, replayed
+
 
 class FastTransformerEncoder(TransformerEncoder):
     """The Transformer encoder with packed right-padded batches."""
@@ -73,6 +76,8 @@ class FastTransformerEncoder(TransformerEncoder):
 
 class FastTransformerEncoderDecoder(TransformerEncoderDecoder):
     """The encoder-decoder with packed teacher forcing (a fast encoder, a packed decoder)."""
+
+    decode_step = ReplayingStep  # generate_seq2seq(compile=True): the compiled step, replayed
 
     def decode(
         self,

@@ -42,7 +42,7 @@ class _Capture:
         self.calls: list[tuple[Callable[..., Any], list[Any], Any]] | None = None
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
-        from torch._inductor.compile_fx import compile_fx
+        from torch._inductor.compile_fx import compile_fx  # heavy: only when compiling
 
         compiled = compile_fx(gm, example_inputs, config_patches=STEP_OPTIONS)
 

@@ -16,7 +16,7 @@ from attnlab.generate.sampling import (
     top_k_filter,
     top_p_filter,
 )
-from attnlab.generate.seq2seq import generate_seq2seq
+from attnlab.generate.seq2seq import generate_seq2seq, generate_seq2seq_padded
 from attnlab.generate.stream import stream
 from attnlab.generate.text import IncrementalDecoder
 from attnlab.generate.weights import WEIGHT_MODES, quantize_weights
@@ -31,6 +31,7 @@ __all__ = [
     "beam_search",
     "generate",
     "generate_seq2seq",
+    "generate_seq2seq_padded",
     "greedy",
     "length_normalised",
     "make_generator",

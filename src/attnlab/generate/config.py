@@ -21,6 +21,8 @@ from typing import Any, NamedTuple
 
 from torch import Tensor
 
+from attnlab.nn.cache import CACHE_DTYPES
+
 FINISH_REASONS = ("stop_token", "stop_string", "length")
 MIN_TEMPERATURE = 1e-4  # logits / tau stay finite in fp32 for |logits| up to ~1e34
 MAX_LENGTH_PENALTY = 100.0  # len^alpha stays finite for outputs up to ~1e3 tokens
@@ -104,8 +106,6 @@ class GenerationConfig:
                 "with use_cache=False (--no-cache), so choose one"
             )
         if self.cache_dtype is not None:
-            from attnlab.nn.cache import CACHE_DTYPES
-
             if self.cache_dtype not in CACHE_DTYPES:
                 raise ValueError(
                     f"cache_dtype (--kv-cache) {self.cache_dtype!r} is not supported; choose "

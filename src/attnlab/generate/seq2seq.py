@@ -18,6 +18,8 @@ from __future__ import annotations
 import warnings
 from typing import Any
 
+from torch import Tensor
+
 from attnlab.generate.config import (
     GenerationConfig,
     GenerationResult,
@@ -25,7 +27,7 @@ from attnlab.generate.config import (
     check_special_ids,
     special_ids,
 )
-from attnlab.generate.loop import Prepared
+from attnlab.generate.loop import DecodeLoop, Prepared
 from attnlab.generate.prompts import as_id_lists, prepare_sources
 from attnlab.generate.steppers import Seq2SeqStepper, check_model, eval_mode
 from attnlab.models.base import Seq2SeqModel
@@ -52,6 +54,27 @@ def generate_seq2seq(
         return prepare_seq2seq(model, sources, config, tokenizer).decode(
             tokenizer, keep_logits=return_logits
         )
+
+
+def generate_seq2seq_padded(
+    model: Seq2SeqModel, src: Tensor, src_mask: Tensor, config: GenerationConfig
+) -> GenerationResult:
+    """:func:`generate_seq2seq` (greedy or sampling) on a batch of sources already padded as in
+    training -- src, src_mask (B, S), True = real token -- decoded as it is, not re-padded:
+    evaluation decodes its validation batches this way. The special ids come from ``config``
+    (``bos_token_id``, ``stop_token_ids``, ``pad_token_id``)."""
+    config = as_config(config)
+    check_model(model, Seq2SeqModel, "generate_seq2seq_padded")
+    specials = special_ids(config, None)
+    check_special_ids(specials, model.tgt_vocab_size)
+    if specials.bos is None:
+        raise ValueError("seq2seq decoding starts from a BOS token; set bos_token_id")
+    stepper = Seq2SeqStepper(model, src, src_mask, specials.bos, config, specials.pad)
+    loop = DecodeLoop(stepper, config, specials, vocab_size=model.tgt_vocab_size)
+    with eval_mode(model):
+        loop.run()
+    sources = [row[:n] for row, n in zip(src.tolist(), src_mask.sum(dim=1).tolist())]
+    return loop.result(sources, None)
 
 
 def prepare_seq2seq(

@@ -27,10 +27,10 @@ compiled step is kept per model class and reused by later calls in the same proc
 first generation pays the compile time (seconds to tens of seconds on CPU). It removes per-op
 dispatch and Python overhead, which is what a small model's decode step is made of, and at batch
 1 turns each weight product into a loop that streams the weights on every core, which is what a
-wider model's step is made of. On a fast model (``attnlab.fast``) the engine's
-:class:`~attnlab.fast.replay.ReplayingStep` replaces :class:`CompiledStep`: once two steps in a row
-have shown that only the token and the cache length change, it calls the compiled graph without
-dynamo's per-call guards.
+wider model's step is made of. A fast model (``attnlab.fast``) carries the engine's
+:class:`~attnlab.fast.replay.ReplayingStep` (its ``decode_step``), which replaces
+:class:`CompiledStep`: once two steps in a row have shown that only the token and the cache
+length change, it calls the compiled graph without dynamo's per-call guards.
 
 Shapes: R rows, P prompt columns, N max new tokens, V vocabulary, S source length.
 """
@@ -257,8 +257,9 @@ class CompiledStep:
     """``model.<method>`` compiled (:func:`compiled_step`): call with ids (R, 1), the method's
     other arguments and ``cache=``; returns logits (R, 1, V). ``traced`` is the compiled callable.
 
-    A fast model (``attnlab.fast``) gets the engine's drop-in replacement, which calls the
-    compiled graph without dynamo once its inputs are known (``attnlab.fast.replay``).
+    A fast model (``attnlab.fast``) carries the engine's drop-in replacement (its
+    ``decode_step``), which calls the compiled graph without dynamo once its inputs are known
+    (``attnlab.fast.replay``).
     """
 
     def __init__(self, model: torch.nn.Module, method: str):
@@ -272,14 +273,10 @@ class CompiledStep:
 
 
 def make_compiled_step(model: torch.nn.Module, method: str) -> CompiledStep:
-    """The compiled one-token step of ``model.<method>``, on the engine for a fast model."""
-    from attnlab.fast import is_fast
-
-    if is_fast(model):
-        from attnlab.fast.replay import ReplayingStep
-
-        return ReplayingStep(model, method)
-    return CompiledStep(model, method)
+    """The compiled one-token step of ``model.<method>``: the model's own kind when it carries
+    one (``decode_step``: a fast model of ``attnlab.fast`` carries the engine's replaying step),
+    else :class:`CompiledStep`."""
+    return getattr(model, "decode_step", CompiledStep)(model, method)
 
 
 def compiled_step(model: torch.nn.Module, method: str, backend: Any = None) -> Callable[..., Any]:

@@ -48,6 +48,7 @@ from attnlab.nn.quantized import (
     int4_group_size,
 )
 from attnlab.nn.recurrent import refuse_cache_dtype
+from attnlab.runtime import cpu_has_native_bf16
 
 WEIGHT_MODES = ("fp32", "bf16", "int8", "int4")
 _LAYERS = {"bf16": BF16Linear, "int8": Int8Linear, "int4": Int4Linear}
@@ -157,8 +158,6 @@ def bytes_per_token(model: nn.Module, mode: str) -> float:
 
 def warn_if_bf16_emulated() -> None:
     """Warn, with the measured cost, when this CPU has no native bf16 products."""
-    from attnlab.train.distributed import cpu_has_native_bf16
-
     if cpu_has_native_bf16():
         return
     fp32_ms, bf16_ms = bf16_product_cost()

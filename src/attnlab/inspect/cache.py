@@ -210,7 +210,7 @@ def run_with_cache(
     ``position`` choose M (``attnlab.inspect.gradients.run_with_grads``).
     """
     if grads:
-        from attnlab.inspect.gradients import run_with_grads
+        from attnlab.inspect.gradients import run_with_grads  # gradients imports this module
 
         run = run_with_grads(model, *args, names=names, **kwargs)
         run.cache.grads, run.cache.metric = run.grads, run.metric

@@ -34,6 +34,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from attnlab.inspect.attribution import make_metric
 from attnlab.inspect.cache import ActivationCache
 from attnlab.inspect.names import InspectError, Selection, hook_points, is_read_only, select
 
@@ -60,8 +61,6 @@ def run_with_grads(
     """``model(*args, **kwargs)`` with the activations and dM/da of the selected names (module
     docstring); ``metric`` as in :func:`attnlab.inspect.make_metric` ("loss", "logprob" with
     ``token`` at ``position``, or a function output -> scalar)."""
-    from attnlab.inspect.attribution import make_metric
-
     measure = make_metric(
         model, args, kwargs, metric, targets=targets, token=token, position=position
     )

@@ -23,7 +23,7 @@ afterwards computes bit for bit what it computed before.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 from torch import Tensor, nn
 
@@ -200,7 +200,6 @@ def replace_positions(model: nn.Module, value: Tensor) -> Iterator[None]:
 def compose(*contexts) -> Iterator[None]:
     """Enter several intervention contexts as one: ``with compose(ablate_heads(..), patch(..))``;
     they apply together and are all removed on exit."""
-    from contextlib import ExitStack
 
     @contextmanager
     def both():

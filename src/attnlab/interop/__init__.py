@@ -12,6 +12,7 @@ from attnlab.interop.gpt2 import (
     to_gpt2_state_dict,
 )
 from attnlab.interop.gpt2_files import from_pretrained_dir, from_transformers, save_gpt2_dir
+from attnlab.interop.loading import load_checkpoint
 from attnlab.interop.safetensors_io import (
     load_safetensors,
     read_safetensors_config,
@@ -27,6 +28,7 @@ __all__ = [
     "from_pretrained_dir",
     "from_transformers",
     "gpt2_config_to_model_config",
+    "load_checkpoint",
     "load_gpt2_state_dict",
     "load_safetensors",
     "model_config_to_gpt2_config",

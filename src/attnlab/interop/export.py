@@ -70,7 +70,7 @@ def export_as(
         check_export_target(out, force)
         return save_safetensors(model, out, config, tokenizer=tokenizer, labels=labels)
     if fmt == "hf":
-        from attnlab.interop.pretrained import save_pretrained
+        from attnlab.interop.pretrained import save_pretrained  # pretrained imports this module
 
         check_export_target(out, force)
         names = list(getattr(labels, "names", labels) or []) or None

@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from attnlab.checkpoint.atomic import atomic_write_text, atomic_write_with
@@ -96,9 +98,6 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
 
 
 def _load_safetensors(path: Path) -> dict[str, Tensor]:
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
     try:
         return load_file(str(path), device="cpu")
     except (SafetensorError, OSError, ValueError) as err:
@@ -181,7 +180,6 @@ def save_gpt2_dir(
 def write_hf_dir(root: Path, config: dict[str, Any], tensors: dict[str, Tensor]) -> Path:
     """model.safetensors + config.json in ``root`` (created), each written atomically."""
     root.mkdir(parents=True, exist_ok=True)
-    from safetensors.torch import save_file
 
     atomic_write_with(
         root / SAFETENSORS_FILE, lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"})

@@ -24,6 +24,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
+from tokenizers.implementations import BertWordPieceTokenizer
+
 from attnlab.data.pretrained_tokenizer import ROLES, PretrainedTokenizer
 from attnlab.errors import CheckpointError
 
@@ -70,8 +73,6 @@ def load_pretrained_tokenizer(
 
 
 def _read_tokenizer(root: Path, settings: dict[str, Any]) -> Any:
-    from tokenizers import Tokenizer
-
     try:
         if (root / TOKENIZER_JSON).is_file():
             return Tokenizer.from_file(str(root / TOKENIZER_JSON))
@@ -99,8 +100,6 @@ def _read_tokenizer(root: Path, settings: dict[str, Any]) -> Any:
 
 def _gpt2_tokenizer(root: Path) -> Any:
     """GPT-2's byte-level BPE from vocab.json + merges.txt (as GPT2TokenizerFast builds it)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors
-
     bpe = models.BPE.from_file(str(root / "vocab.json"), str(root / "merges.txt"))
     hf = Tokenizer(bpe)
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
@@ -111,8 +110,6 @@ def _gpt2_tokenizer(root: Path) -> Any:
 
 def _wordpiece_tokenizer(root: Path, lowercase: bool) -> Any:
     """BERT's WordPiece from vocab.txt (as BertTokenizerFast builds it)."""
-    from tokenizers.implementations import BertWordPieceTokenizer
-
     return BertWordPieceTokenizer(str(root / WORDPIECE_FILE), lowercase=lowercase)._tokenizer
 
 

@@ -93,8 +93,8 @@ def resolve_model_path(name: str | os.PathLike, *, revision: str | None = None) 
 def download(repo_id: str, *, revision: str | None = None) -> Path:
     """The cached snapshot of hub model ``repo_id`` (fetched when missing and online)."""
     try:
-        import huggingface_hub
-        from huggingface_hub import errors
+        import huggingface_hub  # slow import: hub ids only
+        from huggingface_hub import errors  # slow import: hub ids only
     except ImportError:  # pragma: no cover - a dependency of attnlab
         raise CheckpointError(
             f"{repo_id!r} is not a local path, and loading models by hub id needs the "

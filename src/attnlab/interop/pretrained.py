@@ -190,7 +190,7 @@ def save_pretrained(
     if isinstance(tokenizer, PretrainedTokenizer):
         tokenizer.save_pretrained(root, model.cfg.max_len)
     elif tokenizer is not None:  # attnlab's char/byte/BPE tokenizers
-        from attnlab.interop.export import save_tokenizer_files
+        from attnlab.interop.export import save_tokenizer_files  # export imports this module
 
         save_tokenizer_files(tokenizer, root, model.cfg.max_len)
     return root

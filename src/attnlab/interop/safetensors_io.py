@@ -8,7 +8,7 @@ optionally the tokenizer's and a classifier's label set's ``to_dict()`` under
 LM head sharing the embedding matrix) are stored once; safetensors forbids aliases.
 
 This is the export format for sharing weights with any safetensors reader; a training run
-directory (config, tokenizer, optimizer state) is the job of ``attnlab.train.checkpoint``.
+directory (config, tokenizer, optimizer state) is the job of ``attnlab.checkpoint.save``.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import load_model, save_model
 from torch import nn
 
 from attnlab.checkpoint.atomic import atomic_write_with
@@ -46,8 +48,6 @@ def save_safetensors(
     to a temporary file and renamed into place (atomic). Extra string ``metadata`` is kept in the
     header.
     """
-    from safetensors.torch import save_model
-
     cfg = config if config is not None else getattr(model, "cfg", None)
     if not isinstance(cfg, ModelConfig):
         raise TypeError(
@@ -69,8 +69,6 @@ def save_safetensors(
 
 
 def _metadata(p: Path) -> dict[str, str]:
-    from safetensors import SafetensorError, safe_open
-
     if not p.is_file():
         raise CheckpointError(f"no safetensors file at {str(p)!r}")
     try:
@@ -124,8 +122,6 @@ def load_safetensors(path: str | os.PathLike, model: nn.Module | None = None) ->
     Missing or unexpected tensors and shape mismatches are CheckpointErrors naming the keys.
     Returns the model in eval mode.
     """
-    from safetensors.torch import load_model
-
     if model is None:
         model = build_model(read_safetensors_config(path))
     elif not Path(path).is_file():

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
+
 TYPES = ("char", "byte")
 
 
@@ -44,7 +46,6 @@ def hf_tokenizer(tokenizer: Any) -> Any | None:
     data = tokenizer.to_dict()
     if data.get("type") not in TYPES:
         return None
-    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers
 
     specials = list(data["specials"])
     vocab = {tok: i for i, tok in enumerate(specials)}

@@ -29,6 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from attnlab.generate import GenerationConfig, generate
 from attnlab.lab.charts import bar_chart, curves_chart, save_chart
 from attnlab.lab.corpus import char_lm_config, text_windows, unigram_bigram
 from attnlab.lab.fit import FitConfig, eval_loss, fit, lm_loss
@@ -63,27 +64,17 @@ def prefix_loss(model: nn.Module, windows: torch.Tensor) -> float:
     return total / count
 
 
-@torch.no_grad()
 def continue_text(
-    model: nn.Module,
-    prompt: torch.Tensor,
-    n: int,
-    context: int,
-    temperature: float,
-    gen: torch.Generator,
+    model: nn.Module, prompt: torch.Tensor, n: int, temperature: float, gen: torch.Generator
 ) -> list[int]:
-    """Generate ``n`` characters after ``prompt`` (1-D ids) one at a time, the model fed only
-    the text so far (the last ``context`` characters); temperature 0 = greedy."""
-    model.eval()
-    ids = prompt.tolist()
-    for _ in range(n):
-        logits = model(torch.tensor([ids[-context:]])).logits[0, -1]  # (V,)
-        if temperature == 0:
-            ids.append(int(logits.argmax()))
-        else:
-            probs = (logits / temperature).softmax(-1)
-            ids.append(int(torch.multinomial(probs, 1, generator=gen)))
-    return ids[len(prompt) :]
+    """Generate ``n`` characters after ``prompt`` (1-D ids) with ``attnlab.generate``, the model
+    fed only the text so far (its last ``max_len`` characters) at each step: no KV cache, so the
+    unmasked arm sees exactly the prefix; temperature 0 = greedy, else a seed drawn from ``gen``."""
+    seed = int(torch.randint(2**31 - 1, (), generator=gen)) if temperature else None
+    config = GenerationConfig(
+        max_new_tokens=n, temperature=temperature, use_cache=False, seed=seed, stop_token_ids=()
+    )
+    return generate(model, [prompt.tolist()], config).tokens[0]
 
 
 def train_job(job: tuple) -> dict:
@@ -99,7 +90,7 @@ def train_job(job: tuple) -> dict:
     prompts = [val[i, :24] for i in range(3)]
     n_new = 80 if quick else 160
     samples = {
-        name: [continue_text(model, p, n_new, context, temp, gen) for p in prompts]
+        name: [continue_text(model, p, n_new, temp, gen) for p in prompts]
         for name, temp in (("greedy", 0.0), ("tau 0.8", 0.8))
     }
     return {

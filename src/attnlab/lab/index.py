@@ -11,8 +11,8 @@ import json
 import os
 from pathlib import Path
 
+from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.lab.report import DATA_FILE, format_cell
-from attnlab.train.atomic import atomic_write_text
 
 INDEX_FILE = "README.md"
 

@@ -28,7 +28,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from attnlab.bench.machine import load_average
 from attnlab.config import ModelConfig
 from attnlab.lab.charts import save_chart, seeds_chart
 from attnlab.lab.fit import lm_loss
@@ -36,6 +35,7 @@ from attnlab.lab.registry import experiment
 from attnlab.lab.report import Report, Table, outcome, spread, spread_text
 from attnlab.lab.seeds import bands, seed_list
 from attnlab.models import build_model
+from attnlab.runtime import load_average
 
 VOCAB = 64
 FUSED, LOOP, TF = "RNN LM, torch.nn.RNN (fused)", "RNN LM, attnlab (loop over t)", "Transformer LM"

@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-from attnlab.bench.machine import cpu_model, load_average
+from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.errors import UserError
-from attnlab.train.atomic import atomic_write_text
+from attnlab.runtime import cpu_model, load_average
 
 VERDICTS = ("held", "did not hold", "mixed", "inconclusive")
 REPORT_FILE = "README.md"

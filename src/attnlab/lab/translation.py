@@ -74,8 +74,8 @@ from attnlab.lab.charts import save_chart, seeds_chart
 from attnlab.lab.registry import experiment
 from attnlab.lab.report import Competence, FigureRef, Report, Table, outcome, spread, spread_text
 from attnlab.lab.seeds import run_arms, start_seeds
+from attnlab.runtime import cpu_has_native_bf16
 from attnlab.train import RunConfig, TrainConfig, TrainingDiverged, train
-from attnlab.train.distributed import cpu_has_native_bf16
 from attnlab.viz import attention_maps, plot_alignment, plot_attention, read_metrics
 
 DEFAULT_DATA = Path("..") / "shared" / "data" / "multi30k"
@@ -319,7 +319,7 @@ def translate(model: Any, tok: Any, sources: list[str], beams: int, batch: int =
 
 def bleu_scores(hyps: list[str], refs: list[str]) -> dict[str, float]:
     """sacreBLEU (cased, detokenised, 13a), chrF, and lower-cased 13a-tokenised BLEU."""
-    import sacrebleu
+    import sacrebleu  # slow import: only for BLEU/chrF
 
     return {
         "bleu": sacrebleu.corpus_bleu(hyps, [refs]).score,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -16,17 +17,29 @@ def build_model(cfg: ModelConfig, fast: bool | None = None) -> nn.Module:
 
     ``fast`` (default ``cfg.fast``) runs a Transformer on the engine of ``attnlab.fast``: the
     same parameters and function, with the engine's drop-in modules. Recurrent families have
-    no fast form and are built as they are.
+    no fast form and are built as they are. The engine plugs in from above (:func:`plug_engine`);
+    ``models`` never imports it.
     """
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"build_model needs a ModelConfig, got {type(cfg).__name__}")
     check_model_memory(cfg)
     model = _build(cfg)
     if cfg.fast if fast is None else fast:
-        from attnlab.fast import accelerate
-
-        accelerate(model)
+        if _engine is None:
+            raise RuntimeError("build_model(fast=True) needs the engine: import attnlab.fast")
+        _engine(model)
     return model
+
+
+# The engine's ``accelerate``, set by ``attnlab.fast`` when it is imported (``import attnlab``
+# imports it): the engine sits above the models and plugs itself in.
+_engine: Callable[[nn.Module], nn.Module] | None = None
+
+
+def plug_engine(accelerate: Callable[[nn.Module], nn.Module]) -> None:
+    """Make ``build_model(..., fast=True)`` put its models on ``accelerate`` (``attnlab.fast``)."""
+    global _engine
+    _engine = accelerate
 
 
 # kind -> (module, class): imported on demand, so a model family costs nothing until it is used.

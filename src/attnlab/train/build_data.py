@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from attnlab.checkpoint.atomic import atomic_write_json
 from attnlab.data import (
     CLASSIFICATION_TASKS,
     TASKS,
@@ -38,7 +39,6 @@ from attnlab.data import (
     train_tokenizer,
 )
 from attnlab.errors import DataError, UserError
-from attnlab.train.atomic import atomic_write_json
 from attnlab.train.task_data import LabelData, LMData, PairData, TaskData
 
 VAL_SEED_OFFSET = 1_000_003

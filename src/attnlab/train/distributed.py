@@ -21,6 +21,7 @@ import torch
 import torch.distributed as dist
 
 from attnlab.errors import ConfigError
+from attnlab.runtime import cpu_has_native_bf16
 
 
 class DistInfo(NamedTuple):
@@ -86,17 +87,6 @@ def autocast_dtype(dtype: str, device: torch.device) -> torch.dtype | None:
             stacklevel=2,
         )
     return torch.bfloat16
-
-
-def cpu_has_native_bf16() -> bool:
-    """Whether oneDNN runs bfloat16 matmuls natively here (AVX-512 BF16 or AMX).
-
-    Without it CPU bf16 autocast emulates the arithmetic and is slower than fp32.
-    """
-    try:
-        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
-    except (AttributeError, RuntimeError):
-        return False
 
 
 def init_distributed(device_name: str) -> tuple[DistInfo, torch.device]:

@@ -14,11 +14,13 @@ import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
+from attnlab.data.textfiles import read_text
 from attnlab.errors import CheckpointError, DataError
+from attnlab.interop.loading import load_checkpoint
 from attnlab.train.build_data import build_task_data
-from attnlab.train.checkpoint import load_checkpoint
 from attnlab.train.distributed import resolve_device
 from attnlab.train.evaluate import EvalResult, evaluate
+from attnlab.train.masked_lm_eval import masked_lm_metrics
 from attnlab.train.run_config import TrainConfig
 from attnlab.train.setup import KINDS_FOR_TASK
 
@@ -120,9 +122,6 @@ def evaluate_checkpoint(
 
 def _evaluate_masked_lm(ckpt, data, batch_size, max_batches) -> CheckpointEvaluation:
     """Masked-LM loss of a text file (``attnlab.train.masked_lm_eval``)."""
-    from attnlab.data.textfiles import read_text
-    from attnlab.train.masked_lm_eval import masked_lm_metrics
-
     if data is None:
         raise DataError(
             f"{str(ckpt.path)!r} holds a masked language model (BERT); give the text to score "

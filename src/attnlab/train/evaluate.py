@@ -2,8 +2,8 @@
 
 * loss: the mean negative log-likelihood per target (nats), ppl = exp(loss) (000, 003).
 * exact match (generated seq2seq tasks and pair files): the share of sources whose *greedy*
-  decoding equals the reference exactly. Greedy decoding here uses only the Seq2SeqModel
-  interface (``encode``, ``new_cache``, ``decode``), as ``train`` must not import ``generate``:
+  decoding equals the reference exactly, decoded by the one decode loop of ``attnlab.generate``
+  (``train`` sits above it):
 
       y_l = argmax_v p(v | y_{<l}, x),  y_0 = <bos>,  stop at <eos> or after ``max_new_tokens``.
 
@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor, nn
 
+from attnlab.generate import GenerationConfig, generate_seq2seq_padded
 from attnlab.models.base import Seq2SeqModel
 from attnlab.train.objectives import batch_loss, move_batch
 
@@ -51,27 +52,22 @@ def greedy_decode(
     eos_id: int,
     max_new_tokens: int,
 ) -> list[list[int]]:
-    """Greedy outputs of a batch of sources (src (B, S), src_mask (B, S) True = real token).
+    """Greedy outputs of a batch of sources (src (B, S), src_mask (B, S) True = real token),
+    decoded by the one decode loop, :func:`attnlab.generate.generate_seq2seq_padded`.
 
     Returns one id list per row, without <bos> and cut before the first <eos>.
     """
     if max_new_tokens <= 0:
         raise ValueError(f"max_new_tokens={max_new_tokens} must be positive")
-    encoded = model.encode(src, src_mask)
-    cache = model.new_cache(encoded, max_new_tokens)
-    b = src.size(0)
-    token = torch.full((b, 1), bos_id, dtype=torch.long, device=src.device)  # (B, 1)
-    done = torch.zeros(b, dtype=torch.bool, device=src.device)
-    steps = []
-    for _ in range(max_new_tokens):
-        logits = model.decode(token, encoded, cache=cache).logits[:, -1]  # (B, V)
-        token = logits.argmax(dim=-1, keepdim=True)  # (B, 1)
-        steps.append(token)
-        done |= token.squeeze(1) == eos_id
-        if bool(done.all()):
-            break
-    out = torch.cat(steps, dim=1).tolist()  # (B, L)
-    return [row[: row.index(eos_id)] if eos_id in row else row for row in out]
+    if src_mask is None:
+        src_mask = torch.ones_like(src, dtype=torch.bool)  # (B, S): every token real
+    config = GenerationConfig(
+        max_new_tokens=max_new_tokens,
+        temperature=0.0,
+        bos_token_id=bos_id,
+        stop_token_ids=(eos_id,),
+    )
+    return generate_seq2seq_padded(model, src, src_mask, config).tokens
 
 
 def decode_limit(model: nn.Module, data: Any) -> int:
@@ -204,7 +200,7 @@ def _classify_batch(model: nn.Module, data: Any, batch: Any, offset: int) -> lis
 
 def text_scores(predictions: list[Prediction], prefix: str = "val") -> dict[str, float]:
     """Corpus BLEU and chrF (sacrebleu defaults: 13a tokenisation, chrF with n=6, beta=2)."""
-    import sacrebleu
+    import sacrebleu  # slow import: only for BLEU/chrF
 
     hyps = [p.prediction for p in predictions]
     refs = [[p.target for p in predictions]]

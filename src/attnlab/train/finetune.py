@@ -28,6 +28,7 @@ from torch import nn
 
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
+from attnlab.interop.loading import load_checkpoint
 
 ENCODER_KINDS = ("encoder", "masked_lm", "classifier")
 _NEW_IN_CLASSIFIER = ("head.", "encoder.pooler.")  # may start from the run's initialisation
@@ -43,7 +44,7 @@ def parse_freeze(spec: str) -> tuple[bool, int]:
         elif part.isdigit():
             layers = int(part)
         else:
-            from attnlab.train.run_config import ConfigValueError
+            from attnlab.train.run_config import ConfigValueError  # run_config imports us
 
             raise ConfigValueError(
                 f"train.freeze={spec!r}: {part!r} is neither 'embeddings' nor a number of layers; "
@@ -54,8 +55,6 @@ def parse_freeze(spec: str) -> tuple[bool, int]:
 
 def load_init(cfg: Any) -> Any:
     """The pretrained model of ``cfg.init_from`` (at ``cfg.init_revision``) as a Checkpoint."""
-    from attnlab.train.checkpoint_load import load_checkpoint
-
     try:
         found = load_checkpoint(cfg.init_from, revision=cfg.init_revision)
     except CheckpointError as err:

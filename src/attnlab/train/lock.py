@@ -21,8 +21,8 @@ import warnings
 from collections.abc import Iterator
 from pathlib import Path
 
+from attnlab.checkpoint.atomic import ensure_writable_dir, storage_error
 from attnlab.errors import UserError
-from attnlab.train.atomic import ensure_writable_dir, storage_error
 
 LOCK_FILE = ".attnlab-lock"
 

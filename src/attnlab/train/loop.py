@@ -34,10 +34,11 @@ import torch
 from torch import nn
 
 from attnlab.budget import check_allocation
+from attnlab.checkpoint import best_checkpoint, restore_training, save_checkpoint
+from attnlab.checkpoint.atomic import atomic_write_text
+from attnlab.checkpoint.state import restore_rng_state
 from attnlab.errors import UserError
 from attnlab.models import build_model
-from attnlab.train.atomic import atomic_write_text
-from attnlab.train.checkpoint import best_checkpoint, restore_training, save_checkpoint
 from attnlab.train.distributed import (
     DistInfo,
     autocast_dtype,
@@ -55,7 +56,6 @@ from attnlab.train.report import progress_bar as make_progress_bar
 from attnlab.train.run_config import RunConfig, dump_toml
 from attnlab.train.setup import RunSetup, prepare_run
 from attnlab.train.signals import EXIT_CODES, GracefulStop
-from attnlab.train.state import restore_rng_state
 from attnlab.train.step import StepParts, StepStats, step_seed, train_step
 
 __all__ = ["TrainResult", "TrainingDiverged", "step_seed", "train"]

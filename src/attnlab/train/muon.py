@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from attnlab.train.distributed import cpu_has_native_bf16
+from attnlab.runtime import cpu_has_native_bf16
 
 # The quintic's coefficients: chosen to maximise the slope at zero (Jordan et al. 2024), so a few
 # steps map every singular value into roughly [0.7, 1.2] rather than converging exactly to 1.

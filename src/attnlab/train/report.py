@@ -31,8 +31,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tqdm.auto import tqdm
+
+from attnlab.checkpoint.atomic import atomic_write_bytes, atomic_write_text, storage_errors
 from attnlab.errors import ConfigError
-from attnlab.train.atomic import atomic_write_bytes, atomic_write_text, storage_errors
 
 METRICS_FILE, CSV_FILE, PLOT_FILE = "metrics.jsonl", "metrics.csv", "loss.png"
 TASK_METRICS = ("exact_match", "accuracy", "bleu", "chrf")
@@ -112,10 +114,10 @@ def plot_loss(
     records: Iterable[dict[str, Any]], path: str | os.PathLike, title: str | None = None
 ) -> Path:
     """Loss curves (train, validation) and the task metric, written atomically as a PNG."""
-    import matplotlib
+    import matplotlib  # heavy: only when drawing
 
     matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure
+    from matplotlib.figure import Figure  # heavy: only when drawing
 
     records = list(records)
     metric_keys = sorted(
@@ -211,7 +213,7 @@ class WandbLog:
 
     def __init__(self, run_dir: Path, config: dict[str, Any], resumed: bool):
         try:
-            import wandb
+            import wandb  # optional extra: train --wandb
         except ImportError:
             raise ConfigError(
                 "wandb=true needs the wandb package, which is not installed; install it "
@@ -272,7 +274,7 @@ class TensorBoard:
 
     def __init__(self, log_dir: str | os.PathLike):
         try:
-            from torch.utils.tensorboard import SummaryWriter
+            from torch.utils.tensorboard import SummaryWriter  # optional extra
         except ImportError:
             raise ConfigError(
                 "tensorboard=true needs the tensorboard package, which is not installed; "
@@ -292,8 +294,6 @@ class TensorBoard:
 def progress_bar(total: int, initial: int, enabled: bool) -> Any:
     """A tqdm bar on stderr showing the step, loss, tokens/s and ETA in a terminal; elsewhere (a
     log file, a batch job) :class:`ProgressLines`."""
-    from tqdm.auto import tqdm
-
     if enabled and not sys.stderr.isatty():
         return ProgressLines(total, initial)
     show = enabled and sys.stderr.isatty()

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.config import ModelConfig
+from attnlab.data import TASKS
 from attnlab.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -176,7 +177,7 @@ class TrainConfig:
             if not getattr(self, name).strip():
                 _bad(name, getattr(self, name), "must not be empty")
         if self.freeze:
-            from attnlab.train.finetune import parse_freeze
+            from attnlab.train.finetune import parse_freeze  # finetune imports this module
 
             parse_freeze(self.freeze)
         metrics = metric_names(self.task, self.data)
@@ -210,8 +211,6 @@ class TrainConfig:
 
 def metric_names(task: str, data: str) -> tuple[str, ...]:
     """The validation metrics training records for ``task`` (attnlab.train.evaluate)."""
-    from attnlab.data import TASKS
-
     if task == "classify":
         return ("val_loss", "val_accuracy")
     if task == "lm":

@@ -30,15 +30,23 @@ import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from attnlab.checkpoint.atomic import ensure_writable_dir
+from attnlab.checkpoint.load import (
+    Checkpoint,
+    check_resumable,
+    load_checkpoint,
+    load_fallback,
+    report_unfinished,
+)
+from attnlab.checkpoint.rundir import _step_of, damage_of, latest_checkpoint, step_dirs
 from attnlab.config import LM_KINDS, SEQ2SEQ_KINDS, ModelConfig
 from attnlab.errors import CheckpointError, ConfigError, UserError
 from attnlab.models.build import check_model_memory
-from attnlab.train.atomic import ensure_writable_dir
 from attnlab.train.build_data import build_task_data
-from attnlab.train.checkpoint import Checkpoint, latest_checkpoint, load_checkpoint
-from attnlab.train.checkpoint_dir import _step_of, damage_of, step_dirs
-from attnlab.train.checkpoint_load import check_resumable, load_fallback, report_unfinished
 from attnlab.train.distributed import DistInfo, barrier
+from attnlab.train.finetune import init_model_config, initial_weights, load_init
+from attnlab.train.lock import LOCK_FILE
+from attnlab.train.run_config import load_toml
 from attnlab.train.task_data import TaskData
 
 KINDS_FOR_TASK = {"lm": LM_KINDS, "seq2seq": SEQ2SEQ_KINDS, "classify": ("classifier",)}
@@ -187,9 +195,6 @@ def check_fresh_dir(run_dir: Path, run_config: Any, overwrite: bool) -> None:
     missing, empty, or an attnlab run of the same config (e.g. one killed before its first
     checkpoint). Anything else is an error, unless ``overwrite`` (the run's own files are then
     replaced; other files are left alone)."""
-    from attnlab.train.lock import LOCK_FILE
-    from attnlab.train.run_config import load_toml
-
     if overwrite or not run_dir.is_dir():
         return
     entries = sorted(p.name for p in run_dir.iterdir() if p.name != LOCK_FILE)
@@ -292,8 +297,6 @@ def prepare_run(
     labels = ckpt.labels if ckpt is not None else None
     pretrained = None
     if ckpt is None and cfg.init_from:
-        from attnlab.train.finetune import load_init
-
         pretrained = load_init(cfg)
         tokenizer = pretrained.tokenizer
 
@@ -310,8 +313,6 @@ def prepare_run(
         data = build(False)
     weights = None
     if pretrained is not None:
-        from attnlab.train.finetune import init_model_config, initial_weights
-
         model_cfg = init_model_config(pretrained, cfg.task, data)
         weights = initial_weights(pretrained, model_cfg)
     elif cfg.init_from:  # a resumed fine-tuning run: config.toml holds the model it started with

@@ -19,7 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from attnlab.train.atomic import atomic_write_bytes
+from attnlab.checkpoint.atomic import atomic_write_bytes
 
 MAX_INCHES = 22.0  # no figure grows beyond this on either side, however long the sequence
 SAVE_FORMATS = ("png", "pdf", "svg")

@@ -17,6 +17,8 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from attnlab.generate.config import GenerationConfig
+from attnlab.generate.seq2seq import generate_seq2seq
 from attnlab.models.base import Classifier, LanguageModel, LayerAttention, Seq2SeqModel
 from attnlab.models.encoder import TransformerEncoder
 from attnlab.models.masked_lm import MaskedLM
@@ -152,9 +154,6 @@ def model_attention_figures(
 
 def _greedy(model: Seq2SeqModel, tokenizer: Any, ids: list[int]) -> list[int]:
     """The greedy output of ``model`` for one source (attnlab.generate, temperature 0)."""
-    from attnlab.generate.config import GenerationConfig
-    from attnlab.generate.seq2seq import generate_seq2seq
-
     window = model.max_len if model.max_len is not None else 128
     config = GenerationConfig(max_new_tokens=max(1, min(window - 1, 128)), temperature=0.0)
     return list(generate_seq2seq(model, [ids], config, tokenizer=tokenizer).tokens[0])

@@ -2,7 +2,7 @@
 
 Every file read is checked against the sizes and CRC-32 checksums in ``manifest.json``; any problem
 is a CheckpointError naming the file and what to do about it. The on-disk layout is described in
-:mod:`attnlab.train.checkpoint`, which writes it.
+:mod:`attnlab.checkpoint.save`, which writes it.
 """
 
 from __future__ import annotations
@@ -20,9 +20,7 @@ import safetensors
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import ModelConfig
-from attnlab.errors import CheckpointError, UserError
-from attnlab.train.checkpoint_dir import (
+from attnlab.checkpoint.rundir import (
     CONFIG,
     FORMAT,
     FORMAT_VERSION,
@@ -38,7 +36,11 @@ from attnlab.train.checkpoint_dir import (
     list_checkpoints,
     newer_than,
 )
-from attnlab.train.state import optimizer_state_from_tensors, scheduler_state_from_json
+from attnlab.checkpoint.state import optimizer_state_from_tensors, scheduler_state_from_json
+from attnlab.config import ModelConfig
+from attnlab.data import LabelSet, load_tokenizer
+from attnlab.errors import CheckpointError, UserError
+from attnlab.models import build_model
 
 
 class WrongKindError(CheckpointError):
@@ -225,9 +227,8 @@ def load_checkpoint(
     expect_kind: str | Sequence[str] | None = None,
     verify: bool = True,
     fallback: bool = True,
-    revision: str | None = None,
 ) -> Checkpoint:
-    """Load a checkpoint directory, or the latest checkpoint of a run directory.
+    """Load an attnlab checkpoint directory, or the latest checkpoint of a run directory.
 
     Builds the model from config.json, loads the weights (re-tying shared ones), the tokenizer
     and labels if saved, and ``train_state/state.json``. ``verify`` checks every file read
@@ -236,20 +237,15 @@ def load_checkpoint(
 
     Given a run directory (not one checkpoint), a latest checkpoint that fails these checks is
     skipped with a warning naming it and why, and the newest one that passes is loaded instead
-    (``fallback``); nothing on disk changes. A local Hugging Face model directory (a config.json
-    with a ``model_type``) loads through ``attnlab.interop.pretrained``, and so does a Hugging
-    Face hub id (at ``revision``) not shadowed by a local path (``attnlab.interop.hub``; ``~``
-    and ``$VARS`` expand).
+    (``fallback``); nothing on disk changes. Other formats (a single-file safetensors export, a
+    Hugging Face directory or hub id) load one floor up, through
+    :func:`attnlab.interop.load_checkpoint`, which reads these too.
     """
-    from attnlab.interop.hub import resolve_model_path
-
-    path = resolve_model_path(path, revision=revision)
-    if _is_hf_model_dir(path):
-        return _load_hf_dir(path, map_location)
-    if Path(path).is_file() and Path(path).suffix == ".safetensors":
-        found = _load_safetensors_export(Path(path), map_location)
-        if found is not None:
-            return found
+    if _is_hf_dir(Path(path)):
+        raise CheckpointError(
+            f"{str(path)!r} is a Hugging Face model directory, not an attnlab checkpoint; load it "
+            "with attnlab.interop.load_checkpoint"
+        )
     ckpt = _resolve(path)
     whole_run = ckpt != Path(path)  # a run directory (or a pointer) rather than one checkpoint
     if whole_run and fallback:
@@ -267,6 +263,15 @@ def load_checkpoint(
     return load_fallback(
         ckpt, error, lambda c: _load_one(c, map_location, expect_kind, verify), "using"
     )
+
+
+def _is_hf_dir(path: Path) -> bool:
+    """A directory whose config.json names a ``model_type`` and no attnlab format."""
+    try:
+        data = json.loads((path / CONFIG).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "model_type" in data and "format" not in data
 
 
 def report_unfinished(ckpt: Path, announce: bool = True) -> list[Path]:
@@ -321,9 +326,6 @@ def load_fallback(
 
 def _load_one(ckpt: Path, map_location: Any, expect_kind: Any, verify: bool) -> Checkpoint:
     """Load and check the one checkpoint directory ``ckpt`` (see :func:`load_checkpoint`)."""
-    from attnlab.data import LabelSet, load_tokenizer
-    from attnlab.models import build_model
-
     problem = damage_of(ckpt)
     if problem is not None:
         raise CheckpointError(
@@ -383,75 +385,6 @@ def _load_one(ckpt: Path, map_location: Any, expect_kind: Any, verify: bool) -> 
     train_state = _read_json(ckpt / STATE) if (ckpt / STATE).is_file() else None
     step = int((manifest or data).get("step", 0))
     return Checkpoint(model, config, tokenizer, train_state, step, ckpt, labels)
-
-
-def _is_hf_model_dir(path: str | os.PathLike) -> bool:
-    from attnlab.interop.pretrained import is_hf_model_dir
-
-    return Path(path).is_dir() and is_hf_model_dir(path)
-
-
-def _load_safetensors_export(path: Path, map_location: Any) -> Checkpoint | None:
-    """A single-file export (``attnlab export --format safetensors``: weights with the config,
-    tokenizer and labels in its metadata) as a Checkpoint; None for a safetensors file without
-    an attnlab config (e.g. the weights file of a checkpoint directory)."""
-    from attnlab.data import LabelSet, load_tokenizer
-    from attnlab.interop.safetensors_io import (
-        load_safetensors,
-        read_safetensors_config,
-        read_safetensors_labels,
-        read_safetensors_tokenizer,
-    )
-
-    try:
-        config = read_safetensors_config(path)
-    except (CheckpointError, ValueError, TypeError, OSError):
-        return None
-    model = load_safetensors(path)
-    check_finite(dict(model.state_dict()), path, OTHER_COPY)
-    tok = read_safetensors_tokenizer(path)
-    labels = read_safetensors_labels(path)
-    try:
-        model.to(map_location)
-    except (RuntimeError, AssertionError, ValueError) as err:
-        raise UserError(f"cannot place the model on {str(map_location)!r} ({err})") from None
-    return Checkpoint(
-        model,
-        config,
-        load_tokenizer(tok) if tok else None,
-        None,
-        0,
-        path,
-        LabelSet.from_dict(labels) if labels else None,
-    )
-
-
-def _load_hf_dir(path: str | os.PathLike, map_location: str | torch.device) -> Checkpoint:
-    """A local Hugging Face model directory (GPT-2, Llama family, BERT) as a Checkpoint, so every
-    command that reads checkpoints reads these too (``attnlab.interop.pretrained``)."""
-    from attnlab.data import LabelSet
-    from attnlab.interop.pretrained import load_pretrained
-
-    found = load_pretrained(path)
-    check_finite(dict(found.model.state_dict()), Path(path), OTHER_COPY)  # no silent NaN metrics
-    tokenizer = found.tokenizer
-    own = Path(path) / "attnlab_tokenizer.json"  # a char/byte tokenizer exported by attnlab
-    if tokenizer is None and own.is_file():
-        from attnlab.data import load_tokenizer
-
-        try:
-            tokenizer = load_tokenizer(own)
-        except (ValueError, KeyError, TypeError) as err:
-            raise CheckpointError(f"{str(own)!r} is not a valid tokenizer: {err}") from None
-    try:
-        found.model.to(map_location)
-    except (RuntimeError, AssertionError, ValueError) as err:
-        raise UserError(
-            f"cannot place the model on {str(map_location)!r} ({err}); choose a device this "
-            "machine has, e.g. 'cpu'"
-        ) from None
-    labels = LabelSet(found.labels) if found.labels else None
-    return Checkpoint(found.model, found.config, tokenizer, None, 0, found.path, labels)
 
 
 def check_same_model(checkpoint: Checkpoint, config: ModelConfig) -> None:

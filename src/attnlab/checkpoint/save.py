@@ -11,7 +11,7 @@ A checkpoint is a directory that loads on its own, with no pickle anywhere::
             tokenizer.json          Tokenizer.to_dict(), reloaded with attnlab.data.load_tokenizer
             labels.json             class names (classifiers only)
             train_state/
-                optimizer.safetensors   optimizer buffers (attnlab.train.state)
+                optimizer.safetensors   optimizer buffers (attnlab.checkpoint.state)
                 state.json              step, scheduler, RNG states, train config, metrics, extra
             manifest.json           size and CRC-32 of every file above; written last
 
@@ -26,10 +26,10 @@ safetensors convention (``save_file`` refuses shared memory) is to store it once
 saved under its first name and the other names are listed in the file's metadata
 (``attnlab.aliases``); ``build_model`` re-ties the fresh model and loading fills the aliases.
 
-Code. This module writes checkpoints; :mod:`attnlab.train.checkpoint_load` reads them back
-(verifying every file against the manifest) and :mod:`attnlab.train.checkpoint_dir` keeps the run
+Code. This module writes checkpoints; :mod:`attnlab.checkpoint.load` reads them back
+(verifying every file against the manifest) and :mod:`attnlab.checkpoint.rundir` keeps the run
 directory (pointers, listing, retention, cleanup after crashes). Every public name of the three is
-importable from here.
+importable from :mod:`attnlab.checkpoint`.
 """
 
 from __future__ import annotations
@@ -48,16 +48,15 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.config import ModelConfig
-from attnlab.errors import CheckpointError
-from attnlab.train.atomic import (
+from attnlab.checkpoint.atomic import (
     atomic_write_text,
     ensure_writable_dir,
     fsync_dir,
     storage_errors,
     write_synced,
 )
-from attnlab.train.checkpoint_dir import (
+from attnlab.checkpoint.load import _check_vocab
+from attnlab.checkpoint.rundir import (
     BEST,
     CHECKPOINTS,
     CONFIG,
@@ -76,35 +75,19 @@ from attnlab.train.checkpoint_dir import (
     _is_ours,
     _place_dir,
     _retain,
-    best_checkpoint,
-    latest_checkpoint,
-    list_checkpoints,
 )
-from attnlab.train.checkpoint_load import (
-    Checkpoint,
-    _check_vocab,
-    check_same_model,
-    load_checkpoint,
-    read_config,
-    restore_training,
-)
-from attnlab.train.state import (
+from attnlab.checkpoint.state import (
     capture_rng_state,
     optimizer_state_to_tensors,
     scheduler_state_to_json,
     write_safetensors,
 )
+from attnlab.config import ModelConfig
+from attnlab.errors import CheckpointError
+from attnlab.models import build_model
 
 __all__ = [
-    "Checkpoint",
-    "best_checkpoint",
-    "check_same_model",
-    "latest_checkpoint",
-    "list_checkpoints",
-    "load_checkpoint",
     "model_tensors",
-    "read_config",
-    "restore_training",
     "save_checkpoint",
     "save_inference_checkpoint",
     "unwrap_model",
@@ -142,8 +125,6 @@ def check_model_fits_config(model: nn.Module, config: ModelConfig) -> None:
     """A ValueError unless ``model``'s tensors are those ``build_model(config)`` makes (names and
     shapes, compared with a copy built on the meta device): a checkpoint whose config.json
     describes another model could never be loaded back."""
-    from attnlab.models import build_model
-
     with torch.device("meta"):
         expected = {
             k: tuple(t.shape) for k, t in build_model(config, fast=False).state_dict().items()
@@ -175,8 +156,9 @@ def _write_checkpoint_files(
 ) -> None:
     """Write every file of a checkpoint into the (new, empty) directory ``tmp``, fsynced.
 
-    Tensors stream from memory to disk (:func:`~attnlab.train.state.write_safetensors`), not via
-    ``safetensors.torch.save_file``, which neither avoids a full copy nor reports a full disk.
+    Tensors stream from memory to disk (:func:`~attnlab.checkpoint.state.write_safetensors`),
+    not via ``safetensors.torch.save_file``, which neither avoids a full copy nor reports a full
+    disk.
     """
     entries: dict[str, dict[str, Any]] = {}
 
@@ -229,9 +211,9 @@ def save_checkpoint(
 
     Captures the RNG states now (``extra_state["rng"]`` overrides, e.g. gathered per rank); the
     caller restores them last on resume. ``extra_state`` (JSON: epoch, data position, ...) comes
-    back from :func:`restore_training`. Afterwards ``latest`` names this checkpoint, ``best`` the
-    one with the best ``metric`` so far, and all but the newest ``keep_last`` (0 = keep all),
-    the latest and the best are deleted.
+    back from :func:`~attnlab.checkpoint.load.restore_training`. Afterwards ``latest`` names this
+    checkpoint, ``best`` the one with the best ``metric`` so far, and all but the newest
+    ``keep_last`` (0 = keep all), the latest and the best are deleted.
     """
     if not isinstance(config, ModelConfig):
         raise TypeError(f"config must be a ModelConfig, got {type(config).__name__}")

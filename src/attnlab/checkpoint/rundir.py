@@ -1,6 +1,6 @@
 """The run's ``checkpoints/`` directory: file names, pointers, listing, retention, cleanup.
 
-The layout and the crash-safety argument are described in :mod:`attnlab.train.checkpoint`, which
+The layout and the crash-safety argument are described in :mod:`attnlab.checkpoint.save`, which
 writes the checkpoints. This module holds the names of the files and directories described there
 and the bookkeeping around complete checkpoints: placing a finished ``.tmp-*`` directory with one
 atomic rename, reading the ``latest`` and ``best`` pointers, listing complete ``step_*``
@@ -18,8 +18,8 @@ import shutil
 import warnings
 from pathlib import Path
 
+from attnlab.checkpoint.atomic import fsync_dir
 from attnlab.errors import CheckpointError
-from attnlab.train.atomic import fsync_dir
 
 FORMAT = "attnlab-checkpoint"
 FORMAT_VERSION = 1

@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from attnlab.checkpoint.atomic import storage_errors
 from attnlab.errors import CheckpointError
-from attnlab.train.atomic import storage_errors
 
 _TAGS = ("__tensor__", "__tuple__", "__dict__")
 
