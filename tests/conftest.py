@@ -1,9 +1,15 @@
-"""Shared fixtures: a fixed seed for every test, thread settings, tiny configs."""
+"""Shared fixtures: a fixed seed for every test, thread settings, tiny configs.
+
+The tests mirror the source (tests/nn/ for attnlab.nn, tests/train/ for attnlab.train, ...); the
+helpers they share (tiny_configs, hf_dirs, explore_models, oracle_params) live here at the top,
+which is put on sys.path for every test module.
+"""
 
 from __future__ import annotations
 
 import os
 import random
+import sys
 
 import numpy as np
 import pytest
@@ -12,6 +18,8 @@ import torch
 # Tests use tiny tensors, where threads cost more than they give; two xdist workers share two
 # cores, so one intra-op thread each also avoids oversubscription.
 torch.set_num_threads(1)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the shared helpers
 
 # Tests never reach the network: a name that looks like a Hugging Face hub id (a relative path
 # that does not exist, say) is looked up in the local cache only, here and in subprocesses.

@@ -15,7 +15,7 @@ import pytest
 
 from attnlab.lab.report import VERDICTS, Competence, Report, Table, gate, overlap, spread_text
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "experiments"
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "experiments"
 REPORTS = sorted(DOCS.glob("*/report.json"))
 MIN_SEEDS = 3
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "cuda_bench.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "cuda_bench.py"
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:

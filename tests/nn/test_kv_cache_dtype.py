@@ -159,7 +159,7 @@ def test_unsupported_cache_dtypes_and_models_name_what_is_supported():
 def test_cli_kv_cache_option(tmp_path, capsys):
     from attnlab.cli import build_parser
     from attnlab.errors import ConfigError
-    from test_generate_cli import save
+    from saved_models import save
 
     save(tmp_path, "decoder_lm", "decoder_lm")
     save(tmp_path, "rnn_lm", "rnn_lm")

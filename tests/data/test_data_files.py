@@ -71,7 +71,7 @@ def test_parallel_line_counts_must_match(tmp_path):
 
 
 def test_multi30k_validation_split_if_present():
-    root = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data", "multi30k")
+    root = os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "multi30k")
     if not os.path.exists(os.path.join(root, "val.de")):
         pytest.skip("multi30k not present")
     pairs = read_parallel(os.path.join(root, "val.de"), os.path.join(root, "val.en"))

@@ -8,35 +8,10 @@ import pytest
 import torch
 
 from attnlab import reference as ref
-from attnlab.config import ModelConfig
 from attnlab.models.base import Encoded, Seq2SeqModel
-from attnlab.models.build import build_model
 from attnlab.models.lstm_seq2seq import LSTMSeq2Seq, source_order
 from attnlab.nn.recurrent import RecurrentCache
-
-V_SRC, V_TGT, D = 9, 7, 4
-
-
-def _model(**changes) -> LSTMSeq2Seq:
-    settings = dict(
-        kind="lstm_seq2seq",
-        vocab_size=V_SRC,
-        tgt_vocab_size=V_TGT,
-        d_model=D,
-        n_layers=2,
-        rnn_attention="additive",
-        d_attn=3,
-    )
-    return build_model(ModelConfig(**{**settings, **changes})).eval()
-
-
-def _batch(b: int = 3, s: int = 6, t: int = 5):
-    src = torch.randint(1, V_SRC, (b, s))
-    mask = torch.ones(b, s, dtype=torch.bool)
-    mask[1, 4:] = False  # right padding
-    mask[2, :2] = False  # left padding
-    src[~mask] = 0
-    return src, mask, torch.randint(1, V_TGT, (b, t))
+from lstm_models import V_SRC, V_TGT, D, _batch, _model  # noqa: F401 - shared helpers
 
 
 # ------------------------------------------------------------------------- NumPy oracle

@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "nanogpt_race.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "nanogpt_race.py"
 STUB = """\
 import sys, time
 steps = int([a for a in sys.argv if a.startswith("--max_iters=")][-1].split("=")[1])

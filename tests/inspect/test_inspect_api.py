@@ -10,7 +10,7 @@ from torch import nn
 from attnlab import inspect
 from attnlab.errors import UserError
 from attnlab.nn.hooks import HookPoint
-from test_recurrent_seq2seq import _model as _recurrent_seq2seq
+from lstm_models import _model as _recurrent_seq2seq
 
 
 def _seq2seq():

@@ -14,7 +14,7 @@ from pathlib import Path
 from attnlab.bench.generation import build_pair
 from attnlab.bench.lm_train import TINY_SHAPES
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "decode_breakdown.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "decode_breakdown.py"
 
 
 def test_breakdown_times_every_layer_and_replays_the_same_logits():

@@ -18,7 +18,7 @@ from attnlab.explore.endpoints import dispatch
 from explore_models import TOK, tiny_model
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-NOTEBOOK = Path(__file__).resolve().parents[1] / "docs" / "attention_walkthrough.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "docs" / "attention_walkthrough.ipynb"
 
 
 def test_the_walkthrough_notebook_executes_cleanly(monkeypatch):

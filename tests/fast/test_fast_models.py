@@ -20,7 +20,7 @@ from attnlab.models import build_model
 from attnlab.nn.hooks import HookPoint
 
 TOL64 = {"rtol": 1e-10, "atol": 1e-10}
-NN = Path(__file__).resolve().parents[1] / "src" / "attnlab" / "nn"
+NN = Path(__file__).resolve().parents[2] / "src" / "attnlab" / "nn"
 
 
 def _right_padded(lengths: torch.Tensor) -> torch.Tensor:

@@ -14,8 +14,8 @@ from attnlab import reference as ref
 from attnlab.config import ModelConfig
 from attnlab.generate import GenerationConfig
 from attnlab.models.build import build_model
-from test_recurrent_seq2seq import V_SRC, D, _batch
-from test_recurrent_seq2seq import _model as _seq2seq
+from lstm_models import V_SRC, D, _batch
+from lstm_models import _model as _seq2seq
 
 
 def _rnn_lm(**changes):

@@ -19,7 +19,7 @@ from attnlab.cli import build_parser, main
 from attnlab.explore import Session, load
 from explore_models import TOK, tiny_model
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 @pytest.fixture(scope="module")

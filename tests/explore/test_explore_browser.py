@@ -36,7 +36,7 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-DOCS_IMAGES = Path(__file__).resolve().parents[1] / "docs" / "images" / "explorer"
+DOCS_IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images" / "explorer"
 # ATTNLAB_SCREENSHOTS=1 writes docs/explorer.md's images, from models trained for a few seconds
 # so that the maps show learned patterns; otherwise the same views of random-weight models.
 SHOOT = os.environ.get("ATTNLAB_SCREENSHOTS") == "1"

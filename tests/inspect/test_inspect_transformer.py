@@ -423,7 +423,7 @@ def test_the_worked_example_of_docs_inspect_runs(tmp_path, monkeypatch, capsys):
     from attnlab.checkpoint import save_inference_checkpoint
     from attnlab.data.tokenizers import CharTokenizer
 
-    doc = pathlib.Path(__file__).parents[1] / "docs" / "inspect.md"
+    doc = pathlib.Path(__file__).parents[2] / "docs" / "inspect.md"
     code = re.search(r"```python\n(# example\.py\n.*?)```", doc.read_text(), re.S).group(1)
     tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz")
     cfg = ModelConfig(kind="encoder_decoder", vocab_size=tok.vocab_size, d_model=8, n_heads=2,
