@@ -157,7 +157,7 @@ def check_resume_settings(
             f"match an uninterrupted one; keep the saved settings to continue exactly, pass "
             f"allow_changes=True to continue with the new settings, or train into a new out "
             f"directory",
-            fields=("allow_changes", "out"),
+            fields=(*(text.split(" ", 1)[0] for text in breaking), "allow_changes", "out"),
         )
     if announce and (breaking or harmless):
         warnings.warn(
