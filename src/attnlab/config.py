@@ -23,6 +23,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from attnlab.errors import ConfigValueError
+
 ModelKind = Literal[
     "decoder_lm", "encoder_decoder", "classifier", "encoder", "masked_lm", "rnn_lm", "lstm_seq2seq"
 ]
@@ -107,14 +109,16 @@ class ModelConfig:
         _check_types(self)
         for name, choices in _CHOICES.items():
             if getattr(self, name) not in choices:
-                raise ValueError(
-                    f"ModelConfig.{name}={getattr(self, name)!r} is not one of {list(choices)}"
+                raise ConfigValueError(
+                    f"ModelConfig.{name}={getattr(self, name)!r} is not one of {list(choices)}",
+                    fields=(name,),
                 )
         _positive(self, "vocab_size", "d_model", "n_heads", "n_layers", "max_len")
         if self.kind in TRANSFORMER_KINDS and self.d_head is None and self.d_model % self.n_heads:
-            raise ValueError(
+            raise ConfigValueError(
                 f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
-                f"(or set d_head explicitly); try n_heads in {_divisors(self.d_model)}"
+                f"(or set d_head explicitly); try n_heads in {_divisors(self.d_model)}",
+                fields=("d_model", "n_heads"),
             )
         for name in (
             "d_head",
@@ -129,69 +133,99 @@ class ModelConfig:
         ):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
-                raise ValueError(f"ModelConfig.{name}={value!r} must be a positive int or None")
+                raise ConfigValueError(
+                    f"ModelConfig.{name}={value!r} must be a positive int or None", fields=(name,)
+                )
         if not isinstance(self.n_token_types, int) or self.n_token_types < 0:
-            raise ValueError(
-                f"ModelConfig.n_token_types={self.n_token_types!r} must be an int >= 0"
+            raise ConfigValueError(
+                f"ModelConfig.n_token_types={self.n_token_types!r} must be an int >= 0",
+                fields=("n_token_types",),
             )
         for name in ("ffn_mult", "norm_eps", "rope_base", "rope_factor", "dropout"):
             _finite(self, name)
         for name in ("rope_low_freq_factor", "rope_high_freq_factor"):
             _finite(self, name)
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"ModelConfig.dropout={self.dropout} must be in [0, 1)")
+            raise ConfigValueError(
+                f"ModelConfig.dropout={self.dropout} must be in [0, 1)", fields=("dropout",)
+            )
         if not self.ffn_mult > 0 or self.ff_dim < 1:
-            raise ValueError(
+            raise ConfigValueError(
                 f"ModelConfig.ffn_mult={self.ffn_mult} must be > 0 and give a feed-forward width "
-                f"d_ff >= 1 (got d_ff={self.ff_dim})"
+                f"d_ff >= 1 (got d_ff={self.ff_dim})",
+                fields=("ffn_mult",),
             )
         if not self.norm_eps > 0:
-            raise ValueError(f"ModelConfig.norm_eps={self.norm_eps} must be > 0")
+            raise ConfigValueError(
+                f"ModelConfig.norm_eps={self.norm_eps} must be > 0", fields=("norm_eps",)
+            )
         if not self.rope_base > 1:
-            raise ValueError(f"ModelConfig.rope_base={self.rope_base} must be > 1")
+            raise ConfigValueError(
+                f"ModelConfig.rope_base={self.rope_base} must be > 1", fields=("rope_base",)
+            )
         if self.kind == "classifier" and (self.n_classes is None or self.n_classes < 2):
-            raise ValueError("a classifier needs n_classes >= 2")
+            raise ConfigValueError("a classifier needs n_classes >= 2", fields=("n_classes",))
         if self.positional == "rotary" and self.head_dim % 2:
-            raise ValueError(f"rotary positions need an even d_head, got {self.head_dim}")
+            raise ConfigValueError(
+                f"rotary positions need an even d_head, got {self.head_dim}",
+                fields=("d_head", "d_model", "n_heads"),
+            )
         if self.n_heads % self.kv_heads:
-            raise ValueError(
+            raise ConfigValueError(
                 f"n_heads={self.n_heads} must be a multiple of n_kv_heads={self.kv_heads} (each "
                 f"key/value head serves n_heads / n_kv_heads query heads); try n_kv_heads in "
-                f"{_divisors(self.n_heads)}"
+                f"{_divisors(self.n_heads)}",
+                fields=("n_heads", "n_kv_heads"),
             )
         gates = {"swiglu": ("silu",), "geglu": ("gelu", "gelu_tanh")}.get(self.ffn)
         if gates is not None and self.activation not in gates:
-            raise ValueError(
+            raise ConfigValueError(
                 f"ffn={self.ffn!r} gates with activation in {list(gates)}, got "
-                f"activation={self.activation!r}; set activation={gates[0]!r}"
+                f"activation={self.activation!r}; set activation={gates[0]!r}",
+                fields=("ffn", "activation"),
             )
         if self.rope_scaling != "none" and not self.rope_factor > 0:
-            raise ValueError(f"ModelConfig.rope_factor={self.rope_factor} must be > 0")
+            raise ConfigValueError(
+                f"ModelConfig.rope_factor={self.rope_factor} must be > 0", fields=("rope_factor",)
+            )
         if self.rope_scaling == "llama3" and self.rope_original_max_len is None:
-            raise ValueError("rope_scaling='llama3' needs rope_original_max_len (the context L)")
+            raise ConfigValueError(
+                "rope_scaling='llama3' needs rope_original_max_len (the context L)",
+                fields=("rope_original_max_len",),
+            )
         if self.attn_window is not None and self.kind != "decoder_lm":
-            raise ValueError(
+            raise ConfigValueError(
                 f"attn_window={self.attn_window} (sliding-window causal attention) applies to "
-                f"decoder-only LMs, not kind={self.kind!r}"
+                f"decoder-only LMs, not kind={self.kind!r}",
+                fields=("attn_window", "kind"),
             )
         if self.norm_placement == "sandwich" and self.kind != "decoder_lm":
-            raise ValueError(
+            raise ConfigValueError(
                 "norm_placement='sandwich' (Gemma's norms around each sublayer) applies to "
-                f"decoder-only LMs, not kind={self.kind!r}; use 'pre' or 'post'"
+                f"decoder-only LMs, not kind={self.kind!r}; use 'pre' or 'post'",
+                fields=("norm_placement", "kind"),
             )
         if self.positional == "alibi" and self.kind in RECURRENT_KINDS:
-            raise ValueError("positional='alibi' applies to Transformer models only")
+            raise ConfigValueError(
+                "positional='alibi' applies to Transformer models only", fields=("positional",)
+            )
         if self.pooler and (
             self.kind not in ("encoder", "classifier", "masked_lm") or self.pooling != "cls"
         ):
-            raise ValueError(
+            raise ConfigValueError(
                 "pooler=True (BERT's tanh(W h_CLS + b)) needs an encoder, classifier or masked_lm "
-                f"with pooling='cls', got kind={self.kind!r}, pooling={self.pooling!r}"
+                f"with pooling='cls', got kind={self.kind!r}, pooling={self.pooling!r}",
+                fields=("pooler", "pooling"),
             )
         if self.positional == "concat" and self.kind in RECURRENT_KINDS:
-            raise ValueError("positional='concat' applies to Transformer models only")
+            raise ConfigValueError(
+                "positional='concat' applies to Transformer models only", fields=("positional",)
+            )
         if not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
-            raise ValueError(f"pad_id={self.pad_id} must be a token id below {self.vocab_size}")
+            raise ConfigValueError(
+                f"pad_id={self.pad_id} must be a token id below {self.vocab_size}",
+                fields=("pad_id",),
+            )
 
     # Derived sizes -------------------------------------------------------------------------
     @property
@@ -280,23 +314,28 @@ def _check_types(cfg) -> None:
             continue
         ok = isinstance(value, _TYPES[base]) and (base == "bool" or not isinstance(value, bool))
         if not ok:
-            raise ValueError(
+            raise ConfigValueError(
                 f"{type(cfg).__name__}.{f.name}={value!r} must be of type {base}"
-                + (" or None" if optional else "")
+                + (" or None" if optional else ""),
+                fields=(f.name,),
             )
 
 
 def _finite(cfg: ModelConfig, name: str) -> None:
     value = getattr(cfg, name)
     if isinstance(value, float) and not math.isfinite(value):
-        raise ValueError(f"ModelConfig.{name}={value!r} must be a finite number")
+        raise ConfigValueError(
+            f"ModelConfig.{name}={value!r} must be a finite number", fields=(name,)
+        )
 
 
 def _positive(cfg: ModelConfig, *names: str) -> None:
     for name in names:
         value = getattr(cfg, name)
         if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise ValueError(f"ModelConfig.{name}={value!r} must be a positive int")
+            raise ConfigValueError(
+                f"ModelConfig.{name}={value!r} must be a positive int", fields=(name,)
+            )
 
 
 def _divisors(n: int) -> list[int]:

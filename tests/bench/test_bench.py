@@ -234,9 +234,9 @@ def test_recipe_time_to_baseline_loss():
 def test_settings_validate_with_clear_messages():
     with pytest.raises(ValueError, match="unknown benchmark suite.*bogus.*choose from"):
         BenchSettings(suites=("lm", "bogus"))
-    with pytest.raises(ValueError, match="--text FILE"):
+    with pytest.raises(ValueError, match="give it as text"):
         BenchSettings(suites=("recipe",))
-    with pytest.raises(ValueError, match="--threads"):
+    with pytest.raises(ValueError, match="threads must be >= 1"):
         BenchSettings(threads=0)
     quick = BenchSettings.for_mode(quick=True, rounds=4)
     assert quick.rounds == 4 and quick.new_tokens == 100 and "recipe" not in quick.suites
@@ -249,16 +249,17 @@ def test_settings_validate_with_clear_messages():
     "argv, message",
     [
         (["--suite", "lm,nope"], "unknown benchmark suite"),
-        (["--suite", "recipe"], "--text FILE"),
+        (["--suite", "recipe"], "give it as text (e.g. text="),
+        (["--suite", "recipe"], "(on the command line: --text)"),
         (["--suite", "recipe", "--text", "/no/such/file.txt"], "is not a file"),
-        (["--threads", "0"], "--threads must be >= 1"),
+        (["--threads", "0"], "threads must be >= 1, got 0 (on the command line: --threads)"),
         (["--suite", "lm", "--text", __file__], "--text has no effect here"),
         (["--suite", "matmul", "--notes", __file__], "only with --report FILE"),
     ],
 )
 def test_cli_bad_input_is_one_paragraph(argv, message, capsys):
     assert main(["bench", "--tiny", *argv]) == 2
-    err = capsys.readouterr().err
+    err = " ".join(capsys.readouterr().err.split())
     assert message in err and "Traceback" not in err
 
 

@@ -214,7 +214,7 @@ def test_a_busy_port_is_one_message_with_the_fix():
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         port = holder.getsockname()[1]
-        with pytest.raises(UserError, match=f"port {port} on 127.0.0.1 is already in use.*--port"):
+        with pytest.raises(UserError, match=f"port {port} on 127.0.0.1 is already in use.*port="):
             check_port("127.0.0.1", port)
         with pytest.raises(UserError, match="already in use"):
             start_in_thread(Session(tiny_model(), TOK), port=port)

@@ -91,10 +91,11 @@ def test_long_prompt_warning_goes_to_stderr(runs, capsys):
     "run,argv,message",
     [
         ("lm", ["--prompt", "abc!"], "'!' at 3"),
-        ("lm", ["--prompt", "a", "--top-p", "1.5"], "top_p (--top-p) must be in (0, 1]"),
+        ("lm", ["--prompt", "a", "--top-p", "1.5"], "top_p must be in (0, 1] (1 = off), got 1.5"),
+        ("lm", ["--prompt", "a", "--top-p", "1.5"], "(on the command line: --top-p)"),
         ("lm", ["--prompt", "a", "--temperature", "-1"], "--temperature"),
         ("lm", ["--prompt", "a", "--beams", "0"], "--beams"),
-        ("lm", ["--prompt", "a", "--beams", "2", "--top-k", "5"], "top-k/top-p"),
+        ("lm", ["--prompt", "a", "--beams", "2", "--top-k", "5"], "top_k/top_p"),
         ("lm", ["--prompt", "a", "--beams", "2", "--num-samples", "3"], "raise --beams"),
         ("lm", ["--source", "a"], "is a language model: give --prompt"),
         ("s2s", ["--prompt", "a"], "is a sequence-to-sequence model: give --source TEXT"),

@@ -339,7 +339,7 @@ def test_compiled_decode_step_gives_the_eager_tokens_and_logits(lm):
     """compile=True: the same greedy tokens and (to 1e-5) logits for a left-padded batch."""
     prompts = [[3, 4, 5, 6, 7], [8, 9], [10, 11, 12]]
     assert_compiled_matches_eager(lm, prompts, GREEDY.replace(max_new_tokens=30))
-    with pytest.raises(ValueError, match="--compile.*--no-cache"):
+    with pytest.raises(ValueError, match="compile=True.*use_cache=False"):
         GenerationConfig(compile=True, use_cache=False)
 
 

@@ -27,7 +27,8 @@ def test_an_existing_file_is_replaced_only_with_force(run, tmp_path, capsys):
     target.write_bytes(b"precious")
     args = ["export", "--checkpoint", str(run), "--format", "safetensors", "--out", str(target)]
     assert main(args) == 2
-    assert "already exists; pass --force" in " ".join(capsys.readouterr().err.split())
+    err = " ".join(capsys.readouterr().err.split())
+    assert "already exists; pass force=True" in err and "(on the command line: --force" in err
     assert target.read_bytes() == b"precious"
     assert main([*args, "--force"]) == 2  # --force replaces attnlab's own exports, not this
     assert "attnlab did not write" in " ".join(capsys.readouterr().err.split())
@@ -61,7 +62,7 @@ def test_hf_export_into_a_non_empty_directory_needs_force(run, tmp_path):
     out = tmp_path / "hf"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(ConfigError, match="already exists; pass --force"):
+    with pytest.raises(ConfigError, match="already exists; pass force=True"):
         export_as(ckpt.model, "hf-gpt2", out, tokenizer=ckpt.tokenizer)
     export_as(ckpt.model, "hf-gpt2", out, tokenizer=ckpt.tokenizer, force=True)
     assert (out / "config.json").is_file() and (out / "notes.txt").read_text() == "mine"

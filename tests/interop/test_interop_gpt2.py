@@ -204,7 +204,7 @@ def test_incompatible_models_refuse_gpt2_export(tmp_path):
     with pytest.raises(ConfigError, match="positional='rotary'.*norm_placement='post'"):
         save_gpt2_dir(ours_gpt2(positional="rotary", norm_placement="post"), tmp_path)
     seq2seq = build_model(ModelConfig(kind="encoder_decoder", vocab_size=20, d_model=16))
-    with pytest.raises(ConfigError, match="decoder-only.*--format safetensors"):
+    with pytest.raises(ConfigError, match="decoder-only.*fmt='safetensors'"):
         export_as(seq2seq, "hf-gpt2", tmp_path)
     with pytest.raises(ConfigError, match="unknown export format"):
         export_as(seq2seq, "onnx", tmp_path)

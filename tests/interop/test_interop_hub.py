@@ -141,7 +141,7 @@ def test_a_repo_without_safetensors_is_refused_without_reading_pickles(offline, 
 
 def test_revision_with_a_local_path_is_an_error(offline, tmp_path):
     gpt2_dir(tmp_path, transformers)
-    with pytest.raises(CheckpointError, match="--revision v1 picks a version"):
+    with pytest.raises(CheckpointError, match="revision='v1' picks a version"):
         load_pretrained(tmp_path, revision="v1")
 
 

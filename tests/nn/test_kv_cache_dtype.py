@@ -139,7 +139,9 @@ def test_the_engines_one_query_step_reads_the_cache_in_its_own_dtype():
 
 
 def test_unsupported_cache_dtypes_and_models_name_what_is_supported():
-    with pytest.raises(ValueError, match=r"cache_dtype \(--kv-cache\) 'int3' .* fp32, bf16"):
+    with pytest.raises(
+        ValueError, match=r"cache_dtype='int3' is not supported; choose from fp32, bf16"
+    ):
         GenerationConfig(cache_dtype="int3")
     with pytest.raises(ValueError, match="no cache"):
         GenerationConfig(cache_dtype="bf16", use_cache=False)
@@ -192,5 +194,5 @@ def test_cli_kv_cache_option(tmp_path, capsys):
     session = Session(loaded.model, loaded.tokenizer, cache_dtype="bf16")
     events = list(session.continuation("abc", max_new_tokens=4))
     assert events[-1]["type"] == "done" and len(events[-1]["ids"]) == 4
-    with pytest.raises(ConfigError, match="--kv-cache bf16: .*hidden state"):
+    with pytest.raises(ConfigError, match="kv_cache='bf16': .*hidden state"):
         load(tmp_path / "rnn_lm", LoadOptions(kv_cache="bf16"))

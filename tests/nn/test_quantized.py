@@ -306,7 +306,7 @@ def test_the_explorer_loads_a_language_model_with_reduced_weights(tmp_path):
     assert session.next_token("abc")
     events = list(session.continuation("abc", max_new_tokens=5))
     assert events[-1]["type"] == "done" and len(events[-1]["ids"]) == 5
-    with pytest.raises(ConfigError, match="--weights int8: .*language models"):
+    with pytest.raises(ConfigError, match="weights='int8': .*language models"):
         load(tmp_path / "encoder_decoder", LoadOptions(weights="int8"))
     args = build_parser().parse_args(["explore", "runs/x", "--weights", "int4"])
     assert args.weights == "int4"

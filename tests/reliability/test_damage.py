@@ -92,7 +92,7 @@ def test_a_run_with_only_damaged_checkpoints_is_not_trained_over(workspace, caps
     for extra in ([], ["--resume"]):
         assert main(["train", "--out", str(run), "--steps", "6", *config, *extra]) == 2
         err = " ".join(capsys.readouterr().err.split())
-        assert "only incomplete checkpoints" in err and "choose a new --out" in err
+        assert "only incomplete checkpoints" in err and "choose a new out directory" in err
     assert _digest(run / "checkpoints") == before
     shutil.rmtree(run / "checkpoints")  # the fix the message names
     assert main(["train", "--out", str(run), "--steps", "2", *config]) == 0

@@ -42,7 +42,9 @@ def test_a_second_training_process_is_refused_naming_the_first(tmp_path):
         second = _train(out, "--resume")
         _, err = second.communicate(timeout=120)
         assert second.returncode == 2, err
-        assert f"process {first.pid}" in err and "another --out" in err
+        flat = " ".join(err.split())
+        assert f"process {first.pid}" in flat and "another out directory" in flat
+        assert "(on the command line: --out)" in flat
         assert "Traceback" not in err
         assert first.poll() is None  # the first run goes on untouched
     finally:

@@ -181,7 +181,7 @@ def test_an_unknown_best_metric_is_rejected_up_front():
     with pytest.raises(
         ConfigValueError,
         match=r"'bogus' is not a metric of task 'seq2seq'.*"
-        r"'val_exact_match'.*--best-metric val_exact_match",
+        r"'val_exact_match'.*best_metric='val_exact_match'",
     ):
         TrainConfig(best_metric="bogus")
     with pytest.raises(ConfigValueError, match=r"\['val_loss', 'val_ppl'\]"):

@@ -119,7 +119,12 @@ def test_bad_init_from_is_one_sentence_and_writes_nothing(text, tmp_path, capsys
         ["train", "--init-from", str(tmp_path / "nowhere"), "--text", str(text), "--out", str(out)]
     )
     err = " ".join(capsys.readouterr().err.split())
-    assert code == 2 and "--init-from: no checkpoint at" in err and "does not exist" in err
+    assert (
+        code == 2
+        and "init_from: no checkpoint at" in err
+        and "--init-from" in err
+        and "does not exist" in err
+    )
     assert not out.exists()
     pre = tmp_path / "pretrained"
     pre.mkdir()

@@ -85,7 +85,7 @@ def test_gradient_accumulation_matches_one_big_batch(tmp_path, corpus):
 def test_a_run_directory_with_checkpoints_is_never_overwritten(tmp_path):
     train(_s2s(steps=2), run_dir=tmp_path)
     before = (latest_checkpoint(tmp_path) / "model.safetensors").read_bytes()
-    with pytest.raises(ConfigError, match="already holds checkpoints.*--resume"):
+    with pytest.raises(ConfigError, match="already holds checkpoints.*resume=True"):
         train(_s2s(steps=2), run_dir=tmp_path)
     assert (latest_checkpoint(tmp_path) / "model.safetensors").read_bytes() == before
     other = RunConfig(TINY_S2S.replace(d_model=24), _s2s(steps=4).train)
@@ -182,7 +182,7 @@ def test_compile_on_padded_batches_warns_and_lm_windows_do_not(tmp_path, corpus,
     import attnlab.train.loop as loop
 
     monkeypatch.setattr(loop.torch, "compile", lambda module: module)
-    with pytest.warns(UserWarning, match="--compile on padded seq2seq batches"):
+    with pytest.warns(UserWarning, match="compile=True on padded seq2seq batches"):
         train(_s2s(steps=2, compile=True), run_dir=tmp_path / "s2s", progress=False)
     cfg = TrainConfig(task="lm", data=corpus, context_len=16, steps=1, warmup_steps=0,
                       batch_size=4, compile=True, progress=False)  # fmt: skip
@@ -197,7 +197,7 @@ def test_bf16_on_a_cpu_that_emulates_it_warns(monkeypatch):
     from attnlab.train import distributed
 
     monkeypatch.setattr(distributed, "cpu_has_native_bf16", lambda: False)
-    with pytest.warns(UserWarning, match="without native bfloat16.*--dtype fp32"):
+    with pytest.warns(UserWarning, match="without native bfloat16.*dtype='fp32'"):
         assert distributed.autocast_dtype("bf16", torch.device("cpu")) == torch.bfloat16
     monkeypatch.setattr(distributed, "cpu_has_native_bf16", lambda: True)
     with warnings.catch_warnings():

@@ -34,7 +34,9 @@ def _records(run_dir) -> list[dict]:
 
 def test_resume_with_changed_settings_names_them_and_refuses_unless_asked(tmp_path):
     train(_cfg(), run_dir=tmp_path, stop_at=3)
-    with pytest.raises(ConfigError, match=r"lr 0\.003 -> 0\.01; seed 1337 -> 7.*--allow-changes"):
+    with pytest.raises(
+        ConfigError, match=r"lr 0\.003 -> 0\.01; seed 1337 -> 7.*allow_changes=True"
+    ):
         train(_cfg(lr=1e-2, seed=7), run_dir=tmp_path, resume=True)
     with pytest.raises(ConfigError, match=r"n_val 16 -> 12"):  # a different validation set
         train(_cfg(n_val=12), run_dir=tmp_path, resume=True)

@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from attnlab.errors import ConfigValueError
+
 Workload = Callable[[int], float]
 
 
@@ -41,7 +43,7 @@ def setup_torch(threads: int | None = None) -> int:
     """
     n = threads if threads is not None else available_cores()
     if n < 1:
-        raise ValueError(f"--threads must be >= 1, got {n}")
+        raise ConfigValueError(f"threads must be >= 1, got {n}", fields=("threads",))
     torch.set_num_threads(n)
     torch.set_flush_denormal(True)
     return n

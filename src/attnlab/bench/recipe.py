@@ -131,8 +131,9 @@ def run(settings, ctx) -> dict[str, Any]:
     text = Path(settings.text)
     if not text.is_file():
         raise DataError(
-            f"--text {str(text)!r} is not a file; give a plain-text training corpus "
-            "(e.g. ../shared/data/tinyshakespeare.txt)"
+            f"text={str(text)!r} is not a file; give a plain-text training corpus "
+            "(e.g. ../shared/data/tinyshakespeare.txt)",
+            fields=("text",),
         )
     train, resolve = _train_api()
     protocols = {

@@ -37,7 +37,7 @@ from typing import Any
 
 from attnlab.bench.harness import setup_torch
 from attnlab.bench.machine import machine_info
-from attnlab.errors import UserError
+from attnlab.errors import ConfigValueError, UserError, blamed_fields
 from attnlab.runtime import load_average
 
 SUITES = (
@@ -102,26 +102,32 @@ class BenchSettings:
     def __post_init__(self) -> None:
         unknown = [s for s in self.suites if s not in SUITES]
         if unknown or not self.suites:
-            raise ValueError(
+            raise ConfigValueError(
                 f"unknown benchmark suite(s) {unknown or '(none given)'}; choose from "
-                f"{', '.join(SUITES)} (comma-separated, e.g. --suite lm,generate)"
+                f"{', '.join(SUITES)} (e.g. suites=('lm', 'generate'))",
+                fields=("suites",),
             )
         if self.threads is not None and self.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {self.threads}")
+            raise ConfigValueError(f"threads must be >= 1, got {self.threads}", fields=("threads",))
         if self.rounds < 1:
-            raise ValueError(f"--rounds must be >= 1, got {self.rounds}")
+            raise ConfigValueError(f"rounds must be >= 1, got {self.rounds}", fields=("rounds",))
         if self.memory_cap_gib <= 0:
-            raise ValueError(f"--memory-cap-gib must be > 0, got {self.memory_cap_gib}")
+            raise ConfigValueError(
+                f"memory_cap_gib must be > 0, got {self.memory_cap_gib}",
+                fields=("memory_cap_gib",),
+            )
         bad = [c for c in self.kv_cache if c != "bf16"]
         if bad:
-            raise ValueError(
-                f"--kv-cache {','.join(bad)}: the decode and quality suites add rows for a bf16 "
-                "KV cache (the fp32 rows are always there); give bf16 or none"
+            raise ConfigValueError(
+                f"kv_cache={bad}: the decode and quality suites add rows for a bf16 "
+                "KV cache (the fp32 rows are always there); give bf16 or none",
+                fields=("kv_cache",),
             )
         if "recipe" in self.suites and not self.text:
-            raise ValueError(
-                "the recipe suite trains on a text file: pass --text FILE (e.g. "
-                "--text ../shared/data/tinyshakespeare.txt)"
+            raise ConfigValueError(
+                "the recipe suite trains on a text file: give it as text (e.g. "
+                "text='../shared/data/tinyshakespeare.txt')",
+                fields=("text",),
             )
 
     @classmethod
@@ -279,7 +285,7 @@ def _run_suite_in_child(name: str, ctx: Context) -> dict[str, dict[str, Any]]:
         if line.startswith(_RESULT_MARK):
             reply = json.loads(line[len(_RESULT_MARK) :])
             if "user_error" in reply:
-                raise UserError(reply["user_error"])
+                raise UserError(reply["user_error"], fields=reply.get("fields", ()))
             return reply["suites"]
     failed = {
         "status": "error",
@@ -306,7 +312,8 @@ def _child_main() -> int:
     try:
         ctx.suites[name] = _run_suite(name, ctx)
     except UserError as err:
-        print(_RESULT_MARK + json.dumps({"user_error": str(err)}), flush=True)
+        reply = {"user_error": str(err), "fields": list(blamed_fields(err))}
+        print(_RESULT_MARK + json.dumps(reply), flush=True)
         return 0
     new = {k: v for k, v in ctx.suites.items() if k not in before}
     print(_RESULT_MARK + json.dumps({"suites": new}), flush=True)

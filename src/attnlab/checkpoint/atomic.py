@@ -56,13 +56,15 @@ def storage_error(err: OSError, path: PathLike, action: str = "write") -> Storag
     if err.errno in _FULL:
         return DiskFullError(
             f"no space left on the device while trying to {action} {where!r} ({err.strerror}); "
-            f"free some space or choose another --out directory on a disk with room. "
-            f"Previously saved checkpoints were not touched."
+            f"free some space or choose another output directory (out) on a disk with room. "
+            f"Previously saved checkpoints were not touched.",
+            fields=("out",),
         )
     if err.errno in _DENIED:
         return NotWritableError(
             f"cannot {action} {where!r}: {err.strerror}; choose a directory you can write "
-            f"(--out) or fix its permissions (e.g. chmod u+w on the directory)"
+            f"(out) or fix its permissions (e.g. chmod u+w on the directory)",
+            fields=("out",),
         )
     return StorageError(f"could not {action} {where!r}: {err.strerror or err}")
 
@@ -170,7 +172,9 @@ def ensure_writable_dir(path: PathLike) -> Path:
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise NotWritableError(
-            f"{str(p)!r} exists and is a file, not a directory; choose another --out path"
+            f"{str(p)!r} exists and is a file, not a directory; choose another output "
+            f"directory (out)",
+            fields=("out",),
         )
     with storage_errors(p, "create the directory"):
         p.mkdir(parents=True, exist_ok=True)

@@ -399,8 +399,9 @@ def check_same_model(checkpoint: Checkpoint, config: ModelConfig) -> None:
     if diffs:
         raise CheckpointError(
             f"the checkpoint at {str(checkpoint.path)!r} holds a different model: "
-            f"{_few(diffs)}; to resume, use the checkpoint's model settings (drop the changed "
-            f"flags or [model] keys), or train into a new --out directory"
+            f"{_few(diffs)}; to resume, use the checkpoint's model settings (leave the changed "
+            f"[model] settings unset), or train into a new out directory",
+            fields=("out",),
         )
 
 

@@ -247,7 +247,7 @@ def _resolve(path: str | os.PathLike) -> Path:
     if found is None:
         raise CheckpointError(
             f"no checkpoint in {str(p)!r}: it holds neither config.json nor a checkpoints/ "
-            f"directory with a complete step_* checkpoint; train first (attnlab train --out "
-            f"{p}) or pass the right directory"
+            f"directory with a complete step_* checkpoint; train first (`attnlab train --out "
+            f"{p}`) or pass the right directory"
         )
     return found

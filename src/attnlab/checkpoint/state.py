@@ -205,7 +205,8 @@ def optimizer_state_from_tensors(
     if have != classes:
         raise CheckpointError(
             f"the checkpoint holds optimizer state for {classes} but this run built {have}; "
-            f"resume with the same optimizer settings (e.g. the same --optimizer) as the saved run"
+            f"resume with the same optimizer settings (e.g. the same optimizer) as the saved run",
+            fields=("optimizer",),
         )
     for opt, tree, name in zip(optimizers, states, classes):
         state_dict = unflatten_state(tree, tensors)

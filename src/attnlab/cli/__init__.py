@@ -20,7 +20,8 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from attnlab.errors import UserError
+from attnlab.cli.flags import flag_hint
+from attnlab.errors import UserError, blamed_fields
 
 # Subcommand modules, in the order --help lists them. A module that is missing is skipped.
 SUBCOMMANDS = (
@@ -115,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 1
     try:
-        with plain_warnings():
+        with plain_warnings(args.command):
             return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("attnlab: interrupted", file=sys.stderr)
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         rank, world = os.environ.get("RANK", "0"), int(os.environ.get("WORLD_SIZE", "1") or 1)
         if rank == "0":  # under torchrun every process meets the error: say it once
-            print(format_error(err), file=sys.stderr)
+            print(format_error(err, args.command), file=sys.stderr)
             if world > 1:
                 print(
                     "  (torchrun's ChildFailedError report below is about this error; check "
@@ -156,12 +157,16 @@ def load_checkpoint_lazily(path: str, *, revision: str | None = None, device: st
 
 
 @contextmanager
-def plain_warnings() -> Iterator[None]:
+def plain_warnings(command: str | None = None) -> Iterator[None]:
     """Library warnings (a resume fallback, changed settings, a cropped prompt) as one plain
-    ``attnlab: warning: ...`` line on stderr, without Python's file and line."""
+    ``attnlab: warning: ...`` line on stderr, without Python's file and line, with the flags of
+    ``command`` that set the fields it names."""
 
     def show(message, category, filename, lineno, file=None, line=None):  # noqa: ARG001
-        print(f"attnlab: warning: {message}", file=sys.stderr, flush=True)
+        hint = flag_hint(blamed_fields(message), command) if isinstance(message, Warning) else ""
+        print(
+            f"attnlab: warning: {message}{' ' + hint if hint else ''}", file=sys.stderr, flush=True
+        )
 
     with warnings.catch_warnings():  # restores the filters and showwarning on exit
         warnings.simplefilter("always", UserWarning)
@@ -169,10 +174,15 @@ def plain_warnings() -> Iterator[None]:
         yield
 
 
-def format_error(err: BaseException) -> str:
-    """One readable paragraph: what went wrong, from the error's own message."""
+def format_error(err: BaseException, command: str | None = None) -> str:
+    """One readable paragraph: what went wrong, from the error's own message, and the flags
+    of ``command`` that set the fields it names (the library's messages name fields, not
+    flags; :mod:`attnlab.cli.flags` holds the table)."""
     kind = "error" if isinstance(err, UserError) else type(err).__name__
     text = str(err) or repr(err)
+    hint = flag_hint(blamed_fields(err), command)
+    if hint:
+        text = f"{text} {hint}"
     body = textwrap.fill(
         f"attnlab: {kind}: {text}",
         width=100,

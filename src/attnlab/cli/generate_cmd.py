@@ -20,7 +20,7 @@ from pathlib import Path
 
 from attnlab.cli import load_checkpoint_lazily, plain_warnings
 from attnlab.cli.options import add_checkpoint, add_device, add_fast, add_kv_cache, add_weights
-from attnlab.errors import CheckpointError, ConfigError, DataError, UserError
+from attnlab.errors import CheckpointError, ConfigError, DataError, UserError, blamed_fields
 from attnlab.generate import GenerationConfig, generate, generate_seq2seq, stream
 from attnlab.generate.fill_mask import fill_mask
 from attnlab.generate.sampling import fresh_seed
@@ -177,8 +177,8 @@ def run(args: argparse.Namespace) -> int:
             compile=args.compile,
             cache_dtype=args.kv_cache,
         )
-    except ValueError as err:
-        raise ConfigError(str(err)) from None
+    except ValueError as err:  # names the fields: the error printer adds their flags
+        raise ConfigError(str(err), fields=blamed_fields(err)) from None
     ckpt = load_checkpoint_lazily(args.checkpoint, revision=args.revision, device=args.device)
     model, tok = ckpt.model, ckpt.tokenizer
     if args.fast:
@@ -191,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
             "Face directory, attnlab_tokenizer.json in an export), so text cannot be encoded; "
             "copy the tokenizer file of the model next to its config.json"
         )
-    with plain_warnings():
+    with plain_warnings("generate"):
         if isinstance(model, LanguageModel):
             if args.source is not None or args.source_file is not None:
                 raise UserError(

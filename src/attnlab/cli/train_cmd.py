@@ -23,65 +23,11 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 from attnlab.checkpoint.atomic import atomic_write_text
+from attnlab.cli.flags import TRAIN_FLAGS as FLAG_FIELDS
 from attnlab.cli.options import add_fast
 from attnlab.config import ModelConfig
 from attnlab.data import CLASSIFICATION_TASKS, TASKS, read_parallel
 from attnlab.errors import ConfigError
-
-FLAG_FIELDS = {  # flag -> (config field, type, help)
-    "--model-kind": ("model.kind", str, "model family: decoder_lm, encoder_decoder, classifier, "
-                     "rnn_lm, lstm_seq2seq (default: the one that fits the task)"),
-    "--d-model": ("d_model", int, "model width D"),
-    "--n-heads": ("n_heads", int, "attention heads H"),
-    "--n-layers": ("n_layers", int, "layers (encoder layers of a seq2seq model)"),
-    "--n-decoder-layers": ("n_decoder_layers", int, "decoder layers of a seq2seq model"),
-    "--d-ff": ("d_ff", int, "feed-forward hidden width"),
-    "--max-len": ("max_len", int, "longest sequence the model accepts"),
-    "--dropout": ("dropout", float, "dropout probability"),
-    "--positional": ("positional", str, "learned, sinusoidal, concat, rotary or none"),
-    "--norm-placement": ("norm_placement", str, "pre or post"),
-    "--tokenizer": ("tokenizer", str, "char, byte or bpe (trained on the training data)"),
-    "--bpe-vocab-size": ("bpe_vocab_size", int, "BPE vocabulary size"),
-    "--context-len": ("context_len", int, "LM: tokens per training window"),
-    "--max-src-len": ("max_src_len", int, "drop training sources longer than this"),
-    "--max-tgt-len": ("max_tgt_len", int, "drop training targets longer than this"),
-    "--length-buckets": ("length_buckets", int, "seq2seq/classify: sort the examples of each run "
-                         "of this many batches by length, for less padding (0 = random batches)"),
-    "--n-train": ("n_train", int, "generated tasks: training examples"),
-    "--n-val": ("n_val", int, "generated tasks: validation examples"),
-    "--val-fraction": ("val_fraction", float, "share of file data held out for validation"),
-    "--val-data": ("val_data", str, "a separate validation file"),
-    "--steps": ("steps", int, "optimizer steps"),
-    "--batch-size": ("batch_size", int, "sequences per micro-batch per process (global batch "
-                     "= batch size x grad accum x processes)"),
-    "--grad-accum": ("grad_accum", int, "micro-batches per optimizer step"),
-    "--optimizer": ("optimizer", str, "adamw, or muon (Muon for 2-D hidden weights)"),
-    "--lr": ("lr", float, "peak learning rate"),
-    "--min-lr": ("min_lr", float, "learning rate at the end of the decay"),
-    "--lr-schedule": ("lr_schedule", str, "cosine, linear or constant after warm-up"),
-    "--warmup-steps": ("warmup_steps", int, "linear warm-up steps"),
-    "--weight-decay": ("weight_decay", float, "decoupled weight decay (not on norms, biases, "
-                       "embeddings)"),
-    "--grad-clip": ("grad_clip", float, "max global gradient norm (0 = off)"),
-    "--label-smoothing": ("label_smoothing", float, "seq2seq/classify label smoothing"),
-    "--eval-every": ("eval_every", int, "steps between evaluations (0 = at the end)"),
-    "--eval-batches": ("eval_batches", int, "validation batches per evaluation"),
-    "--save-every": ("save_every", int, "steps between checkpoints (0 = at the end)"),
-    "--keep-last": ("keep_last", int, "checkpoints kept besides the best (0 = all)"),
-    "--best-metric": ("best_metric", str, "metric choosing the best checkpoint, e.g. val_loss"),
-    "--log-every": ("log_every", int, "steps between metrics.jsonl lines"),
-    "--seed": ("seed", int, "random seed (data order, init, dropout)"),
-    "--device": ("device", str, "auto, cpu, cuda, cuda:N or mps"),
-    "--dtype": ("dtype", str, "fp32, or bf16 autocast"),
-    "--threads": ("threads", int, "torch intra-op threads (0 = default)"),
-    "--init-from": ("init_from", str, "fine-tune: start from this model (a directory or a Hugging "
-                    "Face hub id such as gpt2) with its tokenizer and config; LM on --text, "
-                    "classifier on --labels (BERT)"),
-    "--revision": ("init_revision", str, "with --init-from a hub id: its branch, tag or commit"),
-    "--freeze": ("freeze", str, "with --init-from: 'embeddings', N (the first N layers) or "
-                 "'embeddings,N': kept as pretrained"),
-}  # fmt: skip
-
 
 KIND_KEYS = {"kind", "model.kind"}  # --set keys that choose the model kind
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from attnlab.data.batching import LMBatch
+from attnlab.errors import ConfigValueError
 
 
 def _non_negative(**values: int) -> None:
@@ -50,12 +51,15 @@ class LMWindows:
 
     def _check_context(self, context_len: int) -> None:
         if not isinstance(context_len, (int, np.integer)) or context_len <= 0:
-            raise ValueError(f"context_len={context_len!r} must be a positive int")
+            raise ConfigValueError(
+                f"context_len={context_len!r} must be a positive int", fields=("context_len",)
+            )
         if len(self.tokens) < context_len + 1:
-            raise ValueError(
+            raise ConfigValueError(
                 f"{self.name} has {len(self.tokens)} tokens but one window needs context_len + 1 "
-                f"= {context_len + 1}; use a shorter context (--context-len) or more text (or a "
-                f"smaller --val-fraction if this is the validation split)"
+                f"= {context_len + 1}; use a shorter context (context_len) or more text (or a "
+                f"smaller val_fraction if this is the validation split)",
+                fields=("context_len", "val_fraction"),
             )
 
     def _gather(self, starts: np.ndarray, context_len: int) -> LMBatch:

@@ -57,12 +57,14 @@ def load(path: str | os.PathLike, options: LoadOptions | None = None) -> Loaded:
         try:
             quantize_weights(loaded.model, options.weights)
         except (ValueError, TypeError) as err:
-            raise ConfigError(f"--weights {options.weights}: {err}") from None
+            raise ConfigError(f"weights={options.weights!r}: {err}", fields=("weights",)) from None
     if options.kv_cache is not None:
         try:
             check_cache_dtype(loaded.model, options.kv_cache)
         except ValueError as err:
-            raise ConfigError(f"--kv-cache {options.kv_cache}: {err}") from None
+            raise ConfigError(
+                f"kv_cache={options.kv_cache!r}: {err}", fields=("kv_cache",)
+            ) from None
     return loaded
 
 

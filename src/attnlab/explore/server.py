@@ -53,12 +53,14 @@ def check_port(host: str, port: int) -> None:
     if problem == errno.EADDRINUSE:
         raise UserError(
             f"port {port} on {host} is already in use (another program, or an explorer still "
-            f"running); choose another port, e.g. --port {port + 1 if port < 65535 else 8001}"
+            f"running); choose another port, e.g. port={port + 1 if port < 65535 else 8001}",
+            fields=("port",),
         )
     if problem is not None:
         raise UserError(
             f"cannot listen on {host} port {port} ({errno.errorcode.get(problem, problem)}); "
-            "choose another --host or --port (ports below 1024 need administrator rights)"
+            "choose another host or port (ports below 1024 need administrator rights)",
+            fields=("host", "port"),
         )
 
 

@@ -8,8 +8,9 @@ Strategies (003 "Decoding"; Holtzman et al. 2020; Keskar et al. 2019; Wu et al. 
     beam search     keep the num_beams best prefixes by sum log p, rank finished ones by
                     sum log p / |y|^alpha (alpha = length_penalty)
 
-Every field is checked in ``__post_init__``; messages name the field and its CLI flag, so the same
-text serves Python and ``attnlab generate``. Shapes: R rows (prompts x beams), V vocabulary.
+Every field is checked in ``__post_init__``; messages name the field (and carry it in
+``err.fields``, from which ``attnlab generate`` adds the flag). Shapes: R rows (prompts x
+beams), V vocabulary.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, NamedTuple
 
 from torch import Tensor
 
+from attnlab.errors import ConfigValueError
 from attnlab.nn.cache import CACHE_DTYPES
 
 FINISH_REASONS = ("stop_token", "stop_string", "length")
@@ -36,115 +38,132 @@ def _is_int(value: Any) -> bool:
 class GenerationConfig:
     """Decoding settings. ``GenerationConfig()`` samples 100 tokens at temperature 1."""
 
-    max_new_tokens: int = 100  # --max-new-tokens
-    temperature: float = 1.0  # --temperature; 0 means greedy
-    top_k: int = 0  # --top-k; 0 = off
-    top_p: float = 1.0  # --top-p; 1 = off
-    repetition_penalty: float = 1.0  # --repetition-penalty; 1 = off (CTRL, Keskar et al. 2019)
-    num_beams: int = 1  # --beams; 1 = no beam search
-    length_penalty: float = 1.0  # --length-penalty; alpha in score / len^alpha (beams only)
-    early_stopping: bool = False  # --early-stopping; beams stop once num_beams are finished
+    max_new_tokens: int = 100
+    temperature: float = 1.0  # 0 means greedy
+    top_k: int = 0  # 0 = off
+    top_p: float = 1.0  # 1 = off
+    repetition_penalty: float = 1.0  # 1 = off (CTRL, Keskar et al. 2019)
+    num_beams: int = 1  # 1 = no beam search
+    length_penalty: float = 1.0  # alpha in score / len^alpha (beams only)
+    early_stopping: bool = False  # beams stop once num_beams are finished
     stop_token_ids: tuple[int, ...] | None = None  # None = the tokenizer's EOS, () = none
-    stop_strings: tuple[str, ...] = ()  # --stop; needs a tokenizer
-    seed: int | None = None  # --seed; None draws a fresh seed (reported in the result)
+    stop_strings: tuple[str, ...] = ()  # needs a tokenizer
+    seed: int | None = None  # None draws a fresh seed (reported in the result)
     do_sample: bool | None = None  # None: sample iff temperature > 0 and num_beams == 1
-    use_cache: bool = True  # --no-cache: recompute the whole context each step (reference)
-    compile: bool = False  # --compile: the one-token decode step under torch.compile
-    cache_dtype: str | None = None  # --kv-cache: "fp32" or "bf16"; None = the compute dtype
+    use_cache: bool = True  # False: recompute the whole context each step (reference)
+    compile: bool = False  # True: the one-token decode step under torch.compile
+    cache_dtype: str | None = None  # "fp32" or "bf16"; None = the compute dtype
     bos_token_id: int | None = None  # default: the tokenizer's BOS
     pad_token_id: int | None = None  # default: the tokenizer's pad, else 0
 
     def __post_init__(self) -> None:
         if not _is_int(self.max_new_tokens) or self.max_new_tokens < 1:
-            raise ValueError(
-                "max_new_tokens (--max-new-tokens) must be an int >= 1, "
-                f"got {self.max_new_tokens!r}"
+            raise _bad(
+                f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}",
+                "max_new_tokens",
             )
-        _check_number("temperature", "--temperature", self.temperature)
+        _check_number("temperature", self.temperature)
         if self.temperature < 0:
-            raise ValueError(
-                f"temperature (--temperature) must be >= 0 (0 = greedy), got {self.temperature}"
+            raise _bad(
+                f"temperature must be >= 0 (0 = greedy), got {self.temperature}", "temperature"
             )
         if 0 < self.temperature < MIN_TEMPERATURE:  # z / tau overflows: every row NaN
-            raise ValueError(
-                f"temperature (--temperature) must be 0 (greedy) or at least {MIN_TEMPERATURE}, "
-                f"got {self.temperature}; below that sampling is greedy anyway, so use 0"
+            raise _bad(
+                f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, "
+                f"got {self.temperature}; below that sampling is greedy anyway, so use 0",
+                "temperature",
             )
         if not _is_int(self.top_k) or self.top_k < 0:
-            raise ValueError(f"top_k (--top-k) must be an int >= 0 (0 = off), got {self.top_k!r}")
-        _check_number("top_p", "--top-p", self.top_p)
+            raise _bad(f"top_k must be an int >= 0 (0 = off), got {self.top_k!r}", "top_k")
+        _check_number("top_p", self.top_p)
         if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p (--top-p) must be in (0, 1] (1 = off), got {self.top_p}")
-        _check_number("repetition_penalty", "--repetition-penalty", self.repetition_penalty)
+            raise _bad(f"top_p must be in (0, 1] (1 = off), got {self.top_p}", "top_p")
+        _check_number("repetition_penalty", self.repetition_penalty)
         if self.repetition_penalty <= 0:
-            raise ValueError(
-                "repetition_penalty (--repetition-penalty) must be > 0 (1 = off, > 1 discourages "
-                f"repeats), got {self.repetition_penalty}"
+            raise _bad(
+                "repetition_penalty must be > 0 (1 = off, > 1 discourages "
+                f"repeats), got {self.repetition_penalty}",
+                "repetition_penalty",
             )
         if not _is_int(self.num_beams) or self.num_beams < 1:
-            raise ValueError(f"num_beams (--beams) must be an int >= 1, got {self.num_beams!r}")
-        _check_number("length_penalty", "--length-penalty", self.length_penalty)
+            raise _bad(f"num_beams must be an int >= 1, got {self.num_beams!r}", "num_beams")
+        _check_number("length_penalty", self.length_penalty)
         if abs(self.length_penalty) > MAX_LENGTH_PENALTY:  # |y|^alpha overflows
-            raise ValueError(
-                f"length_penalty (--length-penalty) must be between -{MAX_LENGTH_PENALTY} and "
+            raise _bad(
+                f"length_penalty must be between -{MAX_LENGTH_PENALTY} and "
                 f"{MAX_LENGTH_PENALTY} (1 = average log-probability per token, 0 = the plain "
-                f"sum), got {self.length_penalty}"
+                f"sum), got {self.length_penalty}",
+                "length_penalty",
             )
         if self.stop_token_ids is not None:
             ids = tuple(self.stop_token_ids)
             if not all(_is_int(i) and i >= 0 for i in ids):
-                raise ValueError(f"stop_token_ids must be non-negative ints, got {ids!r}")
+                raise _bad(
+                    f"stop_token_ids must be non-negative ints, got {ids!r}", "stop_token_ids"
+                )
             object.__setattr__(self, "stop_token_ids", ids)
         strings = (self.stop_strings,) if isinstance(self.stop_strings, str) else self.stop_strings
         strings = tuple(strings)
         if not all(isinstance(s, str) and s for s in strings):
-            raise ValueError(f"stop_strings (--stop) must be non-empty strings, got {strings!r}")
+            raise _bad(f"stop_strings must be non-empty strings, got {strings!r}", "stop_strings")
         object.__setattr__(self, "stop_strings", strings)
         if self.compile and not self.use_cache:
-            raise ValueError(
-                "compile (--compile) speeds up the cached one-token decode step; it does nothing "
-                "with use_cache=False (--no-cache), so choose one"
+            raise _bad(
+                "compile=True speeds up the cached one-token decode step; it does nothing "
+                "with use_cache=False, so choose one",
+                "compile",
+                "use_cache",
             )
         if self.cache_dtype is not None:
             if self.cache_dtype not in CACHE_DTYPES:
-                raise ValueError(
-                    f"cache_dtype (--kv-cache) {self.cache_dtype!r} is not supported; choose "
-                    f"from {', '.join(CACHE_DTYPES)} (unset: the model's compute dtype)"
+                raise _bad(
+                    f"cache_dtype={self.cache_dtype!r} is not supported; choose "
+                    f"from {', '.join(CACHE_DTYPES)} (unset: the model's compute dtype)",
+                    "cache_dtype",
                 )
             if not self.use_cache:
-                raise ValueError(
-                    "cache_dtype (--kv-cache) sets the KV cache's dtype, and use_cache=False "
-                    "(--no-cache) has no cache; choose one"
+                raise _bad(
+                    "cache_dtype sets the KV cache's dtype, and use_cache=False "
+                    "has no cache; choose one",
+                    "cache_dtype",
+                    "use_cache",
                 )
         if self.seed is not None and not _is_int(self.seed):
-            raise ValueError(f"seed (--seed) must be an int, got {self.seed!r}")
+            raise _bad(f"seed must be an int, got {self.seed!r}", "seed")
         for name in ("bos_token_id", "pad_token_id"):
             value = getattr(self, name)
             if value is not None and (not _is_int(value) or value < 0):
-                raise ValueError(f"{name} must be a non-negative int, got {value!r}")
+                raise _bad(f"{name} must be a non-negative int, got {value!r}", name)
         self._check_strategy()
 
     def _check_strategy(self) -> None:
         if self.do_sample and self.temperature == 0:
-            raise ValueError(
+            raise _bad(
                 "do_sample=True contradicts temperature=0, which means greedy decoding; "
-                "use a temperature > 0 to sample"
+                "use a temperature > 0 to sample",
+                "temperature",
             )
         if self.num_beams > 1:
             if self.do_sample:
-                raise ValueError(
-                    "beam search (--beams > 1) is deterministic and does not sample; drop "
-                    "do_sample, or use --beams 1 to sample"
+                raise _bad(
+                    "beam search (num_beams > 1) is deterministic and does not sample; drop "
+                    "do_sample, or use num_beams=1 to sample",
+                    "num_beams",
                 )
             if self.top_k or self.top_p < 1.0:
-                raise ValueError(
-                    "top-k/top-p (--top-k/--top-p) filter what is sampled and do nothing in beam "
-                    "search (--beams > 1); use one or the other"
+                raise _bad(
+                    "top_k/top_p filter what is sampled and do nothing in beam "
+                    "search (num_beams > 1); use one or the other",
+                    "top_k",
+                    "top_p",
+                    "num_beams",
                 )
             if self.stop_strings:
-                raise ValueError(
-                    "stop strings (--stop) are not supported with beam search; stop on token "
-                    "ids (stop_token_ids) or use --beams 1"
+                raise _bad(
+                    "stop strings (stop_strings) are not supported with beam search; stop on "
+                    "token ids (stop_token_ids) or use num_beams=1",
+                    "stop_strings",
+                    "num_beams",
                 )
 
     # Derived -------------------------------------------------------------------------------
@@ -162,9 +181,14 @@ class GenerationConfig:
         return dataclasses.asdict(self)
 
 
-def _check_number(name: str, flag: str, value: Any) -> None:
+def _check_number(name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{name} ({flag}) must be a finite number, got {value!r}")
+        raise _bad(f"{name} must be a finite number, got {value!r}", name)
+
+
+def _bad(message: str, *fields: str) -> ConfigValueError:
+    """A bad setting: a ValueError naming ``fields`` (the CLI adds their flags)."""
+    return ConfigValueError(message, fields=fields)
 
 
 class Hypothesis(NamedTuple):

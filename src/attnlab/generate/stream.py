@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from attnlab.errors import ConfigValueError
 from attnlab.generate.config import GenerationConfig, as_config
 from attnlab.generate.lm import prepare_lm
 from attnlab.generate.prompts import as_id_lists
@@ -35,9 +36,10 @@ def stream(
     """Yield the new token ids (or, with ``text=True``, text pieces) of one prompt/source."""
     config = as_config(config)
     if config.num_beams > 1:
-        raise ValueError(
-            "beam search (--beams > 1) cannot stream: the best beam is known only at the end; "
-            "use generate()/generate_seq2seq() or --beams 1"
+        raise ConfigValueError(
+            "beam search (num_beams > 1) cannot stream: the best beam is known only at the end; "
+            "use generate()/generate_seq2seq() or num_beams=1",
+            fields=("num_beams",),
         )
     if text and tokenizer is None:
         raise ValueError("stream(text=True) needs a tokenizer to turn tokens into text")

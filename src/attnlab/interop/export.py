@@ -59,13 +59,16 @@ def export_as(
     hf-gpt2, a file for safetensors). ``force`` replaces an existing target (never one inside a
     checkpoint directory)."""
     if fmt not in FORMATS:
-        raise ConfigError(f"unknown export format {fmt!r}; choose one of {list(FORMATS)}")
+        raise ConfigError(
+            f"unknown export format {fmt!r}; choose one of {list(FORMATS)}", fields=("fmt",)
+        )
     out = Path(out)
     if fmt == "safetensors":
         if out.is_dir():
             raise ConfigError(
-                f"--out {str(out)!r} is a directory; safetensors export writes one "
-                "file, e.g. --out model.safetensors"
+                f"out={str(out)!r} is a directory; safetensors export writes one "
+                "file, e.g. out='model.safetensors'",
+                fields=("out",),
             )
         check_export_target(out, force)
         return save_safetensors(model, out, config, tokenizer=tokenizer, labels=labels)
@@ -78,7 +81,8 @@ def export_as(
     if not isinstance(model, DecoderLM):
         raise ConfigError(
             f"hf-gpt2 export needs a decoder-only language model (kind='decoder_lm'), this "
-            f"checkpoint holds a {type(model).__name__}; use --format safetensors instead"
+            f"checkpoint holds a {type(model).__name__}; use fmt='safetensors' instead",
+            fields=("fmt",),
         )
     check_gpt2_compatible(model.cfg)
     check_export_target(out, force)
@@ -103,15 +107,17 @@ def check_export_target(out: Path, force: bool) -> None:
     inside = next((d for d in (out, *out.resolve().parents) if _is_checkpoint_dir(d)), None)
     if inside is not None:
         raise ConfigError(
-            f"--out {str(out)!r} lies inside the checkpoint directory {str(inside)!r}; writing "
-            f"there would damage the checkpoint, so choose a path outside it (e.g. --out "
-            f"exports/{out.name})"
+            f"out={str(out)!r} lies inside the checkpoint directory {str(inside)!r}; writing "
+            f"there would damage the checkpoint, so choose a path outside it (e.g. out="
+            f"'exports/{out.name}')",
+            fields=("out",),
         )
     taken = out.is_file() or out.is_symlink() or (out.is_dir() and any(out.iterdir()))
     if taken and not force:
         raise ConfigError(
-            f"--out {str(out)!r} already exists; pass --force to replace it, or choose another "
-            f"--out so nothing is overwritten"
+            f"out={str(out)!r} already exists; pass force=True to replace it, or choose "
+            f"another out path so nothing is overwritten",
+            fields=("force", "out"),
         )
 
 

@@ -80,8 +80,9 @@ def resolve_model_path(name: str | os.PathLike, *, revision: str | None = None) 
     if local.exists():
         if revision is not None:
             raise CheckpointError(
-                f"--revision {revision} picks a version of a Hugging Face hub model, but "
-                f"{str(local)!r} is a local path; drop --revision (or give a hub id)"
+                f"revision={revision!r} picks a version of a Hugging Face hub model, but "
+                f"{str(local)!r} is a local path; leave revision unset (or give a hub id)",
+                fields=("revision",),
             )
         return local
     text = os.fspath(name)

@@ -53,8 +53,9 @@ def resolve_text(quick: bool, seed: int, text: str | None, work: Path) -> tuple[
         path = Path(text)
         if not path.exists():
             raise UserError(
-                f"--text {text!r} does not exist; give a UTF-8 text file or a "
-                "directory of .txt files"
+                f"text={text!r} does not exist; give a UTF-8 text file or a "
+                "directory of .txt files",
+                fields=("text",),
             )
         return path, f"the file {text}"
     if not quick and SHAKESPEARE.is_file():

@@ -84,6 +84,5 @@ def get_experiment(name: str) -> Experiment:
     close = difflib.get_close_matches(name, list(experiments), n=1)
     hint = f" Did you mean {close[0]!r}?" if close else ""
     raise ValueError(
-        f"unknown experiment {name!r}.{hint} Available: {', '.join(experiments) or '(none)'}; "
-        "see `attnlab experiment --list`"
+        f"unknown experiment {name!r}.{hint} Available: {', '.join(experiments) or '(none)'}"
     )

@@ -315,7 +315,9 @@ def _without(d: dict, key: str) -> dict:
 def check_may_write(out: Path, quick: bool) -> None:
     """A quick run must not replace a full-size report (the committed results)."""
     if out.exists() and not out.is_dir():
-        raise UserError(f"--out {str(out)!r} is a file; give a directory for the report")
+        raise UserError(
+            f"out={str(out)!r} is a file; give a directory for the report", fields=("out",)
+        )
     data = out / DATA_FILE
     if not quick or not data.is_file():
         return
@@ -325,8 +327,9 @@ def check_may_write(out: Path, quick: bool) -> None:
         return  # unreadable: not a report we need to protect
     if not previous_quick:
         raise UserError(
-            f"{str(out)!r} holds a full-size report; a --quick run will not overwrite it. "
-            "Pass another --out directory (or omit --out to use a temporary one)"
+            f"{str(out)!r} holds a full-size report; a quick run will not overwrite it. "
+            "Give another out directory (or leave out unset to use a temporary one)",
+            fields=("out",),
         )
 
 

@@ -229,7 +229,8 @@ def load_multi30k(data_dir: Path) -> dict[str, list[tuple[str, str]]]:
         raise DataError(
             f"the translation data directory {str(data_dir)!r} lacks {', '.join(missing)}; it "
             "needs line-aligned train.de/train.en, val.de/val.en and test_2016_flickr.de/.en "
-            "(Multi30k), or run `attnlab experiment translation --quick` on generated pairs"
+            "(Multi30k), or run the experiment quick (quick=True) on generated pairs",
+            fields=("quick",),
         )
     return {k: read_parallel(data_dir / f"{s}.de", data_dir / f"{s}.en") for k, s in SPLITS.items()}
 

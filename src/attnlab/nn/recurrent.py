@@ -37,6 +37,7 @@ from typing import NamedTuple
 import torch
 from torch import Tensor, nn
 
+from attnlab.errors import ConfigValueError
 from attnlab.nn.attention import AttentionOutput
 from attnlab.nn.dropout import Dropout, dropout
 from attnlab.nn.hooks import HookPoint
@@ -314,9 +315,10 @@ def attention_step(
 def refuse_cache_dtype(model: str, dtype: object) -> None:
     """Recurrent models keep a hidden state, not keys and values: a KV cache dtype is refused."""
     if dtype is not None:
-        raise ValueError(
-            f"{model} keeps a hidden state, not a KV cache, so a cache dtype ({dtype!r}, "
-            "--kv-cache) does not apply; leave it unset (Transformer models take fp32 or bf16)"
+        raise ConfigValueError(
+            f"{model} keeps a hidden state, not a KV cache, so a cache dtype (cache_dtype="
+            f"{dtype!r}) does not apply; leave it unset (Transformer models take fp32 or bf16)",
+            fields=("cache_dtype",),
         )
 
 

@@ -79,8 +79,9 @@ def _split(cfg: Any, items: list[tuple[str, str]], read: Any, split: str) -> tup
     """(train, evaluation) items: a separate file if given, else a deterministic split."""
     if split == "test":
         raise DataError(
-            "a test split of a file-based task needs its own file: pass it as the "
-            "data flag of `attnlab evaluate` (e.g. --pairs test.tsv)"
+            "a test split of a file-based task needs its own file: evaluate on it (the "
+            "evaluation data, e.g. 'test.tsv') instead of split='test'",
+            fields=("data", "split"),
         )
     if cfg.val_data:
         return items, read(cfg.val_data)
@@ -88,7 +89,9 @@ def _split(cfg: Any, items: list[tuple[str, str]], read: Any, split: str) -> tup
     if not val or not train:
         raise DataError(
             f"{cfg.data!r} has {len(items)} examples, too few to hold out val_fraction="
-            f"{cfg.val_fraction} for validation; add examples or pass --val-data FILE"
+            f"{cfg.val_fraction} for validation; add examples or give a validation file as "
+            f"val_data",
+            fields=("val_data",),
         )
     return train, val
 
@@ -114,8 +117,9 @@ def build_task_data(
     if cfg.task == "lm":
         if split == "test" and eval_data is None:
             raise DataError(
-                "a language model's test split needs its own text: pass the file "
-                "with --text to `attnlab evaluate --split test`"
+                "a language model's test split needs its own text: evaluate with split='test' "
+                "on that text file",
+                fields=("text", "split"),
             )
         return _lm_data(cfg, data_dir, tokenizer, eval_data, prepare)
     if cfg.task == "seq2seq":
@@ -131,7 +135,8 @@ def _lm_data(
     if cfg.data in TASKS or cfg.data in CLASSIFICATION_TASKS:
         raise DataError(
             f"task 'lm' needs a text file or directory, but data={cfg.data!r} names "
-            f"a built-in task; pass --text FILE_OR_DIR"
+            f"a built-in task; give a text file or directory as data",
+            fields=("text",),
         )
     if data_dir is None:
         raise ValueError("an LM run needs data_dir for its memory-mapped corpus")
@@ -223,7 +228,10 @@ def _pair_data(cfg: Any, tokenizer: Tokenizer | None, split: str, eval_data: str
         val = _held_out(train, task.make_pairs(cfg.n_val, seed=cfg.seed + offset))
         chars, origin = task.characters(), f"the generated {cfg.data!r} task"
     elif cfg.data in CLASSIFICATION_TASKS:
-        raise DataError(f"{cfg.data!r} is a classification task; use --task classify with it")
+        raise DataError(
+            f"{cfg.data!r} is a classification task; train it with task='classify'",
+            fields=("task",),
+        )
     elif eval_data is not None:  # a trained model on another file: the training file is not read
         train = val = read_pairs(eval_data)
         chars, origin = None, repr(eval_data)
@@ -246,7 +254,8 @@ def _pair_data(cfg: Any, tokenizer: Tokenizer | None, split: str, eval_data: str
     if not val:
         raise DataError(
             f"the validation set of {cfg.data!r} is empty after removing pairs seen "
-            f"in training; raise n_val or give --val-data"
+            f"in training; raise n_val or give a validation file as val_data",
+            fields=("n_val", "val_data"),
         )
     data = PairData(
         tokenizer,
@@ -276,7 +285,10 @@ def _label_data(
         val = task.make_pairs(cfg.n_val, seed=cfg.seed + offset)
         chars, origin, names = task.characters(), f"the generated {cfg.data!r} task", task.labels
     elif cfg.data in TASKS:
-        raise DataError(f"{cfg.data!r} is a sequence-to-sequence task; use --task seq2seq with it")
+        raise DataError(
+            f"{cfg.data!r} is a sequence-to-sequence task; train it with task='seq2seq'",
+            fields=("task",),
+        )
     elif eval_data is not None:
         train = val = read_labelled(eval_data)
         chars, origin, names = None, repr(eval_data), None

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import torch
 import torch.distributed as dist
 
-from attnlab.errors import ConfigError
+from attnlab.errors import ConfigError, FieldWarning
 from attnlab.runtime import cpu_has_native_bf16
 
 
@@ -45,7 +45,8 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
     if not isinstance(name, str) or not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", name):
         raise ConfigError(
             f"device={name!r} is not a device attnlab knows; use 'auto', 'cpu', 'cuda', "
-            f"'cuda:N' or 'mps'"
+            f"'cuda:N' or 'mps'",
+            fields=("device",),
         )
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
@@ -53,18 +54,21 @@ def resolve_device(name: str, local_rank: int = 0) -> torch.device:
         if not torch.cuda.is_available():
             raise ConfigError(
                 f"device={name!r} but this machine has no usable CUDA device; "
-                f"use --device cpu (or auto)"
+                f"use device='cpu' (or 'auto')",
+                fields=("device",),
             )
         if name == "cuda":
             name = f"cuda:{local_rank % torch.cuda.device_count()}"
         elif int(name[5:]) >= torch.cuda.device_count():
             raise ConfigError(
                 f"device={name!r} but this machine has {torch.cuda.device_count()} CUDA "
-                f"device(s), numbered from 0; use --device cuda:0 (or auto)"
+                f"device(s), numbered from 0; use device='cuda:0' (or 'auto')",
+                fields=("device",),
             )
     if name == "mps" and not torch.backends.mps.is_available():
         raise ConfigError(
-            "device='mps' but the Apple MPS backend is not available; use --device cpu"
+            "device='mps' but the Apple MPS backend is not available; use device='cpu'",
+            fields=("device",),
         )
     return torch.device(name)
 
@@ -74,16 +78,22 @@ def autocast_dtype(dtype: str, device: torch.device) -> torch.dtype | None:
     if dtype == "fp32":
         return None
     if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        raise ConfigError("dtype='bf16' but this GPU has no bfloat16 support; use --dtype fp32")
+        raise ConfigError(
+            "dtype='bf16' but this GPU has no bfloat16 support; use dtype='fp32'", fields=("dtype",)
+        )
     if device.type not in ("cpu", "cuda"):
         raise ConfigError(
-            f"dtype='bf16' autocast is not supported on {device.type}; use --dtype fp32"
+            f"dtype='bf16' autocast is not supported on {device.type}; use dtype='fp32'",
+            fields=("dtype",),
         )
     if device.type == "cpu" and not cpu_has_native_bf16():
         warnings.warn(
-            "dtype='bf16' on a CPU without native bfloat16 products (no AVX-512 BF16 / AMX): "
-            "PyTorch emulates them, which is usually several times slower than fp32 here; "
-            "use --dtype fp32 unless you are checking bf16 numerics",
+            FieldWarning(
+                "dtype='bf16' on a CPU without native bfloat16 products (no AVX-512 BF16 / AMX): "
+                "PyTorch emulates them, which is usually several times slower than fp32 here; "
+                "use dtype='fp32' unless you are checking bf16 numerics",
+                fields=("dtype",),
+            ),
             stacklevel=2,
         )
     return torch.bfloat16

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from attnlab.data.textfiles import read_text
-from attnlab.errors import CheckpointError, DataError
+from attnlab.errors import CheckpointError, ConfigValueError, DataError
 from attnlab.interop.loading import load_checkpoint
 from attnlab.train.build_data import build_task_data
 from attnlab.train.distributed import resolve_device
@@ -25,10 +25,11 @@ from attnlab.train.run_config import TrainConfig
 from attnlab.train.setup import KINDS_FOR_TASK
 
 DATA_OF_TASK = {
-    "lm": "text (--text FILE)",
-    "seq2seq": "source-target pairs (--pairs FILE)",
-    "classify": "labelled examples (--labels FILE)",
+    "lm": "text (a text file)",
+    "seq2seq": "source-target pairs (a .tsv or .jsonl file)",
+    "classify": "labelled examples (a .csv or .jsonl file)",
 }
+INPUT_OF_TASK = {"lm": "text", "seq2seq": "pairs", "classify": "labels"}  # the kind of input
 
 
 class CheckpointEvaluation(NamedTuple):
@@ -65,7 +66,7 @@ def evaluate_checkpoint(
     batch of the set.
     """
     if split not in ("val", "test"):
-        raise ValueError(f"split={split!r} must be 'val' or 'test'")
+        raise ConfigValueError(f"split={split!r} must be 'val' or 'test'", fields=("split",))
     dev = resolve_device(device)
     ckpt = load_checkpoint(path, map_location=dev)
     task = "lm" if ckpt.config.kind == "masked_lm" else _task_of(ckpt.config.kind)
@@ -73,7 +74,8 @@ def evaluate_checkpoint(
         raise DataError(
             f"the checkpoint {str(ckpt.path)!r} holds a {ckpt.config.kind!r} model, which is "
             f"evaluated on {DATA_OF_TASK[task]}, but the data given is {DATA_OF_TASK[data_task]}; "
-            f"give the model data of its own task (or evaluate a model trained for that data)"
+            f"give the model data of its own task (or evaluate a model trained for that data)",
+            fields=(INPUT_OF_TASK[task],),
         )
     if ckpt.config.kind == "masked_lm":  # e.g. a BERT directory: its own objective
         return _evaluate_masked_lm(ckpt, data, batch_size, max_batches)
@@ -86,7 +88,9 @@ def evaluate_checkpoint(
     elif data is None:
         raise DataError(
             f"{str(ckpt.path)!r} was exported without its training settings, so its validation "
-            f"set is unknown; pass the evaluation data file (e.g. --pairs test.tsv)"
+            f"set is unknown; pass the evaluation data file as data (e.g. "
+            f"data='test.tsv' for pairs)",
+            fields=(INPUT_OF_TASK[task],),
         )
     elif task == "lm":  # e.g. a Hugging Face model: windows as long as the model's context
         cfg = TrainConfig(task=task, data=data, context_len=min(ckpt.config.max_len, 1024))
@@ -124,8 +128,9 @@ def _evaluate_masked_lm(ckpt, data, batch_size, max_batches) -> CheckpointEvalua
     """Masked-LM loss of a text file (``attnlab.train.masked_lm_eval``)."""
     if data is None:
         raise DataError(
-            f"{str(ckpt.path)!r} holds a masked language model (BERT); give the text to score "
-            "with --text FILE"
+            f"{str(ckpt.path)!r} holds a masked language model (BERT); give the text file to "
+            "score as data",
+            fields=("text",),
         )
     try:
         text = read_text(data)

@@ -48,7 +48,8 @@ def parse_freeze(spec: str) -> tuple[bool, int]:
 
             raise ConfigValueError(
                 f"train.freeze={spec!r}: {part!r} is neither 'embeddings' nor a number of layers; "
-                "e.g. --freeze embeddings, --freeze 2 (the first 2 layers) or --freeze embeddings,2"
+                "e.g. freeze='embeddings', '2' (the first 2 layers) or 'embeddings,2'",
+                fields=("freeze",),
             )
     return embeddings, layers
 
@@ -58,11 +59,12 @@ def load_init(cfg: Any) -> Any:
     try:
         found = load_checkpoint(cfg.init_from, revision=cfg.init_revision)
     except CheckpointError as err:
-        raise CheckpointError(f"--init-from: {err}") from None
+        raise CheckpointError(f"init_from: {err}", fields=("init_from",)) from None
     if found.tokenizer is None:
         raise CheckpointError(
-            f"--init-from {cfg.init_from!r} has no tokenizer files, so the data cannot be encoded "
-            "with the ids the model learnt; give a model directory with its tokenizer.json"
+            f"init_from={cfg.init_from!r} has no tokenizer files, so the data cannot be encoded "
+            "with the ids the model learnt; give a model directory with its tokenizer.json",
+            fields=("init_from",),
         )
     return found
 
@@ -73,17 +75,19 @@ def init_model_config(pretrained: Any, task: str, data: Any) -> ModelConfig:
     if task == "lm":
         if cfg.kind != "decoder_lm":
             raise ConfigError(
-                f"--init-from {name!r} holds a {cfg.kind!r} model, which does not predict the next "
-                "token; fine-tune a decoder (GPT-2, Llama family) on --text, or give this one "
-                "--labels to train a classifier"
+                f"init_from={name!r} holds a {cfg.kind!r} model, which does not predict the next "
+                "token; fine-tune a decoder (GPT-2, Llama family) on text, or give this one "
+                "labelled examples to train a classifier",
+                fields=("init_from", "labels"),
             )
         return cfg
     if task == "classify":
         if cfg.kind not in ENCODER_KINDS:
             raise ConfigError(
-                f"--init-from {name!r} holds a {cfg.kind!r} model; attnlab's classifier head sits "
-                "on an encoder, so classify with a BERT model (e.g. --init-from "
-                "bert-base-uncased), or fine-tune this decoder as a language model on --text"
+                f"init_from={name!r} holds a {cfg.kind!r} model; attnlab's classifier head sits "
+                "on an encoder, so classify with a BERT model (e.g. init_from="
+                "'bert-base-uncased'), or fine-tune this decoder as a language model on text",
+                fields=("init_from", "text"),
             )
         # BERT's recipe: softmax(W tanh(W_p h_CLS + b_p) + b); a pooler the checkpoint lacks
         # (BertForMaskedLM has none) starts from the run's initialisation, like the head.
@@ -91,8 +95,9 @@ def init_model_config(pretrained: Any, task: str, data: Any) -> ModelConfig:
         changes.update(pad_id=data.tokenizer.pad_id, pooler=True, pooling="cls")
         return cfg.replace(**changes)
     raise ConfigError(
-        f"--init-from fine-tunes language models (--text) and classifiers (--labels), not task "
-        f"{task!r}; train a sequence-to-sequence model from scratch instead"
+        f"init_from fine-tunes language models (task='lm') and classifiers (task='classify'), "
+        f"not task {task!r}; train a sequence-to-sequence model from scratch instead",
+        fields=("init_from",),
     )
 
 
@@ -121,8 +126,9 @@ def copy_weights(model: nn.Module, weights: dict[str, torch.Tensor]) -> None:
     if left or unexpected:
         raise CheckpointError(
             f"the pretrained weights do not fit the run's model (missing {left[:4]}, unexpected "
-            f"{list(unexpected)[:4]}); fine-tune with the model settings of --init-from (drop "
-            "model flags such as --d-model)"
+            f"{list(unexpected)[:4]}); fine-tune with the model settings of init_from (leave "
+            "model settings such as d_model unset)",
+            fields=("init_from",),
         )
 
 
@@ -140,15 +146,17 @@ def freeze(model: nn.Module, spec: str) -> list[str]:
         if layers and last == "blocks" and isinstance(module, nn.ModuleList):
             if layers > len(module):
                 raise ConfigError(
-                    f"--freeze {layers} asks for more layers than the model's {len(module)}; "
-                    f"freeze at most {len(module)}"
+                    f"freeze={spec!r} asks for {layers} layers, more than the model's "
+                    f"{len(module)}; freeze at most {len(module)}",
+                    fields=("freeze",),
                 )
             for i in range(layers):
                 frozen += _freeze(module[i], f"{name}.{i}")
     if not frozen:
         raise ConfigError(
-            f"--freeze {spec!r} matches no parameters of a {type(model).__name__}; it applies to "
-            "Transformer models (their 'embed' tables and 'blocks' layers)"
+            f"freeze={spec!r} matches no parameters of a {type(model).__name__}; it applies to "
+            "Transformer models (their 'embed' tables and 'blocks' layers)",
+            fields=("freeze",),
         )
     return frozen
 

@@ -84,7 +84,8 @@ def run_lock(run_dir: str | os.PathLike, *, enabled: bool = True) -> Iterator[Pa
             raise RunLockedError(
                 f"{who} is training into {str(run_dir)!r} right now (it holds {path.name}); two "
                 f"runs in one directory would mix their checkpoints and metrics. Wait for it to "
-                f"finish (or stop it: kill {pid or 'PID'}), or train into another --out"
+                f"finish (or stop it: kill {pid or 'PID'}), or train into another out directory",
+                fields=("out",),
             ) from None
         try:
             same = os.fstat(fd).st_ino == os.stat(path).st_ino

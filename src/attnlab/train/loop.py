@@ -37,7 +37,7 @@ from attnlab.budget import check_allocation
 from attnlab.checkpoint import best_checkpoint, restore_training, save_checkpoint
 from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.checkpoint.state import restore_rng_state
-from attnlab.errors import UserError
+from attnlab.errors import FieldWarning, UserError
 from attnlab.models import build_model
 from attnlab.train.distributed import (
     DistInfo,
@@ -70,9 +70,10 @@ class TrainingDiverged(UserError):
     def __init__(self, step: int, loss: float):
         self.step, self.loss = step, loss
         super().__init__(
-            f"the training loss became {loss} at step {step}; lower the learning rate (--lr), "
-            "keep gradient clipping on (--grad-clip 1.0) or use fp32 (--dtype fp32). "
-            "Checkpoints saved before this step are intact"
+            f"the training loss became {loss} at step {step}; lower the learning rate (lr), "
+            "keep gradient clipping on (grad_clip=1.0) or use fp32 (dtype='fp32'). "
+            "Checkpoints saved before this step are intact",
+            fields=("lr", "grad_clip", "dtype"),
         )
 
 
@@ -311,7 +312,8 @@ class _Run:
         if start > cfg.steps:
             raise UserError(
                 f"the checkpoint is at step {start}, past steps={cfg.steps}; "
-                f"raise --steps to train longer"
+                f"raise steps to train longer",
+                fields=("steps",),
             )
         net = _wrap(model, cfg.compile, data.kind, info, device)
         parts = StepParts(net, model, optimizers, data, cfg, info, device, amp)
@@ -507,16 +509,22 @@ def _wrap(
     if compile:
         if kind != "lm":
             warnings.warn(
-                f"--compile on padded {kind} batches: their shapes change from batch to batch "
-                "and torch.compile recompiles for them; it pays off for LM windows, whose shape "
-                "is fixed (measured in benchmarks/)",
+                FieldWarning(
+                    f"compile=True on padded {kind} batches: their shapes change from batch to "
+                    "batch and torch.compile recompiles for them; it pays off for LM windows, "
+                    "whose shape is fixed (measured in benchmarks/)",
+                    fields=("compile",),
+                ),
                 stacklevel=3,
             )
         compile_fn = getattr(torch, "compile", None)
         if compile_fn is None:  # a PyTorch without torch.compile: train eagerly, say so once
             warnings.warn(
-                f"--compile needs torch.compile, which PyTorch {torch.__version__} lacks; "
-                "training runs eagerly (same results, without the compiled speed-up)",
+                FieldWarning(
+                    f"compile=True needs torch.compile, which PyTorch {torch.__version__} lacks; "
+                    "training runs eagerly (same results, without the compiled speed-up)",
+                    fields=("compile",),
+                ),
                 stacklevel=3,
             )
         else:

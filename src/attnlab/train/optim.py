@@ -34,6 +34,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from attnlab.errors import ConfigValueError
 from attnlab.train.muon import Muon
 
 # Modules whose parameters are never decayed nor given to Muon: tables and normalisers.
@@ -118,12 +119,15 @@ def build_optimizers(model: nn.Module, cfg: Any) -> list[torch.optim.Optimizer]:
         groups = [dict(g, lr=cfg.lr, base_lr=cfg.lr) for g in groups if g["params"]]
         return [torch.optim.AdamW(groups, **adam_kw)]
     if cfg.optimizer != "muon":
-        raise ValueError(f"unknown optimizer {cfg.optimizer!r}; choose 'adamw' or 'muon'")
+        raise ConfigValueError(
+            f"unknown optimizer {cfg.optimizer!r}; choose 'adamw' or 'muon'", fields=("optimizer",)
+        )
     hidden = {id(p) for _, p in split["hidden_matrices"]}
     if not hidden:
-        raise ValueError(
+        raise ConfigValueError(
             "optimizer='muon' found no 2-D hidden weight matrices in the model; "
-            "use --optimizer adamw"
+            "use optimizer='adamw'",
+            fields=("optimizer",),
         )
     rest_decay = [p for _, p in split["decay"] if id(p) not in hidden]
     rest = [

@@ -32,16 +32,12 @@ from typing import Any
 
 from attnlab.config import ModelConfig
 from attnlab.data import TASKS
-from attnlab.errors import ConfigError
+from attnlab.errors import ConfigError, ConfigValueError, blamed_fields
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-
-class ConfigValueError(ConfigError, ValueError):
-    """A bad config key or value: a :class:`ConfigError` for the CLI, a ValueError for Python."""
 
 
 _CHOICES: dict[str, tuple[str, ...]] = {
@@ -168,8 +164,9 @@ class TrainConfig:
             _bad(
                 "warmup_steps",
                 self.warmup_steps,
-                f"must not exceed steps={self.steps}; lower it "
-                f"with --warmup-steps {self.steps // 10} (or raise --steps)",
+                f"must not exceed steps={self.steps}; lower warmup_steps (e.g. to "
+                f"{self.steps // 10}) or raise steps",
+                also=("steps",),
             )
         if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", self.device):
             _bad("device", self.device, "must be 'auto', 'cpu', 'cuda', 'cuda:N' or 'mps'")
@@ -185,7 +182,8 @@ class TrainConfig:
             raise ConfigValueError(
                 f"train.best_metric={self.best_metric!r} is not a metric of task {self.task!r}, "
                 f"so no best checkpoint would ever be chosen; use one of {list(metrics)}, e.g. "
-                f"--best-metric {metrics[-1]}"
+                f"best_metric={metrics[-1]!r}",
+                fields=("best_metric",),
             )
 
     @property
@@ -219,8 +217,8 @@ def metric_names(task: str, data: str) -> tuple[str, ...]:
     return ("val_loss", "val_ppl", *text, "val_exact_match")
 
 
-def _bad(name: str, value: Any, rule: str) -> None:
-    raise ConfigValueError(f"train.{name}={value!r} {rule}")
+def _bad(name: str, value: Any, rule: str, also: tuple[str, ...] = ()) -> None:
+    raise ConfigValueError(f"train.{name}={value!r} {rule}", fields=(name, *also))
 
 
 # Field types, shared by TrainConfig and ModelConfig ------------------------------------------
@@ -242,22 +240,29 @@ def _coerce(owner: str, name: str, value: Any, hint: Any) -> Any:
         (hint,) = [a for a in args if a is not type(None)]
         args = typing.get_args(hint)
     where = f"{owner}.{name}={value!r} ({type(value).__name__})"
+    fields = (name.partition("[")[0],)
     if hint is bool:
         if not isinstance(value, bool):
-            raise ConfigValueError(f"{where} must be true or false")
+            raise ConfigValueError(f"{where} must be true or false", fields=fields)
     elif hint is int:
         if not isinstance(value, int) or isinstance(value, bool):
-            raise ConfigValueError(f"{where} must be a whole number (in TOML: no quotes, no dot)")
+            raise ConfigValueError(
+                f"{where} must be a whole number (in TOML: no quotes, no dot)", fields=fields
+            )
     elif hint is float:
         if not isinstance(value, int | float) or isinstance(value, bool):
-            raise ConfigValueError(f"{where} must be a number (in TOML: no quotes, e.g. 3e-4)")
+            raise ConfigValueError(
+                f"{where} must be a number (in TOML: no quotes, e.g. 3e-4)", fields=fields
+            )
         return value if isinstance(value, float) else float(value)
     elif hint is str:
         if not isinstance(value, str):
-            raise ConfigValueError(f'{where} must be a string (in TOML: in quotes, e.g. "{value}")')
+            raise ConfigValueError(
+                f'{where} must be a string (in TOML: in quotes, e.g. "{value}")', fields=fields
+            )
     elif typing.get_origin(hint) is tuple:
         if not isinstance(value, list | tuple) or len(value) != len(args):
-            raise ConfigValueError(f"{where} must be a list of {len(args)} values")
+            raise ConfigValueError(f"{where} must be a list of {len(args)} values", fields=fields)
         items = tuple(
             _coerce(owner, f"{name}[{i}]", v, a) for i, (v, a) in enumerate(zip(value, args))
         )
@@ -285,10 +290,10 @@ def _build(cls: type, data: Any, table: str) -> Any:
         data = {k: _coerce("ModelConfig", k, v, hints[k]) for k, v in data.items()}
     try:
         return cls(**data)
-    except ConfigError:
-        raise
     except (ValueError, TypeError) as err:
-        raise ConfigValueError(f"[{table}] {err}") from None
+        if isinstance(err, ConfigError) and cls is not ModelConfig:  # names its table already
+            raise
+        raise ConfigValueError(f"[{table}] {err}", fields=blamed_fields(err)) from None
 
 
 # RunConfig and TOML --------------------------------------------------------------------------
@@ -320,7 +325,7 @@ class RunConfig:
             model = _build(ModelConfig, data.get("model", {}), "model")
             train = _build(TrainConfig, data.get("train", {}), "train")
         except ConfigError as err:
-            raise ConfigValueError(f"{source}: {err}") from None
+            raise ConfigValueError(f"{source}: {err}", fields=blamed_fields(err)) from None
         return cls(model, train)
 
 

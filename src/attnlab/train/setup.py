@@ -40,7 +40,7 @@ from attnlab.checkpoint.load import (
 )
 from attnlab.checkpoint.rundir import _step_of, damage_of, latest_checkpoint, step_dirs
 from attnlab.config import LM_KINDS, SEQ2SEQ_KINDS, ModelConfig
-from attnlab.errors import CheckpointError, ConfigError, UserError
+from attnlab.errors import CheckpointError, ConfigError, FieldWarning, UserError, blamed_fields
 from attnlab.models.build import check_model_memory
 from attnlab.train.build_data import build_task_data
 from attnlab.train.distributed import DistInfo, barrier
@@ -67,8 +67,9 @@ def check_kind(model_cfg: ModelConfig, task: str) -> None:
     if model_cfg.kind not in kinds:
         raise ConfigError(
             f"model kind {model_cfg.kind!r} cannot be trained on task {task!r}; for that task "
-            f"use kind {' or '.join(repr(k) for k in kinds)} (e.g. --model-kind {kinds[0]}), "
-            f"or pick the task that fits the model"
+            f"use kind {' or '.join(repr(k) for k in kinds)} (e.g. kind={kinds[0]!r}), "
+            f"or pick the task that fits the model",
+            fields=("kind",),
         )
 
 
@@ -84,15 +85,20 @@ def fit_model_config(model_cfg: ModelConfig, data: TaskData, announce: bool = Tr
     default = ModelConfig.__dataclass_fields__["vocab_size"].default
     if announce and model_cfg.vocab_size not in (default, data.tokenizer.vocab_size):
         warnings.warn(
-            f"vocab_size={model_cfg.vocab_size} is replaced by the tokenizer's "
-            f"{data.tokenizer.vocab_size} tokens: the data decides the vocabulary (choose it "
-            f"with --tokenizer char|byte|bpe and --bpe-vocab-size N, not vocab_size)",
+            FieldWarning(
+                f"vocab_size={model_cfg.vocab_size} is replaced by the tokenizer's "
+                f"{data.tokenizer.vocab_size} tokens: the data decides the vocabulary (choose it "
+                f"with tokenizer='char'|'byte'|'bpe' and bpe_vocab_size, not vocab_size)",
+                fields=("tokenizer", "bpe_vocab_size"),
+            ),
             stacklevel=3,
         )
     try:
         return model_cfg.replace(**changes)
     except ValueError as err:
-        raise ConfigError(f"the model config does not fit the data: {err}") from None
+        raise ConfigError(
+            f"the model config does not fit the data: {err}", fields=blamed_fields(err)
+        ) from None
 
 
 def _differences(saved: ModelConfig, wanted: ModelConfig) -> list[str]:
@@ -146,17 +152,20 @@ def check_resume_settings(
     fixed = [text for text in breaking if text.split(" ", 1)[0] in FIXED_ON_RESUME]
     if fixed:
         raise ConfigError(
-            f"--resume cannot change {'; '.join(fixed)}: the checkpoint {ckpt.path.name}'s "
-            f"embeddings and output layer are sized for the tokenizer it was trained with (even "
-            f"with --allow-changes); drop those flags to continue the run, or start a new run "
-            f"into another --out"
+            f"a resumed run cannot change {'; '.join(fixed)}: the checkpoint "
+            f"{ckpt.path.name}'s embeddings and output layer are sized for the tokenizer it was "
+            f"trained with (even with allow_changes=True); keep those settings to continue the "
+            f"run, or start a new run in another out directory",
+            fields=(*(text.split(" ", 1)[0] for text in fixed), "out"),
         )
     if breaking and not allow_changes:
         raise ConfigError(
-            f"--resume with settings that differ from the run saved at {ckpt.path.name}: "
+            f"resuming with settings that differ from the run saved at {ckpt.path.name}: "
             f"{'; '.join(breaking)}. They change the remaining steps, so the run would no longer "
-            f"match an uninterrupted one; drop those flags (or [train] keys) to continue exactly, "
-            f"pass --allow-changes to continue with the new settings, or train into a new --out"
+            f"match an uninterrupted one; keep the saved settings to continue exactly, pass "
+            f"allow_changes=True to continue with the new settings, or train into a new out "
+            f"directory",
+            fields=(*(text.split(" ", 1)[0] for text in breaking), "allow_changes", "out"),
         )
     if announce and (breaking or harmless):
         warnings.warn(
@@ -215,9 +224,10 @@ def check_fresh_dir(run_dir: Path, run_config: Any, overwrite: bool) -> None:
     if why:
         raise ConfigError(
             f"the run directory {str(run_dir)!r} is not empty and {why}; a fresh run would "
-            f"write over them. Choose a new or empty --out, or pass --overwrite to train into it "
-            f"anyway (config.toml, metrics.jsonl, loss.png and plots/ are then replaced; other "
-            f"files are left alone)"
+            f"write over them. Choose a new or empty out directory, or pass overwrite=True to "
+            f"train into it anyway (config.toml, metrics.jsonl, loss.png and plots/ are then "
+            f"replaced; other files are left alone)",
+            fields=("out", "overwrite"),
         )
 
 
@@ -229,13 +239,16 @@ def find_resume_point(run_dir: Path, resume: bool) -> Path | None:
         raise CheckpointError(
             f"the run directory {str(run_dir)!r} holds only incomplete checkpoints ({problems}); "
             f"they are kept, not trained over: restore the missing files, or move "
-            f"{str(run_dir / 'checkpoints')!r} away to start afresh, or choose a new --out"
+            f"{str(run_dir / 'checkpoints')!r} away to start afresh, or choose a new out "
+            f"directory",
+            fields=("out",),
         )
     if latest is not None and not resume:
         raise ConfigError(
             f"the run directory {str(run_dir)!r} already holds checkpoints (latest: "
-            f"{latest.name}); pass --resume to continue that run, or choose a new --out so "
-            f"nothing saved there is overwritten"
+            f"{latest.name}); pass resume=True to continue that run, or choose a new out "
+            f"directory so nothing saved there is overwritten",
+            fields=("resume", "out"),
         )
     return latest if resume else None
 
@@ -325,7 +338,8 @@ def prepare_run(
         diff = "; ".join(_differences(ckpt.config, model_cfg)[:6])
         raise CheckpointError(
             f"the checkpoint {str(ckpt.path)!r} is from a different model ({diff}); resume with "
-            f"the model settings it was trained with (omit model flags so the run's "
-            f"config.toml is used), or start a new run with another --out"
+            f"the model settings it was trained with (the run's config.toml), or start a new "
+            f"run in another out directory",
+            fields=("out",),
         )
     return RunSetup(run_dir, data, model_cfg, ckpt, weights)

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from attnlab.data import LabelSet, LMWindows, Tokenizer, collate_labelled, collate_pairs
-from attnlab.errors import DataError
+from attnlab.errors import DataError, blamed_fields
 
 
 class Example(NamedTuple):
@@ -126,7 +126,9 @@ class LMData(TaskData):
             try:
                 windows.num_starts(context_len)
             except ValueError as err:
-                raise DataError(f"{err} (corpus {corpus.path})") from None
+                raise DataError(
+                    f"{err} (corpus {corpus.path})", fields=blamed_fields(err)
+                ) from None
         self.summary = (
             f"{len(corpus.train):,} training and {len(corpus.val):,} validation "
             f"tokens ({self.tokenizer.type} tokenizer, {self.tokenizer.vocab_size} "
@@ -147,7 +149,8 @@ class LMData(TaskData):
         if model_cfg.kind == "decoder_lm" and self.context_len > model_cfg.max_len:
             raise DataError(
                 f"context_len={self.context_len} exceeds the model's max_len="
-                f"{model_cfg.max_len}; lower --context-len or raise --max-len"
+                f"{model_cfg.max_len}; lower context_len or raise max_len",
+                fields=("context_len", "max_len"),
             )
 
 
@@ -202,8 +205,9 @@ class PairData(TaskData):
         if max(src, tgt) > model_cfg.max_len:
             raise DataError(
                 f"the longest source has {src} tokens and the longest target {tgt} (with <bos>) "
-                f"but the model's max_len is {model_cfg.max_len}; raise --max-len to at least "
-                f"{max(src, tgt)}, or drop long pairs with --max-src-len/--max-tgt-len"
+                f"but the model's max_len is {model_cfg.max_len}; raise max_len to at least "
+                f"{max(src, tgt)}, or drop long pairs with max_src_len/max_tgt_len",
+                fields=("max_len", "max_src_len", "max_tgt_len"),
             )
 
 
@@ -254,8 +258,9 @@ class LabelData(TaskData):
         if longest > model_cfg.max_len:
             raise DataError(
                 f"the longest text has {longest} tokens (with the CLS token) but the model's "
-                f"max_len is {model_cfg.max_len}; raise --max-len to at least {longest} or drop "
-                f"long texts with --max-src-len"
+                f"max_len is {model_cfg.max_len}; raise max_len to at least {longest} or drop "
+                f"long texts with max_src_len",
+                fields=("max_len", "max_src_len"),
             )
 
 

@@ -17,6 +17,7 @@ import torch
 from matplotlib.figure import Figure
 from torch import Tensor
 
+from attnlab.errors import ConfigValueError
 from attnlab.generate.config import GenerationConfig
 from attnlab.generate.seq2seq import generate_seq2seq
 from attnlab.models.base import Classifier, LanguageModel, LayerAttention, Seq2SeqModel
@@ -115,7 +116,9 @@ def model_attention_figures(
     """
     ids = tokenizer.encode(text)
     if not ids:
-        raise ValueError("the input text encodes to no tokens; give a non-empty --input")
+        raise ConfigValueError(
+            "the input text encodes to no tokens; give a non-empty text", fields=("text",)
+        )
     limit = getattr(model, "max_len", None)
     if limit is not None and len(ids) > limit:
         raise ValueError(
