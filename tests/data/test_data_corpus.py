@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab.checkpoint.atomic import atomic_write_bytes
 from attnlab.data import (
     ByteTokenizer,
     CharTokenizer,
@@ -20,6 +21,11 @@ from attnlab.data import (
 TEXT = "".join(f"line {i}: the quick brown fox jumps over the lazy dog.\n" for i in range(200))
 
 
+def prepare(*args, **kw):
+    """``prepare_corpus`` writing through the project's one atomic writer, as training does."""
+    return prepare_corpus(*args, write=atomic_write_bytes, **kw)
+
+
 @pytest.fixture
 def text_file(tmp_path):
     path = tmp_path / "corpus.txt"
@@ -29,7 +35,7 @@ def text_file(tmp_path):
 
 @pytest.fixture
 def corpus(text_file, tmp_path):
-    return prepare_corpus(text_file, tmp_path / "out", CharTokenizer.train([TEXT]))
+    return prepare(text_file, tmp_path / "out", CharTokenizer.train([TEXT]))
 
 
 # Encoding and split -------------------------------------------------------------------------
@@ -51,12 +57,12 @@ def test_prepare_writes_memmap_split(corpus, tmp_path):
 
 def test_prepare_is_deterministic_and_fraction_configurable(text_file, tmp_path):
     tok = ByteTokenizer()
-    a = prepare_corpus(text_file, tmp_path / "a", tok, val_fraction=0.25)
-    b = prepare_corpus(text_file, tmp_path / "b", tok, val_fraction=0.25)
+    a = prepare(text_file, tmp_path / "a", tok, val_fraction=0.25)
+    b = prepare(text_file, tmp_path / "b", tok, val_fraction=0.25)
     assert (tmp_path / "a/train.bin").read_bytes() == (tmp_path / "b/train.bin").read_bytes()
     assert a.meta["n_val"] == round(len(TEXT.encode()) * 0.25) == len(b.val)
     with pytest.raises(ValueError, match="val_fraction"):
-        prepare_corpus(text_file, tmp_path / "c", tok, val_fraction=1.0)
+        prepare(text_file, tmp_path / "c", tok, val_fraction=1.0)
 
 
 def test_dtype_choice():
@@ -70,7 +76,7 @@ def test_large_vocab_uses_uint32(tmp_path):
     tok = CharTokenizer(chars)
     path = tmp_path / "big.txt"
     path.write_text("".join(chars[-50:]) * 4, encoding="utf-8")
-    corpus = prepare_corpus(path, tmp_path / "out", tok)
+    corpus = prepare(path, tmp_path / "out", tok)
     assert corpus.train.dtype == np.uint32
     assert int(corpus.train.max()) == tok.vocab_size - 1
 
@@ -85,7 +91,7 @@ def test_directory_sorted_with_eos_between_documents(tmp_path):
     (src / ".hidden.txt").write_text("zz", encoding="utf-8")
     (src / "notes.csv").write_text("xx", encoding="utf-8")
     tok = CharTokenizer.train(["abc"])
-    corpus = prepare_corpus(src, tmp_path / "out", tok, val_fraction=0.0)
+    corpus = prepare(src, tmp_path / "out", tok, val_fraction=0.0)
     assert corpus.meta["sources"] == ["a.txt", "b.txt", "empty.txt", "sub/c.txt"]
     assert tok.decode(corpus.train, skip_special=False) == "aa<eos>bb<eos>cc"
     assert len(corpus.val) == 0
@@ -95,24 +101,24 @@ def test_directory_sorted_with_eos_between_documents(tmp_path):
 def test_bad_corpus_inputs(tmp_path):
     tok = ByteTokenizer()
     with pytest.raises(FileNotFoundError, match="does not exist"):
-        prepare_corpus(tmp_path / "nope.txt", tmp_path / "out", tok)
+        prepare(tmp_path / "nope.txt", tmp_path / "out", tok)
     (tmp_path / "empty.txt").write_text("", encoding="utf-8")
     with pytest.raises(ValueError, match="is empty"):
-        prepare_corpus(tmp_path / "empty.txt", tmp_path / "out", tok)
+        prepare(tmp_path / "empty.txt", tmp_path / "out", tok)
     (tmp_path / "d").mkdir()
     with pytest.raises(ValueError, match="no text files"):
-        prepare_corpus(tmp_path / "d", tmp_path / "out", tok)
+        prepare(tmp_path / "d", tmp_path / "out", tok)
     (tmp_path / "d" / "x.txt").write_text("", encoding="utf-8")
     with pytest.raises(ValueError, match="zero tokens"):
-        prepare_corpus(tmp_path / "d", tmp_path / "out", tok)
+        prepare(tmp_path / "d", tmp_path / "out", tok)
     (tmp_path / "latin1.txt").write_bytes("caf\xe9 ok".encode("latin-1"))
     with pytest.raises(ValueError, match=r"latin1.txt' is not valid UTF-8: byte 0xe9 at offset 3"):
-        prepare_corpus(tmp_path / "latin1.txt", tmp_path / "out", tok)
+        prepare(tmp_path / "latin1.txt", tmp_path / "out", tok)
     (tmp_path / "latin1.txt").write_text("caf\xe9 ok", encoding="utf-8")
     with pytest.raises(FileNotFoundError, match="prepare_corpus"):
         load_corpus(tmp_path / "d")
     with pytest.raises(ValueError, match=r"cannot encode .*latin1.txt.*'é' at 3"):
-        prepare_corpus(tmp_path / "latin1.txt", tmp_path / "out", CharTokenizer.train(["abc"]))
+        prepare(tmp_path / "latin1.txt", tmp_path / "out", CharTokenizer.train(["abc"]))
 
 
 def test_corrupted_split_is_detected(corpus, tmp_path):
@@ -188,7 +194,7 @@ def test_eval_batches_fixed_non_overlapping_windows():
 
 def test_tinyshakespeare_end_to_end(tinyshakespeare, tmp_path):
     tok = CharTokenizer.train(Path(tinyshakespeare))
-    corpus = prepare_corpus(tinyshakespeare, tmp_path / "shakespeare", tok)
+    corpus = prepare(tinyshakespeare, tmp_path / "shakespeare", tok)
     assert tok.vocab_size == 3 + 65
     x, _ = LMWindows(corpus.train).batch_at(0, 2, 64)
     assert tok.decode(x[0]) in Path(tinyshakespeare).read_text(encoding="utf-8")

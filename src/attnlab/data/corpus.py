@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,13 +55,16 @@ def prepare_corpus(
     out_dir: str | os.PathLike,
     tokenizer: Tokenizer,
     *,
+    write: Callable[[Path, bytes], object],
     val_fraction: float = 0.1,
     suffixes: Iterable[str] = TEXT_SUFFIXES,
 ) -> Corpus:
     """Encode ``source`` (file or directory) into ``out_dir``; returns the loaded :class:`Corpus`.
 
-    Run it once (on rank 0 when distributed); every file is written under a temporary name and
-    renamed when complete, so an interrupted run never leaves a half-written split behind.
+    Run it once (on rank 0 when distributed). ``write(path, data)`` puts each finished file on
+    disk: the caller passes the project's one atomic writer (``attnlab.checkpoint.atomic``
+    ``.atomic_write_bytes``, a floor above this one), so an interrupted run never leaves a
+    half-written split behind.
     """
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction={val_fraction} must be in [0, 1), e.g. 0.1")
@@ -90,8 +93,8 @@ def prepare_corpus(
     n_val = int(round(n_tokens * val_fraction))
     n_train = n_tokens - n_val
     tokens = np.memmap(stream, dtype=dtype, mode="r", shape=(n_tokens,))
-    _write_atomic(out / "train.bin", tokens[:n_train].tobytes())
-    _write_atomic(out / "val.bin", tokens[n_train:].tobytes())
+    write(out / "train.bin", tokens[:n_train].tobytes())
+    write(out / "val.bin", tokens[n_train:].tobytes())
     del tokens
     stream.unlink()
     tokenizer.save(out / "tokenizer.json")
@@ -108,7 +111,7 @@ def prepare_corpus(
         "val_fraction": val_fraction,
         "sources": [str(p.relative_to(root)) for p in files],
     }
-    _write_atomic(out / META_FILE, json.dumps(meta, indent=2).encode("utf-8"))
+    write(out / META_FILE, json.dumps(meta, indent=2).encode("utf-8"))
     return load_corpus(out)
 
 
@@ -144,9 +147,3 @@ def _map(path: Path, dtype: np.dtype, n: int) -> np.ndarray:
     if n == 0:  # numpy cannot map an empty file
         return np.zeros(0, dtype=dtype)
     return np.memmap(path, dtype=dtype, mode="r", shape=(n,))
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from attnlab.checkpoint.atomic import atomic_write_json
+from attnlab.checkpoint.atomic import atomic_write_bytes, atomic_write_json
 from attnlab.data import (
     CLASSIFICATION_TASKS,
     TASKS,
@@ -145,7 +145,9 @@ def _lm_data(
         if tokenizer is None:
             raise ValueError("evaluating an LM on a text file needs the model's tokenizer")
         _check_text(eval_data)
-        other = prepare_corpus(eval_data, data_dir / "eval", tokenizer, val_fraction=0.0)
+        other = prepare_corpus(
+            eval_data, data_dir / "eval", tokenizer, write=atomic_write_bytes, val_fraction=0.0
+        )
         return LMData(dataclasses.replace(other, val=other.train), cfg.context_len, cfg.seed)
     corpus_dir = data_dir / "corpus"
     meta = corpus_dir / "meta.json"
@@ -168,13 +170,19 @@ def _lm_data(
                 tokenizer = train_tokenizer(
                     cfg.tokenizer, Path(cfg.data), vocab_size=cfg.bpe_vocab_size
                 )
-        corpus = prepare_corpus(cfg.data, corpus_dir, tokenizer, val_fraction=fraction)
+        corpus = prepare_corpus(
+            cfg.data, corpus_dir, tokenizer, write=atomic_write_bytes, val_fraction=fraction
+        )
         atomic_write_json(corpus_dir / SOURCE_STAMP, source)
     if cfg.val_data:  # a separate text file as the validation split
         if prepare:
             _check_text(cfg.val_data)
             other = prepare_corpus(
-                cfg.val_data, data_dir / "val", corpus.tokenizer, val_fraction=0.0
+                cfg.val_data,
+                data_dir / "val",
+                corpus.tokenizer,
+                write=atomic_write_bytes,
+                val_fraction=0.0,
             )
         else:
             other = load_corpus(data_dir / "val")
