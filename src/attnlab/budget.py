@@ -44,11 +44,15 @@ def gpu_available_bytes(device) -> int | None:
         return None
 
 
+def _on_gpu(device) -> bool:
+    return device is not None and getattr(device, "type", str(device)).startswith("cuda")
+
+
 def check_allocation(nbytes: float, what: str, fix: str, device=None) -> None:
     """Raise :class:`MemoryBudgetError` when ``nbytes`` exceed the available memory; ``what``
     names the allocation (``"a decoder_lm of 1.2e12 parameters"``), ``fix`` how to shrink it.
     ``device``: a CUDA device's free memory is the limit instead of the machine's."""
-    on_gpu = device is not None and getattr(device, "type", str(device)).startswith("cuda")
+    on_gpu = _on_gpu(device)
     limit = gpu_available_bytes(device) if on_gpu else available_bytes()
     if limit is not None and nbytes > limit:
         where = f"{device} has" if on_gpu else "this machine has"
@@ -58,7 +62,8 @@ def check_allocation(nbytes: float, what: str, fix: str, device=None) -> None:
         )
 
 
-def fits_easily(nbytes: float) -> bool:
-    """Whether ``nbytes`` is below an eighth of the available memory (no exact count needed)."""
-    limit = available_bytes()
+def fits_easily(nbytes: float, device=None) -> bool:
+    """Whether ``nbytes`` is below an eighth of the available memory (no exact count needed);
+    ``device`` as in :func:`check_allocation`."""
+    limit = gpu_available_bytes(device) if _on_gpu(device) else available_bytes()
     return limit is None or nbytes < limit / 8

@@ -119,3 +119,18 @@ def test_the_gpu_budget_reads_the_devices_free_memory(monkeypatch):
     check_allocation(budget.GIB, "a model", "shrink it", device=torch.device("cuda:0"))
     with pytest.raises(MemoryBudgetError, match=r"cuda:0 has 2\.0 GiB available; shrink it"):
         check_allocation(3 * budget.GIB, "a model", "shrink it", device=torch.device("cuda:0"))
+
+
+def test_a_model_is_checked_against_the_gpus_free_memory(monkeypatch):
+    import torch
+
+    from attnlab import budget
+    from attnlab.budget import MemoryBudgetError
+    from attnlab.config import ModelConfig
+    from attnlab.models.build import check_model_memory
+
+    cfg = ModelConfig(kind="decoder_lm", d_model=32, n_heads=2, n_layers=1, max_len=16)
+    monkeypatch.setattr(budget, "gpu_available_bytes", lambda device: 1024)  # a 1 KiB GPU
+    check_model_memory(cfg, copies=4)  # the machine's memory: fits
+    with pytest.raises(MemoryBudgetError, match="on cuda:0 needs about .* but cuda:0 has"):
+        check_model_memory(cfg, copies=4, purpose=" on cuda:0", device=torch.device("cuda:0"))

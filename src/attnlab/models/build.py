@@ -70,13 +70,16 @@ def count_parameters(cfg: ModelConfig) -> int:
     return sum(t.numel() for t in tensors.values())
 
 
-def check_model_memory(cfg: ModelConfig, copies: int = 1, purpose: str = "") -> None:
+def check_model_memory(
+    cfg: ModelConfig, copies: int = 1, purpose: str = "", device: torch.device | None = None
+) -> None:
     """Stop, with the estimate and the limit, before building a model whose ``copies`` fp32
-    copies (1: the weights; 4: training with AdamW) would not fit in this machine's memory."""
+    copies (1: the weights; 4: training with AdamW) would not fit in this machine's memory
+    (a CUDA ``device``: in that device's free memory)."""
     d, v = cfg.d_model, max(cfg.vocab_size, cfg.target_vocab_size)
     layers = cfg.n_layers + (cfg.n_decoder_layers or cfg.n_layers)
     rough = 2 * v * d + cfg.max_len * d + layers * (8 * d * d + 3 * d * cfg.ff_dim)
-    if fits_easily(4 * copies * rough):
+    if fits_easily(4 * copies * rough, device):
         return
     n = count_parameters(cfg)
     check_allocation(
@@ -84,4 +87,5 @@ def check_model_memory(cfg: ModelConfig, copies: int = 1, purpose: str = "") -> 
         f"a {cfg.kind} model of {n:,} parameters (d_model={cfg.d_model}, n_layers="
         f"{cfg.n_layers}, d_ff={cfg.ff_dim}, vocab_size={cfg.vocab_size}){purpose}",
         "make it smaller (d_model, n_layers, d_ff, vocab_size or max_len)",
+        device=device,
     )

@@ -33,12 +33,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnlab.budget import check_allocation
 from attnlab.checkpoint import best_checkpoint, restore_training, save_checkpoint
 from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.checkpoint.state import restore_rng_state
 from attnlab.errors import FieldWarning, UserError
 from attnlab.models import build_model
+from attnlab.models.build import check_model_memory
 from attnlab.train.distributed import (
     DistInfo,
     autocast_dtype,
@@ -296,11 +296,9 @@ class _Run:
         if setup.initial_weights is not None:  # fine-tuning: the pretrained weights
             copy_weights(model, setup.initial_weights)
         freeze(model, cfg.freeze)
-        if device.type == "cuda":  # weights, gradients and two AdamW moments, before moving
-            n = sum(p.numel() * p.element_size() for p in model.parameters())
-            what = f"training this {setup.model_config.kind} ({n / 4:,.0f} fp32 parameters)"
-            fix = "make the model smaller (d_model, n_layers) or train with device='cpu'"
-            check_allocation(4 * n, what, fix, device=device)
+        if device.type == "cuda":  # the CPU's memory was checked by prepare_run
+            purpose = f" with its gradients and AdamW moments on {device}"
+            check_model_memory(setup.model_config, copies=4, purpose=purpose, device=device)
         model.to(device).train()
         optimizers = build_optimizers(model, cfg)
         start, elapsed0, window = 0, 0.0, LogWindow()
