@@ -37,7 +37,6 @@ from attnlab.interop.family import (
     as_float,
     check_exportable,
     register,
-    tie_key,
 )
 from attnlab.interop.gpt2 import ALL_BIASES, LEARNED_LAYERNORM
 from attnlab.interop.weights_map import (
@@ -135,7 +134,9 @@ KEYS = (
     Key("layer_norm_eps", "norm_eps", read=as_float, default=1e-12),
     Key("position_embedding_type", (), lambda c: "absolute", default=None),
     PAD_ID,
-    tie_key(default=True),
+    # transformers ties BERT's masked-LM decoder to the word embeddings whatever config.json says
+    # (measured with 5.24: an untied export loaded tied), so an untied masked LM is refused.
+    Key("tie_word_embeddings", "tie_embeddings", lambda c: OMIT, default=True),
     Key("id2label", "n_classes", _labels, _n_classes, default=None),
     Key("problem_type", (), _problem_type, default=None),
 )
