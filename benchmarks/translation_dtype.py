@@ -1,15 +1,15 @@
 """Probe for the translation experiment: bf16 autocast vs fp32 per arm, and one validation-BLEU
 evaluation's cost (issue 20, item 2).
 
-Each named arm of ``attnlab.lab.translation`` trains its full-size recipe on Multi30k (the full
-run's schedule: 2500 steps, warm-up 200) for the first ``--steps`` steps in the named precision
-(bf16 autocast or fp32), every run from the same seed (same initial weights, same batches), on
-one torch thread. It prints, side by side, the label-smoothed training loss over the last 20
-steps, the seconds per step (CPU seconds of the process, which a busy shared machine inflates far
-less than wall seconds, and wall seconds) between the first and the last logged step, and the
-cost of one greedy validation-BLEU evaluation (the experiment's fixed 256 validation sentences)
-after those steps. Results go to ``benchmarks/translation_dtype.json``
-and ``.md`` with the command.
+Each named arm of ``attnlab.lab.experiments.translation`` trains its full-size recipe on Multi30k
+(the full run's schedule: 2500 steps, warm-up 200) for the first ``--steps`` steps in the named
+precision (bf16 autocast or fp32), every run from the same seed (same initial weights, same
+batches), on one torch thread. It prints, side by side, the label-smoothed training loss over the
+last 20 steps, the seconds per step (CPU seconds of the process, which a busy shared machine
+inflates far less than wall seconds, and wall seconds) between the first and the last logged step,
+and the cost of one greedy validation-BLEU evaluation (the experiment's fixed 256 validation
+sentences) after those steps. Results go to ``benchmarks/translation_dtype.json`` and ``.md`` with
+the command.
 
     nice -n 10 env OMP_NUM_THREADS=1 PYTHONPATH=src python benchmarks/translation_dtype.py \
         --data ../shared/data/multi30k --steps 100
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import torch
 
-from attnlab.lab import translation
-from attnlab.lab.report import Table, machine_info
+from attnlab.lab.experiments import translation
+from attnlab.lab.kit.report import Table, machine_info
 from attnlab.train.build_data import build_task_data
 from attnlab.train.evaluate import evaluate
 

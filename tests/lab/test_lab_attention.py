@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.lab import run_experiment
-from attnlab.lab.attention import SHAPES, TASKS, VARIANTS
-from attnlab.lab.tasks import counting, kv_lookup
+from attnlab.lab.experiments.attention import SHAPES, TASKS, VARIANTS
+from attnlab.lab.kit.tasks import counting, kv_lookup
 
 
 def test_kv_lookup_answer_is_the_value_paired_with_the_query():

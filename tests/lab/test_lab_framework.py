@@ -12,8 +12,8 @@ from attnlab.cli import main
 from attnlab.config import ModelConfig
 from attnlab.errors import UserError
 from attnlab.lab import EXPERIMENTS, Report, Table, experiment, get_experiment, run_experiment
-from attnlab.lab.charts import bar_chart, save_chart
-from attnlab.lab.fit import FitConfig, accuracy, classification_loss, fit
+from attnlab.lab.kit.charts import bar_chart, save_chart
+from attnlab.lab.kit.fit import FitConfig, accuracy, classification_loss, fit
 from attnlab.models import build_model
 
 
@@ -136,7 +136,7 @@ def test_fit_rejects_mismatched_data():
 
 
 def test_index_lists_full_reports_only(tmp_path):
-    from attnlab.lab.index import write_index
+    from attnlab.lab.kit.index import write_index
 
     full = _report(quick=False, command="attnlab experiment dummy --seed 0")
     full.wall_time_s = 12.0
@@ -151,7 +151,7 @@ def test_index_lists_full_reports_only(tmp_path):
 
 
 def test_index_counts_arms_not_criteria():
-    from attnlab.lab.index import competence_cell
+    from attnlab.lab.kit.index import competence_cell
 
     def crit(arm, passed, in_verdict=True):
         return {"arm": arm, "passed": passed, "in_verdict": in_verdict}

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.lab.report import VERDICTS, Competence, Report, Table, gate, overlap, spread_text
+from attnlab.lab.kit.report import VERDICTS, Competence, Report, Table, gate, overlap, spread_text
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "experiments"
 REPORTS = sorted(DOCS.glob("*/report.json"))

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 
 from attnlab.lab import run_experiment
-from attnlab.lab.heads import (
+from attnlab.lab.experiments.heads import (
     ARMS,
     GAIN,
     OFFSETS,

@@ -17,9 +17,11 @@ import torch
 from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer, ReverseTask
 from attnlab.errors import DataError, UserError
-from attnlab.lab import char_lm, extrapolation, long_range, run_experiment, sampling, translation
-from attnlab.lab.corpus import generated_text, text_windows, unigram_bigram, windows
-from attnlab.lab.report import VERDICTS
+from attnlab.lab import run_experiment
+from attnlab.lab.experiments import char_lm, extrapolation, long_range, sampling, translation
+from attnlab.lab.kit import char_models, copy_task
+from attnlab.lab.kit.corpus import generated_text, text_windows, unigram_bigram, windows
+from attnlab.lab.kit.report import VERDICTS
 from attnlab.models import build_model
 from attnlab.train import greedy_decode
 
@@ -95,15 +97,15 @@ def test_extrapolation_quick_report_and_untrained_rows(out):
     assert {c.arm for c in report.competence} == arms and report.seeds == [0]
     scales = report.metrics["signal_rms"]  # the rescaled sinusoids sit at the token scale
     assert abs(scales["sinusoidal"]["positions"] / scales["sinusoidal"]["tokens"] - 1) < 0.1
-    big = extrapolation.build_arm(extrapolation.ROTARY_LARGE, 12, 16, quick=True)
-    assert big.embed.pos_enc.base == extrapolation.LARGE_BASE
+    big = copy_task.build_arm(copy_task.ROTARY_LARGE, 12, 16, quick=True)
+    assert big.embed.pos_enc.base == copy_task.LARGE_BASE
     assert scales["learned"]["positions"] < 0.05
 
 
 def test_copy_examples_layout():
-    ids, targets = extrapolation.copy_examples(3, [1, 2, 3], 8, np.random.default_rng(0))
+    ids, targets = copy_task.copy_examples(3, [1, 2, 3], 8, np.random.default_rng(0))
     row = ids[2].tolist()  # <bos> a b c | a b c <eos>
-    assert row[0] == extrapolation.BOS and row[4] == extrapolation.SEP and row[8] == 2
+    assert row[0] == copy_task.BOS and row[4] == copy_task.SEP and row[8] == 2
     assert row[1:4] == row[5:8] and len(set(row[1:4])) == 3
     assert targets[2].tolist() == [-100] * 4 + row[5:9]  # predicts the copy and <eos> only
     a = int(ids[0, 1])
@@ -119,7 +121,7 @@ def test_char_lm_quick_report_and_resume(out):
     assert base["bigram"] < base["unigram"]  # context helps even for counts
     assert len(report.table("samples").rows) == 2 * len(char_lm.PROMPTS)
     # A finished run is reloaded, not retrained: the sampling experiment reuses it this way.
-    result, _, _ = char_lm.train_char_lm(True, 0, None, out / "char_lm")
+    result, _, _ = char_models.train_char_lm(True, 0, None, out / "char_lm")
     assert result.start_step == result.step == report.metrics["steps"]
 
 
@@ -130,7 +132,7 @@ def test_char_lm_rejects_a_missing_text(tmp_path):
 
 def test_count_baselines_and_generated_text():
     text = "ab" * 200
-    base = char_lm.count_baselines(text[:300], text[300:])
+    base = char_models.count_baselines(text[:300], text[300:])
     assert base["bigram"] < 0.05 < base["unigram"]  # 'a' always follows 'b' and vice versa
     assert generated_text(5, 1) == generated_text(5, 1)
     assert generated_text(5, 1).count(":\n") == 5

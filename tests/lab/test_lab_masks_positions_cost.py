@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from attnlab.lab import run_experiment
-from attnlab.lab.fit import eval_loss, lm_loss
-from attnlab.lab.future_mask import make_model, prefix_loss
+from attnlab.lab.experiments.future_mask import make_model, prefix_loss
+from attnlab.lab.kit.fit import eval_loss, lm_loss
 
 
 def test_masked_model_prefix_loss_equals_teacher_forced_loss():
@@ -34,8 +34,8 @@ def test_future_mask_quick_report(tmp_path):
 def test_permuted_examples_follow_the_permutation():
     import numpy as np
 
-    from attnlab.lab.concat_positions import permuted_examples
-    from attnlab.lab.extrapolation import SEP
+    from attnlab.lab.experiments.concat_positions import permuted_examples
+    from attnlab.lab.kit.copy_task import SEP
 
     perm = np.array([2, 0, 1])
     ids, targets = permuted_examples(2, 3, perm, 8, np.random.default_rng(0))
@@ -59,7 +59,7 @@ def test_concat_positions_quick_report(tmp_path):
     ).is_file()
     # every compared arm and task is swept over LRS; exactly one lr each is chosen, the one the
     # main table and the competence check report
-    from attnlab.lab.concat_positions import COMPARED, LRS, TASKS
+    from attnlab.lab.experiments.concat_positions import COMPARED, LRS, TASKS
 
     sweep = report.table("learning-rate sweep (validation sets, every seed)").rows
     assert len(sweep) == len(TASKS) * len(COMPARED) * len(LRS)
@@ -75,7 +75,7 @@ def test_concat_positions_quick_report(tmp_path):
 def test_concat_positions_lr_is_chosen_on_validation_only():
     import math
 
-    from attnlab.lab.concat_positions import choose_lr
+    from attnlab.lab.experiments.concat_positions import choose_lr
 
     def run(val, steps, loss=0.1, final=0.0):  # ``final`` is the test accuracy: never looked at
         return {"val": val, "val_steps": steps, "loss": loss, "final": final, "steps": 1}
@@ -91,7 +91,7 @@ def test_concat_positions_lr_is_chosen_on_validation_only():
 
 
 def test_concat_positions_test_set_is_held_out_from_validation():
-    from attnlab.lab.concat_positions import task_data
+    from attnlab.lab.experiments.concat_positions import task_data
 
     for task in ("copy", "permute"):
         data = task_data(task, True, 0)
@@ -109,7 +109,12 @@ def test_concat_positions_test_set_is_held_out_from_validation():
 def test_complexity_counts_and_crossover():
     from torch import nn
 
-    from attnlab.lab.complexity import attention_core, counted_flops, crossover, recurrence_loop
+    from attnlab.lab.experiments.complexity import (
+        attention_core,
+        counted_flops,
+        crossover,
+        recurrence_loop,
+    )
 
     q, k, v = (torch.randn(1, 1, 10, 6) for _ in range(3))
     assert counted_flops(attention_core, q, k, v) == 4 * 10 * 10 * 6  # Q K^T and A V
@@ -130,7 +135,7 @@ def test_complexity_quick_report(tmp_path):
 
 
 def test_residual_switch_and_position_probe():
-    from attnlab.lab.residual import layer_outputs, make_model, position_probe
+    from attnlab.lab.experiments.residual import layer_outputs, make_model, position_probe
 
     torch.manual_seed(0)
     ids = torch.randint(0, 9, (6, 8))
@@ -161,7 +166,12 @@ def test_induction_data_scores_and_ablation(tmp_path):
     import numpy as np
 
     from attnlab import inspect
-    from attnlab.lab.induction import ablation, head_scores, make_model, repeated_segments
+    from attnlab.lab.experiments.induction import (
+        ablation,
+        head_scores,
+        make_model,
+        repeated_segments,
+    )
 
     ids, second = repeated_segments(6, 5, 10, np.random.default_rng(0), max_gap=3)
     assert ids.shape == (6, 14) and (ids[:, 0] == 0).all() and (ids[:, 1:] > 0).all()
@@ -185,7 +195,7 @@ def test_induction_data_scores_and_ablation(tmp_path):
 
 
 def test_greedy_head_removal_removes_every_head_once(tmp_path):
-    from attnlab.lab.head_removal import greedy_removal, make_model, removable, val_loss
+    from attnlab.lab.experiments.head_removal import greedy_removal, make_model, removable, val_loss
 
     torch.manual_seed(0)
     model = make_model(12, 10, quick=True)
@@ -202,8 +212,8 @@ def test_greedy_head_removal_removes_every_head_once(tmp_path):
 def test_concat_positions_scaled_arm_puts_pe_at_the_token_scale():
     import math
 
-    from attnlab.lab.concat_positions import ScaledConcat, build
-    from attnlab.lab.extrapolation import rms
+    from attnlab.lab.experiments.concat_positions import ScaledConcat, build
+    from attnlab.lab.kit.copy_task import rms
 
     scaled, raw = build("concatenated", 20, 9, True), build("concatenated, unit", 20, 9, True)
     assert isinstance(scaled.embed.pos_enc, ScaledConcat)

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from attnlab.lab import run_experiment
-from attnlab.lab.nonlinearity import AttentionStack, affine_gap, collapse_gaps, xor_task
+from attnlab.lab.experiments.nonlinearity import AttentionStack, affine_gap, collapse_gaps, xor_task
 
 
 def test_collapse_holds_for_any_seed_and_depth():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from attnlab.lab import run_experiment
-from attnlab.lab.order import GAP, KINDS, NOUNS, make_sentences, swap_nouns
+from attnlab.lab.experiments.order import GAP, KINDS, NOUNS, make_sentences, swap_nouns
 
 
 def test_swap_exchanges_subject_and_object_only():

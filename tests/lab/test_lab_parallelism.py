@@ -4,7 +4,7 @@ report has its tables, columns and figures."""
 from __future__ import annotations
 
 from attnlab.lab import run_experiment
-from attnlab.lab.parallelism import MODELS
+from attnlab.lab.experiments.parallelism import MODELS
 
 
 def test_report_has_step_times_slopes_and_thread_speedups(tmp_path):
@@ -30,7 +30,7 @@ def test_report_has_step_times_slopes_and_thread_speedups(tmp_path):
 def test_fused_rnn_lm_matches_the_elman_recurrence():
     import torch
 
-    from attnlab.lab.parallelism import FusedRNNLM
+    from attnlab.lab.experiments.parallelism import FusedRNNLM
 
     torch.manual_seed(0)
     model = FusedRNNLM(10, 6)

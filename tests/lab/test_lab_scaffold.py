@@ -12,8 +12,8 @@ import torch
 from matplotlib.collections import PolyCollection
 
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import curves_chart, seeds_chart
-from attnlab.lab.fit import (
+from attnlab.lab.kit.charts import curves_chart, seeds_chart
+from attnlab.lab.kit.fit import (
     FitConfig,
     accuracy,
     block_grad_norms,
@@ -23,9 +23,9 @@ from attnlab.lab.fit import (
     fit_classifier,
     lm_loss,
 )
-from attnlab.lab.report import Competence, outcome
-from attnlab.lab.seeds import run_arms, run_jobs, start_seeds
-from attnlab.lab.tasks import TaskData, counting
+from attnlab.lab.kit.report import Competence, outcome
+from attnlab.lab.kit.seeds import run_arms, run_jobs, start_seeds
+from attnlab.lab.kit.tasks import TaskData, counting
 from attnlab.models import build_model
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from attnlab.lab import run_experiment
-from attnlab.lab.scaling import DIMS, logit_variance, saturation, slope
+from attnlab.lab.experiments.scaling import DIMS, logit_variance, saturation, slope
 
 
 def test_helpers_on_known_cases():

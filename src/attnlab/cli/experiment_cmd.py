@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.seed < 0:
         raise ValueError(f"--seed must be a non-negative integer, got {args.seed}")
-    from attnlab.lab.runner import default_out_dir
+    from attnlab.lab.kit.runner import default_out_dir
 
     if args.out is None and args.quick:  # a fresh temporary directory: nothing to protect
         report, path = run_experiment(args.name, quick=True, seed=args.seed)

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from attnlab.checkpoint.atomic import atomic_write_text
-from attnlab.lab.report import DATA_FILE, format_cell
+from attnlab.lab.kit.report import DATA_FILE, format_cell
 
 INDEX_FILE = "README.md"
 
@@ -58,9 +58,6 @@ def render_index(reports: list[dict], pending: list[tuple[str, str, str]] = ()) 
         "inconclusive.",
         "- **Provenance.** Each report records its command, seeds, machine, load and wall time; "
         "`--quick` runs the same code CI-sized (one seed, never a verdict to rely on).",
-        "",
-        "Reports marked *re-derived* were written before the gate and re-judged from their stored "
-        "numbers (`python -m attnlab.lab._rederive`); they stay inconclusive until re-run.",
         "",
         "| experiment | notes | verdict | competence | seeds | why | wall time | command |",
         "|---|---|---|---|---|---|---|---|",
@@ -130,7 +127,7 @@ def competence_cell(competence: list[dict] | None) -> str:
 
 def write_index(root: str | os.PathLike) -> Path:
     """Rewrite ``root/README.md`` from the reports found under ``root``."""
-    from attnlab.lab.registry import discover  # the registry imports every experiment module
+    from attnlab.lab.kit.registry import discover  # the registry imports every experiment module
 
     reports = read_reports(root)
     done = {r.get("name", r["_dir"]) for r in reports}

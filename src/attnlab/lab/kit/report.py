@@ -1,6 +1,6 @@
 """An experiment's report: the claim, the setup, result tables, figures and an honest verdict.
 
-Every experiment returns a :class:`Report`; the runner (:mod:`attnlab.lab.runner`) fills in the
+Every experiment returns a :class:`Report`; the runner (:mod:`attnlab.lab.kit.runner`) fills in the
 command that produced it, the wall time and the machine, then :meth:`Report.write` renders
 
     OUT/README.md     the human-readable report (GitHub renders it in docs/experiments/NAME/)
@@ -229,7 +229,7 @@ class Report:
             raise ValueError(
                 f"verdict {self.verdict!r} drawn while arm(s) "
                 f"{', '.join(c.arm for c in failed)} missed their competence criterion; "
-                "the verdict must be 'inconclusive' (use attnlab.lab.report.gate)"
+                "the verdict must be 'inconclusive' (use attnlab.lab.kit.report.gate)"
             )
 
     def table(self, caption: str) -> Table:

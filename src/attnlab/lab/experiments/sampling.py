@@ -34,11 +34,11 @@ import numpy as np
 import torch
 
 from attnlab.generate import GenerationConfig, generate
-from attnlab.lab.char_lm import count_baselines, split_text, train_char_lm, train_job
-from attnlab.lab.charts import save_chart
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, gated_fields, spread_text, verdict_of
-from attnlab.lab.seeds import run_jobs, start_seeds
+from attnlab.lab.kit.char_models import count_baselines, split_text, train_char_lm, train_job
+from attnlab.lab.kit.charts import save_chart
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Competence, Report, Table, gated_fields, spread_text, verdict_of
+from attnlab.lab.kit.seeds import run_jobs, start_seeds
 from attnlab.viz.figure import new_figure
 
 STRATEGIES: dict[str, dict[str, Any]] = {

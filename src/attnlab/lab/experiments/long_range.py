@@ -34,10 +34,10 @@ from torch import Tensor, nn
 from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer, DateTask, ReverseTask, collate_pairs, encode_pairs
 from attnlab.data.batching import Seq2SeqBatch
-from attnlab.lab.charts import save_chart, seeds_chart
-from attnlab.lab.fit import FitConfig, fit
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import (
+from attnlab.lab.kit.charts import save_chart, seeds_chart
+from attnlab.lab.kit.fit import FitConfig, fit
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import (
     Competence,
     FigureRef,
     Report,
@@ -46,7 +46,7 @@ from attnlab.lab.report import (
     spread,
     spread_text,
 )
-from attnlab.lab.seeds import run_jobs, seed_list
+from attnlab.lab.kit.seeds import run_jobs, seed_list
 from attnlab.models import build_model
 from attnlab.train.objectives import correct_predictions
 from attnlab.viz import attention_maps, plot_alignment, plot_attention
@@ -213,7 +213,8 @@ def charts(
 ) -> list[FigureRef]:
     """Token accuracy and exact match against T, and accuracy per output position at max T:
     each argument maps a model to one curve per seed ([seed][x], ``n_seeds`` of them); the
-    charts draw the mean over seeds with a min-max band (:func:`attnlab.lab.charts.seeds_chart`)."""
+    charts draw the mean over seeds with a min-max band
+    (:func:`attnlab.lab.kit.charts.seeds_chart`)."""
     figures = []
     for acc, file, what in (
         (token_acc, "accuracy_vs_length.png", "per-token accuracy"),

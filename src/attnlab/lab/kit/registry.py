@@ -1,6 +1,6 @@
 """The experiment registry: ``attnlab experiment NAME`` looks experiments up here.
 
-An experiment is one module in ``attnlab/lab/`` that registers its run function with the
+An experiment is one module in ``attnlab/lab/experiments/`` that registers its run function with the
 :func:`experiment` decorator::
 
     @experiment("order", notes="000; 004 eq. 14")
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnlab.lab.report import Report
+from attnlab.lab.kit.report import Report
 
 RunFunction = Callable[[bool, Path, int], Report]
 
@@ -68,11 +68,12 @@ def experiment(name: str, *, notes: str) -> Callable[[RunFunction], RunFunction]
 
 
 def discover() -> dict[str, Experiment]:
-    """Import every module of ``attnlab.lab`` (importing registers); returns the registry."""
-    package = importlib.import_module("attnlab.lab")
+    """Import every module of ``attnlab.lab.experiments`` (importing registers); returns the
+    registry."""
+    package = importlib.import_module("attnlab.lab.experiments")
     for info in pkgutil.iter_modules(package.__path__):
         if not info.name.startswith("_"):
-            importlib.import_module(f"attnlab.lab.{info.name}")
+            importlib.import_module(f"attnlab.lab.experiments.{info.name}")
     return dict(sorted(EXPERIMENTS.items()))
 
 

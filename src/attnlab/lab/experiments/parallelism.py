@@ -29,11 +29,11 @@ import torch
 from torch import nn
 
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import save_chart, seeds_chart
-from attnlab.lab.fit import lm_loss
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Report, Table, outcome, spread, spread_text
-from attnlab.lab.seeds import bands, seed_list
+from attnlab.lab.kit.charts import save_chart, seeds_chart
+from attnlab.lab.kit.fit import lm_loss
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Report, Table, outcome, spread, spread_text
+from attnlab.lab.kit.seeds import bands, seed_list
 from attnlab.models import build_model
 from attnlab.runtime import load_average
 

@@ -33,10 +33,10 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from attnlab.lab.charts import line_chart, save_chart, seeds_chart
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Report, Table, outcome, spread, spread_text
-from attnlab.lab.seeds import start_seeds
+from attnlab.lab.kit.charts import line_chart, save_chart, seeds_chart
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Report, Table, outcome, spread, spread_text
+from attnlab.lab.kit.seeds import start_seeds
 from attnlab.nn.attention import scaled_dot_product_attention
 
 

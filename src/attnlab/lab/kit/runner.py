@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 
 from attnlab.checkpoint.atomic import ensure_writable_dir
-from attnlab.lab.index import write_index
-from attnlab.lab.registry import get_experiment
-from attnlab.lab.report import Report, check_may_write, machine_info
+from attnlab.lab.kit.index import write_index
+from attnlab.lab.kit.registry import get_experiment
+from attnlab.lab.kit.report import Report, check_may_write, machine_info
 
 DOCS_DIR = Path("docs") / "experiments"
 

@@ -38,8 +38,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from attnlab.lab.charts import save_chart, seeds_chart
-from attnlab.lab.extrapolation import (
+from attnlab.lab.kit.charts import save_chart, seeds_chart
+from attnlab.lab.kit.copy_task import (
     BOS,
     EOS,
     FIRST_SYMBOL,
@@ -52,10 +52,10 @@ from attnlab.lab.extrapolation import (
     rms,
     signal_scales,
 )
-from attnlab.lab.fit import FitConfig, fit
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, gated_fields, overlap, spread_text
-from attnlab.lab.seeds import run_jobs, start_seeds
+from attnlab.lab.kit.fit import FitConfig, fit
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Competence, Report, Table, gated_fields, overlap, spread_text
+from attnlab.lab.kit.seeds import run_jobs, start_seeds
 from attnlab.nn.positional import ConcatPositions
 
 ARMS = {"added": "sinusoidal", "concatenated": "concat", "concatenated, unit": "concat"}

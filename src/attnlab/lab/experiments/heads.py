@@ -69,11 +69,19 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab import inspect
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import curves_chart, save_chart, seeds_chart
-from attnlab.lab.fit import FitConfig, fit
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, gated_fields, overlap, spread, spread_text
-from attnlab.lab.seeds import run_jobs, seed_list
+from attnlab.lab.kit.charts import curves_chart, save_chart, seeds_chart
+from attnlab.lab.kit.fit import FitConfig, fit
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import (
+    Competence,
+    Report,
+    Table,
+    gated_fields,
+    overlap,
+    spread,
+    spread_text,
+)
+from attnlab.lab.kit.seeds import run_jobs, seed_list
 from attnlab.models import build_model
 from attnlab.nn import LearnedPositions, SelfAttention
 

@@ -37,11 +37,11 @@ from torch import Tensor, nn
 
 from attnlab import inspect
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import bar_chart, save_chart, seeds_chart
-from attnlab.lab.fit import FitConfig, fit, lm_loss
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
-from attnlab.lab.seeds import run_jobs, start_seeds
+from attnlab.lab.kit.charts import bar_chart, save_chart, seeds_chart
+from attnlab.lab.kit.fit import FitConfig, fit, lm_loss
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Competence, Report, Table, outcome, spread, spread_text
+from attnlab.lab.kit.seeds import run_jobs, start_seeds
 from attnlab.models import build_model
 
 BOS = 0

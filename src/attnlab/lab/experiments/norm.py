@@ -32,12 +32,12 @@ import torch
 from torch import nn
 
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import curves_chart, save_chart, seeds_chart
-from attnlab.lab.corpus import char_ids, char_lm_config, corpus_text, windows
-from attnlab.lab.fit import FitConfig, block_grad_norms, fit, lm_loss
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
-from attnlab.lab.seeds import bands, run_arms, start_seeds
+from attnlab.lab.kit.charts import curves_chart, save_chart, seeds_chart
+from attnlab.lab.kit.corpus import char_ids, char_lm_config, corpus_text, windows
+from attnlab.lab.kit.fit import FitConfig, block_grad_norms, fit, lm_loss
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Competence, Report, Table, outcome, spread, spread_text
+from attnlab.lab.kit.seeds import bands, run_arms, start_seeds
 from attnlab.models import build_model
 
 PLACEMENTS = ("pre", "post")

@@ -1,6 +1,6 @@
 """Seeds, spread and parallel runs for the experiments.
 
-Every headline number of a full-size report comes from :data:`~attnlab.lab.report.MIN_SEEDS`
+Every headline number of a full-size report comes from :data:`~attnlab.lab.kit.report.MIN_SEEDS`
 seeds (``seed, seed + 1, ...``); a quick run uses one. Independent seeded runs go to a process
 pool, one single-threaded run per core (:func:`run_jobs`): the results do not depend on which
 process ran a job or in which order, because each job seeds itself.
@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from attnlab.lab.report import MIN_SEEDS, spread
+from attnlab.lab.kit.report import MIN_SEEDS, spread
 
 
 def seed_list(seed: int, quick: bool, n: int = MIN_SEEDS) -> list[int]:

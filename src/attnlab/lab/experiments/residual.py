@@ -27,12 +27,12 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from attnlab.lab.charts import save_chart, seeds_chart
-from attnlab.lab.corpus import char_lm_config, text_windows, unigram_bigram
-from attnlab.lab.fit import FitConfig, block_grad_norms, eval_loss, fit, lm_loss
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, outcome, spread_text
-from attnlab.lab.seeds import bands, run_arms, start_seeds
+from attnlab.lab.kit.charts import save_chart, seeds_chart
+from attnlab.lab.kit.corpus import char_lm_config, text_windows, unigram_bigram
+from attnlab.lab.kit.fit import FitConfig, block_grad_norms, eval_loss, fit, lm_loss
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Competence, Report, Table, outcome, spread_text
+from attnlab.lab.kit.seeds import bands, run_arms, start_seeds
 from attnlab.models import build_model
 from attnlab.nn.blocks import BlockOutput, CausalBlock
 

@@ -25,12 +25,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnlab.lab.charts import curves_chart, line_chart, save_chart
-from attnlab.lab.fit import FitConfig, fit_classifier
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, gated_fields, spread_text
-from attnlab.lab.seeds import seed_list
-from attnlab.lab.tasks import kv_lookup
+from attnlab.lab.kit.charts import curves_chart, line_chart, save_chart
+from attnlab.lab.kit.fit import FitConfig, fit_classifier
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Competence, Report, Table, gated_fields, spread_text
+from attnlab.lab.kit.seeds import seed_list
+from attnlab.lab.kit.tasks import kv_lookup
 from attnlab.models import build_model
 
 DIMS = (8, 16, 32, 64, 128, 256, 512, 1024)

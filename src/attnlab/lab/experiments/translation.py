@@ -15,7 +15,7 @@ fixed subset of the validation set (the first 256 sentences) greedily and record
 the report draws validation BLEU against the step per arm (mean over seeds, min-max band) and
 states whether each arm reached a plateau: the last evaluation at most ``PLATEAU_BLEU`` above
 the one before, on every seed. An arm still rising is under-trained at this budget and makes
-the comparison inconclusive (a competence criterion, :mod:`attnlab.lab.report`), so it trains
+the comparison inconclusive (a competence criterion, :mod:`attnlab.lab.kit.report`), so it trains
 again on every seed, from scratch, with one schedule ``LONGER`` (2) times as long, and the report
 judges and compares it at that budget (each model to its plateau, which issue 20 allows), keeping
 its matched-budget numbers in a table of their own; once only, so an arm still rising then stays
@@ -33,7 +33,7 @@ train at the chosen rate only. The runs at the recipe's rate keep their director
 (``ARM``), the others are ``ARM-lrLR``.
 
 Seeds: a full run trains every arm on ``lab.seeds`` (3 seeds), two single-threaded runs at a
-time (:func:`attnlab.lab.seeds.run_arms`). Training goes through :func:`attnlab.train.train`, so
+time (:func:`attnlab.lab.kit.seeds.run_arms`). Training goes through :func:`attnlab.train.train`, so
 every (seed, arm) run checkpoints into ``runs/experiments/translation/matched/seedS/ARM``
 (every 250 steps) and ``attnlab experiment translation`` *continues* an interrupted run:
 interrupt it (Ctrl-C, or ``timeout -s INT 85m attnlab experiment translation``, which signals
@@ -70,10 +70,18 @@ from attnlab.config import ModelConfig
 from attnlab.data import read_parallel
 from attnlab.errors import DataError, UserError
 from attnlab.generate import GenerationConfig, generate_seq2seq
-from attnlab.lab.charts import save_chart, seeds_chart
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, FigureRef, Report, Table, outcome, spread, spread_text
-from attnlab.lab.seeds import run_arms, start_seeds
+from attnlab.lab.kit.charts import save_chart, seeds_chart
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import (
+    Competence,
+    FigureRef,
+    Report,
+    Table,
+    outcome,
+    spread,
+    spread_text,
+)
+from attnlab.lab.kit.seeds import run_arms, start_seeds
 from attnlab.runtime import cpu_has_native_bf16
 from attnlab.train import RunConfig, TrainConfig, TrainingDiverged, train
 from attnlab.viz import attention_maps, plot_alignment, plot_attention, read_metrics
@@ -375,7 +383,7 @@ def curve(records: list[dict[str, Any]], key: str) -> tuple[list[int], list[floa
 
 def curves_figures(per: dict[str, list[dict]], n_val: int, out_dir: Path) -> list[FigureRef]:
     """Validation BLEU and the losses against the step, per arm: the mean over seeds with a
-    min-max band (:func:`attnlab.lab.charts.seeds_chart`)."""
+    min-max band (:func:`attnlab.lab.kit.charts.seeds_chart`)."""
 
     def arm_curves(key: str, suffix: str = "") -> dict:
         out = {}

@@ -9,7 +9,7 @@ an *average* of many values. Hard attention's argmax has zero gradient; ``straig
 backpropagates the softmax's gradient instead (the straight-through estimator), ``False`` leaves
 the queries and keys without any gradient.
 
-Tasks (:mod:`attnlab.lab.tasks`): key-value lookup (query key at position 0, then (key, value)
+Tasks (:mod:`attnlab.lab.kit.tasks`): key-value lookup (query key at position 0, then (key, value)
 pair tokens; predict the value) and counting (a [cls] token then a/b symbols; predict how many
 a's). Models: ``ModelConfig(kind="classifier", attention="softmax" | "hardmax",
 straight_through=...)`` reading position 0.
@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnlab.lab.charts import bar_chart, save_chart
-from attnlab.lab.fit import FitConfig, fit_classifier
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
-from attnlab.lab.seeds import start_seeds
-from attnlab.lab.tasks import counting, kv_lookup
+from attnlab.lab.kit.charts import bar_chart, save_chart
+from attnlab.lab.kit.fit import FitConfig, fit_classifier
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Competence, Report, Table, outcome, spread, spread_text
+from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.tasks import counting, kv_lookup
 from attnlab.models import build_model
 
 VARIANTS = (

@@ -30,12 +30,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.generate import GenerationConfig, generate
-from attnlab.lab.charts import bar_chart, curves_chart, save_chart
-from attnlab.lab.corpus import char_lm_config, text_windows, unigram_bigram
-from attnlab.lab.fit import FitConfig, eval_loss, fit, lm_loss
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
-from attnlab.lab.seeds import run_arms, start_seeds
+from attnlab.lab.kit.charts import bar_chart, curves_chart, save_chart
+from attnlab.lab.kit.corpus import char_lm_config, text_windows, unigram_bigram
+from attnlab.lab.kit.fit import FitConfig, eval_loss, fit, lm_loss
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Competence, Report, Table, outcome, spread, spread_text
+from attnlab.lab.kit.seeds import run_arms, start_seeds
 from attnlab.models import build_model
 
 ARMS = ("masked", "unmasked")

@@ -30,12 +30,12 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from attnlab.lab.charts import bar_chart, save_chart
-from attnlab.lab.fit import FitConfig, fit_classifier
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, gated_fields, spread, spread_text
-from attnlab.lab.seeds import seed_list
-from attnlab.lab.tasks import TaskData
+from attnlab.lab.kit.charts import bar_chart, save_chart
+from attnlab.lab.kit.fit import FitConfig, fit_classifier
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Competence, Report, Table, gated_fields, spread, spread_text
+from attnlab.lab.kit.seeds import seed_list
+from attnlab.lab.kit.tasks import TaskData
 from attnlab.models.base import ModelOutput
 from attnlab.nn import FeedForward, LearnedPositions, SelfAttention
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.lab.tasks import TaskData
+from attnlab.lab.kit.tasks import TaskData
 from attnlab.train.optim import clip_gradients, lr_multiplier, parameter_groups
 
 Batch = tuple[Tensor, ...]

@@ -23,12 +23,12 @@ import torch
 from torch import Tensor
 
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import bar_chart, heatmap_panels, save_chart
-from attnlab.lab.fit import FitConfig, fit_classifier
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, gated_fields, spread, spread_text
-from attnlab.lab.seeds import start_seeds
-from attnlab.lab.tasks import TaskData
+from attnlab.lab.kit.charts import bar_chart, heatmap_panels, save_chart
+from attnlab.lab.kit.fit import FitConfig, fit_classifier
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Competence, Report, Table, gated_fields, spread, spread_text
+from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.tasks import TaskData
 from attnlab.models import build_model
 
 NOUNS = ("oven", "bread", "cat", "dog", "chef", "girl", "boy", "king", "river", "table")

@@ -24,12 +24,12 @@ from torch import nn
 
 from attnlab import inspect
 from attnlab.config import ModelConfig
-from attnlab.lab.charts import save_chart, seeds_chart
-from attnlab.lab.corpus import text_windows, unigram_bigram
-from attnlab.lab.fit import FitConfig, eval_loss, fit, lm_loss
-from attnlab.lab.registry import experiment
-from attnlab.lab.report import Competence, Report, Table, outcome, spread, spread_text
-from attnlab.lab.seeds import bands, run_jobs, start_seeds
+from attnlab.lab.kit.charts import save_chart, seeds_chart
+from attnlab.lab.kit.corpus import text_windows, unigram_bigram
+from attnlab.lab.kit.fit import FitConfig, eval_loss, fit, lm_loss
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import Competence, Report, Table, outcome, spread, spread_text
+from attnlab.lab.kit.seeds import bands, run_jobs, start_seeds
 from attnlab.models import build_model
 
 TOLERANCES = (0.05, 0.1)  # nats per character

@@ -12,8 +12,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from attnlab.lab.report import FigureRef
-from attnlab.lab.seeds import bands
+from attnlab.lab.kit.report import FigureRef
+from attnlab.lab.kit.seeds import bands
 from attnlab.viz.figure import as_array, check_tokens, label_axis, new_figure, save_figure
 
 

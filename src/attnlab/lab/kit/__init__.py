@@ -1,0 +1,1 @@
+"""What the experiments share (see :mod:`attnlab.lab`)."""
