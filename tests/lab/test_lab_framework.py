@@ -153,8 +153,9 @@ def test_index_lists_full_reports_only(tmp_path):
 def test_index_counts_arms_not_criteria():
     from attnlab.lab.kit.index import competence_cell
 
-    def crit(arm, passed, in_verdict=True):
-        return {"arm": arm, "passed": passed, "in_verdict": in_verdict}
+    def crit(arm, passed, in_verdict=True, gated=True):
+        evidence = {"lr": {"chosen": 1}, "doubling": {"steps": 1}} if gated else {}
+        return {"arm": arm, "passed": passed, "in_verdict": in_verdict, **evidence}
 
     two_each = [crit("a", True), crit("a", True), crit("b", True), crit("b", False)]
     assert competence_cell(two_each) == "missed: b (1/2 pass)"  # b missed one of its two
@@ -162,3 +163,29 @@ def test_index_counts_arms_not_criteria():
     refs = [crit("a", True), crit("r", False, False), crit("r", False, False)]
     assert competence_cell(refs) == "all 1 compared arms pass; reference arms that missed: r"
     assert competence_cell(None) == "not stated" and competence_cell([]) == "no trained arms"
+    # every compared arm counts: one without a criterion, one without sweep and doubling
+    cell = competence_cell([crit("a", True), crit("b", True, gated=False)], ["a", "b", "c"])
+    assert cell == (
+        "missed: c (2/3 pass); 2 of 3 compared arms not gated by a learning-rate sweep and "
+        "step doubling: b, c"
+    )
+
+
+def test_cli_index_rewrites_the_index_and_needs_the_reports(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert main(["experiment", "--index"]) == 2
+    assert "from the root of an" in capsys.readouterr().err
+    (tmp_path / "docs" / "experiments").mkdir(parents=True)
+    assert main(["experiment", "--index"]) == 0
+    index = (tmp_path / "docs" / "experiments" / "README.md").read_text(encoding="utf-8")
+    assert "Not yet run at full size" in index and "| order |" in index
+
+
+def test_a_run_records_the_hash_of_the_code_it_ran(tmp_path):
+    from attnlab.lab.kit.provenance import code_hash
+
+    report, _ = run_experiment("order", quick=True, out_dir=tmp_path, seed=0)
+    assert report.code_hash == code_hash("attnlab.lab.experiments.order").digest
+    assert "attnlab.lab.experiments.order" in report.code_modules
+    data = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
+    assert data["code_hash"] == report.code_hash

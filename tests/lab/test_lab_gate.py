@@ -2,7 +2,11 @@
 
 Reads every committed report (docs/experiments/*/report.json): each states its arms' competence
 criteria and per-seed measurements, and a verdict other than "inconclusive" stands only when
-every arm passes on every seed and the numbers come from at least three seeds.
+every arm passes on every seed and the numbers come from at least three seeds. A report that is
+current (its code hash matches the code today) is re-judged under the full rule: every compared
+arm has a criterion with a bracketed learning rate and a converged step doubling, and its
+thresholds are quoted with their source. The committed index must be the index of today's code,
+so a report whose code changed is visibly marked stale there.
 """
 
 from __future__ import annotations
@@ -13,7 +17,23 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.lab.kit.report import VERDICTS, Competence, Report, Table, gate, overlap, spread_text
+from attnlab.lab.kit.index import INDEX_FILE, index_text, staleness
+from attnlab.lab.kit.provenance import behaviour_tree, code_hash, reached_modules
+from attnlab.lab.kit.registry import discover
+from attnlab.lab.kit.report import (
+    VERDICTS,
+    Competence,
+    Doubling,
+    LearningRate,
+    Report,
+    Table,
+    gate,
+    gated_fields,
+    overlap,
+    resolved,
+    spread_text,
+    ungated,
+)
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "experiments"
 REPORTS = sorted(DOCS.glob("*/report.json"))
@@ -106,3 +126,147 @@ def test_gate_keeps_the_verdict_when_all_arms_pass():
 def test_spread_helpers():
     assert spread_text([0.9, 1.0, 0.95]) == "0.95 (0.9-1)"
     assert overlap([0.1, 0.3], [0.25, 0.5]) and not overlap([0.1, 0.2], [0.3, 0.4])
+
+
+# -- the full rule: bracketed rates, step doubling, every compared arm --------------------------
+
+
+def _arm(arm: str, lr: LearningRate | None, doubling: Doubling | None) -> Competence:
+    return Competence(arm, "acc", 0.9, [0.95, 0.96, 0.97], lr=lr, doubling=doubling)
+
+
+def _doubling(a: list[float], b: list[float], tol: float = 0.01) -> Doubling:
+    return Doubling(100, a, b, tol, seeds=list(range(len(a))), metric="val loss")
+
+
+def test_a_rate_at_the_grid_edge_is_not_bracketed():
+    assert LearningRate(3e-3, [1e-3, 3e-3, 1e-2]).bracketed
+    assert not LearningRate(1e-2, [1e-3, 3e-3, 1e-2]).bracketed  # the best may lie above
+    assert not LearningRate(1e-3, [1e-3]).bracketed  # no sweep at all
+    fixed = LearningRate(1e-3, [1e-3], fixed="the paper's recipe, reproduced")
+    assert fixed.bracketed and "fixed" in fixed.describe()
+    assert "not bracketed" in LearningRate(1e-2, [1e-3, 1e-2]).describe()
+
+
+def test_step_doubling_converges_only_when_every_seed_moves_less_than_the_tolerance():
+    assert _doubling([1.50, 1.52], [1.495, 1.515]).converged
+    assert not _doubling([1.50, 1.52], [1.495, 1.40]).converged  # seed 1 still falling
+    assert not _doubling([1.5], [float("nan")]).converged
+    assert not Doubling(100, [1.5, 1.5], [1.5], 0.01, seeds=[0, 1]).converged  # a seed missing
+
+
+def test_a_criterion_met_at_an_edge_rate_or_before_convergence_is_not_passed():
+    good_lr, edge_lr = LearningRate(3e-3, [1e-3, 3e-3, 1e-2]), LearningRate(1e-2, [3e-3, 1e-2])
+    flat, falling = _doubling([0.5], [0.505]), _doubling([0.5], [0.3])
+    assert _arm("a", good_lr, flat).passed
+    assert _arm("a", edge_lr, flat).met and not _arm("a", edge_lr, flat).passed
+    assert not _arm("a", good_lr, falling).passed
+    verdict, reason = gate("held", "a wins", [_arm("a", good_lr, falling)])
+    assert verdict == "inconclusive" and "not converged" in reason and "a wins" in reason
+
+
+def test_the_gate_covers_every_compared_arm():
+    lr, flat = LearningRate(3e-3, [1e-3, 3e-3, 1e-2]), _doubling([0.5], [0.5])
+    gated, bare = _arm("winner", lr, flat), _arm("loser", None, None)
+    assert ungated(["winner", "loser", "missing"], [gated, bare]) == [
+        "loser (no learning-rate sweep with step doubling)",
+        "missing (no competence criterion)",
+    ]
+    verdict, reason = gate("held", "winner wins", [gated, bare], arms=["winner", "loser"])
+    assert verdict == "inconclusive" and "loser" in reason and "winner wins" in reason
+    assert gate("held", "w", [gated], arms=["winner"]) == ("held", "w")
+    # the full rule is for full-size runs; a quick run keeps the thresholds and one seed
+    quick = gated_fields("held", "w", [gated, bare], [0], quick=True, arms=["winner", "loser"])
+    assert quick["verdict"] == "held" and quick["arms"] == ["winner", "loser"]
+    full = gated_fields(
+        "held", "w", [gated, bare], [0, 1, 2], quick=False, arms=["winner", "loser"]
+    )
+    assert full["verdict"] == "inconclusive"
+
+
+def test_verdict_words_have_one_meaning_each():
+    assert "no effect resolved" in VERDICTS and len(set(VERDICTS)) == 5
+    assert resolved([0.1, 0.2], [0.3, 0.4]) and not resolved([0.1, 0.3], [0.25, 0.4])
+    text = index_text(DOCS)
+    for word in VERDICTS:
+        assert f"**{word}**" in text  # the index defines every word it may use
+
+
+def test_report_round_trips_the_gate_evidence_through_json():
+    c = _arm("a", LearningRate(3e-3, [1e-3, 3e-3, 1e-2]), _doubling([0.5], [0.5]))
+    report = _report("held", [c])
+    again = Report(**{k: v for k, v in json.loads(report.to_json()).items()})
+    assert again.competence[0].lr.bracketed and again.competence[0].doubling.converged
+    assert "| lr 0.003 of {0.001, 0.003, 0.01} |" in report.to_markdown()
+
+
+# -- provenance: code hashes and staleness -------------------------------------------------------
+
+
+def test_the_behaviour_hash_ignores_wording_and_typing_but_not_code():
+    typed = (
+        '"""Module doc."""\nfrom typing import cast\n\n\ndef f(x: int) -> int:\n'
+        '    """Doc."""\n    assert x > 0  # why\n    y: int = cast(int, x)\n    return y * 2\n'
+    )
+    plain = "from typing import cast\n\n\ndef f(x):\n    y = x\n    return y * 2\n"
+    changed = "from typing import cast\n\n\ndef f(x):\n    y = x\n    return y * 3\n"
+    assert behaviour_tree(typed) == behaviour_tree(plain)
+    assert behaviour_tree(plain) != behaviour_tree(changed)
+
+
+def test_an_experiment_hash_covers_its_module_the_kit_and_the_library_it_reaches():
+    modules = reached_modules("attnlab.lab.experiments.order")
+    assert "attnlab.lab.experiments.order" in modules
+    assert {"attnlab.lab.kit.report", "attnlab.lab.kit.fit", "attnlab.nn.attention"} <= set(modules)
+    assert not any(
+        m.startswith("attnlab.lab.experiments.") and m.endswith("heads") for m in modules
+    )
+    assert (
+        code_hash("attnlab.lab.experiments.order").digest
+        != code_hash("attnlab.lab.experiments.heads").digest
+    )
+
+
+def test_staleness_names_why():
+    assert staleness({"code_hash": "abc"}, "abc") == ""
+    assert "rerun" in staleness({"code_hash": "abc"}, "def")
+    assert "before code hashes" in staleness({}, "def")
+    assert "registered" in staleness({"code_hash": "abc"}, None)
+
+
+def test_the_committed_index_marks_every_stale_report():
+    """A code change comes with its rerun, or with `attnlab experiment --index`, which marks the
+    report stale in the index: either way the committed index is the index of today's code."""
+    committed = (DOCS / INDEX_FILE).read_text(encoding="utf-8")
+    assert committed == index_text(DOCS), (
+        "docs/experiments/README.md is not the index of today's code (a report's code changed, "
+        "or a report was added): rerun the experiment, or run `attnlab experiment --index` to "
+        "mark it stale"
+    )
+
+
+def _current_reports() -> list[Path]:
+    experiments = discover()
+    current = []
+    for path in REPORTS:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        exp = experiments.get(data.get("name", path.parent.name))
+        if exp and data.get("code_hash") == code_hash(exp.run.__module__).digest:
+            current.append(path)
+    return current
+
+
+def test_current_reports_meet_the_full_rule():
+    """Every committed report whose code is current is re-judged under the full rule."""
+    for path in _current_reports():
+        data = json.loads(path.read_text(encoding="utf-8"))
+        report = Report(**data)  # re-derives met / bracketed / converged / passed
+        name = path.parent.name
+        if report.verdict == "inconclusive":
+            continue  # it says why; nothing to re-judge
+        trained = report.arms or [c.arm for c in report.competence if c.in_verdict]
+        assert not ungated(trained, report.competence), (
+            f"{name}: {ungated(trained, report.competence)}"
+        )
+        assert all(c.passed for c in report.competence if c.in_verdict), name
+        assert report.thresholds, f"{name}: no thresholds quoted with their source"

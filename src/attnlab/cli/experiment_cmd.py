@@ -4,6 +4,7 @@ attnlab experiment --list
 attnlab experiment order                  # full size, writes docs/experiments/order/
 attnlab experiment order --quick          # CI-sized, writes a temporary directory
 attnlab experiment scaling --out runs/scaling --seed 1
+attnlab experiment --index                # rewrite docs/experiments/README.md (stale marks)
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="report directory (default: docs/experiments/NAME for full runs)",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--index",
+        action="store_true",
+        help="rewrite the index docs/experiments/README.md from the committed reports, marking "
+        "those whose code changed since they ran as stale (no experiment runs)",
+    )
     p.set_defaults(func=run)
 
 
@@ -52,6 +59,17 @@ def run(args: argparse.Namespace) -> int:
                     exp.claim, width=96, initial_indent=" " * 15, subsequent_indent=" " * 15
                 )
             )
+        return 0
+    if args.index:
+        from attnlab.lab.kit.index import write_index
+        from attnlab.lab.kit.runner import DOCS_DIR
+
+        if not DOCS_DIR.is_dir():
+            raise ValueError(
+                f"no {DOCS_DIR}/ here: run `attnlab experiment --index` from the root of an "
+                "attnlab checkout (where the committed reports are)"
+            )
+        print(f"wrote {write_index(DOCS_DIR)}")
         return 0
     if not args.name:
         raise ValueError(

@@ -2,7 +2,10 @@
 
 Built from every ``*/report.json`` under the docs directory, so it always lists what is actually
 there: the experiment, its verdict with the one-sentence reason, the wall time and the command.
-The runner rewrites it after every default full-size run.
+A report whose recorded code hash differs from the hash of the code today
+(:mod:`attnlab.lab.kit.provenance`) is marked **stale** in the verdict column: its numbers came
+from code that has changed since. The runner rewrites the index after every default full-size
+run; ``attnlab experiment --index`` rewrites it alone (after a code change, so the change shows).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import os
 from pathlib import Path
 
 from attnlab.checkpoint.atomic import atomic_write_text
-from attnlab.lab.kit.report import DATA_FILE, format_cell
+from attnlab.lab.kit.report import DATA_FILE, VERDICT_MEANINGS, format_cell
 
 INDEX_FILE = "README.md"
 
@@ -41,36 +44,48 @@ def render_index(reports: list[dict], pending: list[tuple[str, str, str]] = ()) 
         "come from full-size runs (`attnlab experiment NAME`); rerun one with its command, or a "
         "CI-sized version with `--quick`. `attnlab experiment --list` lists them all.",
         "",
-        "The standard every report meets (checked by `tests/test_lab_gate.py` on the committed "
-        "reports):",
+        "The standard every report meets (checked by `tests/lab/test_lab_gate.py` on the "
+        "committed reports):",
         "",
-        "- **Competence gate.** Each experiment states, per arm, a criterion on the arm's own "
-        "training distribution (e.g. >= 0.99 per-token accuracy on the training lengths) and "
-        "measures it on every seed; an arm the verdict compares that misses it makes the verdict "
-        "**inconclusive**, and the report says which arm missed and by how much. Reference arms "
-        "(shown, not compared) are marked as such. An arm whose failure is the claim (one head "
-        "on a task that needs two) is held to having learned its training setup -- its training "
-        "converged (doubling the steps barely lowers its loss) -- never to the outcome the claim "
-        "predicts for it.",
+        "- **The gate covers every compared arm.** Each report names the arms its verdict "
+        "compares and states, per arm, a criterion on the arm's own training distribution (e.g. "
+        ">= 0.99 per-token accuracy on the training lengths), measured on every seed. An arm is "
+        "competent when it meets the criterion on every seed, **at a learning rate bracketed by "
+        "its sweep** (a tried rate on each side of the chosen one; a choice at a grid edge "
+        "extends the grid) and **converged by step doubling** (doubling the training steps "
+        "changes its metric by less than the tolerance the report states). An arm whose failure "
+        "is the claim gets the same sweep and doubling as the winner, and is held to having "
+        "learned its training setup, never to the outcome the claim predicts for it. A compared "
+        "arm that misses, or whose sweep or doubling could not be afforded, makes the verdict "
+        "**inconclusive**, and the report says which arm and why. Reference arms (shown, not "
+        "compared) are marked as such. The competence column counts every compared arm.",
+        "- **Verdict words, one meaning each:** "
+        + "; ".join(f"**{word}**: {meaning}" for word, meaning in VERDICT_MEANINGS.items())
+        + ". Each report quotes the thresholds it judges by, with the paper or note they come "
+        "from.",
         "- **Seeds and spread.** Full-size numbers come from at least 3 seeds (timing "
         "experiments: 3 measurement rounds), reported as mean (min-max); figures carry bands or "
         "error bars, and a difference inside the spread is called so. Fewer than 3 seeds: "
         "inconclusive.",
-        "- **Provenance.** Each report records its command, seeds, machine, load and wall time; "
-        "`--quick` runs the same code CI-sized (one seed, never a verdict to rely on).",
+        "- **Provenance.** Each report records its command, seeds, machine, load, wall time and a "
+        "hash of the code it ran (its experiment module, the lab kit and every attnlab module "
+        "they import, wording and typing aside). A report whose code changed since is marked "
+        "**stale** below until it is rerun. `--quick` runs the same code CI-sized (one seed, "
+        "never a verdict to rely on).",
         "",
         "| experiment | notes | verdict | competence | seeds | why | wall time | command |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for r in reports:
         link = f"[{r.get('title', r['_dir'])}]({r['_dir']}/README.md)"
-        rederived = (r.get("findings") or [""])[0].startswith("Re-derived")
-        verdict = f"**{r.get('verdict', '?')}**" + (" (re-derived)" if rederived else "")
+        verdict = f"**{r.get('verdict', '?')}**"
+        if r.get("_stale"):
+            verdict += f" (**stale**: {r['_stale']})"
         cells = [
             link,
             r.get("source", ""),
             verdict,
-            competence_cell(r.get("competence")),
+            competence_cell(r.get("competence"), r.get("arms")),
             str(len(r.get("seeds") or [r.get("seed")])),
             r.get("verdict_reason", ""),
             f"{float(r.get('wall_time_s', 0)):.0f} s",
@@ -104,20 +119,34 @@ def arms_of(criteria: list[dict]) -> dict[str, bool]:
     return arms
 
 
-def competence_cell(competence: list[dict] | None) -> str:
+def competence_cell(competence: list[dict] | None, arms: list[str] | None = None) -> str:
     """How the compared arms fared ('all 3 compared arms pass', 'missed: a, b (1/3 pass)'),
+    counting every compared arm the report names (``arms``), also those without a criterion or
+    without a learning-rate sweep and step doubling ('2 of 5 compared arms not gated: ...'),
     plus reference arms that missed; 'not stated' for a report from before the gate."""
     if competence is None:
         return "not stated"
-    if not competence:
-        return "no trained arms"
     compared = arms_of([c for c in competence if c.get("in_verdict", True)])
+    named = list(arms or [])
+    for arm in compared:
+        if arm not in named:
+            named.append(arm)
+    if not named:
+        return "no trained arms"
+    gated = {c["arm"] for c in competence if c.get("lr") and c.get("doubling")}
+    no_gate = [a for a in named if a not in compared or a not in gated]
+    compared = {a: compared.get(a, False) for a in named}
     failed = [arm for arm, ok in compared.items() if not ok]
     if failed:
         passing = len(compared) - len(failed)
         text = f"missed: {', '.join(failed)} ({passing}/{len(compared)} pass)"
     else:
         text = f"all {len(compared)} compared arms pass"
+    if no_gate:
+        text += (
+            f"; {len(no_gate)} of {len(compared)} compared arms not gated by a learning-rate "
+            f"sweep and step doubling: {', '.join(no_gate)}"
+        )
     references = arms_of([c for c in competence if not c.get("in_verdict", True)])
     ref_missed = [arm for arm, ok in references.items() if not ok]
     if ref_missed:
@@ -125,11 +154,34 @@ def competence_cell(competence: list[dict] | None) -> str:
     return text
 
 
-def write_index(root: str | os.PathLike) -> Path:
-    """Rewrite ``root/README.md`` from the reports found under ``root``."""
-    from attnlab.lab.kit.registry import discover  # the registry imports every experiment module
+def staleness(report: dict, current: str | None) -> str:
+    """Why a committed report no longer describes today's code ('' when it does): no recorded
+    code hash, a hash that differs from ``current``, or no registered experiment of its name."""
+    if current is None:
+        return "no experiment of this name is registered any more"
+    recorded = report.get("code_hash")
+    if not recorded:
+        return "run before code hashes were recorded; rerun to refresh"
+    if recorded != current:
+        return f"the code it ran changed since (hash {recorded} then, {current} now); rerun"
+    return ""
+
+
+def index_text(root: str | os.PathLike) -> str:
+    """The index for the reports under ``root`` as the code stands now (stale ones marked)."""
+    from attnlab.lab.kit.provenance import code_hash
+    from attnlab.lab.kit.registry import discover  # imports every experiment module
 
     reports = read_reports(root)
+    experiments = discover()
+    for r in reports:
+        exp = experiments.get(r.get("name", r["_dir"]))
+        r["_stale"] = staleness(r, code_hash(exp.run.__module__).digest if exp else None)
     done = {r.get("name", r["_dir"]) for r in reports}
-    pending = [(e.name, e.notes, e.claim) for e in discover().values() if e.name not in done]
-    return atomic_write_text(Path(root) / INDEX_FILE, render_index(reports, pending))
+    pending = [(e.name, e.notes, e.claim) for e in experiments.values() if e.name not in done]
+    return render_index(reports, pending)
+
+
+def write_index(root: str | os.PathLike) -> Path:
+    """Rewrite ``root/README.md`` from the reports found under ``root``."""
+    return atomic_write_text(Path(root) / INDEX_FILE, index_text(root))

@@ -18,6 +18,7 @@ import torch
 
 from attnlab.checkpoint.atomic import ensure_writable_dir
 from attnlab.lab.kit.index import write_index
+from attnlab.lab.kit.provenance import code_hash
 from attnlab.lab.kit.registry import get_experiment
 from attnlab.lab.kit.report import Report, check_may_write, machine_info
 
@@ -71,6 +72,8 @@ def run_experiment(
     report.wall_time_s = time.perf_counter() - start
     report.quick, report.seed, report.machine = quick, seed, machine
     report.command = command_line(name, quick, seed, given)
+    code = code_hash(exp.run.__module__)  # the code that ran (hashed after: same files)
+    report.code_hash, report.code_modules = code.digest, list(code.modules)
     readme = report.write(out)
     if given is None and not quick:
         write_index(DOCS_DIR)  # the committed results' table of contents
