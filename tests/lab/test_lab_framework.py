@@ -35,7 +35,7 @@ def _report(quick: bool = True, **kw) -> Report:
 @pytest.fixture
 def dummy_experiment():
     @experiment("dummy-test", notes="000")
-    def run(quick, out_dir, seed):
+    def run(quick, out_dir, seed, data=None):
         """a claim
         over two lines."""
         fig = bar_chart({"x": 1.0, "y": 2.0}, ylabel="v", title="t", reference=0.5)
@@ -94,7 +94,13 @@ def test_unknown_experiment_names_the_choices(dummy_experiment):
 def test_the_claim_is_the_run_docstring_in_one_line(dummy_experiment):
     assert get_experiment("dummy-test").claim == "a claim over two lines."
     with pytest.raises(ValueError, match="docstring stating the claim"):
-        experiment("dummy-nodoc", notes="000")(lambda quick, out_dir, seed: None)
+        experiment("dummy-nodoc", notes="000")(lambda quick, out_dir, seed, data=None: None)
+
+    def old(quick, out_dir, seed):
+        """a claim."""
+
+    with pytest.raises(ValueError, match=r"run\(quick, out_dir, seed, data=None\)"):
+        experiment("dummy-old", notes="000")(old)
 
 
 def test_cli_list_and_errors(capsys, tmp_path, dummy_experiment):

@@ -125,9 +125,20 @@ def test_char_lm_quick_report_and_resume(out):
     assert result.start_step == result.step == report.metrics["steps"]
 
 
-def test_char_lm_rejects_a_missing_text(tmp_path):
-    with pytest.raises(UserError, match="does not exist"):
-        char_lm.run(True, tmp_path, 0, text=str(tmp_path / "nope.txt"))
+def test_the_data_folder_is_an_argument_and_a_missing_dataset_names_the_fix(tmp_path):
+    from attnlab.lab.kit.datasets import MULTI30K, SHAKESPEARE, dataset
+
+    with pytest.raises(UserError, match="has no tinyshakespeare.txt.*--data"):
+        char_lm.run(True, tmp_path, 0, data=tmp_path / "nope")
+    assert dataset(None, SHAKESPEARE) is None  # no folder given: generated data
+    text = tmp_path / "play.txt"
+    text.write_text("KING:\nHello.\n", encoding="utf-8")
+    assert dataset(text, SHAKESPEARE) == text  # any text file stands for the text
+    (tmp_path / "m30k").mkdir()
+    (tmp_path / "m30k" / "train.de").write_text("", encoding="utf-8")
+    assert dataset(tmp_path / "m30k", MULTI30K) == tmp_path / "m30k"
+    with pytest.raises(UserError, match="full translation experiment trains on Multi30k"):
+        translation.prepare_data(False, 0, None, tmp_path / "work")
 
 
 def test_count_baselines_and_generated_text():

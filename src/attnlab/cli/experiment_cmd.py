@@ -4,6 +4,7 @@ attnlab experiment --list
 attnlab experiment order                  # full size, writes docs/experiments/order/
 attnlab experiment order --quick          # CI-sized, writes a temporary directory
 attnlab experiment scaling --out runs/scaling --seed 1
+attnlab experiment char_lm --data ~/datasets     # its tinyshakespeare.txt (or any .txt file)
 attnlab experiment --index                # rewrite docs/experiments/README.md (stale marks)
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import textwrap
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +41,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="report directory (default: docs/experiments/NAME for full runs)",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--data",
+        metavar="DIR",
+        default=os.environ.get("ATTNLAB_DATA") or None,
+        help="folder of real datasets (tinyshakespeare.txt, multi30k/); default $ATTNLAB_DATA; "
+        "without it the text experiments train on generated text",
+    )
     p.add_argument(
         "--index",
         action="store_true",
@@ -81,12 +90,12 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.lab.kit.runner import default_out_dir
 
     if args.out is None and args.quick:  # a fresh temporary directory: nothing to protect
-        report, path = run_experiment(args.name, quick=True, seed=args.seed)
+        report, path = run_experiment(args.name, quick=True, seed=args.seed, data=args.data)
     else:
         out = Path(args.out) if args.out else default_out_dir(args.name, False)
         with outputs(out, f"attnlab experiment {args.name}", earlier_ours=_report_of(args.name)):
             report, path = run_experiment(
-                args.name, quick=args.quick, out_dir=args.out, seed=args.seed
+                args.name, quick=args.quick, out_dir=args.out, seed=args.seed, data=args.data
             )
     print(f"{report.title}\nverdict: {report.verdict}. {report.verdict_reason}")
     print(f"wrote {path} ({report.wall_time_s:.1f} s)")

@@ -77,7 +77,7 @@ def _one_seed(seed: int, quick: bool, fit_cfg: FitConfig) -> dict:
 
 
 @experiment("attention", notes="004 Sec. 1.2 (soft vs hard attention), eq. 9")
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """Hard (argmax) attention is a retrieval of one value: it suffices for key-value lookup
     but not for a task that needs an average of many values, where soft attention succeeds."""
     seeds = start_seeds(seed, quick)

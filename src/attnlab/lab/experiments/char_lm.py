@@ -10,12 +10,12 @@ the number in context: the unigram entropy (no context at all) and a bigram mode
 p(w_t | w_{t-1}) with add-one smoothing, both estimated on the training text and scored on the
 validation text. A model that has learned anything beyond letter pairs beats the bigram.
 
-Text: ``text`` names a file (or directory of .txt files). Without it the full run uses
-``../shared/data/tinyshakespeare.txt`` when present, else (and always in the quick form) a text
-generated from a small grammar of play-like dialogue (:mod:`attnlab.lab.kit.corpus`), so the
-experiment never needs a download. :func:`train_char_lm` is shared with the ``sampling``
-experiment: the run directory is named by a hash of the text, size and seed, so both reuse one
-trained model, and an interrupted run continues from its checkpoint.
+Text: the data folder's ``tinyshakespeare.txt``, or any text file given as ``--data``
+(:mod:`attnlab.lab.kit.datasets`); without one, a text generated from a small grammar of play-like
+dialogue (:mod:`attnlab.lab.kit.corpus`), so the experiment never needs a download.
+:func:`~attnlab.lab.kit.char_models.train_char_lm` is shared with the ``sampling`` experiment: the
+run directory is named by a hash of the text, size and seed, so both reuse one trained model, and an
+interrupted run continues from its checkpoint.
 
 Shapes: T context length, V characters (+ specials), D d_model.
 """
@@ -64,14 +64,14 @@ def loss_figure(run_dir: Path, out_dir: Path, title: str) -> FigureRef:
 
 
 @experiment("char_lm", notes="000 'Transformer Decoder'; 003 'Decoding'")
-def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """A small decoder-only Transformer trained on raw characters learns the text's spelling,
     words and layout: its validation loss falls far below count-based unigram and bigram
     baselines and its samples look like the training text."""
     seeds = start_seeds(seed, quick)
-    res = run_jobs(train_job, [(s, quick, text, str(out_dir)) for s in seeds], 1 if quick else 2)
-    per = [res[(s, quick, text, str(out_dir))] for s in seeds]
-    result, path, origin = train_char_lm(quick, seeds[0], text, out_dir)  # reloaded: samples
+    res = run_jobs(train_job, [(s, quick, data, str(out_dir)) for s in seeds], 1 if quick else 2)
+    per = [res[(s, quick, data, str(out_dir))] for s in seeds]
+    result, path, origin = train_char_lm(quick, seeds[0], data, out_dir)  # reloaded: samples
     model, tok, cfg = result.model, result.tokenizer, recipe(quick, seeds[0], path)
     val_bits = [r["val"] / math.log(2) for r in per]
     train_bits = [r["train"] / math.log(2) for r in per]

@@ -90,7 +90,7 @@ def crossover(ns: list[int], a: list[float], b: list[float]) -> float:
 
 @experiment("complexity", notes="004 'Complexity figures'; Vaswani et al. 2017 Table 1")
 @torch.no_grad()
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """Per layer, self-attention costs O(n^2 d) with O(1) sequential steps and a recurrent
     layer O(n d^2) with O(n) sequential steps, so self-attention is cheaper when n < d."""
     rounds = start_seeds(seed, quick)  # each round re-measures everything

@@ -259,7 +259,7 @@ def misses_text(sweep: dict, seeds: list[int]) -> str:
 
 
 @experiment("concat_positions", notes="004 eq. 15-16 (the author's hypothesis)")
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """Concatenating sinusoids to the input and mapping [x; PE] with learned weights lets the
     network build a flexible position function (a Fourier series), compared with adding them."""
     seeds = start_seeds(seed, quick)

@@ -132,7 +132,7 @@ LRS = (1e-3, 3e-3)  # swept per arm on the first seed, chosen on validation accu
 
 
 @experiment("extrapolation", notes="004 'Position representations'")
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """Learned position vectors exist only for indices seen in training, so a model with them
     fails on longer inputs; a pre-defined function (sinusoids) is defined everywhere and might
     be preferred; rotary (relative) positions are expected to degrade least."""

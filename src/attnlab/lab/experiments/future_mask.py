@@ -111,7 +111,7 @@ def distinct_ratio(ids: list[int], n: int = 4) -> float:
 
 
 @experiment("future_mask", notes="000 'Future masking'")
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """A decoder must not see the future: trained without the mask, an LM reaches a far lower
     training loss by copying the next token and cannot generate."""
     seeds = start_seeds(seed, quick)

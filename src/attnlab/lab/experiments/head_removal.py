@@ -102,7 +102,7 @@ def removable(curve: list[float], tol: float) -> int:
 
 
 @experiment("head_removal", notes="000/001 'Multi-head attention'; Michel et al. 2019")
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """Most heads of a trained multi-head Transformer can be removed at test time with little
     loss; a few heads matter a lot."""
     seeds = start_seeds(seed, quick)

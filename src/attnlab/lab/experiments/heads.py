@@ -371,7 +371,7 @@ def cost_table(quick: bool) -> tuple[list[dict], dict[int, int], tuple[int, int,
     "heads",
     notes="000 'Multi-head Self-Attention'; 001 'Multi-head Attention'; 004 eq. 13",
 )
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """Multi-head attention costs the same FLOPs and about the same time as single-head
     attention at equal d_model, and one layer of it does what one head cannot: serve several
     relations at once (here: name the token 1 back and the token 2 back at every position)."""

@@ -258,7 +258,7 @@ def _cell(value: float | None) -> float | str:
     "induction",
     notes="000 'The key-query-value self-attention mechanism'; Olsson et al. 2022",
 )
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """A 2-layer attention-only model trained on repeated random segments develops induction
     heads (attending to the token after the previous occurrence); the loss drops on the repeat,
     and ablating those heads removes the effect."""

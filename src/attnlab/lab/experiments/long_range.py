@@ -296,7 +296,7 @@ def job_cost(job: tuple[str, int, str, bool, int]) -> float:
     "long_range",
     notes="004 eq. 1-8 (seq2seq, attention); 000 'Transformer Encoder-Decoder'",
 )
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """A plain LSTM encoder-decoder must squeeze the whole input into one vector, so its
     accuracy falls as inputs grow; with attention (Bahdanau, Transformer) each output reads the
     source directly and long inputs stay solvable."""

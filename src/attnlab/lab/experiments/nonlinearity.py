@@ -188,7 +188,7 @@ def _one_seed(seed: int, length: int, n_train: int, fit_cfg: FitConfig) -> dict:
 
 
 @experiment("nonlinearity", notes="000 'Elementwise nonlinearity' (errata E3)")
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """Stacked self-attention without the feed-forward net is one linear map of the values
     (alpha* = A2 A1, V* = V2 V1), so it cannot learn what needs an elementwise nonlinearity;
     the FFN adds it."""

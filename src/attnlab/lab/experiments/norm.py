@@ -134,7 +134,7 @@ def train_steps(quick: bool) -> int:
 
 
 @experiment("norm", notes="000 'Add & Norm'; Xiong et al. 2020")
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """Pre-norm (h = f(LN(h)) + h) has much better gradients at initialisation than post-norm
     (h = LN(f(h) + h)), so it trains faster and without a learning-rate warm-up."""
     seeds = start_seeds(seed, quick)

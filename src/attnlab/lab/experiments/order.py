@@ -145,7 +145,7 @@ def _one_seed(seed: int, n_train: int, n_pairs: int, fit_cfg: FitConfig) -> dict
 
 
 @experiment("order", notes="000 'Position representations'; 001 'Properties'; 004 eq. 14")
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """Without position information self-attention sees a set: 'the oven cooked the bread' and
     'the bread cooked the oven' get identical outputs up to the permutation, so the model
     cannot tell them apart; learned, sinusoidal, concatenated or rotary positions fix it."""

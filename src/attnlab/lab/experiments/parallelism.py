@@ -101,7 +101,7 @@ def n_params(name: str) -> int:
     "parallelism",
     notes="000 'Parallelization issues with dependence on the sequence index'",
 )
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """An RNN's serial dependency makes its training step time grow linearly with the sequence
     length and gain little from parallel hardware, while a Transformer processes all positions
     at once."""

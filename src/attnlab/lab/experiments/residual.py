@@ -121,7 +121,7 @@ def train_job(job: tuple) -> dict:
 
 
 @experiment("residual", notes="000 'Residual Connections'")
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """Residual connections make deep stacks trainable (without them training degrades as depth
     grows), and the residual stream carries the position information of the embedding to every
     layer."""

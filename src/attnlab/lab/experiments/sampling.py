@@ -166,17 +166,17 @@ def quality_diversity_chart(
     "sampling",
     notes="003 'Linear + Softmax - Prediction' (greedy vs random-weighted sampling)",
 )
-def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """Greedy sampling always takes the most probable token, so its output is the most likely
     but repetitive and identical run to run; random-weighted sampling varies and can wander
     ('too creative'); temperature, top-k and top-p trade between the two."""
     seeds = start_seeds(seed, quick)
     # the char_lm experiment's models, one per seed (trained there, reloaded here)
     trained = run_jobs(
-        train_job, [(s, quick, text, str(out_dir)) for s in seeds], 1 if quick else 2
+        train_job, [(s, quick, data, str(out_dir)) for s in seeds], 1 if quick else 2
     )
-    per_model = [trained[(s, quick, text, str(out_dir))] for s in seeds]
-    result, path, origin = train_char_lm(quick, seeds[0], text, out_dir)
+    per_model = [trained[(s, quick, data, str(out_dir))] for s in seeds]
+    result, path, origin = train_char_lm(quick, seeds[0], data, out_dir)
     train_text, val_text = split_text(path)
     bigram = count_baselines(train_text, val_text)["bigram"]
     vocabulary = set(words(train_text))
@@ -188,7 +188,7 @@ def run(quick: bool, out_dir: Path, seed: int, text: str | None = None) -> Repor
     per_seed_rows: list[list[dict[str, Any]]] = []
     outputs: dict[str, list[str]] = {}
     for s in seeds:  # seed s: model s, sampling seeds s and s + 100 (the rerun)
-        result = train_char_lm(quick, s, text, out_dir)[0]
+        result = train_char_lm(quick, s, data, out_dir)[0]
         model, tok = result.model, result.tokenizer
         rows = []
         for name, strategy in STRATEGIES.items():

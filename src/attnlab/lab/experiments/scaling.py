@@ -83,7 +83,7 @@ def unit_variance_qk(model: torch.nn.Module, d_model: int) -> None:
     "scaling",
     notes="001 'Scaling the Dot Product'; 004 Sec. 1.2; 000 'Attention logit scaling'",
 )
-def run(quick: bool, out_dir: Path, seed: int) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """The variance of q.k grows like d_k for unit-variance q, k, and dividing by sqrt(d_k)
     keeps it near 1; unscaled logits saturate the softmax (low entropy, vanishing gradient) and
     slow training."""

@@ -48,7 +48,8 @@ search (5 beams) and scored with sacreBLEU:
               what tutorials report (they lower-case and tokenise with spaCy, then score tokens)
 
 Data: ``data`` names a directory with ``train.de/.en``, ``val.de/.en`` and
-``test_2016_flickr.de/.en`` (default ``../shared/data/multi30k``); the quick form trains on a few
+``test_2016_flickr.de/.en`` (``--data DIR`` with ``DIR/multi30k/``, see
+:mod:`attnlab.lab.kit.datasets`; a full run needs it); the quick form trains on a few
 hundred generated sentence pairs ("Ein kleiner Hund läuft im Park." -> "A small dog runs in the
 park.") so it never needs a download.
 
@@ -71,6 +72,7 @@ from attnlab.data import read_parallel
 from attnlab.errors import DataError, UserError
 from attnlab.generate import GenerationConfig, generate_seq2seq
 from attnlab.lab.kit.charts import save_chart, seeds_chart
+from attnlab.lab.kit.datasets import MULTI30K, dataset
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import (
     Competence,
@@ -86,7 +88,6 @@ from attnlab.runtime import cpu_has_native_bf16
 from attnlab.train import RunConfig, TrainConfig, TrainingDiverged, train
 from attnlab.viz import attention_maps, plot_alignment, plot_attention, read_metrics
 
-DEFAULT_DATA = Path("..") / "shared" / "data" / "multi30k"
 WORK_DIR = Path("runs") / "experiments" / "translation" / "matched"  # full run's checkpoints
 SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}
 REFERENCE_BLEU = {"transformer": 36.5, "bahdanau": 28.1, "lstm": 13.8}  # tutorials, lc tok.
@@ -430,7 +431,7 @@ def curves_figures(per: dict[str, list[dict]], n_val: int, out_dir: Path) -> lis
 
 
 def prepare_data(
-    quick: bool, seed: int, data: str | None, work: Path, write: bool = True
+    quick: bool, seed: int, data: Path | None, work: Path, write: bool = True
 ) -> dict[str, list]:
     """The train/val/test pairs; with ``write``, train and val also go to ``work/data/*.jsonl``
     (the files the training runs read)."""
@@ -441,7 +442,15 @@ def prepare_data(
         held = [p for p in dict.fromkeys(synthetic_pairs(400, rng)) if p[0] not in seen]
         splits = {"train": train_pairs, "val": held[:40], "test": held[40:100]}
     else:
-        splits = load_multi30k(Path(data) if data is not None else DEFAULT_DATA)
+        folder = dataset(data, MULTI30K)
+        if folder is None:
+            raise UserError(
+                "the full translation experiment trains on Multi30k: give --data DIR with "
+                "DIR/multi30k/ (train.de/.en, val.de/.en, test_2016_flickr.de/.en), or run "
+                "its --quick form on synthetic pairs",
+                fields=("data",),
+            )
+        splits = load_multi30k(folder)
         if quick:  # a small slice of the real data
             splits = {
                 "train": splits["train"][:400],
@@ -639,7 +648,7 @@ def last_gain(job: dict[str, Any]) -> float:
 
 
 @experiment("translation", notes="003 'Encoder-Decoder'; 004 'Attention in seq2seq' (eq. 1-8)")
-def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Report:
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
     """A Transformer encoder-decoder translates German to English (Multi30k) better than an
     LSTM with Bahdanau attention, which beats a plain LSTM seq2seq; the Transformer reaches >=
     35 lower-cased tokenised BLEU on test 2016."""
@@ -742,7 +751,7 @@ def run(quick: bool, out_dir: Path, seed: int, data: str | None = None) -> Repor
     origin = (
         "generated German-English pairs (quick)"
         if data is None and quick
-        else f"Multi30k from {data or DEFAULT_DATA}"
+        else f"Multi30k from {dataset(data, MULTI30K)}"
     )
     return Report(
         name="translation",

@@ -2,8 +2,9 @@
 run directory shared through a hash of the text and settings (so both experiments reuse one trained
 model, and an interrupted run continues from its checkpoint), and the count-based baselines.
 
-Text: a given file (or directory of .txt files); without one, a text generated from a small
-grammar of play-like dialogue (:mod:`attnlab.lab.kit.corpus`), so no experiment needs a download.
+Text: the data folder's tinyshakespeare, or any text file given as the data
+(:mod:`attnlab.lab.kit.datasets`); without one, a text generated from a small grammar of
+play-like dialogue (:mod:`attnlab.lab.kit.corpus`), so no experiment needs a download.
 """
 
 from __future__ import annotations
@@ -20,26 +21,20 @@ import torch
 from attnlab.config import ModelConfig
 from attnlab.data import read_text
 from attnlab.errors import UserError
-from attnlab.lab.kit.corpus import SHAKESPEARE, generated_text
+from attnlab.lab.kit.corpus import generated_text
+from attnlab.lab.kit.datasets import SHAKESPEARE, dataset
 from attnlab.train import RunConfig, TrainConfig, train
 from attnlab.train.report import METRICS_FILE, read_metrics
 
 WORK_DIR = Path("runs") / "experiments" / "char_lm"
 
 
-def resolve_text(quick: bool, seed: int, text: str | None, work: Path) -> tuple[Path, str]:
-    """The text file to train on and a description of where it came from."""
-    if text is not None:
-        path = Path(text)
-        if not path.exists():
-            raise UserError(
-                f"text={text!r} does not exist; give a UTF-8 text file or a "
-                "directory of .txt files",
-                fields=("text",),
-            )
-        return path, f"the file {text}"
-    if not quick and SHAKESPEARE.is_file():
-        return SHAKESPEARE, f"tinyshakespeare ({SHAKESPEARE})"
+def resolve_text(quick: bool, seed: int, data: Path | None, work: Path) -> tuple[Path, str]:
+    """The text file to train on and where it came from: the data folder's tinyshakespeare (or
+    ``data`` itself, any text file) when a data folder is given, else a generated text."""
+    path = dataset(data, SHAKESPEARE)
+    if path is not None:
+        return path, f"the file {path.name}"
     lines = 600 if quick else 12000
     path = work / f"generated_{lines}_{seed}.txt"
     if not path.is_file():
@@ -95,11 +90,13 @@ def run_dir_for(run_config: RunConfig, text: Path, base: Path) -> Path:
     return base / digest.hexdigest()[:12]
 
 
-def train_char_lm(quick: bool, seed: int, text: str | None, out_dir: Path) -> tuple[Any, Path, str]:
+def train_char_lm(
+    quick: bool, seed: int, data: Path | None, out_dir: Path
+) -> tuple[Any, Path, str]:
     """Train (or continue, or reload) the char LM; returns the TrainResult, the text file and
     where the text came from."""
     base = out_dir / "work" if quick else WORK_DIR
-    path, origin = resolve_text(quick, seed, text, base)
+    path, origin = resolve_text(quick, seed, data, base)
     run_config = recipe(quick, seed, path)
     run_dir = run_dir_for(run_config, path, base)
     result = train(run_config, run_dir=run_dir, resume=True, progress=False)
@@ -137,9 +134,9 @@ def split_text(path: Path, val_fraction: float = 0.1) -> tuple[str, str]:
 def train_job(job: tuple) -> dict[str, float]:
     """Train (or reload) the char LM of one seed on one thread; its numbers (the model stays in
     its run directory, where :func:`train_char_lm` reloads it)."""
-    seed, quick, text, out_dir = job
+    seed, quick, data, out_dir = job
     torch.set_num_threads(1)
-    result, _, _ = train_char_lm(quick, seed, text, Path(out_dir))
+    result, _, _ = train_char_lm(quick, seed, data, Path(out_dir))
     logged = [
         r["train_loss"]
         for r in read_metrics(result.run_dir / METRICS_FILE)

@@ -19,13 +19,7 @@ import torch
 from torch import Tensor
 
 from attnlab.config import ModelConfig
-
-# Where the shared data lives relative to the working directory: a checkout next to shared/
-# (../shared) or a worktree one level further down (../../shared).
-SHAKESPEARE_PLACES = tuple(
-    Path(*[".."] * k) / "shared" / "data" / "tinyshakespeare.txt" for k in (1, 2)
-)
-SHAKESPEARE = next((p for p in SHAKESPEARE_PLACES if p.is_file()), SHAKESPEARE_PLACES[0])
+from attnlab.lab.kit.datasets import SHAKESPEARE, dataset
 
 SPEAKERS = ("KING", "QUEEN", "FOOL", "DUKE", "NURSE", "FIRST GUARD")
 SUBJECTS = (
@@ -95,11 +89,15 @@ def generated_text(n_lines: int, seed: int) -> str:
     return "\n".join(parts)
 
 
-def corpus_text(quick: bool, quick_lines: int, seed: int = 0) -> tuple[str, str]:
-    """(text, where it came from): tinyshakespeare for a full-size run when the file is there,
-    else :func:`generated_text` with ``quick_lines`` speeches (quick) or 6000 (full size)."""
-    if not quick and SHAKESPEARE.is_file():
-        return SHAKESPEARE.read_text(encoding="utf-8"), "tinyshakespeare"
+def corpus_text(
+    quick: bool, quick_lines: int, seed: int = 0, data: Path | None = None
+) -> tuple[str, str]:
+    """(text, where it came from): with a data folder, its tinyshakespeare
+    (:func:`attnlab.lab.kit.datasets.dataset`); else :func:`generated_text` with
+    ``quick_lines`` speeches (quick) or 6000 (full size)."""
+    path = dataset(data, SHAKESPEARE)
+    if path is not None:
+        return path.read_text(encoding="utf-8"), f"tinyshakespeare ({path.name})"
     return generated_text(quick_lines if quick else 6000, seed), "a generated play-like text"
 
 
@@ -115,10 +113,12 @@ def windows(ids: Tensor, context: int) -> Tensor:
     return ids[: n * (context + 1)].view(n, context + 1)
 
 
-def text_windows(quick: bool, context: int) -> tuple[Tensor, Tensor, list[str], str]:
+def text_windows(
+    quick: bool, context: int, data: Path | None = None
+) -> tuple[Tensor, Tensor, list[str], str]:
     """(train windows (N, T + 1), validation windows, the character set, where the text is from)
-    from the first 600 000 characters; the last 10% of them is validation."""
-    text, source = corpus_text(quick, 400)
+    from the first 600 000 characters of :func:`corpus_text`; the last 10% is validation."""
+    text, source = corpus_text(quick, 400, data=data)
     text = text[:600_000]
     chars = sorted(set(text))
     ids = char_ids(text, chars)

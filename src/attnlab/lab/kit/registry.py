@@ -4,10 +4,11 @@ An experiment is one module in ``attnlab/lab/experiments/`` that registers its r
 :func:`experiment` decorator::
 
     @experiment("order", notes="000; 004 eq. 14")
-    def run(quick: bool, out_dir: Path, seed: int) -> Report:
+    def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
         "Without positions, self-attention cannot tell ... (the claim, as the docstring)"
 
-``run`` trains what it needs, saves its PNGs into ``out_dir`` and returns a :class:`Report`;
+``run`` trains what it needs (``data``: the folder of real datasets, or None for generated data;
+see :mod:`attnlab.lab.kit.datasets`), saves its PNGs into ``out_dir`` and returns a :class:`Report`;
 the runner times it and writes the report. Its docstring is the claim, in one paragraph;
 ``attnlab experiment --list`` and the index show it. Adding an experiment needs no edit
 anywhere else: :func:`discover` imports every public module of the package, and importing
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from attnlab.lab.kit.report import Report
 
-RunFunction = Callable[[bool, Path, int], Report]
+RunFunction = Callable[[bool, Path, int, Path | None], Report]
 
 
 @dataclass(frozen=True)
@@ -43,7 +44,7 @@ EXPERIMENTS: dict[str, Experiment] = {}
 
 
 def experiment(name: str, *, notes: str) -> Callable[[RunFunction], RunFunction]:
-    """Decorator registering ``run(quick, out_dir, seed) -> Report`` under ``name``; the claim
+    """Decorator registering ``run(quick, out_dir, seed, data) -> Report`` under ``name``; the claim
     it tests is ``run``'s docstring."""
     if not name or not name.replace("_", "").replace("-", "").isalnum() or name != name.lower():
         raise ValueError(f"experiment name {name!r} must be lower-case letters, digits, - or _")
@@ -55,6 +56,13 @@ def experiment(name: str, *, notes: str) -> Callable[[RunFunction], RunFunction]
                 f"experiment {name!r}: give its run function a docstring stating the claim of "
                 "the notes it tests"
             )
+        try:
+            inspect.signature(run).bind(False, Path("."), 0, None)
+        except TypeError:
+            raise ValueError(
+                f"experiment {name!r}: its run function must take run(quick, out_dir, seed, "
+                "data=None) (data: the folder of real datasets, or None)"
+            ) from None
         previous = EXPERIMENTS.get(name)
         if previous is not None and previous.run.__module__ != run.__module__:
             raise ValueError(

@@ -32,12 +32,16 @@ def default_out_dir(name: str, quick: bool) -> Path:
     return DOCS_DIR / name
 
 
-def command_line(name: str, quick: bool, seed: int, out_dir: Path | None) -> str:
+def command_line(
+    name: str, quick: bool, seed: int, out_dir: Path | None, data: str | os.PathLike | None = None
+) -> str:
     """The ``attnlab experiment`` command that reproduces a run."""
     parts = ["attnlab", "experiment", name]
     if quick:
         parts.append("--quick")
     parts += ["--seed", str(seed)]
+    if data is not None:
+        parts += ["--data", str(data)]
     if out_dir is not None:
         parts += ["--out", str(out_dir)]
     return shlex.join(parts)
@@ -49,8 +53,10 @@ def run_experiment(
     quick: bool = False,
     out_dir: str | os.PathLike | None = None,
     seed: int = 0,
+    data: str | os.PathLike | None = None,
 ) -> tuple[Report, Path]:
-    """Run experiment ``name`` and write its report; returns (report, path of README.md)."""
+    """Run experiment ``name`` and write its report; returns (report, path of README.md).
+    ``data`` is the folder of real datasets (:mod:`attnlab.lab.kit.datasets`), or None."""
     if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
         raise ValueError(f"seed={seed!r} must be a non-negative integer")
     exp = get_experiment(name)
@@ -63,7 +69,7 @@ def run_experiment(
     threads = torch.get_num_threads()
     start = time.perf_counter()
     try:
-        report = exp.run(quick, out, seed)
+        report = exp.run(quick, out, seed, Path(data).expanduser() if data is not None else None)
         machine = machine_info()  # after the run: records the thread count it used
     finally:
         torch.set_num_threads(threads)  # experiments may vary the thread count
@@ -71,7 +77,7 @@ def run_experiment(
         raise TypeError(f"experiment {name!r} returned {type(report).__name__}, not a Report")
     report.wall_time_s = time.perf_counter() - start
     report.quick, report.seed, report.machine = quick, seed, machine
-    report.command = command_line(name, quick, seed, given)
+    report.command = command_line(name, quick, seed, given, data)
     code = code_hash(exp.run.__module__)  # the code that ran (hashed after: same files)
     report.code_hash, report.code_modules = code.digest, list(code.modules)
     readme = report.write(out)
