@@ -270,3 +270,23 @@ def test_current_reports_meet_the_full_rule():
         )
         assert all(c.passed for c in report.competence if c.in_verdict), name
         assert report.thresholds, f"{name}: no thresholds quoted with their source"
+
+
+def test_the_sweep_extends_its_grid_until_the_choice_is_bracketed():
+    from attnlab.lab.kit.gating import bracketed_sweep
+
+    calls = []
+
+    def score(rates):  # validation loss, best at 0.03: beyond the starting grid's top edge
+        calls.append(rates)
+        return {r: abs(math.log(r / 0.03)) for r in rates}
+
+    lr, scores = bracketed_sweep(score, [1e-3, 3e-3], higher_is_better=False, max_extra=3)
+    assert lr.bracketed and math.isclose(lr.chosen, 0.027) and len(calls) == 4
+    assert calls[0] == [1e-3, 3e-3] and len(scores) == 5  # + 9e-3, 2.7e-2, 8.1e-2
+    # a best rate still at the edge when the extensions are spent is reported unbracketed
+    lr, _ = bracketed_sweep(score, [1e-5, 3e-5], higher_is_better=False, max_extra=1)
+    assert not lr.bracketed and "not bracketed" in lr.describe()
+    # higher is better: accuracy peaking inside the grid needs no extension
+    lr, _ = bracketed_sweep(lambda rs: {r: -abs(r - 3e-3) for r in rs}, [1e-3, 3e-3, 1e-2], True)
+    assert lr.chosen == 3e-3 and lr.bracketed and lr.grid == [1e-3, 3e-3, 1e-2]
