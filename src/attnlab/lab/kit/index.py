@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from attnlab.checkpoint.atomic import atomic_write_text
@@ -34,7 +35,7 @@ def read_reports(root: str | os.PathLike) -> list[dict]:
     return reports
 
 
-def render_index(reports: list[dict], pending: list[tuple[str, str, str]] = ()) -> str:
+def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = ()) -> str:
     """The index page; ``pending`` = (name, notes, claim) of registered experiments without a
     full-size report yet."""
     lines = [
