@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from attnlab.errors import UserError
 from attnlab.explore import Session
 from attnlab.explore.endpoints import dispatch
 from explore_models import TOK, tiny_model
@@ -62,6 +63,13 @@ def test_the_widget_answers_exactly_as_the_page():
     wait_for(lambda: sent[-1].get("event", {}).get("type") == "done")
     assert [m["event"]["type"] for m in sent[1:]] == ["token", "token", "token", "done"]
     assert all(m["id"] == 8 for m in sent[1:])
+    for endpoint in (None, ["tokens"]):  # any JSON value can arrive: one sentence, not a crash
+        sent.clear()
+        w._on_message(w, {"kind": "call", "id": 9, "endpoint": endpoint}, [])
+        with pytest.raises(UserError) as caught:
+            dispatch(session, endpoint, None)
+        assert sent == [{"id": 9, "error": str(caught.value)}]
+        assert str(caught.value).startswith(f"Unknown request {endpoint!r}; known: info, tokens")
 
 
 def wait_for(condition, seconds=60.0):

@@ -152,12 +152,12 @@ def run(settings, ctx) -> dict[str, Any]:
         rows.append(row)
     fits = {}
     for p in PATHS:
-        t, m = _fit(rows, p, "seconds"), _fit(rows, p, "extra_bytes")
+        time_fit, memory_fit = _fit(rows, p, "seconds"), _fit(rows, p, "extra_bytes")
         fits[p] = {
-            "time_exponent": t["exponent"],
-            "time_fit_lengths": t["lengths"],
-            "memory_exponent": m["exponent"],
-            "memory_fit_lengths": m["lengths"],
+            "time_exponent": time_fit["exponent"],
+            "time_fit_lengths": time_fit["lengths"],
+            "memory_exponent": memory_fit["exponent"],
+            "memory_fit_lengths": memory_fit["lengths"],
         }
     expected = {
         "explicit": {"time_exponent": 2.0, "memory_exponent": 2.0},

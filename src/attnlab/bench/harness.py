@@ -158,7 +158,7 @@ def _calibrate(seconds_per_call: float, min_round_s: float, max_repeats: int) ->
     return int(min(max_repeats, max(1, math.ceil(min_round_s / seconds_per_call))))
 
 
-def ratio(numerator: float, denominator: float) -> float:
+def ratio(numerator: float | None, denominator: float | None) -> float:
     """numerator / denominator, NaN when either side is missing or the denominator is 0."""
     if numerator is None or denominator is None or not denominator:
         return math.nan
@@ -179,16 +179,17 @@ def target_entry(
     ``margin`` is value / target for higher-is-better targets and target / value otherwise, so
     margin >= 1 always means "met" and 0.8 means "20% short".
     """
-    ok = value is not None and math.isfinite(value)
-    if ok:
+    met: bool | None = None
+    margin: float | None = None
+    if value is not None and not math.isfinite(value):
+        value = None
+    if value is not None:
         met = value >= target if higher_is_better else value <= target
         margin = value / target if higher_is_better else (target / value if value else math.inf)
-    else:
-        met, margin = None, None
     return {
         "id": target_id,
         "description": description,
-        "value": value if ok else None,
+        "value": value,
         "target": target,
         "higher_is_better": higher_is_better,
         "met": met,

@@ -42,7 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from attnlab.bench.harness import interleave, ratio, target_entry
+from attnlab.bench.harness import Workload, interleave, ratio, target_entry
 from attnlab.bench.matmul_peak import make_matmul, sizes_for
 from attnlab.config import ModelConfig
 from attnlab.models import build_model
@@ -137,7 +137,7 @@ def hf_gpt2_config(shape: LMShape, n_positions: int, attn: str = "sdpa") -> Any:
         bos_token_id=None,
         eos_token_id=None,
         pad_token_id=None,
-        attn_implementation=attn,
+        attn_implementation=attn,  # type: ignore[call-arg]  # transformers 5 types omit its **kwargs
     )
 
 
@@ -256,7 +256,8 @@ def run(settings, ctx) -> dict[str, Any]:
     results, targets = [], []
     for shape in shapes.values():
         batches = make_batches(shape, settings.rounds)
-        works, info = {}, {}
+        works: dict[str, Workload] = {}
+        info: dict[str, dict[str, Any]] = {}
         for name in contenders_for(settings):
             try:
                 model, forward = build_lm(name, shape)

@@ -39,7 +39,7 @@ def measure(sizes: tuple[int, ...], *, rounds: int, warmup: int, min_round_s: fl
     """Median GFLOP/s per size and the peak over sizes (JSON block of the ``matmul`` suite)."""
     works = {f"mm_{n}": make_matmul(n) for n in sizes}
     timings = interleave(works, rounds=rounds, warmup=max(warmup, 2), min_round_s=min_round_s)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for n in sizes:
         t = timings[f"mm_{n}"]
         rows.append(

@@ -123,7 +123,9 @@ def run_kv_heads(settings, ctx) -> list[dict[str, Any]]:
 def _gpt2_pair(tiny: bool):
     import transformers  # optional (dev extra): the reference only
 
-    shape = dict(n_layer=12, n_head=12, n_embd=768, vocab_size=50257, n_positions=1024)
+    shape: dict[str, Any] = dict(
+        n_layer=12, n_head=12, n_embd=768, vocab_size=50257, n_positions=1024
+    )
     if tiny:
         shape = dict(n_layer=2, n_head=2, n_embd=32, vocab_size=97, n_positions=256)
     torch.manual_seed(0)
@@ -132,12 +134,15 @@ def _gpt2_pair(tiny: bool):
 
 
 # SmolLM2-135M's shape (random weights: nothing is downloaded), and a tiny one for the tests.
-SMOLLM2_135M = dict(num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3,
-                   hidden_size=576, intermediate_size=1536, vocab_size=49152,
-                   max_position_embeddings=2048, tie_word_embeddings=True,
-                   rope_theta=100000.0)  # fmt: skip
-TINY_LLAMA = dict(SMOLLM2_135M, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                  hidden_size=32, intermediate_size=64, vocab_size=97)  # fmt: skip
+SMOLLM2_135M: dict[str, Any] = dict(
+    num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3, hidden_size=576,
+    intermediate_size=1536, vocab_size=49152, max_position_embeddings=2048,
+    tie_word_embeddings=True, rope_theta=100000.0,
+)  # fmt: skip
+TINY_LLAMA: dict[str, Any] = dict(
+    SMOLLM2_135M, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+    hidden_size=32, intermediate_size=64, vocab_size=97,
+)  # fmt: skip
 
 
 def _llama_pair(tiny: bool):

@@ -12,7 +12,7 @@ top = compute bound; copies, layout changes, small elementwise ops = overhead to
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -27,7 +27,7 @@ from attnlab.bench.lm_train import (
     make_train_step,
 )
 from attnlab.generate import GenerationConfig, generate
-from attnlab.models import build_model
+from attnlab.models import LanguageModel, build_model
 
 TOP = 15
 
@@ -87,13 +87,13 @@ def run(settings, ctx) -> dict[str, Any]:
     shape = shapes["medium"]
     n_new, n_prompt = (8, 8) if settings.tiny else (100, 64)
     torch.manual_seed(0)
-    model = build_model(attnlab_config(shape, n_prompt + n_new)).eval()
+    lm = cast(LanguageModel, build_model(attnlab_config(shape, n_prompt + n_new)).eval())
     cfg = GenerationConfig(max_new_tokens=n_new, temperature=0.0, stop_token_ids=())
     prompt = [list(range(n_prompt))]
     ctx.say("profile: attnlab greedy generation, medium shape")
     out.append(
         _profile(
-            lambda: generate(model, prompt, cfg),
+            lambda: generate(lm, prompt, cfg),
             f"attnlab greedy generate, {n_new} tokens after {n_prompt}",
             1,
         )

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -38,7 +39,7 @@ from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer
 from attnlab.generate import GenerationConfig, generate
 from attnlab.generate.weights import WEIGHT_MODES
-from attnlab.models import build_model
+from attnlab.models import DecoderLM, build_model
 
 STEPS, TINY_STEPS = 200, 20
 GREEDY_TOKENS, TINY_GREEDY_TOKENS = 200, 20
@@ -110,7 +111,7 @@ def _label(name: str) -> str:
     return f"{mode} weights" + (f" and a {cache} KV cache" if cache else "")
 
 
-def _variants(model, modes: tuple[str, ...], cached: list[tuple[str, str]]):
+def _variants(model, modes: tuple[str, ...], cached: Sequence[tuple[str, str]]):
     """(name, model, cache dtype) for each weight mode, then each (mode, cache) pair."""
     reduced = {"fp32": model, **{m: quantize(model, m) for m in modes}}
     out = [(m, reduced[m], None) for m in modes]
@@ -122,14 +123,14 @@ def char_lm_quality(
     modes: tuple[str, ...],
     *,
     tiny: bool = False,
-    cached: list[tuple[str, str]] = (),
+    cached: Sequence[tuple[str, str]] = (),
 ) -> dict[str, Any]:
     """Train a char LM on the first 90% of ``text``; score every mode (and each (mode, KV
     cache dtype) pair of ``cached``) on the rest."""
     tok = CharTokenizer(set(text))
     ids = torch.tensor(tok.encode(text))
     split = int(len(ids) * 0.9)
-    model = train_char_lm(ids[:split], tok.vocab_size, tiny=tiny)
+    model, final_loss = train_char_lm(ids[:split], tok.vocab_size, tiny=tiny)
     heldout = ids[split:][: TINY_HELDOUT_CHARS if tiny else HELDOUT_CHARS]
     n = TINY_GREEDY_TOKENS if tiny else GREEDY_TOKENS
     prompt = heldout[:32].tolist()
@@ -155,14 +156,14 @@ def char_lm_quality(
     return {
         "model": f"{cfg.n_layers}L {cfg.n_heads}H {cfg.d_model}D, context {cfg.max_len}",
         "steps": TINY_STEPS if tiny else STEPS,
-        "final_train_loss": model.final_loss,
+        "final_train_loss": final_loss,
         "heldout_tokens": len(heldout),
         "modes": results,
     }
 
 
 def gpt2_agreement(
-    shape, modes: tuple[str, ...], n: int, cached: list[tuple[str, str]] = ()
+    shape, modes: tuple[str, ...], n: int, cached: Sequence[tuple[str, str]] = ()
 ) -> dict[str, Any]:
     """Greedy prefix and teacher-forced top-1 agreement of each mode with fp32 (random GPT-2)."""
     _, model = build_pair(shape, 32 + n)
@@ -182,9 +183,11 @@ def gpt2_agreement(
     return {"model": f"{shape.name} (random weights)", "modes": results}
 
 
-def train_char_lm(ids: torch.Tensor, vocab_size: int, *, tiny: bool = False, seed: int = 0):
-    """A small DecoderLM trained with AdamW on random windows of ``ids`` (eval mode on return;
-    ``model.final_loss`` holds the last step's training loss)."""
+def train_char_lm(
+    ids: torch.Tensor, vocab_size: int, *, tiny: bool = False, seed: int = 0
+) -> tuple[DecoderLM, float]:
+    """A small DecoderLM trained with AdamW on random windows of ``ids``: (the model in eval
+    mode, the last step's training loss)."""
     torch.manual_seed(seed)
     width, layers, context = (64, 2, 32) if tiny else (128, 4, 128)
     cfg = ModelConfig(
@@ -197,7 +200,7 @@ def train_char_lm(ids: torch.Tensor, vocab_size: int, *, tiny: bool = False, see
         max_len=context,
         dropout=0.0,
     )
-    model = build_model(cfg)
+    model = cast(DecoderLM, build_model(cfg))  # kind="decoder_lm"
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
     steps = TINY_STEPS if tiny else STEPS
     gen = torch.Generator().manual_seed(seed)
@@ -213,8 +216,7 @@ def train_char_lm(ids: torch.Tensor, vocab_size: int, *, tiny: bool = False, see
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-    model.final_loss = loss.item()
-    return model.eval()
+    return model.eval(), loss.item()
 
 
 def _logits(model, ids: torch.Tensor, cache: str | None) -> torch.Tensor:

@@ -162,7 +162,10 @@ class BenchSettings:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> BenchSettings:
         """Inverse of :meth:`to_dict` after a JSON round trip (lists back to tuples)."""
-        return cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})
+        fields: dict[str, Any] = {
+            k: tuple(v) if isinstance(v, list) else v for k, v in data.items()
+        }
+        return cls(**fields)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from attnlab.bench.lm_train import SHAPES, TINY_SHAPES, contenders_for
 def run(settings, ctx) -> dict[str, Any]:
     shapes = TINY_SHAPES if settings.tiny else SHAPES
     threads = torch.get_num_threads()
-    cases = [
+    cases: list[dict[str, Any]] = [
         {"module": "lm_train", "contender": name, "shape": asdict(shape), "threads": threads}
         for shape in shapes.values()
         for name in contenders_for(settings)

@@ -243,6 +243,7 @@ def _run_lm(model, tok, args: argparse.Namespace, config) -> None:
     prompt = args.prompt if args.prompt is not None else ""
     if config.num_beams > 1:
         res = generate(model, prompt, config, tokenizer=tok)
+        assert res.nbest is not None  # beam search keeps every hypothesis
         for hyp in res.nbest[0][: args.num_samples]:
             print(f"{prompt}{tok.decode(hyp.tokens)}")
             print(f"[score {hyp.score:.4f}, {hyp.finish_reason}]", file=sys.stderr)
@@ -252,11 +253,14 @@ def _run_lm(model, tok, args: argparse.Namespace, config) -> None:
         if i:
             print("---")
         if args.no_stream:
-            print(prompt + generate(model, prompt, cfg, tokenizer=tok).texts[0])
+            texts = generate(model, prompt, cfg, tokenizer=tok).texts
+            assert texts is not None  # decoded: a tokenizer was given
+            print(prompt + texts[0])
             continue
         pieces = stream(model, prompt, cfg, tokenizer=tok, text=True)
         sys.stdout.write(prompt)
         for piece in pieces:
+            assert isinstance(piece, str)  # text=True: text pieces, not ids
             sys.stdout.write(piece)
             sys.stdout.flush()
         sys.stdout.write("\n")
@@ -297,6 +301,7 @@ def _run_seq2seq(model, tok, args: argparse.Namespace, config) -> None:
         cfg = config.replace(seed=seed)
         if streaming:
             for piece in stream(model, sources[0], cfg, tokenizer=tok, text=True):
+                assert isinstance(piece, str)  # text=True: text pieces, not ids
                 sys.stdout.write(piece)
                 sys.stdout.flush()
             sys.stdout.write("\n")
@@ -306,9 +311,11 @@ def _run_seq2seq(model, tok, args: argparse.Namespace, config) -> None:
                 model, sources[start : start + SEQ2SEQ_BATCH], cfg, tokenizer=tok
             )
             if config.num_beams > 1:
+                assert res.nbest is not None  # beam search keeps every hypothesis
                 for hyps in res.nbest:
                     print("\t".join(tok.decode(h.tokens) for h in hyps[: args.num_samples]))
             else:
+                assert res.texts is not None  # decoded: a tokenizer was given
                 for text in res.texts:
                     print(text)
             sys.stdout.flush()

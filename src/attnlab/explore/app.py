@@ -73,6 +73,7 @@ async def _body(request: Request) -> dict[str, Any]:
         if size > MAX_BODY:
             raise UserError(too_big)
         raw += chunk
+    problem: str | None
     try:
         data = json.loads(raw or b"{}", parse_constant=_refuse_constant)
     except RecursionError:
@@ -165,7 +166,8 @@ async def stream(request: Request) -> Response:
         kwargs = stream_kwargs(typed)
     except UserError as err:
         return error(str(err))
-    loop, queue, cancel = asyncio.get_running_loop(), asyncio.Queue(), threading.Event()
+    loop, cancel = asyncio.get_running_loop(), threading.Event()
+    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
 
     def produce() -> None:
         def put(event):

@@ -43,9 +43,10 @@ STREAM_FIELDS = (
 )
 
 
-def dispatch(session: Session, endpoint: str, payload: Any) -> dict[str, Any]:
-    """Answer one request: ``session.<method>(**fields of payload)``."""
-    if endpoint not in ENDPOINTS:
+def dispatch(session: Session, endpoint: object, payload: Any) -> dict[str, Any]:
+    """Answer one request: ``session.<method>(**fields of payload)``. ``endpoint`` is what the
+    front end sent (a widget message may hold any JSON value there)."""
+    if not isinstance(endpoint, str) or endpoint not in ENDPOINTS:
         raise ExploreError(f"Unknown request {endpoint!r}; known: {', '.join(ENDPOINTS)}.")
     if payload is None:
         payload = {}

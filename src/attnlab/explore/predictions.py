@@ -13,17 +13,22 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any
 
 import torch
-from torch import nn
+from torch import Tensor, nn
 
 from attnlab.errors import ExploreError
 from attnlab.explore import fields
 from attnlab.generate import GenerationConfig, generate, generate_seq2seq, stream
 from attnlab.generate.sampling import process_logits
+from attnlab.models.base import LanguageModel, Seq2SeqModel
+
+if TYPE_CHECKING:
+    from attnlab.explore.probes import Recorded
+    from attnlab.explore.session import Head
 
 TOP = 20  # next-token candidates shown
 
@@ -31,6 +36,28 @@ TOP = 20  # next-token candidates shown
 class Predictions:
     """The prediction views of :class:`attnlab.explore.session.Session` (a mixin: it uses the
     session's model, tokenizer, lock, ``_inputs``, ``parse_heads``, ``ablated``, ``_forward``)."""
+
+    # What the session provides (attnlab.explore.session.Session), for the type checker.
+    model: nn.Module
+    tokenizer: Any
+    labels: Any
+    lock: threading.RLock
+
+    if TYPE_CHECKING:
+
+        @property
+        def seq2seq(self) -> bool: ...
+        @property
+        def generative(self) -> bool: ...
+        @property
+        def output(self) -> str | None: ...
+        def _inputs(self, text: Any, source: Any) -> dict[str, list[int]]: ...
+        def parse_heads(self, ablate: Any) -> list[Head]: ...
+        def ablated(self, heads: list[Head]) -> AbstractContextManager[None]: ...
+        def token_label(self, i: int) -> str: ...
+        def _forward(
+            self, inputs: dict[str, list[int]]
+        ) -> tuple[Tensor | None, dict[str, Recorded], Mapping[str, Tensor]]: ...
 
     def next_token(
         self,
@@ -56,6 +83,7 @@ class Predictions:
             masks = self._mask_positions(inputs["target"]) if self.output == "masks" else []
             with self.ablated(heads), torch.inference_mode():
                 logits, _, _ = self._forward(inputs)
+        assert logits is not None  # every model with an output (checked above) gives logits
         ablated = [h.__dict__ for h in heads]
         if self.output == "masks":  # logits (T, V): every masked position at once
             p = logits[masks].float().softmax(dim=-1)  # (M, V)
@@ -170,12 +198,18 @@ class Predictions:
             text = "".join(self.token_label(i) for i in ids)
         yield {"type": "done", "text": text, "ids": ids}
 
-    def _generate(self, prompt: list[int], config) -> Iterator[int]:
+    def _generate(self, prompt: list[int], config: GenerationConfig) -> Iterator[int]:
+        model = self.model
+        assert isinstance(model, (LanguageModel, Seq2SeqModel))  # continuation checked generative
         if config.num_beams == 1:
-            yield from stream(self.model, prompt, config, tokenizer=self.tokenizer)
+            for token in stream(model, prompt, config, tokenizer=self.tokenizer):
+                assert isinstance(token, int)  # text=False: token ids
+                yield token
             return
-        run = generate_seq2seq if self.seq2seq else generate
-        yield from run(self.model, [prompt], config, tokenizer=self.tokenizer).tokens[0]
+        if isinstance(model, Seq2SeqModel):
+            yield from generate_seq2seq(model, [prompt], config, tokenizer=self.tokenizer).tokens[0]
+        else:
+            yield from generate(model, [prompt], config, tokenizer=self.tokenizer).tokens[0]
 
 
 class Cancelled(Exception):
@@ -191,7 +225,8 @@ def stops_on(model: nn.Module, cancel: threading.Event) -> Iterator[None]:
         if cancel.is_set():
             raise Cancelled
 
-    targets = [m for m in model.modules() if isinstance(m, nn.Embedding)] or [model]
+    targets: list[nn.Module] = [m for m in model.modules() if isinstance(m, nn.Embedding)]
+    targets = targets or [model]
     handles = [m.register_forward_pre_hook(check) for m in targets]
     try:
         yield
@@ -200,7 +235,7 @@ def stops_on(model: nn.Module, cancel: threading.Event) -> Iterator[None]:
             h.remove()
 
 
-def generation_config(**values: Any):
+def generation_config(**values: Any) -> GenerationConfig:
     """A GenerationConfig from request values, each checked strictly (fields.py)."""
     checks = {
         "max_new_tokens": lambda v: fields.whole("max_new_tokens", v, 1, 512),

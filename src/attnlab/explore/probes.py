@@ -17,7 +17,7 @@ Shapes: B batch (1 here), H heads, T queries, S keys, D d_model, Dk, Dv per head
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import NamedTuple
 
@@ -28,19 +28,19 @@ from torch import Tensor, nn
 
 from attnlab import inspect
 from attnlab.nn.attention import scale_factor
-from attnlab.nn.multihead import CrossAttention, SelfAttention
+from attnlab.nn.multihead import CrossAttention, MultiHeadBase, SelfAttention
 
 
 class Site(NamedTuple):
     """One kind of attention in a model: its layers' modules, in depth order."""
 
     name: str  # "encoder", "decoder" (masked self-attention) or "cross"
-    modules: list[tuple[str, nn.Module]]  # (module path, SelfAttention | CrossAttention)
+    modules: list[tuple[str, MultiHeadBase]]  # (module path, SelfAttention | CrossAttention)
 
 
 def attention_sites(model: nn.Module) -> list[Site]:
     """Group a model's attention modules by kind, in the order the data flows through them."""
-    groups: dict[str, list[tuple[str, nn.Module]]] = {}
+    groups: dict[str, list[tuple[str, MultiHeadBase]]] = {}
     for path, module in model.named_modules():
         if isinstance(module, CrossAttention):
             groups.setdefault("cross", []).append((path, module))
@@ -64,7 +64,7 @@ class Recorded(NamedTuple):
 
 
 @contextmanager
-def record_inputs(modules: list[tuple[str, nn.Module]]) -> Iterator[dict[str, Recorded]]:
+def record_inputs(modules: Sequence[tuple[str, nn.Module]]) -> Iterator[dict[str, Recorded]]:
     """Record each module's inputs during the forward passes run inside the block."""
     seen: dict[str, Recorded] = {}
     handles = []
@@ -100,7 +100,7 @@ class Enough(Exception):
 
 
 @contextmanager
-def stop_after(modules: list[tuple[str, nn.Module]]) -> Iterator[None]:
+def stop_after(modules: Sequence[tuple[str, nn.Module]]) -> Iterator[None]:
     """End the forward pass (raise :class:`Enough`) as soon as each of ``modules`` has run once:
     the feed-forward after the last attention and the unembedding (GPT-2: 1,024 x 768 x 50,257
     multiply-adds, a third of the pass) are not computed for attention views."""
@@ -136,7 +136,9 @@ def last_position_only(model: nn.Module) -> Iterator[None]:
         handle.remove()
 
 
-def replay(model: nn.Module, path: str, module: nn.Module, rec: Recorded, names: list[str]):
+def replay(
+    model: nn.Module, path: str, module: nn.Module, rec: Recorded, names: list[str]
+) -> inspect.ActivationCache:
     """Run one attention module again on the inputs it received (``rec``) and capture ``names``
     (its inspect names, e.g. ``blocks.3.self_attn.A``): the numbers of one head without a whole
     forward pass. Inside ``Session.ablated`` the module's own switched-off heads stay off."""
@@ -147,7 +149,9 @@ def replay(model: nn.Module, path: str, module: nn.Module, rec: Recorded, names:
 
 
 @contextmanager
-def pooled_weights(modules: list[tuple[str, nn.Module]], size: int) -> Iterator[dict[str, Tensor]]:
+def pooled_weights(
+    modules: Sequence[tuple[str, MultiHeadBase]], size: int
+) -> Iterator[dict[str, Tensor]]:
     """While inside, each module's A (1, H, T, S) is averaged down to (H, <=size, <=size) blocks as
     it is computed (the full maps of a long input are never all kept: 12 x 12 heads x 1,024^2
     floats would be 576 MB). Thumbnails of the model view."""
@@ -164,7 +168,7 @@ def pooled_weights(modules: list[tuple[str, nn.Module]], size: int) -> Iterator[
 
     try:
         for path, module in modules:
-            handles.append(module.hook_A.register_forward_hook(hook_for(path)))
+            handles.append(module.get_submodule("hook_A").register_forward_hook(hook_for(path)))
         yield pooled
     finally:
         for h in handles:
@@ -186,7 +190,9 @@ def step_names(path: str, module: nn.Module, steps: tuple[str, ...] = STEP_NAMES
     return names + ([f"{path}.Q_rot", f"{path}.K_rot"] if rotary else [])
 
 
-def cached_steps(module: nn.Module, path: str, rec: Recorded, cache) -> dict[str, Tensor]:
+def cached_steps(
+    module: MultiHeadBase, path: str, rec: Recorded, cache: Mapping[str, Tensor]
+) -> dict[str, Tensor]:
     """Every quantity of one module's attention equation for all heads, from an attnlab.inspect
     cache of a batch of one: X (T, D), M (S, Dm), Q (H, T, Dk), K (H, S, Dk), V (H, S, Dv),
     scores and scaled (H, T, S), mask (T, S) bool, A (H, T, S), heads (H, T, Dv),

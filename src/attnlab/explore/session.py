@@ -23,14 +23,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager, nullcontext
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
-from torch import nn
+from torch import Tensor, nn
 
 from attnlab import inspect
 from attnlab.errors import ExploreError
@@ -39,8 +39,10 @@ from attnlab.explore.predictions import Predictions
 from attnlab.explore.probes import matrix, pack, pack_scaled
 from attnlab.explore.walkthrough import bahdanau_steps, positions_view, walkthrough_steps
 from attnlab.models.base import Classifier, LanguageModel, Seq2SeqModel
+from attnlab.models.lstm_seq2seq import LSTMSeq2Seq
 from attnlab.models.masked_lm import MaskedLM
 from attnlab.nn.attention import scale_factor
+from attnlab.nn.multihead import MultiHeadBase
 
 log = logging.getLogger("attnlab.explore")
 MAX_TOKENS = 1024  # longest input the explorer draws (GPT-2's context)
@@ -207,7 +209,8 @@ class Session(Predictions):
                 f"The {what} is {len(text)} characters long; the explorer draws at most "
                 f"{MAX_TOKENS} tokens. Shorten it."
             )
-        ids, problem = None, None
+        ids: list[int] = []
+        problem: str | None = None
         try:
             ids = list(self.tokenizer.encode(text))
         except ValueError as err:
@@ -331,10 +334,10 @@ class Session(Predictions):
     def _forward(
         self,
         inputs: dict[str, list[int]],
-        modules: list[tuple[str, nn.Module]] | None = None,
+        modules: list[tuple[str, MultiHeadBase]] | None = None,
         steps: tuple[str, ...] = probes.STEP_NAMES,
         recurrent: bool = False,
-    ):
+    ) -> tuple[Tensor | None, dict[str, probes.Recorded], Mapping[str, Tensor]]:
         """One forward pass: (last-position logits or None, the inputs each attention module of
         ``modules`` received, the attnlab.inspect cache of their ``steps``, or with
         ``recurrent`` the recurrent attention's f, keys, e, alpha, v_l, ... of the LSTM model)."""
@@ -346,13 +349,16 @@ class Session(Predictions):
             names = RECURRENT_NAMES
         elif modules:
             names = tuple(n for path, m in modules for n in probes.step_names(path, m, steps))
+        capturing: AbstractContextManager[Mapping[str, Tensor]] = (
+            inspect.capture(model, list(names)) if names else nullcontext({})
+        )
         with (
             probes.record_inputs(modules) as seen,
-            inspect.capture(model, list(names)) if names else nullcontext({}) as cache,
+            capturing as cache,
             probes.last_position_only(model) if self.generative else nullcontext(),
             torch.inference_mode(),
         ):
-            if self.seq2seq:
+            if isinstance(model, Seq2SeqModel):
                 src = torch.tensor([inputs["source"]], device=device)  # (1, S)
                 logits = model.decode(target, model.encode(src)).logits[0, -1]
             else:
@@ -387,7 +393,7 @@ class Session(Predictions):
                     inputs, modules, steps=("A",), recurrent=self.recurrent_alignment
                 )
                 alignment = cache if self.recurrent_alignment else None
-                sites = {}
+                sites: dict[str, dict[str, Any]] = {}
                 for site in self.sites:
                     layers = [cache[f"{path}.A"][0] for path, _ in site.modules]  # (H, T, S)
                     sites[site.name] = {"layers": [matrix(a) for a in layers]}
@@ -408,9 +414,8 @@ class Session(Predictions):
             if self.recurrent_alignment:
                 _, _, rec = self._forward(inputs, recurrent=True)
                 alpha = rec["alpha"][None, None].float()  # (1, 1, T, S)
-                thumb = F.adaptive_avg_pool2d(
-                    alpha[0], tuple(min(n, THUMB) for n in alpha.shape[-2:])
-                )
+                t, s = alpha.shape[-2:]
+                thumb = F.adaptive_avg_pool2d(alpha[0], (min(t, THUMB), min(s, THUMB)))
                 sites["alignment"] = {"thumbs": pack_scaled(thumb), **self._axes("cross", inputs)}
             elif self.sites:
                 pooled = self._record(inputs, heads).thumbs  # made by the pass itself
@@ -516,7 +521,7 @@ class Session(Predictions):
             raise ExploreError("This model has no attention heads to show.")
         return self._check_head(self.sites[0].name if site is None else site, layer, head)
 
-    def _module(self, head: Head) -> tuple[str, nn.Module]:
+    def _module(self, head: Head) -> tuple[str, MultiHeadBase]:
         return {s.name: s for s in self.sites}[head.site].modules[head.layer]
 
     def _record(self, inputs: dict[str, list[int]], heads: list[Head]) -> Pass:
@@ -539,7 +544,7 @@ class Session(Predictions):
                 probes.stop_after(modules),  # nothing after the last attention is needed
             ):
                 try:
-                    if src is not None:
+                    if isinstance(self.model, Seq2SeqModel) and src is not None:
                         self.model.decode(target, self.model.encode(src))
                     else:
                         self.model(target)
@@ -605,6 +610,7 @@ class Session(Predictions):
             _, _, recurrent = self._forward(inputs, recurrent=True)
         axes = self._axes("cross", inputs)
         head = Head("alignment", 0, 0)
+        assert isinstance(self.model, LSTMSeq2Seq)  # the one recurrent attention (Bahdanau's)
         steps = bahdanau_steps(recurrent, axes, self.model.attention)
         return {"head": head.__dict__, "module": "", "steps": steps, "ablated": []}
 

@@ -9,6 +9,7 @@ Shapes: T queries, S keys, D d_model, Dm memory width, H heads, Dk, Dv per head,
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
@@ -16,7 +17,7 @@ from torch import Tensor, nn
 
 from attnlab.explore.probes import matrix
 from attnlab.models.layers import Embeddings
-from attnlab.nn.multihead import CrossAttention
+from attnlab.nn.multihead import CrossAttention, MultiHeadBase
 from attnlab.nn.positional import PositionDescription
 
 
@@ -40,7 +41,7 @@ def _dims(prefix: str, n: int) -> list[str]:
 
 
 def walkthrough_steps(
-    q: dict[str, Tensor], module: nn.Module, head: Any, axes: dict[str, list[str]], cfg: Any
+    q: dict[str, Tensor], module: MultiHeadBase, head: Any, axes: dict[str, list[str]], cfg: Any
 ) -> list[dict[str, Any]]:
     """The steps of head_h = softmax(Q K^T / sqrt(d_k) + mask) V and of W^O, for head ``head.head``.
 
@@ -86,10 +87,10 @@ def walkthrough_steps(
             )
         )
     rot = ""
-    if inside is not None and scheme.rotates:
+    if scheme is not None and inside is not None and scheme.rotates:
         rot = f" (then rotated, {inside.kind}: {inside.equation})"
     bias, bias_note = "", ""
-    if inside is not None and scheme.biases:
+    if scheme is not None and inside is not None and scheme.biases:
         bias = f" + bias ({inside.kind}: {inside.equation})"
         bias_note = " " + inside.summary
     steps += [
@@ -265,7 +266,7 @@ SCORES = {
 }
 
 
-def bahdanau_steps(q: dict[str, Tensor], axes: dict[str, list[str]], score: str) -> list[dict]:
+def bahdanau_steps(q: Mapping[str, Tensor], axes: dict[str, list[str]], score: str) -> list[dict]:
     """The recurrent attention decoder's steps (004 eq. 2, 5-8) with the model's numbers, read
     through attnlab.inspect: h_enc (S, E), f and keys (S, .), e and alpha (T, S), v_l and h_dec
     (T, D). Rows of e and alpha are target steps l, columns source positions t."""

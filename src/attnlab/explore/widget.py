@@ -117,7 +117,7 @@ class ExplorerWidget(anywidget.AnyWidget):
             worker.start()
             return
         try:
-            result = self.call(content.get("endpoint"), content.get("payload"))
+            result = dispatch(self.session, content.get("endpoint"), content.get("payload"))
             message = {"id": request_id, "result": result}
         except UserError as err:
             message = {"id": request_id, "error": str(err)}

@@ -150,6 +150,7 @@ class LogitAttribution(NamedTuple):
 
 def _final_norm_map(norm: nn.Module, r: Tensor) -> tuple[Callable[[Tensor], Tensor], Tensor]:
     """The final norm linearised at r (B, D): (c -> its image with the scale frozen, the bias)."""
+    gain: Tensor | float
     if isinstance(norm, nn.Identity):
         return (lambda c: c), r.new_zeros(r.shape)
     if isinstance(norm, (LayerNorm, nn.LayerNorm)):

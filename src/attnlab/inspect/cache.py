@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 from torch import Tensor, nn
@@ -68,6 +69,7 @@ class ActivationCache(Mapping[str, Tensor]):
         """Close one forward call: the steps a recurrent point took become one stacked value."""
         for name, steps in self._current.items():
             axis = self._step_axis[name]
+            assert axis is not None  # only recurrent points (with a step axis) are in _current
             self._calls.setdefault(name, []).append(torch.stack(steps, dim=axis))
         self._current = {}
 
@@ -110,7 +112,7 @@ class ActivationCache(Mapping[str, Tensor]):
 
     def select(self, names: Selection) -> dict[str, Tensor]:
         """{name: value} for a selection (names, globs or a predicate) of the cached names."""
-        return {n: self[n] for n in select(dict.fromkeys(self._calls), names)}
+        return {n: self[n] for n in select(self._calls, names)}
 
     def to(self, device: torch.device | str) -> ActivationCache:
         """A copy with every tensor on ``device``."""
@@ -181,14 +183,14 @@ def _end_call_on_decode(model: nn.Module, end_call) -> list:
         end_call(model, args, out)
         return out
 
-    model.decode = wrapped
+    model.__dict__["decode"] = wrapped  # an instance attribute shadowing the class's method
 
     class _Restore:
         def remove(self) -> None:
             if original is None:
                 model.__dict__.pop("decode", None)
             else:
-                model.decode = original
+                model.__dict__["decode"] = original
 
     return [_Restore()]
 
@@ -200,7 +202,7 @@ def run_with_cache(
     detach: bool = True,
     grads: bool = False,
     **kwargs,
-) -> tuple[object, ActivationCache]:
+) -> tuple[Any, ActivationCache]:
     """``model(*args, **kwargs)`` once, returning (its output, the cache of named activations).
 
     ``names``: which activations to keep (None = all; names, globs or a predicate, see

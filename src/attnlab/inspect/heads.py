@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -25,20 +26,21 @@ from torch import Tensor, nn
 from attnlab.inspect.cache import ActivationCache
 from attnlab.inspect.interventions import intervene
 from attnlab.inspect.names import InspectError, hook_points
-from attnlab.nn.multihead import CrossAttention
+from attnlab.nn.multihead import CrossAttention, MultiHeadBase
 
 SITES = ("self", "cross")
 MODES = ("zero", "mean")
 
 
-class AttentionLayer(NamedTuple):
+@dataclass(frozen=True)
+class AttentionLayer:
     """One attention module: its public path (``blocks.0.self_attn``), stack, index in the stack
     and the module itself."""
 
     path: str
     stack: str
     index: int
-    module: nn.Module
+    module: MultiHeadBase
 
 
 def _site_of(module: nn.Module) -> str:
@@ -58,7 +60,7 @@ def attention_layers(
     points = hook_points(model)
     found = []
     for path, module in model.named_modules():
-        if "hook_heads" not in module._modules or _site_of(module) != site:
+        if not isinstance(module, MultiHeadBase) or _site_of(module) != site:
             continue
         head, _, last = path.rpartition(".")  # blocks.3.self_attn -> blocks.3, self_attn
         stack, _, index = head.rpartition(".")
@@ -192,7 +194,7 @@ def ablate_heads(
         )
     changes = {}
     for path, (layer, idx) in group_heads(model, heads, site, part).items():
-        fill = mean_head_outputs(means, path) if mode == "mean" else None
+        fill = mean_head_outputs(means, path) if means is not None and mode == "mean" else None
         changes[f"{path}.heads"] = _head_filler(idx, n_heads_of(layer), fill)
     with intervene(model, changes):
         yield

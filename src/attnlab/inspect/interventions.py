@@ -23,7 +23,8 @@ afterwards computes bit for bit what it computed before.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
+from typing import Any
 
 from torch import Tensor, nn
 
@@ -197,7 +198,7 @@ def replace_positions(model: nn.Module, value: Tensor) -> Iterator[None]:
         yield
 
 
-def compose(*contexts) -> Iterator[None]:
+def compose(*contexts: AbstractContextManager[Any]) -> AbstractContextManager[None]:
     """Enter several intervention contexts as one: ``with compose(ablate_heads(..), patch(..))``;
     they apply together and are all removed on exit."""
 

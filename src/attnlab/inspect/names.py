@@ -64,8 +64,9 @@ def activation_names(model: nn.Module, names: Selection = None) -> list[str]:
     return select(hook_points(model), names)
 
 
-def select(points: dict[str, HookPoint], names: Selection) -> list[str]:
-    """Resolve a selection (see the module docstring) against the names of ``points``."""
+def select(points: Iterable[str], names: Selection) -> list[str]:
+    """Resolve a selection (see the module docstring) against the names ``points`` (a
+    ``{name: HookPoint}`` dict, or any iterable of names)."""
     available = list(points)
     if not available:
         raise InspectError(
