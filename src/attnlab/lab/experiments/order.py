@@ -12,7 +12,7 @@ positions the two get identical logits, so at most one of each pair is right: ac
 exactly. Each position kind (learned, sinusoidal, concatenated, rotary) can learn the task.
 
 The gate (docs/experiments/README.md) covers every arm, "none" (whose failure is the claim) too:
-each kind's learning rate is swept on seed 0 (:func:`attnlab.lab.kit.gating.bracketed_sweep`,
+each kind's learning rate is swept on seed 0 (:func:`attnlab.lab.kit.gating.train_gated`,
 scored on validation sentences of the training grammar) and its steps are doubled on seed 0.
 "none" is held to what a bag of words can learn from its training set -- pick one of the two
 nouns present (>= 0.45; the set bound is 1/2, chance 1/10) -- never to failing the swap test.
@@ -22,6 +22,7 @@ Shapes: N examples, T length (<= 9), D d_model, V vocabulary.
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -32,7 +33,7 @@ from torch import Tensor
 from attnlab.config import ModelConfig
 from attnlab.lab.kit.charts import bar_chart, heatmap_panels, save_chart
 from attnlab.lab.kit.fit import FitConfig, accuracy, fit_classifier
-from attnlab.lab.kit.gating import bracketed_sweep
+from attnlab.lab.kit.gating import train_gated
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import (
     Competence,
@@ -45,7 +46,7 @@ from attnlab.lab.kit.report import (
     spread_text,
     verdict_of,
 )
-from attnlab.lab.kit.seeds import run_jobs, start_seeds
+from attnlab.lab.kit.seeds import start_seeds
 from attnlab.lab.kit.tasks import TaskData
 from attnlab.models import build_model
 
@@ -184,10 +185,10 @@ def _model(kind: str) -> torch.nn.Module:
     return build_model(cfg)
 
 
-def train_job(job: tuple[str, float, int, int, bool]) -> dict[str, Any]:
+def train_job(job: tuple[str, float, int, int], quick: bool) -> dict[str, Any]:
     """One kind at one rate for ``steps`` steps on one seed: validation and swap-test accuracy,
     the equivariance gaps and the layer-1 attention on the example pair."""
-    kind, lr, steps, seed, quick = job
+    kind, lr, steps, seed = job
     train, val, test = _split(seed, quick)
     torch.manual_seed(seed + KINDS.index(kind))
     model = _model(kind)
@@ -205,33 +206,27 @@ def train_job(job: tuple[str, float, int, int, bool]) -> dict[str, Any]:
     }
 
 
+def _job(kind: str, lr: float, steps: int, seed: int) -> tuple[str, float, int, int]:
+    return (kind, lr, steps, seed)
+
+
 def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
     """Every kind: its rate swept on the first seed, every seed trained at that rate, and the
     first seed again at twice the steps. ``data`` is unused (the grammar is generated)."""
-    seeds, steps = start_seeds(seed, quick), STEPS[quick]
-    workers = 1 if quick else 2
-    runs: dict[tuple, dict[str, Any]] = {}
-
-    def score_for(kind: str):
-        def score(rates: list[float]) -> dict[float, float]:
-            jobs = [(kind, r, steps, seeds[0], quick) for r in rates]
-            runs.update(run_jobs(train_job, jobs, workers))
-            return {r: runs[(kind, r, steps, seeds[0], quick)]["val"] for r in rates}
-
-        return score
-
-    lr, sweeps = {}, {}
-    for kind in KINDS:
-        lr[kind], sweeps[kind] = bracketed_sweep(
-            score_for(kind), LRS, higher_is_better=True, chosen_on="validation accuracy, seed 0"
-        )
-    jobs = [(k, lr[k].chosen, steps, s, quick) for k in KINDS for s in seeds[1:]]
-    jobs += [(k, lr[k].chosen, 2 * steps, seeds[0], quick) for k in KINDS]
-    runs.update(run_jobs(train_job, [j for j in jobs if j not in runs], workers))
-    per = {k: [runs[(k, lr[k].chosen, steps, s, quick)] for s in seeds] for k in KINDS}
-    double = {k: runs[(k, lr[k].chosen, 2 * steps, seeds[0], quick)] for k in KINDS}
-    return {"seeds": seeds, "steps": steps, "lr": lr, "sweeps": sweeps, "per": per,
-            "double": double}  # fmt: skip
+    runs = train_gated(
+        partial(train_job, quick=quick),
+        KINDS,
+        _job,
+        lambda r: r["val"],
+        grid=LRS,
+        steps=STEPS[quick],
+        seeds=start_seeds(seed, quick),
+        higher_is_better=True,
+        workers=1 if quick else 2,
+        chosen_on="validation accuracy, seed 0",
+    )
+    return {"seeds": runs.seeds, "steps": runs.steps, "lr": runs.lr, "sweeps": runs.sweeps,
+            "per": runs.per, "double": runs.double}  # fmt: skip
 
 
 def _competence(m: dict[str, Any]) -> list[Competence]:
