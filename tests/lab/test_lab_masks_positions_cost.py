@@ -4,6 +4,8 @@ the verdicts (those come from the committed full-size runs)."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -190,7 +192,7 @@ def test_induction_data_scores_and_ablation(tmp_path):
     assert not set(some["others"]) & {0, 3} and some["loss"] > 0 and some["other loss"] > 0
     report, _ = run_experiment("induction", quick=True, out_dir=tmp_path)
     assert len(report.competence) == 1 and (tmp_path / "ablation.png").is_file()
-    assert "nan" not in (tmp_path / "README.md").read_text()  # missing heads are stated
+    assert not re.search(r"\bnan\b", (tmp_path / "README.md").read_text())  # stated instead
     assert len(report.metrics["curves"][0]) == len(report.metrics["curve_steps"]) == 40
 
 

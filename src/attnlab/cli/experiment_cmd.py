@@ -51,8 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--index",
         action="store_true",
-        help="rewrite the index docs/experiments/README.md from the committed reports, marking "
-        "those whose code changed since they ran as stale (no experiment runs)",
+        help="rewrite the index of the committed reports (docs/experiments in an attnlab "
+        "checkout), marking those whose code changed since they ran as stale (runs nothing)",
     )
     p.set_defaults(func=run)
 

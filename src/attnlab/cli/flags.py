@@ -126,6 +126,7 @@ FIELD_FLAGS: dict[str, str] = {
 COMMAND_FLAGS: dict[str, dict[str, str]] = {
     "plot": {"text": "--input"},  # the text whose attention is drawn
     "evaluate": {"data": "--text/--pairs/--labels"},
+    "experiment": {"data": "--data"},  # the folder of real datasets
 }
 
 
