@@ -211,6 +211,12 @@ class ModelConfig:
                 "full_attn_every None",
                 fields=("full_attn_every", "attn_window"),
             )
+        if self.full_attn_every == 1:
+            raise ConfigValueError(
+                "full_attn_every=1 makes every layer attend to all keys; set attn_window=None "
+                "instead (or k >= 2 for every k-th layer full)",
+                fields=("full_attn_every", "attn_window"),
+            )
         for name in ("attn_logit_softcap", "final_logit_softcap"):
             cap = getattr(self, name)
             if cap is not None and not (math.isfinite(cap) and cap > 0):

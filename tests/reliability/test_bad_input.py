@@ -290,6 +290,7 @@ def test_explicit_positions_are_validated(positions, lm):
         ({"kind": "encoder", "final_logit_softcap": 30.0}, "caps a decoder-only LM's output"),
         ({"full_attn_every": 2}, r"full_attn_every=2 .* but attn_window is None"),
         ({"attn_window": 4, "full_attn_every": 0}, r"full_attn_every=0 must be a positive int"),
+        ({"attn_window": 4, "full_attn_every": 1}, r"full_attn_every=1 .* set attn_window=None"),
     ],
 )
 def test_bad_config_values_and_unknown_keys(changes, message):

@@ -179,9 +179,8 @@ def canonical(cfg: ModelConfig) -> dict[str, Any]:
     d["ffn_bias"] = None if cfg.feedforward_bias == d["bias"] else cfg.feedforward_bias
     out_bias = cfg.attention_out_bias
     d["attn_out_bias"] = None if out_bias == cfg.attention_bias or not cfg.out_proj else out_bias
-    windows = [cfg.layer_window(i) for i in range(cfg.n_layers)]
-    if len(set(windows)) == 1:  # every layer slides, or none (full_attn_every = 1) does
-        d["attn_window"], d["full_attn_every"] = windows[0], None
+    if cfg.full_attn_every is not None and cfg.full_attn_every > cfg.n_layers:
+        reset("full_attn_every")  # no layer is a k-th one: every layer slides
     if cfg.kind != "encoder_decoder":
         reset("tgt_vocab_size", "n_decoder_layers")
     if cfg.kind != "classifier":
