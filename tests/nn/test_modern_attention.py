@@ -248,3 +248,17 @@ def test_final_logit_softcap_bounds_the_logits():
         ids = torch.randint(0, 23, (2, 9), generator=torch.Generator().manual_seed(6))
         logits = model(ids).logits
     assert bool((logits.abs() <= 4.0).all()) and float(logits.abs().max()) > 3.9
+
+
+def test_run_with_cache_sees_the_capped_logits():
+    """inspect's ``<attn>.scaled`` is what the activation gets: c tanh(Q K^T / sqrt(Dk) / c)."""
+    from attnlab import inspect
+
+    model = _lm("gemma2")
+    ids = torch.randint(0, 23, (2, 8), generator=torch.Generator().manual_seed(7))
+    _, cache = inspect.run_with_cache(model, ids)
+    for layer in range(2):
+        scores = cache[f"blocks.{layer}.self_attn.scores"]  # (B, H, T, S)
+        scaled = cache[f"blocks.{layer}.self_attn.scaled"]
+        torch.testing.assert_close(scaled, 1.5 * torch.tanh(scores / 4**0.5 / 1.5))
+        assert bool((scaled.abs() <= 1.5).all()) and float((scores / 2).abs().max()) > 1.5
