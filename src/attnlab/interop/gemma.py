@@ -277,20 +277,27 @@ def gemma_config_to_model_config(hf_config: Any) -> ModelConfig:
     model_type = data.get("model_type", MODEL_TYPE)
     if model_type not in MODEL_TYPES:
         raise ConfigError(f"model_type={model_type!r} is not one of {list(MODEL_TYPES)}")
-    if model_type == GEMMA2_TYPE:
-        problems = _common_problems(data, {"rope_parameters": data.get("rope_parameters")})
-        types = _gemma2_types(data)
-        if _every_kth_full(types) == -1:
-            problems.append(
-                f"layer_types {types} (attnlab's layers slide except every k-th, which is full)"
-            )
-        if problems:
-            raise ConfigError(problems_message("Gemma 2", problems, SUPPORTED_2))
-        return GEMMA2.read(data)
+    read = _gemma2_config if model_type == GEMMA2_TYPE else _gemma3_config
+    return read(data)
+
+
+def _gemma2_config(data: dict[str, Any]) -> ModelConfig:
+    problems = _common_problems(data, {"rope_parameters": data.get("rope_parameters")})
+    types = _gemma2_types(data)
+    if _every_kth_full(types) == -1:
+        problems.append(
+            f"layer_types {types} (attnlab's layers slide except every k-th, which is full)"
+        )
+    if problems:
+        raise ConfigError(problems_message("Gemma 2", problems, SUPPORTED_2))
+    return GEMMA2.read(data)
+
+
+def _gemma3_config(data: dict[str, Any]) -> ModelConfig:
     problems = _common_problems(data, _rope_of_layers(data))
-    types = set(data.get("layer_types") or [FULL])
-    if len(types) > 1:
-        problems.append(f"mixed layer_types {sorted(types)} (one kind only)")
+    kinds = set(data.get("layer_types") or [FULL])
+    if len(kinds) > 1:
+        problems.append(f"mixed layer_types {sorted(kinds)} (one kind only)")
     for key in ("attn_logit_softcapping", "final_logit_softcapping"):
         if data.get(key) is not None:
             problems.append(f"{key}={data[key]} (attnlab reads logit soft-caps of Gemma 2 only)")
