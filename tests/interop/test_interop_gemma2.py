@@ -33,9 +33,10 @@ BASE = dict(
 CASES = {
     # transformers' default layer_types (sliding, full, sliding, full), caps that bend the logits
     "alternating_gqa_capped": dict(attn_logit_softcapping=2.0, final_logit_softcapping=4.0),
-    # every third layer full, MQA, untied head, biased attention, no caps
+    # every third layer full, MQA, untied head, biased attention, no caps, another rotary base
     "every_third_untied_bias": dict(
         num_hidden_layers=3, num_key_value_heads=1, tie_word_embeddings=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
         attention_bias=True, attn_logit_softcapping=None, final_logit_softcapping=None,
         layer_types=["sliding_attention", "sliding_attention", "full_attention"]),
     # the released models' caps (50 and 30: transformers' defaults), all layers sliding
@@ -74,6 +75,7 @@ def test_logits_and_greedy_continuations_equal_transformers(case):
     )
     assert cfg.attn_logit_softcap == hf.config.attn_logit_softcapping
     assert cfg.final_logit_softcap == hf.config.final_logit_softcapping
+    assert cfg.rope_base == hf.config.rope_parameters["rope_theta"]
     windows = [cfg.layer_window(i) for i in range(cfg.n_layers)]
     assert windows == [WINDOW if t == "sliding_attention" else None for t in hf.config.layer_types]
     ids = _ids(24, 1)  # longer than the window: sliding and full layers differ

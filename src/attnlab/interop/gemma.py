@@ -46,6 +46,7 @@ from attnlab.interop.llama import (
     decoder_table,
     read_rope,
     rope_parameters,
+    rope_scaling,
 )
 from attnlab.interop.weights_map import Mapped, config_dict, problems_message
 
@@ -225,6 +226,8 @@ GEMMA2_KEYS = (
     *SHAPE_KEYS,
     Key("hidden_activation", "activation", _hidden_activation, _activation, default=None),
     Key("rope_parameters", ROPE_FIELDS, rope_parameters, read_rope, default=None),
+    Key("rope_theta", (), lambda c: c.rope_base, default=None),  # transformers < 5 reads these
+    Key("rope_scaling", (), rope_scaling, default=None),
     Key("layer_types", ("attn_window", "full_attn_every"), _gemma2_layer_types,
         _read_layer_windows, default=None),
     Key("sliding_window", (), lambda c: c.attn_window or 4096, default=None),
@@ -282,7 +285,8 @@ def gemma_config_to_model_config(hf_config: Any) -> ModelConfig:
 
 
 def _gemma2_config(data: dict[str, Any]) -> ModelConfig:
-    problems = _common_problems(data, {"rope_parameters": data.get("rope_parameters")})
+    rope = {k: data.get(k) for k in ("rope_parameters", "rope_scaling")}
+    problems = _common_problems(data, rope)
     types = _gemma2_types(data)
     if _every_kth_full(types) == -1:
         problems.append(
