@@ -78,9 +78,13 @@ class ModelConfig:
     attn_out_bias: bool | None = None  # bias of W^O alone; None = attn_bias (Qwen2: False)
     ffn_bias: bool | None = None  # biases of the feed-forward matrices; None = ``bias``
     attn_window: int | None = None  # sliding-window causal attention: each query sees W keys
+    full_attn_every: int | None = None  # with attn_window: every k-th layer (k-1, 2k-1, ...)
+    # attends to all keys, the others slide (Gemma 2: k = 2); None = every layer slides
     attention: str = "softmax"  # row activation a(.) of 004 eq. 9: soft or hard attention
     straight_through: bool = True  # hard attention: backpropagate the softmax gradient (STE)
     scale_logits: bool = True  # divide Q K^T by sqrt(d_head); off only for experiments
+    attn_logit_softcap: float | None = None  # c: attention logits -> c tanh(s / c) (Gemma 2)
+    final_logit_softcap: float | None = None  # c: LM head logits -> c tanh(z / c) (Gemma 2)
     qk_norm: bool = False  # RMS-normalise queries and keys per head (eps = norm_eps; Qwen3)
     out_proj: bool = True  # W^O after concatenating heads (002 omits it)
     tie_embeddings: bool = True  # decoder LM: lm_head.weight = tok_emb.weight
@@ -129,6 +133,7 @@ class ModelConfig:
             "d_attn",
             "n_kv_heads",
             "attn_window",
+            "full_attn_every",
             "rope_original_max_len",
         ):
             value = getattr(self, name)
@@ -199,6 +204,33 @@ class ModelConfig:
                 f"decoder-only LMs, not kind={self.kind!r}",
                 fields=("attn_window", "kind"),
             )
+        if self.full_attn_every is not None and self.attn_window is None:
+            raise ConfigValueError(
+                f"full_attn_every={self.full_attn_every} picks the layers that attend to all keys "
+                "among sliding-window layers, but attn_window is None; set attn_window or leave "
+                "full_attn_every None",
+                fields=("full_attn_every", "attn_window"),
+            )
+        if self.full_attn_every == 1:
+            raise ConfigValueError(
+                "full_attn_every=1 makes every layer attend to all keys; set attn_window=None "
+                "instead (or k >= 2 for every k-th layer full)",
+                fields=("full_attn_every", "attn_window"),
+            )
+        for name in ("attn_logit_softcap", "final_logit_softcap"):
+            cap = getattr(self, name)
+            if cap is not None and not (math.isfinite(cap) and cap > 0):
+                raise ConfigValueError(
+                    f"ModelConfig.{name}={cap!r} must be a finite number > 0 (the soft-cap c of "
+                    "c tanh(x / c)) or None for no cap",
+                    fields=(name,),
+                )
+        if self.final_logit_softcap is not None and self.kind != "decoder_lm":
+            raise ConfigValueError(
+                f"final_logit_softcap={self.final_logit_softcap} caps a decoder-only LM's output "
+                f"logits, not kind={self.kind!r}; leave it None",
+                fields=("final_logit_softcap", "kind"),
+            )
         if self.norm_placement == "sandwich" and self.kind != "decoder_lm":
             raise ConfigValueError(
                 "norm_placement='sandwich' (Gemma's norms around each sublayer) applies to "
@@ -232,6 +264,14 @@ class ModelConfig:
     def head_dim(self) -> int:
         """d_k = d_q of one head."""
         return self.d_head if self.d_head is not None else self.d_model // self.n_heads
+
+    def layer_window(self, layer: int) -> int | None:
+        """The attention window of layer ``layer`` (0-based): ``attn_window``, except that every
+        ``full_attn_every``-th layer (k-1, 2k-1, ...) attends to all earlier keys (None)."""
+        k = self.full_attn_every
+        if k is not None and (layer + 1) % k == 0:
+            return None
+        return self.attn_window
 
     @property
     def kv_heads(self) -> int:

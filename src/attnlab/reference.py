@@ -49,6 +49,7 @@ __all__ = [
     "hardmax",
     "basic_self_attention",
     "attention",
+    "soft_cap",
     "multi_head_attention",
     "split_heads_weights",
     "causal_mask",
@@ -254,12 +255,20 @@ def basic_self_attention(X) -> np.ndarray:
 
 
 def attention(
-    Q, K, V, mask=None, scale: bool | float = True, activation: str = "softmax", bias=None
+    Q,
+    K,
+    V,
+    mask=None,
+    scale: bool | float = True,
+    activation: str = "softmax",
+    bias=None,
+    softcap: float | None = None,
 ):
     """Single-head (scaled) dot-product attention, 004 eq. 9-12 (000, 002, 003 likewise).
 
     Attention(Q, K, V; a) = a(Q K^T / sqrt(d_q)) V   (eq. 9), i.e.
         s_ij = <q_i, k_j> / sqrt(d_q) = (1/sqrt(d_q)) sum_l q_il k_jl,
+        s_ij <- c tanh(s_ij / c)     (only with ``softcap`` c: Gemma 2's logit soft-capping),
         A_i. = a(s_i1, ..., s_iM)    (a = softmax, or hardmax for hard attention),
         out_i = sum_j A_ij v_j.
     The scale sits inside the activation (004's prose after eq. 12 misplaces it outside).
@@ -269,6 +278,7 @@ def attention(
     Q: (N, d_q) (eq. 10), K: (M, d_q) (eq. 11), V: (M, d_v) (eq. 12),
     mask: bool, broadcastable to (N, M), True = may attend.
     bias: (N, M) added to the scaled scores before the activation (ALiBi: ``alibi_bias``).
+    softcap: c > 0 caps each logit (bias included) to c tanh(s / c) before the mask; None: no cap.
     Returns AttentionOutput(out (N, d_v), weights (N, M)).
     """
     Q, K, V = _f64(Q, "Q"), _f64(K, "K"), _f64(V, "V")
@@ -291,6 +301,8 @@ def attention(
     for i in range(N):
         for j in range(M):
             s_ij = _dot(Q[i], K[j]) * factor + offset[i, j]
+            if softcap is not None:
+                s_ij = soft_cap(s_ij, softcap)
             scores[i, j] = s_ij if allowed[i, j] else -math.inf
     A = row_activation(scores)  # (N, M); all -inf rows -> zeros
 
@@ -299,6 +311,13 @@ def attention(
         for j in range(M):
             out[i] += A[i, j] * V[j]
     return AttentionOutput(out, A)
+
+
+def soft_cap(s: float, c: float) -> float:
+    """Logit soft-capping (Gemma 2, Team Gemma 2024 §2.2): c tanh(s / c), in (-c, c)."""
+    if not c > 0:
+        raise ValueError(f"the soft-cap c must be > 0, got {c}")
+    return float(c) * math.tanh(float(s) / float(c))
 
 
 def _mask(mask, shape: tuple[int, ...]) -> np.ndarray:

@@ -174,3 +174,26 @@ def test_fast_attention_modules_on_row_groups_equal_the_plain_modules(rotary):
         results.append((out.detach(), gx[tgt_mask], gm[src_mask]))
     for got, want in zip(results[1], results[0]):
         torch.testing.assert_close(got, want, **TOL64)
+
+
+def test_soft_capped_attention_on_the_engine_is_the_plain_kernel(monkeypatch):
+    """A capped encoder on packed row groups equals the plain one; a compiled one-token decode
+    step with a cap takes the plain kernel (``one_query_attention``'s reductions do not cap)."""
+    from attnlab.fast.attention import fast_attention
+    from attnlab.nn import SelfAttention
+    from attnlab.nn.attention import Softmax, scaled_dot_product_attention
+
+    plain, fast = _pair(kind="classifier", vocab_size=40, d_model=16, n_heads=2, n_layers=2,
+                        n_classes=3, max_len=24, attn_logit_softcap=0.5)  # fmt: skip
+    ids, mask = _batch(3 * GROUP_ROWS, 40, 20, seed=8)
+    for model in (plain, fast):
+        model.eval()
+    want = plain(ids, key_padding_mask=mask).logits
+    torch.testing.assert_close(fast(ids, key_padding_mask=mask).logits, want, **TOL64)
+    q, k, v = torch.randn(2, 4, 1, 8), 3 * torch.randn(2, 2, 9, 8), torch.randn(2, 2, 9, 8)
+    points = SelfAttention(32, 4)  # unhooked points, as a module passes its own
+    opts = dict(activation=Softmax(), points=points)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    got = fast_attention(q, k, v, softcap=0.5, **opts).out
+    torch.testing.assert_close(got, scaled_dot_product_attention(q, k, v, softcap=0.5, **opts).out)
+    assert not torch.allclose(got, fast_attention(q, k, v, **opts).out, atol=1e-3)

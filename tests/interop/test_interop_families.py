@@ -2,8 +2,9 @@
 config survives ``read(write(cfg))``; every tensor maps exactly once, both ways.
 
 Three layers of evidence, over a hypothesis-generated config space that covers grouped KV heads,
-GeGLU/SwiGLU, sliding windows, embedding norms, token types, biases, every position scheme and
-tying (models stay tiny, so each example costs milliseconds):
+GeGLU/SwiGLU, sliding windows (on every layer or alternating with full ones), logit soft-caps,
+embedding norms, token types, biases, every position scheme and tying (models stay tiny, so each
+example costs milliseconds):
 
 * the config round trip (200 configs per family, no weights): refusals name every lost field,
   and fixing exactly those fields makes the config exportable;
@@ -49,6 +50,17 @@ NATURAL = {
         embed_scale=True,
         qk_norm=True,
     ),
+    "gemma2": dict(
+        ROTARY,
+        norm_placement="sandwich",
+        ffn="geglu",
+        activation="gelu_tanh",
+        embed_scale=True,
+        attn_window=3,
+        full_attn_every=2,
+        attn_logit_softcap=2.0,
+        final_logit_softcap=5.0,
+    ),
     "bert": dict(
         kind="encoder",
         norm_placement="post",
@@ -82,6 +94,9 @@ SPACE = {
     "ffn_bias": [None, True, False],
     "attn_out_bias": [None, True, False],
     "attn_window": [None, 3],
+    "full_attn_every": [None, 2],
+    "attn_logit_softcap": [None, 2.0],
+    "final_logit_softcap": [None, 5.0],
     "attention": ["softmax", "hardmax"],
     "scale_logits": [True, False],
     "qk_norm": [False, True],
@@ -212,6 +227,7 @@ HF_CLASSES = {
     "Qwen2ForCausalLM": "logits",
     "Qwen3ForCausalLM": "logits",
     "Gemma3ForCausalLM": "logits",
+    "Gemma2ForCausalLM": "logits",
     "BertModel": "last_hidden_state",
     "BertForSequenceClassification": "logits",
     "BertForMaskedLM": "logits",
@@ -330,7 +346,7 @@ def test_the_refusal_names_every_field_and_the_family_that_holds_it():
     assert "n_kv_heads=2 (GPT-2 needs None): GPT-2 has no grouped KV heads" in message
     assert "attn_window=4 (GPT-2 needs None)" in message
     assert "positional='sinusoidal' (GPT-2 needs 'learned')" in message
-    assert "llama, qwen2, qwen3, gemma3 can hold it" in message
+    assert "llama, qwen2, qwen3, gemma3, gemma2 can hold it" in message
     assert "no Hugging Face family" in message
     fits_llama = ModelConfig(**LLAMA_SHAPED, n_kv_heads=2)
     with pytest.raises(ConfigError, match=r"n_kv_heads=2 .*, export to llama instead"):

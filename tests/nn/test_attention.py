@@ -10,9 +10,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from attnlab import reference as ref
-from attnlab.nn import basic_self_attention, hardmax, scaled_dot_product_attention
+from attnlab.nn import (
+    SelfAttention,
+    basic_self_attention,
+    hardmax,
+    scaled_dot_product_attention,
+    soft_cap,
+)
 from attnlab.nn.masks import causal_mask, combine_masks, padding_mask
 
 TOL64 = {"rtol": 1e-10, "atol": 1e-10}
@@ -259,3 +267,87 @@ def test_gradcheck_causal_bottom_right_fused(fast_path):
     assert torch.autograd.gradcheck(
         lambda q, k, v: scaled_dot_product_attention(q, k, v, causal=True).out, (q, k, v)
     )
+
+
+# --------------------------------------------------------------------------- logit soft-capping
+
+
+@pytest.mark.parametrize("kind", ["none", "causal", "combined", "fully_masked_rows"])
+@pytest.mark.parametrize("biased", [False, True], ids=["plain", "logit_bias"])
+def test_softcapped_attention_matches_reference(kind, biased, path):
+    """a(c tanh(s / c)) V against the oracle's loop; large logits, so the cap bends them."""
+    need_weights = path == "explicit"
+    q, k, v = _qkv()
+    q = 4.0 * q  # logits of several c: the cap is far from the identity
+    mask = _masks()[kind]
+    bias = torch.randn(1, H, T, S, dtype=torch.float64) if biased else None
+    got = scaled_dot_product_attention(
+        q, k, v, mask, softcap=1.5, bias=bias, need_weights=need_weights
+    )
+    kw = dict(softcap=1.5)
+    if bias is None:
+        out, weights = _oracle(q, k, v, mask, **kw)
+    else:  # the oracle takes one head's (T, S) bias
+        out, weights = np.zeros((B, H, T, DV)), np.zeros((B, H, T, S))
+        full = None if mask is None else mask.expand(B, H, T, S).numpy()
+        for i in range(B):
+            for j in range(H):
+                m = None if full is None else full[i, j]
+                out[i, j], weights[i, j] = ref.attention(
+                    q[i, j].numpy(), k[i, j].numpy(), v[i, j].numpy(), mask=m,
+                    bias=bias[0, j].numpy(), **kw,
+                )  # fmt: skip
+    np.testing.assert_allclose(got.out.numpy(), out, **TOL64)
+    assert got.weights is not None  # the fused kernel cannot cap: the explicit form ran
+    np.testing.assert_allclose(got.weights.numpy(), weights, **TOL64)
+    uncapped, _ = _oracle(q, k, v, mask)
+    assert not np.allclose(out, uncapped, atol=1e-3)  # the cap changed the result
+
+
+def test_softcapped_attention_gradcheck():
+    q, k, v = (x.requires_grad_() for x in _qkv(b=1, h=2, t=3, s=4, dk=3, dv=2))
+    mask = causal_mask(3, 4)
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: scaled_dot_product_attention(q, k, v, mask, softcap=0.7).out, (q, k, v)
+    )
+
+
+@pytest.mark.parametrize("cap", [0, -1.0, float("inf"), float("nan"), True, "50"])
+def test_a_bad_softcap_is_one_clear_error(cap):
+    q, k, v = _qkv()
+    with pytest.raises(ValueError, match=r"softcap=.* must be a finite number > 0"):
+        scaled_dot_product_attention(q, k, v, softcap=cap)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.floats(0.05, 100.0),
+    st.floats(0.1, 1e4),
+    st.booleans(),
+    st.integers(0, 2**16),
+)
+def test_softcapped_logits_are_bounded_by_the_cap(cap, spread, grouped, seed):
+    """What hook_scaled sees (and the activation gets) lies in [-c, c], whatever the scale of
+    the logits; the weights are still rows of a softmax over the admissible keys."""
+    torch.manual_seed(seed)
+    attn = SelfAttention(16, 4, n_kv_heads=2 if grouped else None, softcap=cap).double()
+    seen = []
+    attn.hook_scaled.register_forward_hook(lambda mod, args, out: seen.append(out))
+    x = spread * torch.randn(2, 6, 16, dtype=torch.float64)
+    out = attn(x, causal=True, need_weights=False)
+    (logits,) = seen
+    assert logits.shape == (2, 4, 6, 6)
+    assert bool((logits.abs() <= cap).all())
+    small = ref.soft_cap(1e-3 * cap, cap)
+    assert abs(small - 1e-3 * cap) < 1e-8 * cap  # slope 1 at 0: small logits pass unchanged
+    assert out.weights is not None and torch.isfinite(out.out).all()
+    rows = out.weights.sum(-1)
+    torch.testing.assert_close(rows, torch.ones_like(rows))
+
+
+def test_soft_cap_function_is_the_reference_and_none_is_the_identity():
+    x = torch.linspace(-300.0, 300.0, 61, dtype=torch.float64)
+    got = soft_cap(x, 30.0)
+    want = np.array([ref.soft_cap(float(a), 30.0) for a in x])
+    np.testing.assert_allclose(got.numpy(), want, **TOL64)
+    assert soft_cap(x, None) is x

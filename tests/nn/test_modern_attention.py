@@ -37,6 +37,21 @@ VARIANTS = {
         tie_embeddings=False,
     ),
     "alibi_gqa_window": dict(positional="alibi", n_kv_heads=1, attn_window=4),
+    # Gemma 2: sliding layers alternating with full ones, soft-capped attention and output logits
+    "gemma2": dict(
+        n_kv_heads=2,
+        positional="rotary",
+        norm="rmsnorm",
+        norm_placement="sandwich",
+        ffn="geglu",
+        activation="gelu_tanh",
+        embed_scale=True,
+        bias=False,
+        attn_window=3,
+        full_attn_every=2,
+        attn_logit_softcap=1.5,
+        final_logit_softcap=4.0,
+    ),
 }
 
 
@@ -174,7 +189,7 @@ def test_the_kv_cache_holds_only_the_key_value_heads_and_only_the_window():
     assert cache.layers[0].k.size(2) == 2 * 3 and cache.layers[0].held <= 6
 
 
-@pytest.mark.parametrize("variant", ["alibi_gqa_window", "llama"])
+@pytest.mark.parametrize("variant", ["alibi_gqa_window", "llama", "gemma2"])
 def test_generation_with_and_without_cache_agrees_on_left_padded_batches(variant):
     model = _lm(variant).float()
     prompts = [[3, 4, 5, 6, 7, 8], [9], [10, 11, 12]]
@@ -208,3 +223,42 @@ def test_alibi_models_run_past_any_position_table():
     model = _lm("alibi", max_len=64)
     assert not any("pos_enc" in n for n, _ in model.named_parameters())
     assert model(torch.zeros(1, 64, dtype=torch.long)).logits.shape == (1, 64, 23)
+
+
+def test_full_attn_every_alternates_windowed_and_full_layers_and_both_matter():
+    """Layers k-1, 2k-1, ... attend to every key; the others to their window. Past the window
+    each kind changes the logits; the cache then keeps every key (one padding mask serves all)."""
+    model = _lm("gemma2", n_layers=4)
+    assert [block.self_attn.window for block in model.blocks] == [3, None, 3, None]
+    assert model.new_cache(1).layers[0].window is None
+    ids = torch.randint(0, 23, (1, 12), generator=torch.Generator().manual_seed(5))
+    logits = model(ids).logits
+    for kind, window in (("all windowed", 3), ("all full", None)):
+        other = _lm("gemma2", n_layers=4)  # the same weights (same seed)
+        for block in other.blocks:
+            block.self_attn.window = window
+        assert not torch.allclose(other(ids).logits[:, 4:], logits[:, 4:]), kind
+        torch.testing.assert_close(other(ids).logits[:, :3], logits[:, :3])  # inside the window
+
+
+def test_final_logit_softcap_bounds_the_logits():
+    model = _lm("gemma2")
+    with torch.no_grad():
+        model.lm_head.weight.mul_(50.0)
+        ids = torch.randint(0, 23, (2, 9), generator=torch.Generator().manual_seed(6))
+        logits = model(ids).logits
+    assert bool((logits.abs() <= 4.0).all()) and float(logits.abs().max()) > 3.9
+
+
+def test_run_with_cache_sees_the_capped_logits():
+    """inspect's ``<attn>.scaled`` is what the activation gets: c tanh(Q K^T / sqrt(Dk) / c)."""
+    from attnlab import inspect
+
+    model = _lm("gemma2")
+    ids = torch.randint(0, 23, (2, 8), generator=torch.Generator().manual_seed(7))
+    _, cache = inspect.run_with_cache(model, ids)
+    for layer in range(2):
+        scores = cache[f"blocks.{layer}.self_attn.scores"]  # (B, H, T, S)
+        scaled = cache[f"blocks.{layer}.self_attn.scaled"]
+        torch.testing.assert_close(scaled, 1.5 * torch.tanh(scores / 4**0.5 / 1.5))
+        assert bool((scaled.abs() <= 1.5).all()) and float((scores / 2).abs().max()) > 1.5

@@ -284,6 +284,13 @@ def test_explicit_positions_are_validated(positions, lm):
         ({"kind": "classifier"}, "a classifier needs n_classes >= 2"),
         ({"positional": "rotary", "d_model": 6, "n_heads": 2}, "even d_head, got 3"),
         ({"pad_id": 300}, "pad_id=300 must be a token id below 256"),
+        ({"attn_logit_softcap": 0.0}, r"attn_logit_softcap=0.0 must be a finite number > 0"),
+        ({"final_logit_softcap": float("inf")}, r"final_logit_softcap=inf must be a finite"),
+        ({"attn_logit_softcap": "50"}, r"attn_logit_softcap='50' must be of type float or None"),
+        ({"kind": "encoder", "final_logit_softcap": 30.0}, "caps a decoder-only LM's output"),
+        ({"full_attn_every": 2}, r"full_attn_every=2 .* but attn_window is None"),
+        ({"attn_window": 4, "full_attn_every": 0}, r"full_attn_every=0 must be a positive int"),
+        ({"attn_window": 4, "full_attn_every": 1}, r"full_attn_every=1 .* set attn_window=None"),
     ],
 )
 def test_bad_config_values_and_unknown_keys(changes, message):

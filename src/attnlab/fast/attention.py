@@ -101,9 +101,11 @@ def one_query_attention(
 def fast_attention(q, k, v, mask=None, *, need_weights=False, **eq9) -> AttentionOutput:
     """Eq. 9 as ``attnlab.nn.attention.scaled_dot_product_attention`` (same arguments), except
     that a compiled one-token decode step with the plain softmax attends by reductions
-    (:func:`one_query_attention`); everything else goes to the plain kernel."""
+    (:func:`one_query_attention`); everything else (soft-capped logits too) goes to the plain
+    kernel."""
     activation, points = eq9.get("activation"), eq9.get("points")
     plain = need_weights or not isinstance(activation, Softmax) or points_active(points)
+    plain = plain or eq9.get("softcap") is not None
     one_query = q.size(-2) == 1 and torch.compiler.is_compiling() and PATHS["one_query"]
     if plain or not one_query or eq9.get("dropout_p", 0.0) > 0:
         return scaled_dot_product_attention(q, k, v, mask, need_weights=need_weights, **eq9)

@@ -1,5 +1,5 @@
-"""Interoperability: Hugging Face models (GPT-2, Llama/Mistral/Qwen2/Qwen3, Gemma 3, BERT) in and
-out, and plain safetensors export. Importing the package registers every family's table
+"""Interoperability: Hugging Face models (GPT-2, Llama/Mistral/Qwen2/Qwen3, Gemma 2 and 3, BERT)
+in and out, and plain safetensors export. Importing the package registers every family's table
 (``family.REGISTRY``), so an export error can name the family that would hold a setting."""
 
 from attnlab.interop import bert, gemma, llama  # noqa: F401  (registers their families)

@@ -1,10 +1,10 @@
-"""What the decoder-only Hugging Face families (GPT-2, Llama-like, Gemma 3) share beyond their
+"""What the decoder-only Hugging Face families (GPT-2, Llama-like, Gemma) share beyond their
 :class:`~attnlab.interop.family.Family` tables: writing config.json with the token ids, and
 copying a ``...ForCausalLM`` state dict into a :class:`DecoderLM` and back.
 
 A :class:`CausalLM` names, as data, the families that share one file layout (Llama, Qwen2 and
-Qwen3 do), the embedding tensor a tied output head equals, and the family's config reader. The
-output head is ``lm_head.weight`` in every one of them:
+Qwen3 do; so do Gemma 2 and 3), the embedding tensor a tied output head equals, and the
+family's config reader. The output head is ``lm_head.weight`` in every one of them:
 
     logits = LN_f(x_N) W_head,   W_head = E (tied) or lm_head.weight (untied)
 

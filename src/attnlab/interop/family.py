@@ -179,6 +179,8 @@ def canonical(cfg: ModelConfig) -> dict[str, Any]:
     d["ffn_bias"] = None if cfg.feedforward_bias == d["bias"] else cfg.feedforward_bias
     out_bias = cfg.attention_out_bias
     d["attn_out_bias"] = None if out_bias == cfg.attention_bias or not cfg.out_proj else out_bias
+    if cfg.full_attn_every is not None and cfg.full_attn_every > cfg.n_layers:
+        reset("full_attn_every")  # no layer is a k-th one: every layer slides
     if cfg.kind != "encoder_decoder":
         reset("tgt_vocab_size", "n_decoder_layers")
     if cfg.kind != "classifier":
@@ -204,6 +206,9 @@ NOUNS = {
     "d_v": "value widths other than d_head",
     "ffn": "gated feed-forward layers",
     "attn_window": "sliding-window attention",
+    "full_attn_every": "sliding-window layers mixed with full ones",
+    "attn_logit_softcap": "attention logit soft-capping",
+    "final_logit_softcap": "final logit soft-capping",
     "embed_norm": "norm on the embeddings",
     "embed_scale": "embedding scaling by sqrt(d_model)",
     "n_token_types": "token-type (segment) embeddings",

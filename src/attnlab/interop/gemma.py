@@ -1,8 +1,8 @@
-"""Hugging Face Gemma 3 text decoders (``Gemma3ForCausalLM``, model_type "gemma3_text") <->
-DecoderLM.
+"""Hugging Face Gemma 2 and Gemma 3 text decoders (``Gemma2ForCausalLM``, model_type "gemma2";
+``Gemma3ForCausalLM``, model_type "gemma3_text") <-> DecoderLM.
 
-A Gemma 3 block is the sandwich block (``norm_placement="sandwich"``,
-``attnlab.nn.sandwich``) with Llama's other parts, GeGLU and query/key norms:
+A Gemma block is the sandwich block (``norm_placement="sandwich"``, ``attnlab.nn.sandwich``) with
+Llama's other parts and GeGLU:
 
     x_0 = sqrt(D) E w                                    embed_tokens (embed_scale)
     h   = x + RMSNorm_pa(W^O GQA(RMSNorm_in(x)))          input_layernorm, self_attn.*,
@@ -11,16 +11,22 @@ A Gemma 3 block is the sandwich block (``norm_placement="sandwich"``,
                                                          pre_/post_feedforward_layernorm, mlp.*
     logits = RMSNorm_f(x_N) E^T                          model.norm, tied head
 
-with rotary positions, q and k RMS-normed per head before the rotation (``qk_norm``), and every
-RMSNorm computing ``x / rms(x) * (1 + w)``: the file stores w, attnlab the gain g = 1 + w (a table
-``offset``; 1 + w is the same float either way). Attention logits are scaled by
-1/sqrt(``query_pre_attn_scalar``), which must equal ``head_dim`` here.
+with rotary positions and every RMSNorm computing ``x / rms(x) * (1 + w)``: the file stores w,
+attnlab the gain g = 1 + w (a table ``offset``; 1 + w is the same float either way). Attention
+logits are scaled by 1/sqrt(``query_pre_attn_scalar``), which must equal ``head_dim`` here.
 
-Deviations: Gemma 3 interleaves sliding-window and full layers (5:1) with a different rotary base
-for each kind; attnlab holds one kind of layer, so a config whose ``layer_types`` mix them is
-refused (a random-weight model, or a fine-tune exported here, writes all layers the same kind).
-Gemma 2's logit soft-capping is not held (``attn_logit_softcapping``/``final_logit_softcapping``
-must be null).
+Gemma 2 (Team Gemma 2024) adds logit soft-capping, cap(s) = c tanh(s / c): on the attention
+logits before the mask (``attn_logit_softcapping`` = our ``attn_logit_softcap``, 50 in the
+released models) and on the output logits (``final_logit_softcapping`` = ``final_logit_softcap``,
+30); and alternates sliding-window and full layers (``layer_types``: layer i slides when i is
+even), attnlab's ``attn_window`` with ``full_attn_every=2``.
+Gemma 3 drops the caps, RMS-normalises q and k per head before the rotation (``qk_norm``), and
+interleaves sliding-window and full layers 5:1 with a different rotary base for each kind.
+
+Deviations: attnlab's layers share one rotary base, so a Gemma 3 config whose ``layer_types`` mix
+kinds is refused (a random-weight model, or a fine-tune exported here, writes all layers the same
+kind); a Gemma 2 config's ``layer_types`` must be "every k-th layer full" (the released models'
+pattern and transformers' default).
 
 Shapes: D hidden_size, H heads, G key/value heads, Dh head_dim, F intermediate_size, V vocab.
 """
@@ -40,17 +46,25 @@ from attnlab.interop.llama import (
     decoder_table,
     read_rope,
     rope_parameters,
+    rope_scaling,
 )
 from attnlab.interop.weights_map import Mapped, config_dict, problems_message
 
 MODEL_TYPE = "gemma3_text"
 ARCHITECTURE = "Gemma3ForCausalLM"
+GEMMA2_TYPE, GEMMA2_ARCHITECTURE = "gemma2", "Gemma2ForCausalLM"
+MODEL_TYPES = (MODEL_TYPE, GEMMA2_TYPE)
 _ACT_IN = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu": "gelu"}
 _ACT_OUT = {"gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}
 SUPPORTED = (
     "Gemma 3 text decoders with GeGLU (gelu_pytorch_tanh or gelu), query_pre_attn_scalar = "
     "head_dim, no logit soft-capping, rotary scaling none/linear/llama3, and one kind of layer "
     "(all sliding or all full)"
+)
+SUPPORTED_2 = (
+    "Gemma 2 decoders with GeGLU (gelu_pytorch_tanh or gelu), query_pre_attn_scalar = head_dim, "
+    "any logit soft-caps, rotary scaling none/linear/llama3, and layer_types with every k-th "
+    "layer full and the others sliding (the default alternation is k = 2)"
 )
 FULL, SLIDING = "full_attention", "sliding_attention"
 
@@ -131,30 +145,31 @@ FIXED = {
 }
 
 
-# A Gemma 3 layer's RMSNorms (HF module, attnlab module); each gain is stored as g - 1.
+# A Gemma layer's RMSNorms (HF module, attnlab module); each gain is stored as g - 1.
 _NORMS = (
     ("input_layernorm", "self_attn_norm"),
     ("post_attention_layernorm", "post_attn_norm"),
     ("pre_feedforward_layernorm", "ffn_norm"),
     ("post_feedforward_layernorm", "post_ffn_norm"),
-    ("self_attn.q_norm", "self_attn.q_norm"),
-    ("self_attn.k_norm", "self_attn.k_norm"),
 )
+_QK_NORMS = (("self_attn.q_norm", "self_attn.q_norm"), ("self_attn.k_norm", "self_attn.k_norm"))
 
 
 def _gemma_layer(cfg: ModelConfig, h: str, b: str) -> list[Mapped]:
-    """A Gemma 3 layer's tensors besides q/k/v: W^O, the GeGLU, the six RMSNorms (g - 1)."""
+    """A Gemma layer's tensors besides q/k/v: W^O, the GeGLU, the four sandwich RMSNorms and
+    (Gemma 3) the query/key norms, each norm's gain stored as g - 1."""
     pairs = [("self_attn.o_proj.weight", "self_attn.out_proj.weight")]
     if cfg.attention_bias:
         pairs.append(("self_attn.o_proj.bias", "self_attn.out_proj.bias"))
     pairs += [(f"mlp.{p}_proj.weight", f"ffn.{p}.weight") for p in ("gate", "up", "down")]
     table = [Mapped.one(h + hf, b + ours) for hf, ours in pairs]
-    return table + [Mapped.one(f"{h}{hf}.weight", f"{b}{o}.weight", offset=1.0) for hf, o in _NORMS]
+    norms = _NORMS + (_QK_NORMS if cfg.qk_norm else ())
+    return table + [Mapped.one(f"{h}{hf}.weight", f"{b}{o}.weight", offset=1.0) for hf, o in norms]
 
 
 def gemma_table(cfg: ModelConfig) -> list[Mapped]:
-    """Hugging Face name(s) -> attnlab name for every tensor of a Gemma 3 model of ``cfg``; every
-    RMSNorm gain is stored as g - 1 (``offset=1``)."""
+    """Hugging Face name(s) -> attnlab name for every tensor of a Gemma 2 or 3 model of ``cfg``;
+    every RMSNorm gain is stored as g - 1 (``offset=1``)."""
     return decoder_table(cfg, _gemma_layer, offset=1.0)
 
 
@@ -169,42 +184,136 @@ GEMMA3 = register(
 )
 
 
-def gemma_config_to_model_config(hf_config: Any) -> ModelConfig:
-    """A Gemma3TextConfig (or config.json's dict) -> the equivalent ModelConfig. Raises
-    ConfigError listing every setting that has no attnlab equivalent."""
-    data = config_dict(hf_config, "Gemma3TextConfig")
-    if data.get("model_type", MODEL_TYPE) != MODEL_TYPE:
-        raise ConfigError(f"model_type={data['model_type']!r} is not {MODEL_TYPE!r}")
+# Gemma 2 -----------------------------------------------------------------------------------
+
+
+def _gemma2_layer_types(cfg: ModelConfig) -> list[str]:
+    """Layer i is full where ``cfg.layer_window(i)`` is None (every layer without a window)."""
+    return [FULL if cfg.layer_window(i) is None else SLIDING for i in range(cfg.n_layers)]
+
+
+def _every_kth_full(types: list[str]) -> int | None:
+    """k when layers k-1, 2k-1, ... are full and the others slide (1: all full); None when no
+    layer is full; -1 when ``types`` follow no such pattern."""
+    full = [i for i, t in enumerate(types) if t == FULL]
+    if not full:
+        return None
+    k = full[0] + 1
+    return k if types == [FULL if (i + 1) % k == 0 else SLIDING for i in range(len(types))] else -1
+
+
+def _gemma2_types(data: dict[str, Any]) -> list[str]:
+    """config.json's ``layer_types``, or transformers' default (layer i slides when i is even)."""
+    n = data["num_hidden_layers"]
+    return data.get("layer_types") or [SLIDING if (i + 1) % 2 else FULL for i in range(n)]
+
+
+def _read_layer_windows(value: Any, data: dict[str, Any]) -> tuple[int | None, int | None]:
+    """(attn_window, full_attn_every) of a Gemma 2 config."""
+    window, k = data.get("sliding_window"), _every_kth_full(_gemma2_types(data))
+    if window is None or k == 1:
+        return None, None  # no layer slides
+    return window, k
+
+
+def _cap(value: Any, data: dict[str, Any]) -> float | None:
+    return None if value is None else float(value)
+
+
+GEMMA2_KEYS = (
+    Key("model_type", (), lambda c: GEMMA2_TYPE, default=None),
+    Key("architectures", (), lambda c: [GEMMA2_ARCHITECTURE], default=None),
+    *SHAPE_KEYS,
+    Key("hidden_activation", "activation", _hidden_activation, _activation, default=None),
+    Key("rope_parameters", ROPE_FIELDS, rope_parameters, read_rope, default=None),
+    Key("rope_theta", (), lambda c: c.rope_base, default=None),  # transformers < 5 reads these
+    Key("rope_scaling", (), rope_scaling, default=None),
+    Key("layer_types", ("attn_window", "full_attn_every"), _gemma2_layer_types,
+        _read_layer_windows, default=None),
+    Key("sliding_window", (), lambda c: c.attn_window or 4096, default=None),
+    Key("query_pre_attn_scalar", (), lambda c: c.head_dim, default=None),
+    # transformers' defaults are the released models' caps: a config.json without them has them
+    Key("attn_logit_softcapping", "attn_logit_softcap", read=_cap, default=50.0),
+    Key("final_logit_softcapping", "final_logit_softcap", read=_cap, default=30.0),
+    Key("use_bidirectional_attention", (), lambda c: False, default=None),
+    Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _attention_bias, default=False),
+    tie_key(default=True),
+)  # fmt: skip
+# A Gemma 2 block: Gemma 3's without the query/key norms.
+GEMMA2_FIXED = {**FIXED, "qk_norm": False}
+
+GEMMA2 = register(
+    Family(
+        name="Gemma 2",
+        export_name="gemma2",
+        keys=GEMMA2_KEYS,
+        fixed=GEMMA2_FIXED,
+        table=gemma_table,
+    )
+)
+
+
+def _common_problems(data: dict[str, Any], rope: dict[str, Any]) -> list[str]:
+    """What Gemma 2 and 3 configs may hold and attnlab may not: the activation (normalised into
+    ``data["hidden_activation"]``), the query scale, bidirectional attention, rotary scaling."""
     problems = []
     act = data.get("hidden_activation") or data.get("hidden_act") or "gelu_pytorch_tanh"
     if act not in _ACT_IN:
         problems.append(f"hidden_activation={act!r} (attnlab's GeGLU gates with {sorted(_ACT_IN)})")
     data["hidden_activation"] = act
-    types = set(data.get("layer_types") or [FULL])
-    if len(types) > 1:
-        problems.append(f"mixed layer_types {sorted(types)} (one kind only)")
     head_dim = data.get("head_dim") or data["hidden_size"] // data["num_attention_heads"]
     scalar = data.get("query_pre_attn_scalar", head_dim)
     if scalar != head_dim:
         problems.append(f"query_pre_attn_scalar={scalar} (attnlab scales by 1/sqrt(head_dim))")
-    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
-        if data.get(key) is not None:
-            problems.append(f"{key}={data[key]} (attnlab has no logit soft-capping)")
     if data.get("use_bidirectional_attention"):
         problems.append("use_bidirectional_attention=true (attnlab's Gemma is causal)")
-    rope = _rope_of_layers(data)
     rope_type = (rope.get("rope_parameters") or rope.get("rope_scaling") or {}).get("rope_type")
     if rope_type not in (None, "default", "linear", "llama3"):
         problems.append(f"rope scaling {rope_type!r} (attnlab has default, linear and llama3)")
+    return problems
+
+
+def gemma_config_to_model_config(hf_config: Any) -> ModelConfig:
+    """A Gemma3TextConfig or Gemma2Config (or config.json's dict) -> the equivalent ModelConfig.
+    Raises ConfigError listing every setting that has no attnlab equivalent."""
+    data = config_dict(hf_config, "Gemma3TextConfig or Gemma2Config")
+    model_type = data.get("model_type", MODEL_TYPE)
+    if model_type not in MODEL_TYPES:
+        raise ConfigError(f"model_type={model_type!r} is not one of {list(MODEL_TYPES)}")
+    read = _gemma2_config if model_type == GEMMA2_TYPE else _gemma3_config
+    return read(data)
+
+
+def _gemma2_config(data: dict[str, Any]) -> ModelConfig:
+    rope = {k: data.get(k) for k in ("rope_parameters", "rope_scaling")}
+    problems = _common_problems(data, rope)
+    types = _gemma2_types(data)
+    if _every_kth_full(types) == -1:
+        problems.append(
+            f"layer_types {types} (attnlab's layers slide except every k-th, which is full)"
+        )
+    if problems:
+        raise ConfigError(problems_message("Gemma 2", problems, SUPPORTED_2))
+    return GEMMA2.read(data)
+
+
+def _gemma3_config(data: dict[str, Any]) -> ModelConfig:
+    problems = _common_problems(data, _rope_of_layers(data))
+    kinds = set(data.get("layer_types") or [FULL])
+    if len(kinds) > 1:
+        problems.append(f"mixed layer_types {sorted(kinds)} (one kind only)")
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if data.get(key) is not None:
+            problems.append(f"{key}={data[key]} (attnlab reads logit soft-caps of Gemma 2 only)")
     if problems:
         raise ConfigError(problems_message("Gemma 3", problems, SUPPORTED))
     return GEMMA3.read(data)
 
 
-# The file around the table: the head tied to embed_tokens, the reader.
-GEMMA3_LM = CausalLM(
-    families=(GEMMA3,),
+# The file around the tables: the head tied to embed_tokens, one reader for both model types.
+GEMMA_LM = CausalLM(
+    families=(GEMMA3, GEMMA2),
     embedding="model.embed_tokens.weight",
     convert=gemma_config_to_model_config,
-    loader="GEMMA3_LM.load",
+    loader="GEMMA_LM.load",
 )

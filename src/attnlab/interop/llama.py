@@ -107,7 +107,8 @@ def _head_dim(value: Any, data: dict[str, Any]) -> int | None:
     return None if head_dim * n_heads == d_model else head_dim
 
 
-def _rope_scaling(cfg: ModelConfig) -> dict[str, Any] | None:
+def rope_scaling(cfg: ModelConfig) -> dict[str, Any] | None:
+    """transformers < 5's ``rope_scaling`` of ``cfg`` (None without scaling)."""
     return None if cfg.rope_scaling == "none" else rope_parameters(cfg)
 
 
@@ -141,7 +142,7 @@ DECODER_KEYS = (
     Key("hidden_act", (), lambda c: "silu", default=None),
     Key("rope_parameters", ROPE_FIELDS, rope_parameters, read_rope, default=None),
     Key("rope_theta", (), lambda c: c.rope_base, default=None),  # transformers < 5 reads these
-    Key("rope_scaling", (), _rope_scaling, default=None),
+    Key("rope_scaling", (), rope_scaling, default=None),
     tie_key(default=False),
 )
 KEYS = (

@@ -5,7 +5,8 @@ One entry point per direction, dispatching on ``config.json``'s ``model_type``:
     gpt2               -> decoder_lm   (attnlab.interop.gpt2)
     llama, mistral,    -> decoder_lm   (attnlab.interop.llama: RMSNorm, rotary, GQA, SwiGLU;
     qwen2, qwen3                        Qwen2's q/k/v biases, Qwen3's query/key norms)
-    gemma3_text        -> decoder_lm   (attnlab.interop.gemma: sandwich norms, GeGLU, QK-norm)
+    gemma2,            -> decoder_lm   (attnlab.interop.gemma: sandwich norms, GeGLU; Gemma 2's
+    gemma3_text                         soft-caps and alternating windows, Gemma 3's QK-norm)
     bert               -> encoder / classifier / masked_lm by ``architectures``
                                        (attnlab.interop.bert)
 
@@ -46,7 +47,7 @@ from attnlab.interop.hf_tokenizer import (
 )
 from attnlab.interop.hub import expand_path, resolve_model_path
 
-MODEL_TYPES = ("gpt2", *llama.MODEL_TYPES, gemma.MODEL_TYPE, "bert")
+MODEL_TYPES = ("gpt2", *llama.MODEL_TYPES, *gemma.MODEL_TYPES, "bert")
 
 
 class Pretrained(NamedTuple):
@@ -79,13 +80,13 @@ def model_config_from_hf(data: dict[str, Any]) -> ModelConfig:
         return gpt2.gpt2_config_to_model_config(data)
     if model_type in llama.MODEL_TYPES:
         return llama.llama_config_to_model_config(data)
-    if model_type == gemma.MODEL_TYPE:
+    if model_type in gemma.MODEL_TYPES:
         return gemma.gemma_config_to_model_config(data)
     if model_type == "bert":
         return bert.bert_config_to_model_config(data)
     raise ConfigError(
         f"model_type={model_type!r} is not supported; attnlab imports {list(MODEL_TYPES)} "
-        "(GPT-2, the Llama family incl. Mistral, Qwen2 and Qwen3, Gemma 3, and BERT)"
+        "(GPT-2, the Llama family incl. Mistral, Qwen2 and Qwen3, Gemma 2 and 3, and BERT)"
     )
 
 
@@ -95,8 +96,8 @@ def load_state_dict(config: ModelConfig, model_type: str, tensors: dict) -> nn.M
         return gpt2.load_gpt2_state_dict(None, tensors, config)
     if model_type in llama.MODEL_TYPES:
         return llama.LLAMA_LM.load(None, tensors, config)
-    if model_type == gemma.MODEL_TYPE:
-        return gemma.GEMMA3_LM.load(None, tensors, config)
+    if model_type in gemma.MODEL_TYPES:
+        return gemma.GEMMA_LM.load(None, tensors, config)
     return bert.load_bert_state_dict(None, tensors, config)
 
 
@@ -158,7 +159,7 @@ def hf_export(
         raise TypeError(f"expected an attnlab model with .cfg, got {type(model).__name__}")
     ids = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
     family = family_for(cfg)
-    for decoder in (llama.LLAMA_LM, gemma.GEMMA3_LM, gpt2.GPT2_LM):
+    for decoder in (llama.LLAMA_LM, gemma.GEMMA_LM, gpt2.GPT2_LM):
         if family in decoder.families:
             return decoder.config_json(cfg, ids), decoder.export(model)
     return bert.model_config_to_bert_config(cfg, labels), bert.to_bert_state_dict(model)

@@ -42,6 +42,10 @@ class TransformerCache:
         ``like``'s dtype: the model's compute dtype (its parameters', or the compute dtype of
         reduced-precision layers)."""
         dtype = resolve_cache_dtype(dtype) or like.dtype
+        # Trimmed to the window only when every layer slides: the layers then hold the same
+        # keys, and one padding mask (``record_keys``) serves them all.
+        windows = {cfg.layer_window(i) for i in range(n_layers)}
+        window = windows.pop() if len(windows) == 1 else None
         layers = [
             KVCache(
                 batch_size,
@@ -51,7 +55,7 @@ class TransformerCache:
                 cfg.value_dim,
                 dtype=dtype,
                 device=like.device,
-                window=cfg.attn_window,  # sliding-window attention: trimmed to the window
+                window=window,  # sliding-window attention: trimmed to the window
             )
             for _ in range(n_layers)
         ]

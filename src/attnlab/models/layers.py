@@ -102,6 +102,7 @@ def _attention_options(cfg: ModelConfig) -> dict:
         dropout=cfg.dropout,
         activation=cfg.attention,
         scale=cfg.scale_logits,
+        softcap=cfg.attn_logit_softcap,
         qk_norm=cfg.qk_norm,
         qk_norm_eps=cfg.norm_eps,
         out_bias=cfg.attention_out_bias,
@@ -110,13 +111,14 @@ def _attention_options(cfg: ModelConfig) -> dict:
     )
 
 
-def make_self_attention(cfg: ModelConfig, pos_enc: Positions) -> SelfAttention:
+def make_self_attention(cfg: ModelConfig, pos_enc: Positions, layer: int = 0) -> SelfAttention:
+    """The self-attention of layer ``layer``: its window is ``cfg.layer_window(layer)``."""
     return SelfAttention(
         cfg.d_model,
         cfg.n_heads,
         pos_enc=pos_enc,
         n_kv_heads=cfg.n_kv_heads,
-        window=cfg.attn_window,
+        window=cfg.layer_window(layer),
         **_attention_options(cfg),
     )
 
@@ -141,10 +143,13 @@ def _ffn(cfg: ModelConfig) -> nn.Module:
 
 
 def make_encoder_block(
-    cfg: ModelConfig, pos_enc: Positions, block_cls: type[EncoderBlock] = EncoderBlock
+    cfg: ModelConfig,
+    pos_enc: Positions,
+    block_cls: type[EncoderBlock] = EncoderBlock,
+    layer: int = 0,
 ) -> EncoderBlock:
     return block_cls(
-        self_attn=make_self_attention(cfg, pos_enc),
+        self_attn=make_self_attention(cfg, pos_enc, layer),
         ffn=_ffn(cfg),
         self_attn_norm=_norm(cfg),
         ffn_norm=_norm(cfg),
@@ -153,10 +158,11 @@ def make_encoder_block(
     )
 
 
-def make_causal_block(cfg: ModelConfig, pos_enc: Positions) -> CausalBlock:
+def make_causal_block(cfg: ModelConfig, pos_enc: Positions, layer: int = 0) -> CausalBlock:
+    """Decoder-only block number ``layer`` (0-based; its attention window depends on it)."""
     if cfg.norm_placement == "sandwich":  # Gemma 2/3: a norm after each sublayer too
         return SandwichBlock(
-            self_attn=make_self_attention(cfg, pos_enc),
+            self_attn=make_self_attention(cfg, pos_enc, layer),
             ffn=_ffn(cfg),
             self_attn_norm=_norm(cfg),
             ffn_norm=_norm(cfg),
@@ -164,7 +170,7 @@ def make_causal_block(cfg: ModelConfig, pos_enc: Positions) -> CausalBlock:
             post_ffn_norm=_norm(cfg),
             dropout=cfg.dropout,
         )
-    return make_encoder_block(cfg, pos_enc, CausalBlock)
+    return make_encoder_block(cfg, pos_enc, CausalBlock, layer)
 
 
 def make_decoder_block(cfg: ModelConfig, pos_enc: Positions) -> DecoderBlock:

@@ -2,7 +2,8 @@
 
 w_t ~ softmax(f(w_{1:t-1})): embed, add positions, N causal blocks, a final norm, then the
 "Linear + Softmax" head of 003 (the softmax is left to the loss / the sampler; we return logits).
-With ``tie_embeddings`` the head reuses the embedding matrix E (Press & Wolf 2017).
+With ``tie_embeddings`` the head reuses the embedding matrix E (Press & Wolf 2017); with
+``final_logit_softcap`` c the logits are soft-capped, z -> c tanh(z / c) (Gemma 2).
 
 Shapes: B batch, T new tokens, S = cached + new tokens, D d_model, V vocabulary, H heads.
 """
@@ -22,6 +23,7 @@ from attnlab.models.base import (
 )
 from attnlab.models.cache import TransformerCache
 from attnlab.models.layers import Embeddings, init_weights, make_causal_block, make_final_norm
+from attnlab.nn.attention import soft_cap
 from attnlab.nn.hooks import HookPoint
 from attnlab.nn.masks import padding_mask
 from attnlab.nn.positional import default_positions
@@ -36,7 +38,7 @@ class DecoderLM(LanguageModel):
         self.vocab_size, self.max_len = cfg.vocab_size, cfg.max_len
         self.embed = Embeddings(cfg.vocab_size, cfg)
         self.blocks = nn.ModuleList(
-            make_causal_block(cfg, self.embed.pos_enc) for _ in range(cfg.n_layers)
+            make_causal_block(cfg, self.embed.pos_enc, i) for i in range(cfg.n_layers)
         )
         self.final_norm = make_final_norm(cfg)
         self.hook_final = HookPoint()  # the final norm's output, (B, T, D)
@@ -84,6 +86,7 @@ class DecoderLM(LanguageModel):
             )
             weights.append(LayerAttention(w, None))
         logits = self.lm_head(self.hook_final(self.final_norm(x)))  # (B, T, V)
+        logits = soft_cap(logits, self.cfg.final_logit_softcap)  # c tanh(z / c) (Gemma 2)
         return ModelOutput(logits, tuple(weights) if need_weights else None)
 
     def new_cache(

@@ -13,6 +13,7 @@ from attnlab.nn.attention import (
     basic_self_attention,
     hardmax,
     scaled_dot_product_attention,
+    soft_cap,
 )
 from attnlab.nn.blocks import BlockOutput, CausalBlock, DecoderBlock, EncoderBlock
 from attnlab.nn.cache import KVCache
@@ -82,5 +83,6 @@ __all__ = [
     "hardmax",
     "padding_mask",
     "scaled_dot_product_attention",
+    "soft_cap",
     "sinusoidal_table",
 ]

@@ -17,6 +17,11 @@ It computes the equation one of two ways, with the same result:
 The row activation a is a small object (:class:`Softmax`, :class:`Hardmax`) called on the scores
 and the mask; :func:`row_activation` maps a config's name to it.
 
+Logit soft-capping (Gemma 2, Team Gemma 2024 §2.2; Grok-1), an option of the kernel: the logits
+pass through cap(s) = c tanh(s / c) (:func:`soft_cap`) before the mask and the activation, so
+every logit lies in (-c, c). PyTorch's fused kernel cannot cap, so a capped call always takes
+the explicit form; ``hook_scaled`` then holds the capped logits (what the activation gets).
+
 Deviations from the notes:
   * 004 writes A_ij = softmax(<q_i, k_1>, ..., <q_i, k_M>) / sqrt(d_q): the scale belongs *inside*
     the activation, a(Q K^T / sqrt(d_q)) as in its own eq. 9. We implement eq. 9.
@@ -147,7 +152,7 @@ class AttentionPoints(Protocol):
     owns them; ``attnlab.nn.hooks``): identity unless a hook reads or replaces the value."""
 
     hook_scores: HookPoint  # Q K^T, (B, H, T, S)
-    hook_scaled: HookPoint  # the logits Q K^T / sqrt(d_k) + bias, (B, H, T, S)
+    hook_scaled: HookPoint  # the logits cap(Q K^T / sqrt(d_k) + bias), (B, H, T, S)
     hook_mask: HookPoint  # read-only: the applied mask, (B, H|1, T, S)
     hook_A: HookPoint  # the weights A, (B, H, T, S)
     hook_heads: HookPoint  # A V, (B, H, T, Dv)
@@ -160,6 +165,26 @@ class _Unhooked:
 
 
 INNER_POINTS = ("hook_scores", "hook_scaled", "hook_mask", "hook_A", "hook_heads")
+
+
+def soft_cap(x: Tensor, cap: float | None) -> Tensor:
+    """Soft-capping (Gemma 2 §2.2): cap(x) = c tanh(x / c), elementwise, in (-c, c); slope 1 at
+    0, so small logits pass almost unchanged. ``cap`` None returns x itself. x: any shape."""
+    if cap is None:
+        return x
+    return torch.tanh(x / cap) * cap
+
+
+def check_softcap(cap: float | None, name: str = "softcap") -> float | None:
+    """A soft-cap c must be a finite number > 0 (or None: no cap); returns it as a float."""
+    if cap is None:
+        return None
+    ok = isinstance(cap, (int, float)) and not isinstance(cap, bool)
+    if not ok or not math.isfinite(cap) or cap <= 0:
+        raise ValueError(
+            f"{name}={cap!r} must be a finite number > 0 (logits are capped to (-c, c)) or None"
+        )
+    return float(cap)
 
 
 def points_active(points: AttentionPoints) -> bool:
@@ -180,9 +205,10 @@ def scaled_dot_product_attention(
     dropout_p: float = 0.0,
     need_weights: bool = False,
     bias: Tensor | None = None,
+    softcap: float | None = None,
     points: AttentionPoints | None = None,
 ) -> AttentionOutput:
-    """Attention(Q, K, V; a) = a(Q K^T / sqrt(d_q) + bias) V   (004 eq. 9; Vaswani eq. 1).
+    """Attention(Q, K, V; a) = a(cap(Q K^T / sqrt(d_q) + bias)) V   (004 eq. 9; Vaswani eq. 1).
 
     q: (B, H, T, Dk); k: (B, H, S, Dk); v: (B, H, S, Dv) -> out (B, H, T, Dv),
     (k and v may have H_kv heads, H a multiple of H_kv: grouped-query attention, query head h
@@ -199,11 +225,14 @@ def scaled_dot_product_attention(
     with ``straight_through`` gradients or not).
     bias: a float logit bias broadcastable to (B, H, T, S) added after the scale (ALiBi's
     -m_h |i - j|, ``attnlab.nn.positional.ALiBiPositions``); None adds nothing.
+    softcap: c > 0 soft-caps the logits, cap(s) = c tanh(s / c) (:func:`soft_cap`; Gemma 2),
+    before the mask; None leaves them as they are.
     points: the hook points the explicit form passes its values through (a module's).
 
     The equation is written out -- its values at the hook points, the weights returned -- when
-    the weights are wanted, the activation has no fused kernel, or one of the points is hooked;
-    otherwise PyTorch's fused kernel computes it (:func:`fused_attention`).
+    the weights are wanted, the activation has no fused kernel, the logits are soft-capped (the
+    fused kernel cannot cap), or one of the points is hooked; otherwise PyTorch's fused kernel
+    computes it (:func:`fused_attention`).
     """
     activation = row_activation(activation, straight_through)
     points = points if points is not None else _Unhooked
@@ -213,7 +242,9 @@ def scaled_dot_product_attention(
     if mask is not None:
         mask = check_mask(mask, b, h, t, s)  # (B|1, H|1, T|1, S)
     factor = scale_factor(scale, dk)
-    if not (need_weights or not activation.fusable or points_active(points)):
+    softcap = check_softcap(softcap)
+    explicit = need_weights or not activation.fusable or softcap is not None
+    if not (explicit or points_active(points)):
         return AttentionOutput(
             fused_attention(q, k, v, mask, causal, factor, dropout_p, bias), None
         )
@@ -222,7 +253,7 @@ def scaled_dot_product_attention(
     scaled = scores * factor  # (B, H, T, S)
     if bias is not None:
         scaled = scaled + bias  # the logits, ALiBi's distance penalty included
-    scaled = points.hook_scaled(scaled)
+    scaled = points.hook_scaled(soft_cap(scaled, softcap))  # (B, H, T, S), in (-c, c) if capped
     # One place where the scores get their mask: the given one AND the future mask.
     mask = attention_mask(mask, causal, t, s, q.device)  # (.., T, S) or None
     if points.hook_mask.active:  # read-only: the applied mask, (B, H|1, T, S)

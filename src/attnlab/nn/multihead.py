@@ -37,6 +37,7 @@ from attnlab.nn.attention import (
     INNER_POINTS,
     AttentionOutput,
     RowActivation,
+    check_softcap,
     points_active,
     row_activation,
     scaled_dot_product_attention,
@@ -55,6 +56,7 @@ class MultiHeadBase(nn.Module):
     (``out_proj=False``). ``activation`` is the row activation a (``attnlab.nn.attention``'s
     :class:`RowActivation`, or its config name "softmax" or "hardmax", the latter with
     ``straight_through`` gradients or not), ``scale`` the factor on Q K^T (True: 1/sqrt(Dk)),
+    ``softcap`` c soft-caps the logits to c tanh(s / c) (Gemma 2; None: no cap),
     ``dropout`` the probability on the weights A while training, ``qk_norm`` RMS-normalises q and
     k per head (epsilon ``qk_norm_eps``). ``bias`` switches the biases of W_q,
     W_k, W_v and W^O, ``out_bias`` that of W^O alone (default: ``bias``).
@@ -77,6 +79,7 @@ class MultiHeadBase(nn.Module):
         straight_through: bool = False,
         out_bias: bool | None = None,
         qk_norm_eps: float = 1e-5,
+        softcap: float | None = None,
     ):
         super().__init__()
         for name, value in (("d_model", d_model), ("n_heads", n_heads)):
@@ -97,6 +100,7 @@ class MultiHeadBase(nn.Module):
                 f"not d_out={self.d_out}"
             )
         self.dropout, self.scale, self.bias = dropout, scale, bias
+        self.softcap = check_softcap(softcap)  # c of cap(s) = c tanh(s / c), or None
         self.activation = row_activation(activation, straight_through)  # a of eq. 9
         out_bias = bias if out_bias is None else out_bias  # Qwen2: biased q, k, v, unbiased W^O
         self.out_proj = (
@@ -122,10 +126,16 @@ class MultiHeadBase(nn.Module):
     attention = staticmethod(scaled_dot_product_attention)
 
     def attention_options(self) -> dict:
-        """This module's arguments to eq. 9: the scale, the row activation a, the dropout on A
-        (while training), and its hook points."""
+        """This module's arguments to eq. 9: the scale, the logit soft-cap, the row activation a,
+        the dropout on A (while training), and its hook points."""
         p = self.dropout if self.training else 0.0
-        return dict(scale=self.scale, activation=self.activation, dropout_p=p, points=self)
+        return dict(
+            scale=self.scale,
+            softcap=self.softcap,
+            activation=self.activation,
+            dropout_p=p,
+            points=self,
+        )
 
     def output(self, heads: AttentionOutput) -> AttentionOutput:
         """Concat(head_1, ..., head_H) W^O: heads (B, H, T, Dv) -> (B, T, Do), weights."""
