@@ -40,28 +40,7 @@ def out(tmp_path_factory):
     return tmp_path_factory.mktemp("lab_more")
 
 
-# long_range ----------------------------------------------------------------------------------
-def test_long_range_quick_report(out):
-    report, path = run_experiment("long_range", quick=True, out_dir=out / "long_range")
-    _check_written(
-        path,
-        [
-            "accuracy_vs_length.png",
-            "exact_vs_length.png",
-            "accuracy_per_position.png",
-            "alignment_bahdanau.png",
-            "cross_attention_transformer.png",
-            "dates.png",
-        ],
-    )
-    rows = report.table("reversal: exact match by length").rows
-    assert [r["length"] for r in rows] == report.metrics["lengths"]
-    token, exact = report.metrics["token_accuracy"], report.metrics["exact_match"]
-    assert set(token) == set(exact) == set(long_range.MODELS)
-    for name in long_range.MODELS:  # a whole target right implies each of its tokens right
-        assert all(0.0 <= e <= t <= 1.0 for e, t in zip(exact[name], token[name]))
-
-
+# long_range (its quick report: tests/lab/test_lab_long_range.py) ---------------------------
 @pytest.mark.parametrize("name", ["transformer", "bahdanau", "lstm"])
 def test_teacher_forced_exact_match_equals_greedy_decoding(name):
     tok = CharTokenizer(long_range.ALPHABET)

@@ -221,3 +221,20 @@ def test_concat_positions_scaled_arm_puts_pe_at_the_token_scale():
     assert c == pytest.approx(rms(scaled.embed.tok_emb.weight) * math.sqrt(2.0))
     x, pos = torch.zeros(1, 9, 32), torch.arange(9)
     assert torch.allclose(scaled.embed.pos_enc.signal(pos, x), c * raw.embed.pos_enc.signal(pos, x))
+
+
+def test_complexity_says_cpu_only_and_write_up_does_not_time(tmp_path, monkeypatch):
+    import os
+
+    from attnlab.lab.experiments import complexity
+
+    measured = complexity.measure(True, 0)
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("write_up must not time anything")
+
+    monkeypatch.setattr(complexity, "best_ms", no_timing)
+    report = complexity.write_up(measured, tmp_path, quick=True)
+    assert report.verdict_reason.startswith(f"CPU only ({os.cpu_count()} logical cores")
+    assert report.arms == [] and report.competence == [] and len(report.thresholds) == 2
+    assert any(s.startswith("CPU only") for s in report.setup)
