@@ -44,25 +44,42 @@ def test_permuted_examples_follow_the_permutation():
     assert targets[0].tolist() == [-100] * 4 + row[5:9]
 
 
-def test_concat_positions_quick_report(tmp_path):
-    report, _ = run_experiment("concat_positions", quick=True, out_dir=tmp_path)
+def test_concat_positions_quick_report(tmp_path, monkeypatch):
+    from attnlab.lab.experiments import concat_positions
+    from attnlab.lab.experiments.concat_positions import COMPARED, LRS, MAX_EXTRA, TASKS
+
+    measured = concat_positions.measure(True, 0)
+    monkeypatch.setattr(concat_positions, "fit", None)  # write_up must not train
+    report = concat_positions.write_up(measured, tmp_path, quick=True)
     arms = {c.arm for c in report.competence}
     assert arms == {
         f"{a}, {t}"
         for a in ("added", "concatenated", "concatenated, unit")
         for t in ("copy", "permute")
     }
+    assert set(report.arms) == {f"{a}, {t}" for a in COMPARED for t in TASKS}
+    for c in report.competence:  # every compared arm: a swept rate and a step doubling
+        assert c.gated == c.in_verdict
+        if c.in_verdict:
+            assert c.lr.chosen in c.lr.grid and c.doubling.seeds == [0]
+            grid = sorted(c.lr.grid)  # an edge choice only when the extensions ran out
+            assert c.lr.bracketed or len(grid) == len(LRS) + MAX_EXTRA
+    assert report.thresholds and report.verdict in (
+        "held",
+        "did not hold",
+        "mixed",
+        "no effect resolved",
+        "inconclusive",
+    )
     scale = report.setup[-1]  # the concatenated arm's sinusoids enter at the token scale c
     assert "mapped positions (|W_p| x RMS(c PE))" in scale
     assert (tmp_path / "learning_copy.png").is_file() and (
         tmp_path / "learning_permute.png"
     ).is_file()
-    # every compared arm and task is swept over LRS; exactly one lr each is chosen, the one the
-    # main table and the competence check report
-    from attnlab.lab.experiments.concat_positions import COMPARED, LRS, TASKS
-
+    # every compared arm and task is swept over its grid; exactly one lr each is chosen, the one
+    # the main table and the competence check report
     sweep = report.table("learning-rate sweep (validation sets, every seed)").rows
-    assert len(sweep) == len(TASKS) * len(COMPARED) * len(LRS)
+    assert len(sweep) == sum(len(measured["grids"][(a, t)]) for a in COMPARED for t in TASKS)
     chosen = {(r["task"], r["position input"]): r["peak lr"] for r in sweep if r["chosen"]}
     assert len(chosen) == len(TASKS) * len(COMPARED)
     rows = report.table("accuracy and learning speed per task and position input").rows
