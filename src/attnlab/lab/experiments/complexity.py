@@ -99,6 +99,11 @@ def crossover(ns: list[int], a: list[float], b: list[float]) -> float:
     return math.inf
 
 
+COST = (
+    "Full run: FLOP counts plus 3 rounds of best-of-5 forward timings, 2 widths x 8 lengths. "
+    "Under 1 min on 2 idle cores (the last report: 6 s; this change adds no timing). Command: "
+    "attnlab experiment complexity --seed 0"
+)
 CPU_ONLY = (
     "CPU only: no GPU was used. The FLOP counts do not depend on the hardware; the wall times "
     "are this CPU's (one thread), where the recurrence's n serial steps cost little more than "

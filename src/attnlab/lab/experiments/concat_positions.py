@@ -37,6 +37,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -161,9 +162,10 @@ class ScaledConcat(ConcatPositions):
 def build(arm: str, vocab: int, max_len: int, quick: bool) -> torch.nn.Module:
     """The model of one arm; "concatenated" scales PE to the token scale before the map."""
     model = build_arm(ARMS[arm], vocab, max_len, quick)
+    embed: Any = model.embed
     if arm == "concatenated":
-        tokens = rms(model.embed.tok_emb.weight)
-        model.embed.pos_enc = ScaledConcat(model.embed.pos_enc, tokens * math.sqrt(2.0))
+        tokens = rms(embed.tok_emb.weight)
+        embed.pos_enc = ScaledConcat(embed.pos_enc, tokens * math.sqrt(2.0))
     return model
 
 
@@ -203,26 +205,26 @@ def train_job(job: tuple) -> dict:
     data = task_data(task, quick, seed)
     torch.manual_seed(seed)
     model = build(arm, data["vocab"], data["max_len"], quick)
+    embed: Any = model.embed
     every = (20 if quick else 100) * scale
     cfg = fit_config(quick, task, lr, scale)
+    test_curve: list[tuple[int, float]] = []  # (step, test accuracy), filled alongside
+
+    def evaluate(m: torch.nn.Module) -> float:  # the validation accuracy; test on the side
+        test_curve.append((len(test_curve) * every + every, copy_accuracy(m, *data["test"])[0]))
+        return copy_accuracy(m, *data["val"])[0]
+
     result = fit(
-        model,
-        data["train"],
-        copy_loss,
-        cfg,
-        seed=seed,
-        evaluate=lambda m: (copy_accuracy(m, *data["val"])[0], copy_accuracy(m, *data["test"])[0]),
-        eval_every=every,
+        model, data["train"], copy_loss, cfg, seed=seed, evaluate=evaluate, eval_every=every
     )
-    val_curve = [(s, v) for s, (v, _) in result.evals]
-    test_curve = [(s, t) for s, (_, t) in result.evals]
+    val_curve = list(result.evals)
     val = copy_accuracy(model, *data["val"])[0]
     scales = signal_scales(model, data["max_len"])
     if arm.startswith("concatenated"):  # what the learned map does with each half, after training
-        w = model.embed.pos_enc.proj.weight  # (D, D + d_pos)
+        w = embed.pos_enc.proj.weight  # (D, D + d_pos)
         d = w.size(0)
-        c = getattr(model.embed.pos_enc, "scale", 1.0)
-        scales["mapped tokens (|W_x| x RMS(E))"] = rms(w[:, :d]) * rms(model.embed.tok_emb.weight)
+        c = getattr(embed.pos_enc, "scale", 1.0)
+        scales["mapped tokens (|W_x| x RMS(E))"] = rms(w[:, :d]) * rms(embed.tok_emb.weight)
         scales["mapped positions (|W_p| x RMS(c PE))"] = rms(w[:, d:]) * c * math.sqrt(0.5)
     return {
         "lr": lr,
@@ -254,10 +256,15 @@ def job_cost(job: tuple) -> float:
     return steps(job[4], job[1]) * job[5]
 
 
+def job(key: tuple[str, str], lr: float, seed: int, quick: bool, scale: int = 1) -> tuple:
+    """The :func:`train_job` tuple of (arm, task) ``key`` at ``lr`` on ``seed``."""
+    return (key[0], key[1], lr, seed, quick, scale)
+
+
 def chosen_lrs(grids: dict, done: dict, seeds: list[int], quick: bool) -> dict:
     """{(arm, task): the lr :func:`choose_lr` picks from the runs of its grid}."""
     return {
-        k: choose_lr({lr: [done[(*k, lr, s, quick, 1)] for s in seeds] for lr in grid})
+        k: choose_lr({lr: [done[job(k, lr, s, quick)] for s in seeds] for lr in grid})
         for k, grid in grids.items()
     }
 
@@ -269,7 +276,7 @@ def train_all(seeds: list[int], quick: bool) -> dict:
     grids = {(a, t): list(arm_lrs(a)) for a in ARMS for t in TASKS}
     workers, done = 1 if quick else 2, {}
     for extension in range(MAX_EXTRA + 1):
-        jobs = [(*k, lr, s, quick, 1) for k, grid in grids.items() for lr in grid for s in seeds]
+        jobs = [job(k, lr, s, quick) for k, grid in grids.items() for lr in grid for s in seeds]
         done.update(run_jobs(train_job, [j for j in jobs if j not in done], workers, job_cost))
         chosen = chosen_lrs(grids, done, seeds, quick)
         edge = [
@@ -287,7 +294,7 @@ def train_all(seeds: list[int], quick: bool) -> dict:
         "grids": {k: sorted(g) for k, g in grids.items()},
         "chosen": chosen,
         "sweep": {
-            (*k, lr): [done[(*k, lr, s, quick, 1)] for s in seeds]
+            (k[0], k[1], lr): [done[job(k, lr, s, quick)] for s in seeds]
             for k, g in grids.items()
             for lr in g
         },

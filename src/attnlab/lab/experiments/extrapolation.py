@@ -126,6 +126,7 @@ def one_run(arm: str, lr: float, seed: int, quick: bool, scale: int = 1) -> dict
 
 
 MAPPED = ("rotary", "learned")  # the arms whose attention is drawn
+ZOOM = 8  # copy steps in the zoomed attention panel
 
 
 def last_layer_maps(model: torch.nn.Module, data: dict) -> list:
@@ -489,6 +490,24 @@ def attention_figures(out_dir, runs, data, quick, seeds) -> list:
                 f"{seeds[0]}) on a copy of length {longest} (twice the "
                 "training length): a working copy attends from each copied "
                 "token to the symbol after its first occurrence.",
+            )
+        )
+        # zoom, every cell labelled: the first ZOOM copy queries ('|' and the copied symbols)
+        # against the first ZOOM + 1 keys (<bos> and x_1 .. x_ZOOM), where a copy reads
+        rows = slice(longest + 1, longest + 1 + ZOOM)
+        fig = plot_attention(
+            maps[:, rows, : ZOOM + 1],
+            labels[rows],
+            labels[: ZOOM + 1],
+            title=f"positions={kind}, last layer, zoom: first {ZOOM} copy steps",
+        )
+        figures.append(
+            save_chart(
+                fig,
+                out_dir,
+                f"attention_{kind}_zoom.png",
+                f"Zoom of attention_{kind}.png, every row and column labelled: the first "
+                f"{ZOOM} queries of the copy half against the first {ZOOM + 1} keys.",
             )
         )
     return figures

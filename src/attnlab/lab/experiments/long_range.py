@@ -126,6 +126,7 @@ STEPS = 1000  # per run at full size (batch 64); the doubling trains 2000
 GRIDS = {"lstm_seq2seq": (1e-3, 3e-3, 1e-2), "encoder_decoder": (3e-4, 1e-3, 3e-3)}
 MAX_EXTRA = 2  # a rate chosen at a grid edge extends the grid by up to this many rates (x3 each)
 TOLERANCE = 0.01  # step doubling: per-token accuracy may change by at most this much
+ZOOM = 8  # rows and columns of the zoomed attention panel (every one labelled)
 DODGE = 0.012  # sideways offset between series in the charts, as a share of the x range
 MARGIN = 0.2  # the lab's margin for "falls" and "stays above" (the note gives no number)
 ATTENTION = ("bahdanau", "transformer")
@@ -478,11 +479,13 @@ def alignment_figures(measured: dict, out_dir: Path) -> list[FigureRef]:
         )
     ]
     cross = np.asarray(runs["transformer"][last]["maps"])  # (H, T + 1, S)
+    n_layers = model_config("transformer", 3, 8, False).n_layers  # the same at either size
     fig = plot_attention(
         cross,
         out_labels,
         src_labels,
-        title=f"Transformer cross-attention, last decoder layer, length {last}",
+        title=f"Transformer cross-attention, layer {n_layers} of {n_layers} (last), length {last}",
+        first_layer=n_layers,
     )
     figures.append(
         save_chart(
@@ -491,6 +494,24 @@ def alignment_figures(measured: dict, out_dir: Path) -> list[FigureRef]:
             "cross_attention_transformer.png",
             "Transformer cross-attention of the last decoder layer, one panel per head, on "
             "the same example (first seed).",
+        )
+    )
+    k = min(ZOOM, last)  # output l reads source T + 1 - l: the first k rows, the last k columns
+    fig = plot_attention(
+        cross[:, :k, -k:],
+        out_labels[:k],
+        src_labels[-k:],
+        title=f"Transformer cross-attention, layer {n_layers} (last): first {k} outputs x "
+        f"last {k} inputs",
+        first_layer=n_layers,
+    )
+    figures.append(
+        save_chart(
+            fig,
+            out_dir,
+            "cross_attention_transformer_zoom.png",
+            f"Zoom of the figure above, every row and column labelled: the first {k} outputs "
+            f"(rows) against the last {k} source symbols (columns), where a reversal reads.",
         )
     )
     return figures

@@ -112,6 +112,11 @@ def n_params(name: str) -> int:
     return sum(p.numel() for p in make_model(name, 16).parameters())
 
 
+COST = (
+    "Full run: 3 rounds of best-of-5 step timings, 3 models x 2 batch sizes x 5 lengths x 2 "
+    "thread counts. About 1 min on 2 idle cores (the last report: 47 s; this change adds no "
+    "timing). Command: attnlab experiment parallelism --seed 0"
+)
 CPU_ONLY = (
     "CPU only: no GPU was used, and the note's claim is about a GPU. On this CPU the run can "
     "show the serial dependency itself (the RNN's step time grows with T at every batch size, "
