@@ -10,11 +10,10 @@ different frequencies (think about the Fourier series)". attnlab has both:
                                                        the ``extrapolation`` report for why)
     concatenated        x~_n = W [x_n; c PE(n)] + b   (the same c, so both halves of the input
                                                        of W start on a common scale)
-    concatenated, unit  x~_n = W [x_n; PE(n)] + b     (raw sinusoids: a reference arm; a first
-                                                       full run with only this concatenated arm
-                                                       stayed at 0.18 / 0.28 accuracy: at init W
-                                                       maps the 0.02-RMS tokens to ~3% of the
-                                                       output, the position half swamps them)
+    concatenated, unit  x~_n = W [x_n; PE(n)] + b     (raw sinusoids: a reference arm; at init
+                                                       W maps the N(0, 0.02) tokens to a small
+                                                       share of the output and the position half
+                                                       swamps them: the report measures it)
 
 Two decoder-LM tasks on the copy layout of ``extrapolation`` (loss on the output half only):
 "copy" (output x_1..x_n: a fixed relative offset, which sums of sinusoids make easy) and
@@ -170,13 +169,9 @@ def build(arm: str, vocab: int, max_len: int, quick: bool) -> torch.nn.Module:
 
 
 def steps(quick: bool, task: str = "copy") -> int:
-    """Training steps: 'permute' gets more. At 1200 steps (lr 3e-3) seed 2 of the added arm
-    stalled at 0.82 validation accuracy; with the 2000-step schedule (lr stays high longer) it
-    reaches 1.0 at step 700. More steps do not lift a plateau, the learning rate does
-    (development probes, 2026-11-25, permute, validation accuracy): at lr 3e-3 the concatenated
-    arm's seed 1 sits at 0.92-0.93 from step 300 to 2000, at lr 1e-3 it reaches 1.0 at step
-    1100; the added arm does the reverse (at 1e-3 seeds 1 and 2 sit at 0.78 and 0.93 to step
-    2000, at 3e-3 all three reach 1.0). Hence a sweep of the peak lr per arm (:data:`LRS`)."""
+    """Training steps: 'permute' (an arbitrary position map) gets more than 'copy'. Whether
+    they suffice is the step doubling's to say (each compared arm is trained again at twice the
+    steps); which peak lr suits each input is the sweep's (:data:`LRS`, extended at an edge)."""
     return 40 if quick else (2000 if task == "permute" else 1200)
 
 

@@ -28,7 +28,13 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from attnlab.lab.kit.charts import curves_chart, save_chart, seeds_chart
+from attnlab.lab.kit.charts import (
+    curves_chart,
+    dodged,
+    integer_xticks,
+    save_chart,
+    seeds_chart,
+)
 from attnlab.lab.kit.copy_task import (
     FIRST_SYMBOL,
     ROTARY_LARGE,
@@ -281,7 +287,9 @@ def gate_rows(m: dict) -> list[dict]:
                 f"{lr:g}: {loss:.3g} / {acc:.3f}" for lr, (loss, acc) in res["sweep"].items()
             ),
             "chosen lr": res["runs"][0]["lr"],
-            "val acc, seed 1 -> 2x steps": f"{res['runs'][0]['val']:.4g} -> {res['doubled']:.4g}",
+            "val acc, first seed -> 2x steps": (
+                f"{res['runs'][0]['val']:.4g} -> {res['doubled']:.4g}"
+            ),
         }
         for a in ARMS
         for res in [m["results"][a]]
@@ -429,8 +437,8 @@ def _verdict(outside: dict, val: dict, n_max: int, lengths: list[int]) -> tuple[
 
 def _figures(out_dir, arms, lengths, token, n_max, seeds, runs, data, quick) -> list:
     fig = seeds_chart(
-        {a: (lengths, token[a]) for a in arms},
-        xlabel=f"copied length n (trained on n <= {n_max})",
+        {a: (dodged(lengths, k, len(arms)), token[a]) for k, a in enumerate(arms)},
+        xlabel=f"copied length n (trained on n <= {n_max}; series offset sideways)",
         ylabel="copy accuracy per token",
         title=f"Copying beyond the training length ({len(seeds)} "
         f"seed{'s' if len(seeds) > 1 else ''}, min-max band)",
@@ -438,12 +446,12 @@ def _figures(out_dir, arms, lengths, token, n_max, seeds, runs, data, quick) -> 
     )
     figures = [
         save_chart(
-            fig,
+            integer_xticks(fig, lengths),
             out_dir,
             "accuracy_vs_length.png",
-            "Per-token copy accuracy "
-            "against the copied length n, mean over seeds with the min-max band; "
-            "the dashed line is the longest training n.",
+            "Per-token copy accuracy against the copied length n, mean over seeds with the "
+            "min-max band; the dashed line is the longest training n; the series are offset "
+            "sideways so that overlapping ones (several arms at accuracy 1) stay visible.",
         )
     ]
     figures.append(
@@ -499,7 +507,8 @@ def attention_figures(out_dir, runs, data, quick, seeds) -> list:
             maps[:, rows, : ZOOM + 1],
             labels[rows],
             labels[: ZOOM + 1],
-            title=f"positions={kind}, last layer, zoom: first {ZOOM} copy steps",
+            title=f"positions={kind}, layer {cfg_layers} (last), zoom: first {ZOOM} copy steps",
+            first_layer=cfg_layers,
         )
         figures.append(
             save_chart(

@@ -27,13 +27,12 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from matplotlib.figure import Figure
 from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer, ReverseTask, collate_pairs, encode_pairs
 from attnlab.data.batching import Seq2SeqBatch
-from attnlab.lab.kit.charts import save_chart, seeds_chart
+from attnlab.lab.kit.charts import dodged, integer_xticks, save_chart, seeds_chart
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import (
@@ -127,7 +126,6 @@ GRIDS = {"lstm_seq2seq": (1e-3, 3e-3, 1e-2), "encoder_decoder": (3e-4, 1e-3, 3e-
 MAX_EXTRA = 2  # a rate chosen at a grid edge extends the grid by up to this many rates (x3 each)
 TOLERANCE = 0.01  # step doubling: per-token accuracy may change by at most this much
 ZOOM = 8  # rows and columns of the zoomed attention panel (every one labelled)
-DODGE = 0.012  # sideways offset between series in the charts, as a share of the x range
 MARGIN = 0.2  # the lab's margin for "falls" and "stays above" (the note gives no number)
 ATTENTION = ("bahdanau", "transformer")
 PLAIN = ("lstm", "lstm_forward")
@@ -379,25 +377,11 @@ def gate_rows(measured: dict) -> list[dict]:
             "length": t,
             "validation loss per lr": ", ".join(f"{lr:g}: {v:.3g}" for lr, v in r["sweep"].items()),
             "chosen lr": r["lr"],
-            "accuracy, seed 1 -> 2x steps": f"{r['token'][0]:.4g} -> {r['doubled_token']:.4g}",
+            "accuracy, first seed -> 2x steps": f"{r['token'][0]:.4g} -> {r['doubled_token']:.4g}",
         }
         for n, by_length in measured["runs"].items()
         for t, r in by_length.items()
     ]
-
-
-def dodged(xs: list[int], k: int, n: int) -> list[float]:
-    """``xs`` shifted sideways for series ``k`` of ``n`` (by DODGE of the x range per series) so
-    overlapping series stay visible."""
-    width = DODGE * (max(xs) - min(xs))
-    return [x + width * (k - (n - 1) / 2) for x in xs]
-
-
-def integer_ticks(fig: Figure, xs: list[int]) -> Figure:
-    """Ticks at the integer x values themselves (lengths, positions), not at the dodged ones."""
-    ax = fig.axes[0]
-    ax.set_xticks(xs if len(xs) <= 16 else xs[:: max(1, len(xs) // 16)])
-    return fig
 
 
 def charts(measured: dict, out_dir: Path, steps: str) -> list[FigureRef]:
@@ -424,7 +408,7 @@ def charts(measured: dict, out_dir: Path, steps: str) -> list[FigureRef]:
         )
         figures.append(
             save_chart(
-                integer_ticks(fig, lengths),
+                integer_xticks(fig, lengths),
                 out_dir,
                 file,
                 f"Reversal {what} against the input length; every arm trained for {steps} at "
@@ -445,7 +429,7 @@ def charts(measured: dict, out_dir: Path, steps: str) -> list[FigureRef]:
     )
     figures.append(
         save_chart(
-            integer_ticks(fig, positions),
+            integer_xticks(fig, positions),
             out_dir,
             "accuracy_per_position.png",
             f"Accuracy of each output position at T = {last} (mean over seeds, min-max band; "
