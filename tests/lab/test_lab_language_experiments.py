@@ -18,7 +18,7 @@ from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer, ReverseTask
 from attnlab.errors import DataError, UserError
 from attnlab.lab import run_experiment
-from attnlab.lab.experiments import char_lm, extrapolation, long_range, sampling, translation
+from attnlab.lab.experiments import char_lm, long_range, sampling, translation
 from attnlab.lab.kit import char_models, copy_task
 from attnlab.lab.kit.corpus import generated_text, text_windows, unigram_bigram, windows
 from attnlab.lab.kit.report import VERDICTS
@@ -40,28 +40,7 @@ def out(tmp_path_factory):
     return tmp_path_factory.mktemp("lab_more")
 
 
-# long_range ----------------------------------------------------------------------------------
-def test_long_range_quick_report(out):
-    report, path = run_experiment("long_range", quick=True, out_dir=out / "long_range")
-    _check_written(
-        path,
-        [
-            "accuracy_vs_length.png",
-            "exact_vs_length.png",
-            "accuracy_per_position.png",
-            "alignment_bahdanau.png",
-            "cross_attention_transformer.png",
-            "dates.png",
-        ],
-    )
-    rows = report.table("reversal: exact match by length").rows
-    assert [r["length"] for r in rows] == report.metrics["lengths"]
-    token, exact = report.metrics["token_accuracy"], report.metrics["exact_match"]
-    assert set(token) == set(exact) == set(long_range.MODELS)
-    for name in long_range.MODELS:  # a whole target right implies each of its tokens right
-        assert all(0.0 <= e <= t <= 1.0 for e, t in zip(exact[name], token[name]))
-
-
+# long_range (its quick report: tests/lab/test_lab_long_range.py) ---------------------------
 @pytest.mark.parametrize("name", ["transformer", "bahdanau", "lstm"])
 def test_teacher_forced_exact_match_equals_greedy_decoding(name):
     tok = CharTokenizer(long_range.ALPHABET)
@@ -84,24 +63,7 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(name):
     assert torch.equal(hits, greedy)
 
 
-# extrapolation -------------------------------------------------------------------------------
-def test_extrapolation_quick_report_and_untrained_rows(out):
-    report, path = run_experiment("extrapolation", quick=True, out_dir=out / "extrapolation")
-    _check_written(
-        path, ["accuracy_vs_length.png", "attention_rotary.png", "attention_learned.png"]
-    )
-    # Learned rows past the longest training sequence never get a gradient: exactly unchanged.
-    assert report.metrics["learned_rows_moved"] == {"learned": 0.0}
-    arms = set(extrapolation.ARMS) | {"none"}
-    assert set(report.metrics["token_accuracy"]) == arms
-    assert {c.arm for c in report.competence} == arms and report.seeds == [0]
-    scales = report.metrics["signal_rms"]  # the rescaled sinusoids sit at the token scale
-    assert abs(scales["sinusoidal"]["positions"] / scales["sinusoidal"]["tokens"] - 1) < 0.1
-    big = copy_task.build_arm(copy_task.ROTARY_LARGE, 12, 16, quick=True)
-    assert big.embed.pos_enc.base == copy_task.LARGE_BASE
-    assert scales["learned"]["positions"] < 0.05
-
-
+# copy task (extrapolation's quick report: tests/lab/test_lab_extrapolation.py) ---------
 def test_copy_examples_layout():
     ids, targets = copy_task.copy_examples(3, [1, 2, 3], 8, np.random.default_rng(0))
     row = ids[2].tolist()  # <bos> a b c | a b c <eos>

@@ -46,25 +46,42 @@ def test_permuted_examples_follow_the_permutation():
     assert targets[0].tolist() == [-100] * 4 + row[5:9]
 
 
-def test_concat_positions_quick_report(tmp_path):
-    report, _ = run_experiment("concat_positions", quick=True, out_dir=tmp_path)
+def test_concat_positions_quick_report(tmp_path, monkeypatch):
+    from attnlab.lab.experiments import concat_positions
+    from attnlab.lab.experiments.concat_positions import COMPARED, LRS, MAX_EXTRA, TASKS
+
+    measured = concat_positions.measure(True, 0)
+    monkeypatch.setattr(concat_positions, "fit", None)  # write_up must not train
+    report = concat_positions.write_up(measured, tmp_path, quick=True)
     arms = {c.arm for c in report.competence}
     assert arms == {
         f"{a}, {t}"
         for a in ("added", "concatenated", "concatenated, unit")
         for t in ("copy", "permute")
     }
+    assert set(report.arms) == {f"{a}, {t}" for a in COMPARED for t in TASKS}
+    for c in report.competence:  # every compared arm: a swept rate and a step doubling
+        assert c.gated == c.in_verdict
+        if c.in_verdict:
+            assert c.lr.chosen in c.lr.grid and c.doubling.seeds == [0]
+            grid = sorted(c.lr.grid)  # an edge choice only when the extensions ran out
+            assert c.lr.bracketed or len(grid) == len(LRS) + MAX_EXTRA
+    assert report.thresholds and report.verdict in (
+        "held",
+        "did not hold",
+        "mixed",
+        "no effect resolved",
+        "inconclusive",
+    )
     scale = report.setup[-1]  # the concatenated arm's sinusoids enter at the token scale c
     assert "mapped positions (|W_p| x RMS(c PE))" in scale
     assert (tmp_path / "learning_copy.png").is_file() and (
         tmp_path / "learning_permute.png"
     ).is_file()
-    # every compared arm and task is swept over LRS; exactly one lr each is chosen, the one the
-    # main table and the competence check report
-    from attnlab.lab.experiments.concat_positions import COMPARED, LRS, TASKS
-
+    # every compared arm and task is swept over its grid; exactly one lr each is chosen, the one
+    # the main table and the competence check report
     sweep = report.table("learning-rate sweep (validation sets, every seed)").rows
-    assert len(sweep) == len(TASKS) * len(COMPARED) * len(LRS)
+    assert len(sweep) == sum(len(measured["grids"][(a, t)]) for a in COMPARED for t in TASKS)
     chosen = {(r["task"], r["position input"]): r["peak lr"] for r in sweep if r["chosen"]}
     assert len(chosen) == len(TASKS) * len(COMPARED)
     rows = report.table("accuracy and learning speed per task and position input").rows
@@ -223,3 +240,20 @@ def test_concat_positions_scaled_arm_puts_pe_at_the_token_scale():
     assert c == pytest.approx(rms(scaled.embed.tok_emb.weight) * math.sqrt(2.0))
     x, pos = torch.zeros(1, 9, 32), torch.arange(9)
     assert torch.allclose(scaled.embed.pos_enc.signal(pos, x), c * raw.embed.pos_enc.signal(pos, x))
+
+
+def test_complexity_says_cpu_only_and_write_up_does_not_time(tmp_path, monkeypatch):
+    import os
+
+    from attnlab.lab.experiments import complexity
+
+    measured = complexity.measure(True, 0)
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("write_up must not time anything")
+
+    monkeypatch.setattr(complexity, "best_ms", no_timing)
+    report = complexity.write_up(measured, tmp_path, quick=True)
+    assert report.verdict_reason.startswith(f"CPU only ({os.cpu_count()} logical cores")
+    assert report.arms == [] and report.competence == [] and len(report.thresholds) == 2
+    assert any(s.startswith("CPU only") for s in report.setup)

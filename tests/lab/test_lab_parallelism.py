@@ -43,3 +43,22 @@ def test_fused_rnn_lm_matches_the_elman_recurrence():
             x[:, t] @ rnn.weight_ih_l0.T + rnn.bias_ih_l0 + h @ rnn.weight_hh_l0.T + rnn.bias_hh_l0
         )
     assert torch.allclose(model(ids).logits[:, -1], model.head(h), atol=1e-6)
+
+
+def test_verdict_says_cpu_only_and_write_up_does_not_time(tmp_path, monkeypatch):
+    import os
+
+    from attnlab.lab.experiments import parallelism
+
+    measured = parallelism.measure(True, 0)
+    assert measured["logical_cores"] == os.cpu_count()
+
+    def no_timing(*args, **kwargs):
+        raise AssertionError("write_up must not time anything")
+
+    monkeypatch.setattr(parallelism, "step_ms", no_timing)
+    report = parallelism.write_up(measured, tmp_path, quick=True)
+    assert report.verdict_reason.startswith("CPU only")
+    assert report.arms == [] and report.competence == [] and report.thresholds
+    assert any("no trained arms are compared" in s for s in report.setup)
+    assert f"{os.cpu_count()} logical cores" in report.findings[-1]

@@ -18,7 +18,9 @@ near n = d. Measured here on this machine, forward pass, B = 1, one thread:
 - wall time of each (best of several calls, in 3 rounds), and the length n* where the two
   curves cross, against the predicted n* = d;
 - the projections W^Q, W^K, W^V, W^O of a full attention layer add 8 n d^2 FLOPs, the same
-  order as the recurrence: Table 1 counts only the attention itself (shown for completeness).
+  order as the recurrence: Table 1 counts only the attention itself (said in the findings).
+
+CPU only unless a GPU is used (none is, today): the verdict says so (:data:`CPU_ONLY`).
 
 Shapes: B = 1, n length, d width.
 """
@@ -26,6 +28,7 @@ Shapes: B = 1, n length, d width.
 from __future__ import annotations
 
 import math
+import os
 import time
 from pathlib import Path
 
@@ -35,7 +38,16 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.lab.kit.charts import line_chart, save_chart, seeds_chart
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import Report, Table, outcome, spread, spread_text
+from attnlab.lab.kit.report import (
+    FigureRef,
+    Report,
+    Table,
+    Threshold,
+    gated_fields,
+    spread,
+    spread_text,
+    verdict_of,
+)
 from attnlab.lab.kit.seeds import start_seeds
 from attnlab.nn.attention import scaled_dot_product_attention
 
@@ -47,12 +59,11 @@ def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.T
 
 def recurrence_loop(x: torch.Tensor, rnn: nn.RNN) -> torch.Tensor:
     """h_t = tanh(U x_t + b_U + W h_{t-1} + b_W), t = 1..n, as explicit products: (1, n, d)."""
+    w_ih, w_hh, b_ih, b_hh = rnn.all_weights[0]  # U (d, d), W (d, d), b_U, b_W
     h = torch.zeros(1, rnn.hidden_size)
     out = []
     for t in range(x.size(1)):
-        h = torch.tanh(
-            x[:, t] @ rnn.weight_ih_l0.T + rnn.bias_ih_l0 + h @ rnn.weight_hh_l0.T + rnn.bias_hh_l0
-        )
+        h = torch.tanh(x[:, t] @ w_ih.T + b_ih + h @ w_hh.T + b_hh)
         out.append(h)
     return torch.stack(out, dim=1)
 
@@ -88,16 +99,51 @@ def crossover(ns: list[int], a: list[float], b: list[float]) -> float:
     return math.inf
 
 
-@experiment("complexity", notes="004 'Complexity figures'; Vaswani et al. 2017 Table 1")
+COST = (
+    "Full run: FLOP counts plus 3 rounds of best-of-5 forward timings, 2 widths x 8 lengths. "
+    "Under 1 min on 2 idle cores (the last report: 6 s; this change adds no timing). Command: "
+    "attnlab experiment complexity --seed 0"
+)
+CPU_ONLY = (
+    "CPU only: no GPU was used. The FLOP counts do not depend on the hardware; the wall times "
+    "are this CPU's (one thread), where the recurrence's n serial steps cost little more than "
+    "their FLOPs. On a GPU, where the n^2 scores run in parallel and the n steps cannot, the "
+    "measured crossover would move; this run cannot show where."
+)
+CLAIM = (
+    "For self-attention, since Q = K, then the time complexity [...] figures are "
+    "O(N^2 d_q + N^2 d_v) (004). -- Self-attention layers are faster than recurrent layers "
+    "when the sequence length n is smaller than the representation dimensionality d "
+    "(Vaswani et al. 2017, Sec. 4 and Table 1: recurrent O(n d^2) per layer, O(n) "
+    "sequential operations)."
+)
+NEAR = 4.0  # "near n = d": within this factor (the lab's; the paper gives none)
+THRESHOLDS = [
+    Threshold(
+        "counted FLOPs: attention core = recurrence at",
+        "n = d (within 5 %)",
+        "Vaswani et al. 2017, Table 1: O(n^2 d) vs O(n d^2) per layer",
+    ),
+    Threshold(
+        "wall time: the crossover, on every round",
+        f"within a factor {NEAR:g} of n = d",
+        "Vaswani et al. 2017, Sec. 4: self-attention is faster 'when the sequence length n is "
+        f"smaller than the representation dimensionality d' (no tolerance given; {NEAR:g} is the "
+        "lab's)",
+    ),
+]
+
+
 @torch.no_grad()
-def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
-    """Per layer, self-attention costs O(n^2 d) with O(1) sequential steps and a recurrent
-    layer O(n d^2) with O(n) sequential steps, so self-attention is cheaper when n < d."""
-    rounds = start_seeds(seed, quick)  # each round re-measures everything
+def measure(quick: bool, seed: int, data: Path | None = None) -> dict:
+    """Counted FLOPs per (arm, d) and n, and best-of forward times per (arm, d), round and n
+    (each round re-measures everything with its own seed). ``data`` is unused."""
+    rounds = start_seeds(seed, quick)
     widths = (32,) if quick else (64, 256)
     ns = [8, 16, 32, 64] if quick else [16, 32, 64, 128, 256, 512, 1024, 2048]
     repeats = 2 if quick else 5
-    flops, ms = {}, {}  # (arm, d) -> per n; ms: (arm, d) -> per round, per n
+    flops: dict[tuple, list[int]] = {}
+    ms: dict[tuple, dict[int, list[float]]] = {}
     check = {}
     for d in widths:
         rnn = nn.RNN(d, d, batch_first=True)
@@ -107,7 +153,6 @@ def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Repo
                 counted_flops(attention_core, q, k, v)
             )
             flops.setdefault(("recurrent", d), []).append(4 * n * d * d)
-            flops.setdefault(("projections", d), []).append(8 * n * d * d)
         x = torch.randn(1, ns[0], d)
         check[d] = (counted_flops(recurrence_loop, x, rnn), 4 * ns[0] * d * d)
     for r in rounds:
@@ -123,13 +168,23 @@ def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Repo
                 ms.setdefault(("recurrent", d), {}).setdefault(r, []).append(
                     best_ms(rnn, x, repeats=repeats)
                 )
-    rows, cross_flops, cross_ms = [], {}, {}
-    for d in widths:
-        cross_flops[d] = crossover(ns, flops[("self-attention", d)], flops[("recurrent", d)])
-        cross_ms[d] = [
-            crossover(ns, ms[("self-attention", d)][r], ms[("recurrent", d)][r]) for r in rounds
-        ]
-        for j, n in enumerate(ns):
+    return {
+        "rounds": rounds,
+        "widths": list(widths),
+        "ns": ns,
+        "repeats": repeats,
+        "flops": flops,
+        "ms": ms,
+        "flop_check": check,
+        "logical_cores": os.cpu_count(),
+        "gpu": torch.cuda.is_available(),  # the timings are CPU timings either way
+    }
+
+
+def cost_rows(m: dict) -> list[dict]:
+    flops, ms, rounds, rows = m["flops"], m["ms"], m["rounds"], []
+    for d in m["widths"]:
+        for j, n in enumerate(m["ns"]):
             att = [ms[("self-attention", d)][r][j] for r in rounds]
             rec = [ms[("recurrent", d)][r][j] for r in rounds]
             rows.append(
@@ -145,27 +200,53 @@ def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Repo
                     "time ratio": spread(att)["mean"] / spread(rec)["mean"],
                 }
             )
-    near = {d: all(d / 4 <= c <= 4 * d for c in cross_ms[d]) for d in widths}
+    return rows
+
+
+def crossovers(m: dict) -> tuple[dict[int, float], dict[int, list[float]]]:
+    """The FLOP crossover per d, and the wall-time crossover per d and round."""
+    flops, ms, ns = m["flops"], m["ms"], m["ns"]
+    by_flops = {
+        d: crossover(ns, flops[("self-attention", d)], flops[("recurrent", d)]) for d in m["widths"]
+    }
+    by_time = {
+        d: [
+            crossover(ns, ms[("self-attention", d)][r], ms[("recurrent", d)][r])
+            for r in m["rounds"]
+        ]
+        for d in m["widths"]
+    }
+    return by_flops, by_time
+
+
+def verdict(m: dict) -> tuple[str, str]:
+    widths = m["widths"]
+    cross_flops, cross_ms = crossovers(m)
+    near = {d: all(d / NEAR <= c <= NEAR * d for c in cross_ms[d]) for d in widths}
     flop_exact = all(abs(cross_flops[d] / d - 1) < 0.05 for d in widths)
-    checks = [flop_exact, *near.values()]
     reason = (
-        "counted FLOPs cross at n = "
+        f"CPU only ({m['logical_cores']} logical cores, one thread used, no GPU). Counted FLOPs "
+        "cross at n = "
         + ", ".join(f"{cross_flops[d]:.0f} for d = {d}" for d in widths)
-        + " (predicted n = d); measured wall time (forward, B = 1, one thread; attention core vs "
+        + " (predicted n = d); measured wall time (forward, B = 1; attention core vs "
         "torch.nn.RNN's fused kernel) crosses at n = "
         + ", ".join(f"{spread_text(cross_ms[d])} for d = {d}" for d in widths)
-        + f" (mean (min-max) over {len(rounds)} rounds); 'near' = within a factor 4 of d: "
-        + ", ".join(f"d = {d} {'yes' if near[d] else 'no'}" for d in widths)
-        + "."
+        + f" (mean (min-max) over {len(m['rounds'])} rounds); within a factor {NEAR:g} of d on "
+        "every round: " + ", ".join(f"d = {d} {'yes' if near[d] else 'no'}" for d in widths) + "."
     )
+    return verdict_of([flop_exact, *near.values()]), reason
+
+
+def charts(m: dict, out_dir: Path) -> list[FigureRef]:
     figures = []
-    for d in widths:
-        names = {"self-attention": "self-attention core", "recurrent": "recurrent (nn.RNN)"}
+    ns, ms, rounds = m["ns"], m["ms"], m["rounds"]
+    names = {"self-attention": "self-attention core", "recurrent": "recurrent (nn.RNN)"}
+    for d in m["widths"]:
         fig = seeds_chart(
             {names[arm]: (ns, [ms[(arm, d)][r] for r in rounds]) for arm in names},
             xlabel="sequence length n",
             ylabel="ms per forward pass",
-            title=f"one layer, d = {d}, B = 1, 1 thread",
+            title=f"one layer, d = {d}, B = 1, 1 thread, CPU",
             logx=True,
             logy=True,
             vline=d,
@@ -175,16 +256,15 @@ def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Repo
                 fig,
                 out_dir,
                 f"time_d{d}.png",
-                f"Forward time of the "
-                f"attention core and of the recurrence at d = {d} (mean over "
-                "rounds, min-max band); the dashed line is n = d, the "
-                "predicted crossover.",
+                f"Forward time on the CPU of the attention core and of the recurrence at "
+                f"d = {d} (mean over {len(rounds)} round(s), min-max band); the dashed line is "
+                "n = d, the predicted crossover.",
             )
         )
     fig = line_chart(
         {
-            f"{arm}, d = {d}": (ns, flops[(arm, d)])
-            for d in widths
+            f"{arm}, d = {d}": (ns, m["flops"][(arm, d)])
+            for d in m["widths"]
             for arm in ("self-attention", "recurrent")
         },
         xlabel="sequence length n",
@@ -198,41 +278,52 @@ def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Repo
             fig,
             out_dir,
             "flops.png",
-            "FLOPs per layer against n: the "
-            "attention line (slope 2) crosses the recurrent one (slope 1) at "
-            "n = d.",
+            "FLOPs per layer against n (exact counts: no spread): the attention line (slope 2) "
+            "crosses the recurrent one (slope 1) at n = d.",
         )
     )
+    return figures
+
+
+def write_up(measured: dict, out_dir: Path, quick: bool) -> Report:
+    """Tables, figures and the verdict from :func:`measure`'s counts and timings."""
+    m = measured
+    word, reason = verdict(m)
+    cross_flops, cross_ms = crossovers(m)
     return Report(
         name="complexity",
         title="The cost table: self-attention O(n^2 d) vs recurrence O(n d^2)",
-        claim="For self-attention, since Q = K, then the time complexity [...] figures are "
-        "O(N^2 d_q + N^2 d_v) (004). -- Self-attention layers are faster than recurrent layers "
-        "when the sequence length n is smaller than the representation dimensionality d "
-        "(Vaswani et al. 2017, Sec. 4 and Table 1: recurrent O(n d^2) per layer, O(n) "
-        "sequential operations).",
+        claim=CLAIM,
         source="004, 'Complexity figures'; Vaswani et al. 2017, Table 1 and Sec. 4",
         setup=[
-            f"d in {list(widths)}, n in {ns}, batch 1, forward only, float32, one torch thread.",
+            f"d in {m['widths']}, n in {m['ns']}, batch 1, forward only, float32, one torch "
+            f"thread of {m['logical_cores']} logical cores.",
             "Self-attention: one head of attnlab.nn.scaled_dot_product_attention (Q K^T, "
             "softmax, A V) on random q, k, v; recurrent: torch.nn.RNN (tanh, one layer, d -> d), "
             "whose n steps run one after another inside one fused call.",
             "FLOPs: torch.utils.flop_counter on the attention; the recurrence's 4 n d^2 checked "
             "against the counter on an explicit loop of the same products: "
-            + ", ".join(f"d = {d}: counted {c:,} vs formula {f:,}" for d, (c, f) in check.items())
+            + ", ".join(
+                f"d = {d}: counted {c:,} vs formula {f:,}" for d, (c, f) in m["flop_check"].items()
+            )
             + ".",
-            f"Wall time: best of {repeats} calls after one warm-up, in {len(rounds)} rounds; other "
-            "processes share the CPU (the load average is recorded below).",
+            f"Wall time: best of {m['repeats']} calls after one warm-up, in {len(m['rounds'])} "
+            "rounds (each with its own seed); other processes may share the CPU (the load "
+            "average is recorded below).",
+            "Timings and counts only: no trained arms are compared, so there is no competence "
+            "gate.",
+            CPU_ONLY,
         ],
-        tables=[Table("cost per layer against n", rows)],
-        figures=figures,
-        **outcome(checks, reason, [], rounds, quick),
+        thresholds=THRESHOLDS,
+        tables=[Table("cost per layer against n", cost_rows(m))],
+        figures=charts(m, out_dir),
+        **gated_fields(word, reason, [], m["rounds"], quick, arms=[]),
         per_seed={"crossover_ms": {str(d): v for d, v in cross_ms.items()}},
         metrics={
             "crossover_flops": {str(d): c for d, c in cross_flops.items()},
             "crossover_ms": {str(d): spread(v) for d, v in cross_ms.items()},
-            "flop_check": {str(d): list(v) for d, v in check.items()},
-            "ns": ns,
+            "flop_check": {str(d): list(v) for d, v in m["flop_check"].items()},
+            "ns": m["ns"],
         },
         findings=[
             "Sequential operations: the attention core is three calls whatever n is (its n^2 "
@@ -242,4 +333,13 @@ def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Repo
             "FLOPs), the same order as the recurrence itself; Table 1 compares the token-mixing "
             "parts only.",
         ],
+        quick=quick,
+        seed=m["rounds"][0],
     )
+
+
+@experiment("complexity", notes="004 'Complexity figures'; Vaswani et al. 2017 Table 1")
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
+    """Per layer, self-attention costs O(n^2 d) with O(1) sequential steps and a recurrent
+    layer O(n d^2) with O(n) sequential steps, so self-attention is cheaper when n < d."""
+    return write_up(measure(quick, seed, data), out_dir, quick)

@@ -20,9 +20,10 @@ Shapes: B batch, T length, D d_model.
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -32,7 +33,16 @@ from attnlab.config import ModelConfig
 from attnlab.lab.kit.charts import save_chart, seeds_chart
 from attnlab.lab.kit.fit import lm_loss
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import Report, Table, outcome, spread, spread_text
+from attnlab.lab.kit.report import (
+    Report,
+    Table,
+    Threshold,
+    gated_fields,
+    resolved,
+    spread,
+    spread_text,
+    verdict_of,
+)
 from attnlab.lab.kit.seeds import bands, seed_list
 from attnlab.models import build_model
 from attnlab.runtime import load_average
@@ -40,12 +50,17 @@ from attnlab.runtime import load_average
 VOCAB = 64
 FUSED, LOOP, TF = "RNN LM, torch.nn.RNN (fused)", "RNN LM, attnlab (loop over t)", "Transformer LM"
 D_RNN = 208  # about the Transformer's parameter count
-MODELS = {
+MODELS: dict[str, dict[str, Any]] = {
     FUSED: dict(d_model=D_RNN),
     LOOP: dict(kind="rnn_lm", d_model=D_RNN, n_layers=1),
     TF: dict(kind="decoder_lm", d_model=64, n_heads=4, n_layers=2, d_ff=256,
              positional="sinusoidal"),
 }  # fmt: skip
+CLAIM = (
+    "We can't compute h_2 until we know the value of h_1 [...] As the sequence gets longer, "
+    "there is only so much we can parallelize the computation of the network on a GPU because "
+    "of the number of serial dependencies."
+)
 
 
 class _Logits(NamedTuple):
@@ -97,24 +112,41 @@ def n_params(name: str) -> int:
     return sum(p.numel() for p in make_model(name, 16).parameters())
 
 
-@experiment(
-    "parallelism",
-    notes="000 'Parallelization issues with dependence on the sequence index'",
+COST = (
+    "Full run: 3 rounds of best-of-5 step timings, 3 models x 2 batch sizes x 5 lengths x 2 "
+    "thread counts. About 1 min on 2 idle cores (the last report: 47 s; this change adds no "
+    "timing). Command: attnlab experiment parallelism --seed 0"
 )
-def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
-    """An RNN's serial dependency makes its training step time grow linearly with the sequence
-    length and gain little from parallel hardware, while a Transformer processes all positions
-    at once."""
+CPU_ONLY = (
+    "CPU only: no GPU was used, and the note's claim is about a GPU. On this CPU the run can "
+    "show the serial dependency itself (the RNN's step time grows with T at every batch size, "
+    "a Transformer's throughput grows with T) and what a second core gives each model; it "
+    "cannot show how wide the gap becomes on a GPU's thousands of lanes."
+)
+THRESHOLDS = [
+    Threshold(
+        "each check's difference (tokens/s, throughput growth, thread speed-up)",
+        "in the predicted direction with the rounds' min-max ranges apart",
+        "000 'Parallelization issues with dependence on the sequence index' (qualitative: no "
+        "number in the note); ranges apart is the lab's rule for a resolved difference",
+    )
+]
+
+
+def measure(quick: bool, seed: int, data: Path | None = None) -> dict:
+    """Best-of step times ``ms[(model, B, threads, T)]``, one per round (each round re-measures
+    everything with its own seed, thread counts interleaved so both see the same load), with
+    the machine it ran on. ``data`` is unused (random tokens)."""
     lengths = (8, 16, 32) if quick else (32, 64, 128, 256, 512)
     batches = (1, 2) if quick else (1, 16)
     threads = (1, 2)
     repeats = 1 if quick else 5
-    rounds = seed_list(seed, quick)  # each round re-measures everything (its own seed)
-    load = ", ".join(f"{x:.2f}" for x in load_average() or []) or "unknown"
+    rounds = seed_list(seed, quick)
+    load = load_average()
     ms: dict[tuple, list[float]] = {}  # (name, B, threads, T) -> one best-of per round
     try:
         for r in rounds:
-            for n_threads in threads:  # interleaved, so both thread counts see the same load
+            for n_threads in threads:
                 torch.set_num_threads(n_threads)
                 for b in batches:
                     for t in lengths:
@@ -123,117 +155,186 @@ def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Repo
                             ms.setdefault((name, b, n_threads, t), []).append(value)
     finally:
         torch.set_num_threads(1)
+    return {
+        "lengths": list(lengths),
+        "batches": list(batches),
+        "threads": list(threads),
+        "repeats": repeats,
+        "rounds": rounds,
+        "ms": ms,
+        "params": {name: n_params(name) for name in MODELS},
+        "load_at_start": list(load) if load else None,
+        "logical_cores": os.cpu_count(),
+        "gpu": torch.cuda.is_available(),  # the timings are CPU timings either way
+    }
+
+
+def tokens_per_s(m: dict, name: str, b: int, th: int, t: int) -> list[float]:
+    """Per round tokens/s of one (model, B, threads, T)."""
+    return [b * t / v * 1000 for v in m["ms"][(name, b, th, t)]]
+
+
+def speedups(m: dict) -> dict[tuple, list[float]]:
+    """(model, B, T) -> per round 1-thread time / 2-thread time."""
+    return {
+        (name, b, t): [x / y for x, y in zip(m["ms"][(name, b, 1, t)], m["ms"][(name, b, 2, t)])]
+        for name in MODELS
+        for b in m["batches"]
+        for t in m["lengths"]
+    }
+
+
+def step_rows(m: dict) -> list[dict]:
     rows = []
-    for (name, b, th, t), v in ms.items():
+    for (name, b, th, t), v in m["ms"].items():
         if th == 1:
+            mean = spread(v)["mean"]
             rows.append(
                 {
                     "model": name,
                     "B": b,
                     "T": t,
-                    "ms / step (1 thread)": spread(v)["mean"],
+                    "ms / step (1 thread)": mean,
                     "min-max over rounds": f"{min(v):.3g}-{max(v):.3g}",
-                    "tokens / s": b * t / (spread(v)["mean"] / 1000),
-                    "us / token": 1000 * spread(v)["mean"] / (b * t),
+                    "tokens / s": b * t / (mean / 1000),
+                    "us / token": 1000 * mean / (b * t),
                 }
             )
-    tps = {}  # (name, B, threads) -> per round tokens/s at shortest and longest T
-    fit_rows = []
+    return rows
+
+
+def growth_rows(m: dict) -> list[dict]:
+    lengths, rounds, rows = m["lengths"], m["rounds"], []
     for name in MODELS:
-        for b in batches:
-            for th in threads:
-                per_round = [[ms[(name, b, th, t)][i] for t in lengths] for i in range(len(rounds))]
-                short = [b * lengths[0] / v[0] * 1000 for v in per_round]
-                long = [b * lengths[-1] / v[-1] * 1000 for v in per_round]
-                tps[(name, b, th)] = (short, long)
-                if th == 1:
-                    mean = bands(per_round)[0]
-                    fit_rows.append(
-                        {
-                            "model": name,
-                            "B": b,
-                            "parameters": n_params(name),
-                            "ms per extra position (slope)": float(np.polyfit(lengths, mean, 1)[0]),
-                            "tokens/s at shortest T": spread_text(short),
-                            "tokens/s at longest T": spread_text(long),
-                            "step-time growth": mean[-1] / mean[0],
-                            "length ratio": lengths[-1] / lengths[0],
-                        }
-                    )
-    speedup = {}  # (name, B, T) -> per round 1-thread / 2-thread
-    thread_rows = []
-    for name in MODELS:
-        for b in batches:
-            for t in lengths:
-                one, two = ms[(name, b, 1, t)], ms[(name, b, 2, t)]
-                speedup[(name, b, t)] = [x / y for x, y in zip(one, two)]
-                gain = spread_text(speedup[(name, b, t)])
-                thread_rows.append({"model": name, "B": b, "T": t, "speed-up, 2 threads": gain})
-    figures = _figures(out_dir, ms, lengths, batches, rounds, speedup)
-    b1, big, t_max = batches[0], batches[-1], lengths[-1]
-    rnn_long, tf_long = tps[(FUSED, b1, 1)][1], tps[(TF, b1, 1)][1]
-    checks = {
-        "Transformer above the fused RNN at B = 1, longest T (outside the spread)": min(tf_long)
-        > max(rnn_long),
-        "fused RNN throughput flat in T at B = 1 (<= 1.1x)": np.mean(rnn_long)
-        <= 1.1 * np.mean(tps[(FUSED, b1, 1)][0]),
-        "Transformer throughput grows with T at B = 1 (> 1.1x)": np.mean(tf_long)
-        > 1.1 * np.mean(tps[(TF, b1, 1)][0]),
-        "a second thread helps the Transformer more than the fused RNN (B = 1, longest T, "
-        "outside the spread)": min(speedup[(TF, b1, t_max)]) > max(speedup[(FUSED, b1, t_max)]),
+        for b in m["batches"]:
+            per_round = [[m["ms"][(name, b, 1, t)][i] for t in lengths] for i in range(len(rounds))]
+            mean = bands(per_round)[0]
+            rows.append(
+                {
+                    "model": name,
+                    "B": b,
+                    "parameters": m["params"][name],
+                    "ms per extra position (slope)": float(np.polyfit(lengths, mean, 1)[0]),
+                    "tokens/s at shortest T": spread_text(tokens_per_s(m, name, b, 1, lengths[0])),
+                    "tokens/s at longest T": spread_text(tokens_per_s(m, name, b, 1, lengths[-1])),
+                    "step-time growth": mean[-1] / mean[0],
+                    "length ratio": lengths[-1] / lengths[0],
+                }
+            )
+    return rows
+
+
+def checks(m: dict) -> dict[str, tuple[list[float], list[float]]]:
+    """The claim's checks on this CPU, each (the side predicted higher, the other), per round."""
+    b1, short, long = m["batches"][0], m["lengths"][0], m["lengths"][-1]
+
+    def growth(name: str) -> list[float]:
+        a, z = tokens_per_s(m, name, b1, 1, short), tokens_per_s(m, name, b1, 1, long)
+        return [y / x for x, y in zip(a, z)]
+
+    gain = speedups(m)
+    return {
+        f"Transformer tokens/s above the fused RNN's at B = {b1}, T = {long}": (
+            tokens_per_s(m, TF, b1, 1, long),
+            tokens_per_s(m, FUSED, b1, 1, long),
+        ),
+        f"Transformer throughput at B = {b1} grows from T = {short} to {long}": (
+            tokens_per_s(m, TF, b1, 1, long),
+            tokens_per_s(m, TF, b1, 1, short),
+        ),
+        f"that growth (tokens/s at T = {long} over T = {short}) larger for the Transformer "
+        "than for the fused RNN": (growth(TF), growth(FUSED)),
+        f"a second thread helps the Transformer more than the fused RNN (B = {b1}, T = {long})": (
+            gain[(TF, b1, long)],
+            gain[(FUSED, b1, long)],
+        ),
     }
+
+
+def verdict(m: dict) -> tuple[str, str, dict[str, bool]]:
+    """A check holds when its predicted side is higher with the ranges apart; "no effect
+    resolved" when no check's difference is resolved; every verdict says "CPU only"."""
+    found = checks(m)
+    held = {k: resolved(hi, lo) and min(hi) > max(lo) for k, (hi, lo) in found.items()}
+    word = (
+        "no effect resolved"
+        if not any(resolved(hi, lo) for hi, lo in found.values())
+        else verdict_of(list(held.values()))
+    )
+    b1, long, gain = m["batches"][0], m["lengths"][-1], speedups(m)
     reason = (
-        f"B = 1, T {lengths[0]} -> {t_max}, 1 thread, tokens/s (mean (min-max) over "
-        f"{len(rounds)} rounds): fused RNN {spread_text(tps[(FUSED, b1, 1)][0])} -> "
-        f"{spread_text(rnn_long)}, Transformer {spread_text(tps[(TF, b1, 1)][0])} -> "
-        f"{spread_text(tf_long)} (attnlab's Python-loop RNN {spread_text(tps[(LOOP, b1, 1)][1])} "
-        f"at T = {t_max}); at B = {big}, T = {t_max}: fused RNN "
-        f"{spread_text(tps[(FUSED, big, 1)][1])} vs Transformer {spread_text(tps[(TF, big, 1)][1])}"
-        f"; a second thread at B = {b1}, T = {t_max}: fused RNN "
-        f"{spread_text(speedup[(FUSED, b1, t_max)])}x, Transformer "
-        f"{spread_text(speedup[(TF, b1, t_max)])}x. Checks: "
-        + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in checks.items())
+        f"CPU only ({m['logical_cores']} logical cores, no GPU used; the claim is about a GPU). "
+        f"B = {b1}, T {m['lengths'][0]} -> {long}, 1 thread, tokens/s (mean (min-max) over "
+        f"{len(m['rounds'])} rounds): fused RNN "
+        f"{spread_text(tokens_per_s(m, FUSED, b1, 1, m['lengths'][0]))} -> "
+        f"{spread_text(tokens_per_s(m, FUSED, b1, 1, long))}, Transformer "
+        f"{spread_text(tokens_per_s(m, TF, b1, 1, m['lengths'][0]))} -> "
+        f"{spread_text(tokens_per_s(m, TF, b1, 1, long))}; a second thread: fused RNN "
+        f"{spread_text(gain[(FUSED, b1, long)])}x, Transformer "
+        f"{spread_text(gain[(TF, b1, long)])}x. Checks (resolved = ranges apart): "
+        + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in held.items())
         + "."
     )
+    return word, reason, held
+
+
+def write_up(measured: dict, out_dir: Path, quick: bool) -> Report:
+    """Tables, figures and the verdict from :func:`measure`'s timings (nothing is re-timed)."""
+    m = measured
+    gain = speedups(m)
+    word, reason, _ = verdict(m)
+    load = ", ".join(f"{x:.2f}" for x in m["load_at_start"] or []) or "unknown"
+    thread_rows = [
+        {"model": n, "B": b, "T": t, "speed-up, 2 threads": spread_text(v)}
+        for (n, b, t), v in gain.items()
+    ]
     return Report(
         name="parallelism",
         title="Parallelism: the RNN's serial loop vs the Transformer's matmuls",
-        claim="We can't compute h_2 until we know the value of h_1 [...] As the sequence gets "
-        "longer, there is only so much we can parallelize the computation of the network on a "
-        "GPU because of the number of serial dependencies.",
+        claim=CLAIM,
         source="000, 'Problems with RNN: Parallelization issues with dependence on the sequence "
         "index'",
         setup=[
             f"Serial baseline: an Elman RNN LM on torch.nn.RNN's fused kernel (d {D_RNN}); also "
             f"attnlab's own RNN LM ({MODELS[LOOP]}), whose Python loop over t adds per-step "
             f"overhead; Transformer LM: {MODELS[TF]}; vocabulary {VOCAB}; parameters "
-            + ", ".join(f"{n} {n_params(n):,}" for n in MODELS)
+            + ", ".join(f"{n} {p:,}" for n, p in m["params"].items())
             + ".",
             f"One step = forward + backward + AdamW update on random tokens, B = "
-            f"{' and '.join(map(str, batches))}, T = {list(lengths)}, 1 and 2 intra-op threads; "
-            f"best of {repeats} steps after 2 warm-up steps, measured in {len(rounds)} rounds "
-            "(each a full sweep with its own seed, thread counts interleaved); tables give the "
-            "mean over rounds with the min-max.",
-            f"Load average when the run started: {load} (other processes share the 2 cores; "
-            "timings are indicative, the thread sweep most of all).",
+            f"{' and '.join(map(str, m['batches']))}, T = {m['lengths']}, 1 and 2 intra-op "
+            f"threads; best of {m['repeats']} steps after 2 warm-up steps, measured in "
+            f"{len(m['rounds'])} rounds (each a full sweep with its own seed, thread counts "
+            "interleaved); tables give the mean over rounds with the min-max.",
+            f"Machine: {m['logical_cores']} logical cores; load average when the run started: "
+            f"{load} (other processes may share the cores: timings are indicative, the thread "
+            "sweep most of all).",
+            "Timings only: no trained arms are compared (the models train for a few steps on "
+            "random tokens to be timed, not to learn), so there is no competence gate.",
+            CPU_ONLY,
         ],
+        thresholds=THRESHOLDS,
         tables=[
-            Table("training-step time against sequence length", rows),
-            Table("growth with T", fit_rows),
+            Table("training-step time against sequence length", step_rows(m)),
+            Table("growth with T", growth_rows(m)),
             Table("intra-op threads: speed-up of 2 threads over 1", thread_rows),
         ],
-        figures=figures,
-        **outcome(list(checks.values()), reason, [], rounds, quick),
-        per_seed={"ms": {f"{n}, B={b}, threads={th}, T={t}": v for (n, b, th, t), v in ms.items()}},
+        figures=_figures(out_dir, m["ms"], m["lengths"], m["batches"], m["rounds"], gain),
+        **gated_fields(word, reason, [], m["rounds"], quick, arms=[]),
+        per_seed={
+            "ms": {f"{n}, B={b}, threads={th}, T={t}": v for (n, b, th, t), v in m["ms"].items()}
+        },
         metrics={
             "ms": {
-                f"{n}, B={b}, threads={th}": [spread(ms[(n, b, th, t)])["mean"] for t in lengths]
+                f"{n}, B={b}, threads={th}": [
+                    spread(m["ms"][(n, b, th, t)])["mean"] for t in m["lengths"]
+                ]
                 for n in MODELS
-                for b in batches
-                for th in threads
+                for b in m["batches"]
+                for th in m["threads"]
             },
-            "speedup": {f"{n}, B={b}, T={t}": v for (n, b, t), v in speedup.items()},
-            "lengths": list(lengths),
+            "speedup": {f"{n}, B={b}, T={t}": v for (n, b, t), v in gain.items()},
+            "lengths": m["lengths"],
+            "logical_cores": m["logical_cores"],
         },
         findings=[
             "Per step an RNN does T dependent (B, D) x (D, D) products forward and again "
@@ -241,10 +342,23 @@ def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Repo
             "The Transformer does each layer's work for all T positions in a few large "
             "products, so with a single sequence it still has T rows to spread over the "
             "hardware.",
-            "This CPU has 2 cores shared with other processes, so there is little parallel "
-            "hardware to win; a GPU's thousands of lanes would widen the gap (not measured).",
+            f"This machine has {m['logical_cores']} logical cores, shared with other processes: "
+            "little parallel hardware to win; a GPU would widen the gap (not measured here).",
         ],
+        quick=quick,
+        seed=m["rounds"][0],
     )
+
+
+@experiment(
+    "parallelism",
+    notes="000 'Parallelization issues with dependence on the sequence index'",
+)
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
+    """An RNN's serial dependency makes its training step time grow linearly with the sequence
+    length and gain little from parallel hardware, while a Transformer processes all positions
+    at once."""
+    return write_up(measure(quick, seed, data), out_dir, quick)
 
 
 def _figures(out_dir, ms, lengths, batches, rounds, speedup) -> list:

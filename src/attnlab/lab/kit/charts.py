@@ -7,6 +7,7 @@ axis, or one number per variant.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -203,6 +204,20 @@ def heatmap_panels(
         ax.set_title(sub, fontsize=9)
     fig.colorbar(image, ax=list(axes), label="attention weight", shrink=0.9)
     fig.suptitle(title, fontsize=10)
+    return fig
+
+
+def dodged(xs: Sequence[float], k: int, n: int, share: float = 0.012) -> list[float]:
+    """``xs`` shifted sideways for series ``k`` of ``n`` (by ``share`` of the x range per
+    series), so that series lying on top of each other (e.g. several arms at accuracy 1) stay
+    visible; say so in the caption."""
+    width = share * (max(xs) - min(xs))
+    return [x + width * (k - (n - 1) / 2) for x in xs]
+
+
+def integer_xticks(fig: Figure, xs: Sequence[int], most: int = 16) -> Figure:
+    """Ticks at the integer x values themselves (lengths, positions, bins), at most ``most``."""
+    fig.axes[0].set_xticks(list(xs)[:: max(1, math.ceil(len(xs) / most))])
     return fig
 
 

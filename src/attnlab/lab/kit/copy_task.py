@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -78,7 +79,8 @@ def model_config(kind: str, vocab_size: int, max_len: int, quick: bool) -> Model
 
 def position_table(model: nn.Module) -> Tensor | None:
     """The learned position table P (max_len, D) of a decoder LM, or None for other kinds."""
-    table = getattr(model.embed.pos_enc, "table", None)
+    embed: Any = model.embed
+    table = getattr(embed.pos_enc, "table", None)
     return table.weight if isinstance(table, nn.Embedding) else None
 
 
@@ -91,7 +93,10 @@ class ScaledPositions(Positions):
         self.inner, self.scale = inner, scale
 
     def signal(self, positions: Tensor, x: Tensor) -> Tensor:
-        return self.scale * self.inner.signal(positions, x)  # (T|B,T, D)
+        inner = self.inner.signal(positions, x)  # (T|B,T, D)
+        if inner is None:
+            raise ValueError("ScaledPositions needs an additive position signal (sinusoids)")
+        return self.scale * inner
 
 
 def rms(t: Tensor) -> float:
@@ -100,7 +105,7 @@ def rms(t: Tensor) -> float:
 
 def signal_scales(model: nn.Module, max_len: int) -> dict[str, float]:
     """RMS per coordinate of the token embeddings and of the position signal added to them."""
-    emb = model.embed
+    emb: Any = model.embed
     x = emb.tok_emb.weight * emb.scale  # (V, D): what the model adds positions to
     pos = torch.arange(max_len)
     p = emb.pos_enc(torch.zeros(1, max_len, x.size(-1)), pos)[0]  # (T, D); zeros for rotary
@@ -116,7 +121,8 @@ def build_arm(arm: str, vocab: int, max_len: int, quick: bool) -> nn.Module:
     if arm == ROTARY_LARGE:
         cfg = dataclasses.replace(cfg, rope_base=LARGE_BASE)
     model = build_model(cfg)
+    embed: Any = model.embed
     if arm == "sinusoidal":
-        tokens = rms(model.embed.tok_emb.weight)
-        model.embed.pos_enc = ScaledPositions(model.embed.pos_enc, tokens * math.sqrt(2.0))
+        tokens = rms(embed.tok_emb.weight)
+        embed.pos_enc = ScaledPositions(embed.pos_enc, tokens * math.sqrt(2.0))
     return model
