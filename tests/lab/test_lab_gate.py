@@ -273,20 +273,27 @@ def test_current_reports_meet_the_full_rule():
 
 
 def test_the_sweep_extends_its_grid_until_the_choice_is_bracketed():
-    from attnlab.lab.kit.gating import bracketed_sweep
+    from attnlab.lab.kit.gating import bracketed_sweep, train_gated
 
-    calls = []
+    def loss(lr):  # validation loss, best at 0.03: beyond the starting grid's top edge
+        return abs(math.log(lr / 0.03))
 
-    def score(rates):  # validation loss, best at 0.03: beyond the starting grid's top edge
-        calls.append(rates)
-        return {r: abs(math.log(r / 0.03)) for r in rates}
+    sweep = bracketed_sweep(lambda lr: lr, [1e-3, 3e-3], loss, chosen_on="toy", max_extra=3)
+    assert sweep.learning_rate().bracketed and math.isclose(sweep.chosen, 0.027)
+    assert len(sweep.runs) == 5  # + 9e-3, 2.7e-2, 8.1e-2
+    diverged = bracketed_sweep(lambda lr: lr, [1.0, 3.0], lambda r: math.nan, chosen_on="toy")
+    assert diverged.chosen < 1.0 and not diverged.learning_rate().bracketed  # tried lower
+    # the batched form: every arm's grid in one call, extensions only where needed
+    runs = train_gated(_toy_job, ["a", "b"], lambda a, lr, steps, seed: (a, lr, steps, seed),
+                       lambda r: r, grid=[1e-3, 3e-3, 1e-2], steps=10, seeds=[0, 1, 2],
+                       higher_is_better=False, workers=1, chosen_on="toy")  # fmt: skip
+    assert runs.lr["a"].chosen == 3e-3 and runs.lr["a"].grid == [1e-3, 3e-3, 1e-2]
+    assert runs.lr["b"].bracketed and runs.lr["b"].chosen > 1e-2  # b's best lay past the edge
+    assert len(runs.per["a"]) == 3 and runs.double["a"] == _toy_job(("a", 3e-3, 20, 0))
+    assert runs.doubling("a", lambda r: r, 0.01, "toy loss").steps == 10
 
-    lr, scores = bracketed_sweep(score, [1e-3, 3e-3], higher_is_better=False, max_extra=3)
-    assert lr.bracketed and math.isclose(lr.chosen, 0.027) and len(calls) == 4
-    assert calls[0] == [1e-3, 3e-3] and len(scores) == 5  # + 9e-3, 2.7e-2, 8.1e-2
-    # a best rate still at the edge when the extensions are spent is reported unbracketed
-    lr, _ = bracketed_sweep(score, [1e-5, 3e-5], higher_is_better=False, max_extra=1)
-    assert not lr.bracketed and "not bracketed" in lr.describe()
-    # higher is better: accuracy peaking inside the grid needs no extension
-    lr, _ = bracketed_sweep(lambda rs: {r: -abs(r - 3e-3) for r in rs}, [1e-3, 3e-3, 1e-2], True)
-    assert lr.chosen == 3e-3 and lr.bracketed and lr.grid == [1e-3, 3e-3, 1e-2]
+
+def _toy_job(job):
+    arm, lr, steps, seed = job
+    best = 3e-3 if arm == "a" else 0.05
+    return abs(math.log(lr / best)) + 1.0 / steps

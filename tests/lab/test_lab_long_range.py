@@ -69,7 +69,7 @@ def test_write_up_renders_without_training(measured, tmp_path, monkeypatch):
 def test_bracketed_sweep_extends_the_grid_past_an_edge_choice():
     import math
 
-    from attnlab.lab.kit.sweep import bracketed_sweep
+    from attnlab.lab.kit.gating import bracketed_sweep
 
     def loss(lr):  # best at lr = 0.1: beyond the grid's top
         return (math.log10(lr) + 1) ** 2

@@ -47,6 +47,7 @@ from attnlab.lab.kit.copy_task import (
     signal_scales,
 )
 from attnlab.lab.kit.fit import FitConfig, eval_loss, fit
+from attnlab.lab.kit.gating import bracketed_sweep
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import (
     Competence,
@@ -61,7 +62,6 @@ from attnlab.lab.kit.report import (
     spread_text,
 )
 from attnlab.lab.kit.seeds import bands, run_jobs, start_seeds
-from attnlab.lab.kit.sweep import bracketed_sweep
 from attnlab.viz import attention_maps, plot_attention
 
 # Compared in the verdict: the notes' three, then the two modern relative schemes (ALiBi: Press

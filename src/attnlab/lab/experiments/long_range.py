@@ -8,7 +8,7 @@ position. Four arms (two plain LSTMs, LSTM + Bahdanau, Transformer), the same tr
 (steps x batch), on reversal "abcde" -> "edcba", one run per length T: accuracy vs T.
 
 Every arm at every length is gated alike (:func:`arm_job`): a bracketed learning-rate sweep
-(:mod:`attnlab.lab.kit.sweep`) and a step doubling. The plain LSTMs, whose failure is the claim,
+(:mod:`attnlab.lab.kit.gating`) and a step doubling. The plain LSTMs, whose failure is the claim,
 get the same sweep and doubling as the attention arms.
 
 Exact match is computed by teacher forcing: the argmax at every target position equals the
@@ -34,6 +34,7 @@ from attnlab.data import CharTokenizer, ReverseTask, collate_pairs, encode_pairs
 from attnlab.data.batching import Seq2SeqBatch
 from attnlab.lab.kit.charts import dodged, integer_xticks, save_chart, seeds_chart
 from attnlab.lab.kit.fit import FitConfig, fit
+from attnlab.lab.kit.gating import bracketed_sweep
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import (
     Competence,
@@ -50,7 +51,6 @@ from attnlab.lab.kit.report import (
     verdict_of,
 )
 from attnlab.lab.kit.seeds import run_jobs, seed_list
-from attnlab.lab.kit.sweep import bracketed_sweep
 from attnlab.models import build_model
 from attnlab.train.objectives import correct_predictions
 from attnlab.viz import attention_maps, plot_alignment, plot_attention

@@ -1,52 +1,37 @@
 """The measurements behind the competence gate (:mod:`attnlab.lab.kit.report`): a learning-rate
 sweep that brackets its choice, and step doubling.
 
-:func:`train_gated` is the usual shape of an experiment's training: every arm's rate swept on the
-first seed, every seed trained at the chosen rate, the first seed again at twice the steps.
+A sweep scores a grid of rates (validation numbers, never the test set's) and, while the best lies
+at an edge, tries one more rate beyond that edge (a factor ``step`` further), up to ``max_extra``
+times: the chosen rate then has a tried rate on each side, or the :class:`LearningRate` says it has
+not (and the gate makes the verdict inconclusive). Two shapes:
 
-:func:`bracketed_sweep` scores a grid of rates and, while the best lies at an edge, tries one more
-rate beyond that edge (a factor ``step`` further), up to ``max_extra`` times: the chosen rate then
-has a tried rate on each side, or the returned :class:`LearningRate` says it has not (and the gate
-makes the verdict inconclusive). Scores are validation numbers, never the test set's.
+- :func:`train_gated`, the usual shape of an experiment's training: every arm's rate swept on the
+  first seed (all arms' runs batched over processes), every seed trained at the chosen rate, the
+  first seed again at twice the steps;
+- :func:`bracketed_sweep`, one arm's sweep run by run, for an experiment that already runs each
+  arm as one job.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from attnlab.lab.kit.report import Doubling, LearningRate
 from attnlab.lab.kit.seeds import run_jobs
 
-Scorer = Callable[[list[float]], dict[float, float]]  # rates -> {rate: validation metric}
-
 
 def best_of(scores: dict[float, float], higher_is_better: bool) -> float:
-    """The rate with the best score (ties: the smaller rate, the safer choice)."""
+    """The rate with the best finite score (ties: the smaller rate, the safer choice); when every
+    run diverged (no finite score), the smallest rate, which the sweep then reports unbracketed."""
+    finite = {r: v for r, v in scores.items() if math.isfinite(v)}
+    if not finite:
+        return min(scores)
     sign = -1.0 if higher_is_better else 1.0
-    return min(sorted(scores), key=lambda r: sign * scores[r])
-
-
-def bracketed_sweep(
-    score: Scorer,
-    grid: Sequence[float],
-    higher_is_better: bool,
-    step: float = 3.0,
-    max_extra: int = 2,
-    chosen_on: str = "",
-) -> tuple[LearningRate, dict[float, float]]:
-    """Score ``grid`` (one call, so the caller may run the rates in parallel), then extend it
-    past whichever edge holds the best rate, one rate per call, until the best is inside or
-    ``max_extra`` extensions are spent. Returns the :class:`LearningRate` and every score."""
-    scores = dict(score(sorted(float(r) for r in grid)))
-    for _ in range(max_extra):
-        beyond = extension(scores, higher_is_better, step)
-        if beyond is None:
-            break
-        scores.update(score([beyond]))
-    chosen = best_of(scores, higher_is_better)
-    return LearningRate(chosen, sorted(scores), chosen_on=chosen_on), scores
+    return min(sorted(finite), key=lambda r: sign * finite[r])
 
 
 def extension(scores: dict[float, float], higher_is_better: bool, step: float) -> float | None:
@@ -56,6 +41,63 @@ def extension(scores: dict[float, float], higher_is_better: bool, step: float) -
     if len(rates) >= 3 and rates[0] < best < rates[-1]:
         return None
     return best * step if best == rates[-1] else best / step
+
+
+R = TypeVar("R")
+
+
+class Sweep(Generic[R]):
+    """The runs of one arm's sweep, ``{lr: result}``, their scores, the chosen rate and what it
+    was chosen on."""
+
+    def __init__(
+        self,
+        runs: dict[float, R],
+        scores: dict[float, float],
+        chosen_on: str,
+        higher_is_better: bool = False,
+    ):
+        self.runs, self.scores, self.chosen_on = runs, scores, chosen_on
+        self.chosen = best_of(scores, higher_is_better)
+
+    @property
+    def best(self) -> R:
+        """The result of the chosen rate's run."""
+        return self.runs[self.chosen]
+
+    def learning_rate(self) -> LearningRate:
+        """The :class:`LearningRate` the report's competence entry carries."""
+        return LearningRate(self.chosen, sorted(self.scores), chosen_on=self.chosen_on)
+
+
+def bracketed_sweep(
+    train: Callable[[float], R],
+    grid: Sequence[float],
+    score: Callable[[R], float],
+    *,
+    chosen_on: str,
+    higher_is_better: bool = False,
+    step: float = 3.0,
+    max_extra: int = 2,
+) -> Sweep[R]:
+    """One arm's sweep, run by run: ``train(lr)`` at every rate of ``grid`` (>= 2 rates), then
+    one rate past the edge holding the best (``step`` times further), at most ``max_extra``
+    times. ``score(result)`` reads the validation number from a run's result, so the runs can be
+    reused (the chosen rate's run is the first seed's result)."""
+    if len(grid) < 2:
+        raise ValueError(f"a sweep needs at least 2 rates to bracket a choice, got {list(grid)}")
+    runs: dict[float, R] = {}
+    scores: dict[float, float] = {}
+    for lr in sorted(float(g) for g in grid):
+        runs[lr] = train(lr)
+        scores[lr] = float(score(runs[lr]))
+    for _ in range(max_extra):
+        beyond = extension(scores, higher_is_better, step)
+        if beyond is None:
+            break
+        runs[beyond] = train(beyond)
+        scores[beyond] = float(score(runs[beyond]))
+    return Sweep(runs, scores, chosen_on, higher_is_better)
 
 
 @dataclass
