@@ -134,34 +134,6 @@ def test_complexity_quick_report(tmp_path):
     assert report.competence == [] and (tmp_path / "flops.png").is_file()
 
 
-def test_residual_switch_and_position_probe():
-    from attnlab.lab.experiments.residual import layer_outputs, make_model, position_probe
-
-    torch.manual_seed(0)
-    ids = torch.randint(0, 9, (6, 8))
-    with_res, without = (
-        make_model("with residuals", 9, 8, 2),
-        make_model("without residuals", 9, 8, 2),
-    )
-    without.load_state_dict(with_res.state_dict())
-    a, b = layer_outputs(with_res, ids), layer_outputs(without, ids)
-    assert len(a) == 3 and torch.equal(a[0], b[0]) and not torch.allclose(a[1], b[1])
-    # The probe reads a position that is written in the vectors, and not one that is absent.
-    coded = torch.stack([torch.nn.functional.one_hot(torch.arange(8), 8).float()] * 10)
-    assert position_probe(coded + 0.01 * torch.randn(10, 8, 8)) == 1.0
-    assert position_probe(torch.randn(10, 8, 4)) < 0.5
-
-
-def test_residual_quick_report(tmp_path):
-    report, _ = run_experiment("residual", quick=True, out_dir=tmp_path)
-    assert {c.arm for c in report.competence} == {
-        "with residuals, 2 layers",
-        "with residuals, 4 layers",
-    }
-    probe = report.metrics["probe"]["with residuals"]
-    assert len(probe) == 5 and probe[0] > 0.9  # learned positions are readable from the embedding
-
-
 def test_induction_data_scores_and_ablation(tmp_path):
     import numpy as np
 

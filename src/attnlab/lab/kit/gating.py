@@ -1,0 +1,198 @@
+"""Gating an arm: a bracketed learning-rate sweep and a step doubling (the rule of
+:mod:`attnlab.lab.kit.report`), run for many arms at once through the process pool.
+
+For every arm the same procedure, whatever the claim predicts for it:
+
+1. **Sweep** the rates of :attr:`Sweep.grid` on the first seed at the arm's step budget and score
+   each by the arm's metric (lower is better, e.g. validation loss). Rates whose score lies within
+   :attr:`Sweep.tie` of the best are tied; the chosen rate is the tied one nearest the middle of
+   the tried rates (a flat sweep -- an arm stuck at the same loss at every rate -- chooses an
+   inner rate, not the noise's edge). A choice at an edge of the tried rates adds the next rate
+   beyond it (times or divided by :attr:`Sweep.factor`), at most :attr:`Sweep.max_extensions`
+   rates per arm; a choice still at the edge then is reported unbracketed.
+2. **Seeds**: every other seed at the chosen rate (the first seed's sweep run is reused).
+3. **Doubling**: the chosen rate at twice the steps (the schedule stretched) on
+   :attr:`Sweep.doubling_seeds` seeds (the first ones); converged when the metric moves by at most
+   :attr:`Sweep.tolerance` on each.
+
+A training job is the tuple ``(arm, lr, scale, seed, quick, data)``: ``arm`` the experiment's own
+(hashable) arm key, ``scale`` 1 or 2 (the step multiplier of the doubling), ``data`` the folder of
+real datasets or None. The experiment's module-level ``train(job) -> dict`` returns at least the
+metric under ``Sweep.metric_key`` (``inf`` for a diverged run).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from attnlab.lab.kit.report import Doubling, LearningRate
+from attnlab.lab.kit.seeds import run_jobs
+
+Job = tuple[Any, float, int, int, bool, Any]  # (arm, lr, scale, seed, quick, data)
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """The learning-rate sweep and step doubling every gated arm of an experiment gets."""
+
+    grid: tuple[float, ...]  # the rates tried first
+    tolerance: float  # doubling: largest change of the metric that counts as converged
+    metric: str  # what the metric is, e.g. "validation loss (nats/char)"
+    metric_key: str = "metric"  # its key in the train function's result dict
+    factor: float = 3.0  # an edge choice adds edge * factor (or / factor)
+    max_extensions: int = 2  # at most this many added rates per arm
+    tie: float | None = None  # scores within this of the best are tied (default: tolerance)
+    doubling_seeds: int = 1  # the doubling runs on this many of the first seeds
+
+    def describe(self, steps: str) -> str:
+        """One setup line stating the rule with its numbers."""
+        grid = ", ".join(f"{g:g}" for g in sorted(self.grid))
+        return (
+            f"Gate of every compared arm: learning rates {{{grid}}} swept on the first seed at "
+            f"{steps}, scored by {self.metric}; rates within {self.tie_width:g} of the best are "
+            f"tied and the chosen one is the tied rate nearest the middle of the tried rates; a "
+            f"choice at an edge adds the next rate (x{self.factor:g} or /{self.factor:g}), at "
+            f"most {self.max_extensions} per arm. Step doubling on the first "
+            f"{self.doubling_seeds} seed(s): twice the steps, converged when the metric moves by "
+            f"at most {self.tolerance:g}."
+        )
+
+    @property
+    def tie_width(self) -> float:
+        return self.tolerance if self.tie is None else self.tie
+
+
+@dataclass
+class Gated:
+    """One arm's runs: the sweep's scores, the chosen rate, the result of every seed at that rate
+    (in seed order) and the doubling runs' results (2x steps, the first seeds)."""
+
+    scores: dict[float, float]
+    chosen: float
+    bracketed: bool
+    runs: list[dict[str, Any]]
+    doubled: list[dict[str, Any]]
+    seeds: list[int]
+    doubling_seeds: list[int] = field(default_factory=list)
+
+    def learning_rate(self, sweep: Sweep) -> LearningRate:
+        return LearningRate(
+            self.chosen, sorted(self.scores), chosen_on=f"{sweep.metric}, seed {self.seeds[0]}"
+        )
+
+    def doubling(self, sweep: Sweep, steps: int) -> Doubling:
+        key = sweep.metric_key
+        return Doubling(
+            steps,
+            [self.runs[i][key] for i in range(len(self.doubling_seeds))],
+            [r[key] for r in self.doubled],
+            sweep.tolerance,
+            self.doubling_seeds,
+            sweep.metric,
+        )
+
+    def values(self, key: str) -> list[Any]:
+        """``key`` of every seed's run at the chosen rate."""
+        return [r[key] for r in self.runs]
+
+
+def choose(scores: dict[float, float], tie: float) -> float:
+    """The chosen rate of a sweep: among rates within ``tie`` of the best score, the one nearest
+    the middle of the tried rates (ties broken towards the best score)."""
+    rates = sorted(scores)
+    finite = [s for s in scores.values() if math.isfinite(s)]
+    if not finite:
+        return rates[len(rates) // 2]
+    best = min(finite)
+    tied = [r for r in rates if scores[r] <= best + tie]
+    middle = (len(rates) - 1) / 2
+    return min(tied, key=lambda r: (abs(rates.index(r) - middle), scores[r]))
+
+
+def _edge_extension(scores: dict[float, float], sweep: Sweep) -> float | None:
+    """The next rate to try when the choice sits at an edge (None: bracketed or limit reached)."""
+    rates = sorted(scores)
+    chosen = choose(scores, sweep.tie_width)
+    if len(rates) - len(sweep.grid) >= sweep.max_extensions:
+        return None
+    if chosen == rates[0]:
+        return rates[0] / sweep.factor
+    if chosen == rates[-1]:
+        return rates[-1] * sweep.factor
+    return None
+
+
+def gate_arms(
+    train: Callable[[Job], dict[str, Any]],
+    arms: Sequence[Hashable],
+    sweep: Sweep,
+    seeds: Sequence[int],
+    quick: bool,
+    data: Path | None,
+    workers: int | None = None,
+    cost: Callable[[Job], float] | None = None,
+) -> dict[Hashable, Gated]:
+    """Sweep, seeds and doubling for every arm (module docstring), in rounds of jobs through
+    :func:`run_jobs`: an arm whose sweep is settled runs its seeds and doubling while another
+    still extends its grid."""
+    seeds = list(seeds)
+    double_seeds = seeds[: max(1, sweep.doubling_seeds)]
+    done: dict[Job, dict[str, Any]] = {}
+    workers = workers if workers is not None else (1 if quick else 2)
+
+    def job(arm: Hashable, lr: float, scale: int, seed: int) -> Job:
+        return (arm, lr, scale, seed, quick, data)
+
+    def scores(arm: Hashable) -> dict[float, float] | None:
+        tried = {j[1]: r[sweep.metric_key] for j, r in done.items() if _is(j, arm, 1, seeds[0])}
+        return tried if all(lr in tried for lr in sweep.grid) else None
+
+    while True:
+        todo: list[Job] = []
+        for arm in arms:
+            tried = scores(arm)
+            if tried is None:
+                todo += [job(arm, lr, 1, seeds[0]) for lr in sweep.grid]
+                continue
+            extra = _edge_extension(tried, sweep)
+            if extra is not None:
+                todo.append(job(arm, extra, 1, seeds[0]))
+                continue
+            lr = choose(tried, sweep.tie_width)
+            todo += [job(arm, lr, 1, s) for s in seeds[1:]]
+            todo += [job(arm, lr, 2, s) for s in double_seeds]
+        todo = [j for j in dict.fromkeys(todo) if j not in done]
+        if not todo:
+            break
+        done.update(run_jobs(train, todo, workers, cost))
+    out = {}
+    for arm in arms:
+        tried = scores(arm) or {}
+        lr = choose(tried, sweep.tie_width)
+        out[arm] = Gated(
+            scores=tried,
+            chosen=lr,
+            bracketed=LearningRate(lr, list(tried)).bracketed,
+            runs=[done[job(arm, lr, 1, s)] for s in seeds],
+            doubled=[done[job(arm, lr, 2, s)] for s in double_seeds],
+            seeds=seeds,
+            doubling_seeds=double_seeds,
+        )
+    return out
+
+
+def _is(job: Job, arm: Hashable, scale: int, seed: int) -> bool:
+    return job[0] == arm and job[2] == scale and job[3] == seed
+
+
+def sweep_rows(gated: dict[Hashable, Gated], label: Callable[[Hashable], str]) -> list[dict]:
+    """One table row per arm and tried rate: the sweep's score, which rate was chosen."""
+    return [
+        {"arm": label(arm), "lr": lr, "score (first seed)": score, "chosen": lr == g.chosen}
+        for arm, g in gated.items()
+        for lr, score in sorted(g.scores.items())
+    ]
