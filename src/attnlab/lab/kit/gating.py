@@ -135,7 +135,7 @@ def gate_arms(
     data: Path | None,
     workers: int | None = None,
     cost: Callable[[Job], float] | None = None,
-) -> dict[Hashable, Gated]:
+) -> dict[Any, Gated]:
     """Sweep, seeds and doubling for every arm (module docstring), in rounds of jobs through
     :func:`run_jobs`: an arm whose sweep is settled runs its seeds and doubling while another
     still extends its grid."""
@@ -189,7 +189,7 @@ def _is(job: Job, arm: Hashable, scale: int, seed: int) -> bool:
     return job[0] == arm and job[2] == scale and job[3] == seed
 
 
-def sweep_rows(gated: dict[Hashable, Gated], label: Callable[[Hashable], str]) -> list[dict]:
+def sweep_rows(gated: dict[Any, Gated], label: Callable[[Any], str]) -> list[dict]:
     """One table row per arm and tried rate: the sweep's score, which rate was chosen."""
     return [
         {"arm": label(arm), "lr": lr, "score (first seed)": score, "chosen": lr == g.chosen}
