@@ -62,7 +62,8 @@ SWEEP = Sweep(
     metric="teacher-forced validation loss (nats/char)",
     metric_key="val teacher-forced",
     factor=3.0,
-    max_extensions=1,
+    max_extensions=2,
+    doubling_seeds=3,
 )
 QUICK_SWEEP = Sweep(
     grid=(1e-3, 3e-3),
@@ -72,11 +73,11 @@ QUICK_SWEEP = Sweep(
     max_extensions=1,
 )
 COST = (
-    "Full run: `attnlab experiment future_mask --seed 0 --data ../shared/data`. Estimate on 2 "
-    "cores: the last full report trained 6 runs of 800 steps (with prefix losses and "
-    "continuations) in 20 min, ~400 CPU s a run. Now 2 arms x (3 sweep rates + 2 more seeds + "
-    "a doubling of 1600 steps on the first seed) = 14 runs' worth: ~47 min on both cores, up "
-    "to ~54 min when a sweep extends its grid (one added rate per arm at most)."
+    "Full run: `attnlab experiment future_mask --seed 0 --data ../shared/data`. Estimate for "
+    "2 idle cores, from a single-thread probe (27 Nov 2026: 86 ms per training step, ~2 s of "
+    "prefix loss and continuations per run): each arm trains 3 sweep rates and 2 more seeds at "
+    "800 steps and a doubling of 1600 steps on all 3 seeds (8800 steps), ~26 min of CPU: about "
+    "13 min on both cores, up to ~18 min when sweeps extend their grids."
 )
 CLAIM = (
     "One crucial aspect of this process is that we can't look at the future when predicting it "

@@ -66,17 +66,17 @@ SWEEP = Sweep(
     metric="validation loss (nats/char)",
     metric_key="val",
     factor=3.0,
-    max_extensions=2,
+    max_extensions=1,
 )
 QUICK_SWEEP = Sweep(
     grid=(1e-3, 3e-3), tolerance=0.05, metric=SWEEP.metric, metric_key="val", max_extensions=1
 )
 COST = (
-    "Full run: `attnlab experiment norm --seed 0 --data ../shared/data`. Estimate on 2 idle "
-    "cores: the last full report trained 24 runs of 400 steps (12 layers, context 64) in "
-    "14 min, ~70 CPU s per 400 steps. Now 4 arms x (3 sweep rates + 2 more seeds at 800 "
-    "steps + a doubling of 1600 steps on the first seed) = 56 units of 400 steps: ~65 min of "
-    "CPU, about 33 min on both cores, up to ~42 min when sweeps extend their grids."
+    "Full run: `attnlab experiment norm --seed 0 --data ../shared/data`. Estimate for 2 idle "
+    "cores, from a single-thread probe of the training step (27 Nov 2026: 224 ms per step, 12 "
+    "layers, context 64): each of the 4 arms trains 3 sweep rates and 2 more seeds at 800 "
+    "steps and a doubling of 1600 steps on the first seed (5600 steps), ~84 min of CPU: about "
+    "42 min on both cores, up to ~48 min when sweeps extend their grids (one rate per arm)."
 )
 CLAIM = (
     "It turns out that the gradients of pre-normalization are much better at initialization, "

@@ -68,16 +68,18 @@ SWEEP = Sweep(
     metric_key="val",
     factor=3.0,
     max_extensions=2,
+    doubling_seeds=3,
 )
 QUICK_SWEEP = Sweep(
     grid=(1e-3, 3e-3), tolerance=0.05, metric=SWEEP.metric, metric_key="val", max_extensions=1
 )
 COST = (
-    "Full run: `attnlab experiment residual --seed 0 --data ../shared/data`. Estimate on 2 idle "
-    "cores: the last full report (400 steps, depths up to 24, 3 runs per arm) took 11 min; "
-    "depth 24 was half of that work, so 800 steps at depths up to 12 with 7 run-equivalents "
-    "per arm (3 sweep rates, 2 more seeds, a doubling at 2x on the first seed) come to about "
-    "26 min, up to ~35 min when sweeps extend their grids."
+    "Full run: `attnlab experiment residual --seed 0 --data ../shared/data`. Estimate for 2 "
+    "idle cores, from a single-thread probe of the training step (27 Nov 2026: 10, 20, 31, 52 "
+    "and 109 ms per step at depths 1, 2, 3, 6 and 12): each (arm, depth) trains 3 sweep rates "
+    "and 2 more seeds at 800 steps and a doubling of 1600 steps on all 3 seeds (8800 steps), "
+    "~65 min of CPU for the 10 arms: about 33 min on both cores, up to ~39 min when sweeps "
+    "extend their grids."
 )
 CLAIM = (
     "Residual connections simply add the input of a layer to the output of that "

@@ -112,11 +112,11 @@ QUICK_SWEEP = Sweep(
     grid=(2e-3, 4e-3), tolerance=0.02, metric=SWEEP.metric, metric_key="error", max_extensions=1
 )
 COST = (
-    "Full run: `attnlab experiment scaling --seed 0`. Estimate on 2 idle cores: the last full "
-    "report trained 12 runs of 1000 steps one after another in 6.5 min (~30 s each). Now each "
-    "of the 4 arms trains 3 sweep rates and 2 more seeds at 2000 steps and a doubling of 4000 "
-    "steps on all 3 seeds: 22 000 steps, ~11 min on one core; 44 min of CPU, two runs at a "
-    "time: about 22 min, up to ~27 min when sweeps extend their grids."
+    "Full run: `attnlab experiment scaling --seed 0`. Estimate for 2 idle cores, from a "
+    "single-thread probe of the training step (27 Nov 2026: 16 ms per step): each of the 4 "
+    "arms trains 3 sweep rates and 2 more seeds at 2000 steps and a doubling of 4000 steps on "
+    "all 3 seeds (22 000 steps), ~24 min of CPU: about 12 min on both cores, up to ~14 min when "
+    "sweeps extend their grids."
 )
 CLAIM = (
     "If [the elements in q_i and k_j are independently distributed with variance 1] then the "
