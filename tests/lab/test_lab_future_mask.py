@@ -42,3 +42,25 @@ def test_future_mask_quick_report(tmp_path, monkeypatch):
 
 def _no_training(*args, **kwargs):
     raise AssertionError("write_up must not train")
+
+
+def test_verdict_words():
+    """Both differences inside the seed spread: "no effect resolved"; both resolved as the claim
+    predicts: "held"; one resolved against the claim, one inside: "did not hold"."""
+    m = {"seeds": [0, 1, 2], "bigram": 2.5, "unigram": 3.3}
+
+    def losses(train, prefix):
+        return {"train": train, "val teacher-forced": train, "val prefix": prefix}
+
+    same = {a: losses([1.0, 1.2, 1.4], [1.5, 1.7, 1.9]) for a in ("masked", "unmasked")}
+    assert future_mask._verdict(m, same)[0] == "no effect resolved"
+    claim = {
+        "masked": losses([1.6, 1.7, 1.8], [1.6, 1.7, 1.8]),
+        "unmasked": losses([0.04, 0.05, 0.06], [7.0, 8.0, 9.0]),
+    }
+    assert future_mask._verdict(m, claim)[0] == "held"
+    against = {
+        "masked": losses([0.04, 0.05, 0.06], [1.5, 1.7, 1.9]),
+        "unmasked": losses([1.6, 1.7, 1.8], [1.6, 1.7, 1.8]),
+    }
+    assert future_mask._verdict(m, against)[0] == "did not hold"

@@ -47,9 +47,11 @@ from attnlab.lab.kit.report import (
     Report,
     Table,
     Threshold,
-    outcome,
+    gated_fields,
+    resolved,
     spread,
     spread_text,
+    verdict_of,
 )
 from attnlab.lab.kit.seeds import start_seeds
 from attnlab.models import build_model
@@ -203,7 +205,7 @@ def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     sweep = QUICK_SWEEP if quick else SWEEP
     gated = {k: Gated(**v) for k, v in m["gated"].items()}
     num = {a: {k: gated[a].values(k) for k in LOSS_KEYS} for a in ARMS}
-    checks, reason = _verdict(m, num)
+    verdict, reason = _verdict(m, num)
     return Report(
         name="future_mask",
         title="The future mask: an LM trained without it cannot generate",
@@ -213,7 +215,9 @@ def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
         thresholds=THRESHOLDS,
         tables=_tables(m, gated, num),
         figures=_figures(m, gated, num, out_dir),
-        **outcome(checks, reason, _competence(m, gated, sweep), m["seeds"], quick, arms=list(ARMS)),
+        **gated_fields(
+            verdict, reason, _competence(m, gated, sweep), m["seeds"], quick, arms=list(ARMS)
+        ),
         per_seed=num,
         metrics={
             "losses": {a: {k: spread(v) for k, v in num[a].items()} for a in ARMS},
@@ -253,7 +257,9 @@ def _competence(m: dict[str, Any], gated: dict[str, Gated], sweep: Sweep) -> lis
     ]
 
 
-def _verdict(m: dict[str, Any], num: dict[str, dict[str, list[float]]]) -> tuple[list[bool], str]:
+def _verdict(m: dict[str, Any], num: dict[str, dict[str, list[float]]]) -> tuple[str, str]:
+    """(verdict word, reason): held / did not hold / mixed by the two checks; "no effect
+    resolved" when neither held and both predicted differences lie inside the seed spread."""
     lower_train = max(num["unmasked"]["train"]) < min(num["masked"]["train"])
     cannot_generate = min(num["unmasked"]["val prefix"]) > max(num["masked"]["val prefix"])
     worse_than_bigram = min(num["unmasked"]["val prefix"]) > m["bigram"]
@@ -265,7 +271,11 @@ def _verdict(m: dict[str, Any], num: dict[str, dict[str, list[float]]]) -> tuple
         f"{spread_text(num['masked']['val prefix'])} (bigram counts {m['bigram']:.2f}, unigram "
         f"{m['unigram']:.2f})" + (", worse than the bigram baseline." if worse_than_bigram else ".")
     )
-    return [lower_train, cannot_generate], reason
+    unresolved = not any(
+        resolved(num["unmasked"][k], num["masked"][k]) for k in ("train", "val prefix")
+    )
+    checks = [lower_train, cannot_generate]
+    return ("no effect resolved" if unresolved and not any(checks) else verdict_of(checks)), reason
 
 
 def _tables(

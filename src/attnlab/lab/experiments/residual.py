@@ -49,9 +49,10 @@ from attnlab.lab.kit.report import (
     Report,
     Table,
     Threshold,
-    outcome,
+    gated_fields,
     resolved,
     spread_text,
+    verdict_of,
 )
 from attnlab.lab.kit.seeds import bands, start_seeds
 from attnlab.models import build_model
@@ -205,7 +206,7 @@ def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     ds, seeds = m["depths"], m["seeds"]
     val = {k: g.values("val") for k, g in gated.items()}
     competence = [_competence(k, g, sweep, m) for k, g in gated.items()]
-    checks, reason = _verdict(m, val)
+    verdict, reason = _verdict(m, val)
     return Report(
         name="residual",
         title="Residual connections: trainability with depth, and position in the residual stream",
@@ -218,7 +219,7 @@ def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
             Table("learning-rate sweep (first seed)", sweep_rows(gated, str)),
         ],
         figures=_figures(gated, m, out_dir),
-        **outcome(checks, reason, competence, seeds, quick, arms=list(gated)),
+        **gated_fields(verdict, reason, competence, seeds, quick, arms=list(gated)),
         per_seed={
             "val": val,
             "probe_last": {k: [p[-1] for p in g.values("probe")] for k, g in gated.items()},
@@ -245,7 +246,10 @@ def _competence(label: str, g: Gated, sweep: Sweep, m: dict[str, Any]) -> Compet
     )
 
 
-def _verdict(m: dict[str, Any], val: dict[str, list[float]]) -> tuple[list[bool], str]:
+def _verdict(m: dict[str, Any], val: dict[str, list[float]]) -> tuple[str, str]:
+    """(verdict word, reason): held / did not hold / mixed by the three checks; "no effect
+    resolved" when no check held and both predicted differences (the deepest stack's loss, the
+    last layer's probe) lie inside the seed spread."""
     ds, seeds = m["depths"], m["seeds"]
     gap = {
         d: [b - a for a, b in zip(val[_label((ARMS[0], d))], val[_label((ARMS[1], d))])] for d in ds
@@ -264,7 +268,10 @@ def _verdict(m: dict[str, Any], val: dict[str, list[float]]) -> tuple[list[bool]
         f"{spread_text(probe[ARMS[0]])} with residuals and {spread_text(probe[ARMS[1]])} "
         f"without (chance {1 / CONTEXT:.3f})."
     )
-    return [trainable, grows, carries], reason
+    deep_val = [val[_label((a, deep))] for a in ARMS]
+    unresolved = not resolved(*deep_val) and not resolved(probe[ARMS[0]], probe[ARMS[1]])
+    checks = [trainable, grows, carries]
+    return ("no effect resolved" if unresolved and not any(checks) else verdict_of(checks)), reason
 
 
 def _thresholds() -> list[Threshold]:
