@@ -1,6 +1,6 @@
-"""New experiments (quick forms): the future mask, concatenated vs added positions, the cost
-table. Quick runs are CI-sized: they check the measurements' wiring and the exact parts, not
-the verdicts (those come from the committed full-size runs)."""
+"""New experiments (quick forms): concatenated vs added positions, the cost table. Quick runs
+are CI-sized: they check the measurements' wiring and the exact parts, not the verdicts (those
+come from the committed full-size runs)."""
 
 from __future__ import annotations
 
@@ -10,27 +10,6 @@ import pytest
 import torch
 
 from attnlab.lab import run_experiment
-from attnlab.lab.experiments.future_mask import make_model, prefix_loss
-from attnlab.lab.kit.fit import eval_loss, lm_loss
-
-
-def test_masked_model_prefix_loss_equals_teacher_forced_loss():
-    """With the future mask, feeding prefixes one at a time gives the teacher-forced loss."""
-    torch.manual_seed(0)
-    model = make_model("masked", 11, 12, quick=True)
-    windows = torch.randint(0, 11, (4, 9))
-    assert abs(prefix_loss(model, windows) - eval_loss(model, (windows,), lm_loss)) < 1e-5
-    model = make_model("unmasked", 11, 12, quick=True)  # sees the future: the two differ
-    assert abs(prefix_loss(model, windows) - eval_loss(model, (windows,), lm_loss)) > 1e-4
-
-
-def test_future_mask_quick_report(tmp_path):
-    report, path = run_experiment("future_mask", quick=True, out_dir=tmp_path)
-    assert {c.arm for c in report.competence} == {"masked", "unmasked"}
-    assert (tmp_path / "training.png").is_file() and (tmp_path / "losses.png").is_file()
-    rows = report.table("losses per arm (mean (min-max) over seeds)").rows
-    assert [r["arm"] for r in rows][:2] == ["masked", "unmasked"]
-    assert report.metrics["unigram"] > report.metrics["bigram"] > 0
 
 
 def test_permuted_examples_follow_the_permutation():
@@ -151,34 +130,6 @@ def test_complexity_quick_report(tmp_path):
     report, _ = run_experiment("complexity", quick=True, out_dir=tmp_path)
     assert report.metrics["crossover_flops"] == {"32": pytest.approx(32.0)}
     assert report.competence == [] and (tmp_path / "flops.png").is_file()
-
-
-def test_residual_switch_and_position_probe():
-    from attnlab.lab.experiments.residual import layer_outputs, make_model, position_probe
-
-    torch.manual_seed(0)
-    ids = torch.randint(0, 9, (6, 8))
-    with_res, without = (
-        make_model("with residuals", 9, 8, 2),
-        make_model("without residuals", 9, 8, 2),
-    )
-    without.load_state_dict(with_res.state_dict())
-    a, b = layer_outputs(with_res, ids), layer_outputs(without, ids)
-    assert len(a) == 3 and torch.equal(a[0], b[0]) and not torch.allclose(a[1], b[1])
-    # The probe reads a position that is written in the vectors, and not one that is absent.
-    coded = torch.stack([torch.nn.functional.one_hot(torch.arange(8), 8).float()] * 10)
-    assert position_probe(coded + 0.01 * torch.randn(10, 8, 8)) == 1.0
-    assert position_probe(torch.randn(10, 8, 4)) < 0.5
-
-
-def test_residual_quick_report(tmp_path):
-    report, _ = run_experiment("residual", quick=True, out_dir=tmp_path)
-    assert {c.arm for c in report.competence} == {
-        "with residuals, 2 layers",
-        "with residuals, 4 layers",
-    }
-    probe = report.metrics["probe"]["with residuals"]
-    assert len(probe) == 5 and probe[0] > 0.9  # learned positions are readable from the embedding
 
 
 def test_induction_data_scores_and_ablation(tmp_path):

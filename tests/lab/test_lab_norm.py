@@ -1,39 +1,54 @@
-"""Experiment ``norm`` (quick form): per-layer gradients at initialisation are far more uniform
-with pre-norm than with post-norm; the training sweep is reported."""
+"""Experiment ``norm`` (quick form): gradients at initialisation per layer and placement; the
+four training arms (pre/post-norm x warm-up) each gated by a learning-rate sweep and a step
+doubling; the verdict judged by Xiong et al.'s statements (top layers, growth with depth)."""
 
 from __future__ import annotations
 
-from attnlab.lab import run_experiment
+import math
+
+from attnlab.lab.experiments import norm
 
 
-def test_quick_norm_run(tmp_path):
+def test_quick_norm_run(tmp_path, monkeypatch):
     """One quick run (xdist would repeat a module fixture per worker), every check."""
-    report, _ = run_experiment("norm", quick=True, out_dir=tmp_path / "norm")
-    _check_pre_norm_gradients_are_more_uniform_across_layers(report)
-    _check_training_sweep_covers_both_placements_with_and_without_warmup(report)
+    measured = norm.measure(True, 0, None)
+    report = norm.write_up(measured, tmp_path / "norm", True)
+    _check_gradients_at_initialisation(report, measured)
+    _check_every_training_arm_is_gated(report)
+    _check_write_up_renders_without_training(measured, tmp_path, monkeypatch)
 
 
-def _check_pre_norm_gradients_are_more_uniform_across_layers(report):
-    spread = report.metrics["spread_library"]  # the library init: post-norm's layer-1 spike
-    assert spread["pre"] < 2.0 < 5.0 < spread["post"]  # deterministic for the seeded init
-    rows = report.table(
-        "(a) gradient spread over layers at initialisation (mean (min-max) over seeds)"
-    ).rows
+def _check_gradients_at_initialisation(report, measured):
+    # the library init: post-norm's gradients are far smaller than pre-norm's at every layer
+    w1 = measured["gradients"]["w1"]
+    assert max(w1["library, post"][0]) < 0.1 * min(w1["library, pre"][0])
+    rows = report.table("(a) gradients at initialisation (mean (min-max) over seeds)").rows
     assert {(r["init"], r["norm"]) for r in rows} == {
-        (i, p)
-        for i in ("xavier", "library", "library, N(0, 1) embeddings")
-        for p in ("pre", "post")
+        (i, p) for i in norm.INITS for p in ("pre", "post")
     }
-    assert all(r["layer 1 |grad block|"] > 0 for r in rows)
-    assert {c.arm.split()[0] for c in report.competence} == {"pre-norm", "post-norm"}
+    assert all(len(s) == norm.depth(True) for v in w1.values() for s in v)
+    assert set(report.metrics["w1_top"]) == {"pre", "post"}
 
 
-def _check_training_sweep_covers_both_placements_with_and_without_warmup(report):
-    rows = report.table("(b) training with and without warm-up").rows
-    assert {(r["norm"], r["warm-up"] > 0) for r in rows} == {
-        ("pre", False),
-        ("pre", True),
-        ("post", False),
-        ("post", True),
-    }
-    assert all(r["diverged (seeds)"] == 0 for r in rows)
+def _check_every_training_arm_is_gated(report):
+    arms = {f"{p}-norm, warm-up {w}" for p in ("pre", "post") for w in norm.warmups(True)}
+    assert set(report.arms) == arms == {c.arm for c in report.competence}
+    for c in report.competence:  # post-norm without warm-up, the claim's loser, too
+        assert c.lr is not None and len(c.lr.grid) >= 2 and c.doubling is not None
+        assert c.doubling.steps == norm.train_steps(True) and c.doubling.seeds == [0]
+    rows = report.table("(b) training with and without warm-up, each arm at its chosen rate").rows
+    assert {r["arm"] for r in rows} == arms and all(r["diverged (seeds)"] == 0 for r in rows)
+    assert len(report.thresholds) == 4 and all("Xiong" in t.source for t in report.thresholds[:3])
+    assert all(math.isfinite(v) for c in report.competence for v in c.values)
+
+
+def _check_write_up_renders_without_training(measured, tmp_path, monkeypatch):
+    monkeypatch.setattr(norm, "train_job", _no_training)
+    monkeypatch.setattr(norm, "gate_arms", _no_training)
+    again = norm.write_up(measured, tmp_path / "again", True)
+    assert (tmp_path / "again" / "training.png").is_file()
+    assert "post-norm's |grad W1|" in again.verdict_reason
+
+
+def _no_training(*args, **kwargs):
+    raise AssertionError("write_up must not train")

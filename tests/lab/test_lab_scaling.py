@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from attnlab.lab import run_experiment
+from attnlab.lab.experiments import scaling
 from attnlab.lab.experiments.scaling import DIMS, logit_variance, saturation, slope
 
 
@@ -19,12 +20,60 @@ def test_helpers_on_known_cases():
     assert uniform["max weight"] < 1.0 and uniform["entropy"] <= torch.log(torch.tensor(8.0))
 
 
-def test_quick_scaling_run(tmp_path):
+def test_quick_scaling_run(tmp_path, monkeypatch):
     """One quick run (xdist would repeat a module fixture per worker), every check."""
     report, _ = run_experiment("scaling", quick=True, out_dir=tmp_path / "scaling")
     _check_variance_grows_like_d_k_without_scaling_and_stays_near_one_with_it(report)
     _check_unscaled_softmax_saturates_and_its_gradient_vanishes(report)
     _check_report_tables(report)
+    _check_every_arm_is_gated(report)
+    _check_write_up_renders_without_training(tmp_path, monkeypatch)
+
+
+def _check_every_arm_is_gated(report):
+    arms = {f"{s}, init {i}" for s in ("scaled", "unscaled") for i in scaling.INITS}
+    assert set(report.arms) == arms == {c.arm for c in report.competence}
+    for c in report.competence:  # the unscaled arms (the claim's losers) swept and doubled too
+        assert c.lr is not None and len(c.lr.grid) >= 2 and c.doubling is not None
+        assert c.doubling.seeds == [0] and c.doubling.steps == 15
+    assert len(report.thresholds) == 3 and all(t.source for t in report.thresholds)
+
+
+def _check_write_up_renders_without_training(tmp_path, monkeypatch):
+    monkeypatch.setattr(scaling, "gate_arms", _no_training)
+    monkeypatch.setattr(scaling, "train_job", _no_training)
+    measured = {**scaling.measure_logits(True, 0), "seeds": [0], "steps": 15, "gated": {}}
+    fake = {
+        "scores": {1e-3: 0.0, 2e-3: 0.0, 4e-3: 0.1},
+        "chosen": 2e-3,
+        "bracketed": True,
+        "runs": [dict(_RUN)],
+        "doubled": [dict(_RUN)],
+        "seeds": [0],
+        "doubling_seeds": [0],
+    }
+    measured["gated"] = {
+        f"{s}, init {i}": fake for s in ("scaled", "unscaled") for i in scaling.INITS
+    }
+    report = scaling.write_up(measured, tmp_path / "again", True)
+    assert report.verdict == "mixed"  # the logits' checks held, the training difference did not
+    assert (tmp_path / "again" / "variance.png").is_file()
+
+
+_RUN = {
+    "losses": [2.0, 1.0],
+    "entropy0": 1.9,
+    "loss@10%": 2.0,
+    "loss@50%": 1.5,
+    "final loss": 1.0,
+    "accuracy": 1.0,
+    "error": 0.0,
+    "diverged": False,
+}
+
+
+def _no_training(*args, **kwargs):
+    raise AssertionError("write_up must not train")
 
 
 def _check_variance_grows_like_d_k_without_scaling_and_stays_near_one_with_it(report):

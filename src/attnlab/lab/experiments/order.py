@@ -210,6 +210,10 @@ def _job(kind: str, lr: float, steps: int, seed: int) -> tuple[str, float, int, 
     return (kind, lr, steps, seed)
 
 
+def _val(result: dict[str, Any]) -> float:
+    return float(result["val"])
+
+
 def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
     """Every kind: its rate swept on the first seed, every seed trained at that rate, and the
     first seed again at twice the steps. ``data`` is unused (the grammar is generated)."""
@@ -217,7 +221,7 @@ def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
         partial(train_job, quick=quick),
         KINDS,
         _job,
-        lambda r: r["val"],
+        _val,
         grid=LRS,
         steps=STEPS[quick],
         seeds=start_seeds(seed, quick),

@@ -1,64 +1,223 @@
-"""The measurements behind the competence gate (:mod:`attnlab.lab.kit.report`): a learning-rate
-sweep that brackets its choice, and step doubling.
+"""Gating an arm: a bracketed learning-rate sweep and a step doubling (the rule of
+:mod:`attnlab.lab.kit.report`), run for many arms at once through the process pool.
 
-A sweep scores a grid of rates (validation numbers, never the test set's) and, while the best lies
-at an edge, tries one more rate beyond that edge (a factor ``step`` further), up to ``max_extra``
-times: the chosen rate then has a tried rate on each side, or the :class:`LearningRate` says it has
-not (and the gate makes the verdict inconclusive). Two shapes:
+For every arm the same procedure, whatever the claim predicts for it:
 
-- :func:`train_gated`, the usual shape of an experiment's training: every arm's rate swept on the
-  first seed (all arms' runs batched over processes), every seed trained at the chosen rate, the
-  first seed again at twice the steps;
-- :func:`bracketed_sweep`, one arm's sweep run by run, for an experiment that already runs each
-  arm as one job.
+1. **Sweep** the rates of :attr:`Sweep.grid` on the first seed at the arm's step budget and score
+   each by the arm's metric (lower is better, e.g. validation loss). Rates whose score lies within
+   :attr:`Sweep.tie` of the best are tied; the chosen rate is the tied one nearest the middle of
+   the tried rates (a flat sweep -- an arm stuck at the same loss at every rate -- chooses an
+   inner rate, not the noise's edge). A choice at an edge of the tried rates adds the next rate
+   beyond it (times or divided by :attr:`Sweep.factor`), at most :attr:`Sweep.max_extensions`
+   rates per arm; a choice still at the edge then is reported unbracketed.
+2. **Seeds**: every other seed at the chosen rate (the first seed's sweep run is reused).
+3. **Doubling**: the chosen rate at twice the steps (the schedule stretched) on
+   :attr:`Sweep.doubling_seeds` seeds (the first ones); converged when the metric moves by at most
+   :attr:`Sweep.tolerance` on each.
+
+Two more shapes share the choice and the extension rule: :func:`bracketed_sweep`, one arm's sweep
+run by run (for an experiment that already runs each arm as one job), and :func:`train_gated`, the
+gate for a job function of the experiment's own shape and a score that may be higher-is-better.
+
+A training job of :func:`gate_arms` is the tuple ``(arm, lr, scale, seed, quick, data)``: ``arm``
+the experiment's own (hashable) arm key, ``scale`` 1 or 2 (the step multiplier of the doubling),
+``data`` the folder of real datasets or None. The experiment's module-level ``train(job) -> dict``
+returns at least the metric under ``Sweep.metric_key`` (``inf`` for a diverged run).
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from attnlab.lab.kit.report import Doubling, LearningRate
 from attnlab.lab.kit.seeds import run_jobs
 
-
-def best_of(scores: dict[float, float], higher_is_better: bool) -> float:
-    """The rate with the best finite score (ties: the smaller rate, the safer choice); when every
-    run diverged (no finite score), the smallest rate, which the sweep then reports unbracketed."""
-    finite = {r: v for r, v in scores.items() if math.isfinite(v)}
-    if not finite:
-        return min(scores)
-    sign = -1.0 if higher_is_better else 1.0
-    return min(sorted(finite), key=lambda r: sign * finite[r])
+Job = tuple[Any, float, int, int, bool, Any]  # (arm, lr, scale, seed, quick, data)
 
 
-def extension(scores: dict[float, float], higher_is_better: bool, step: float) -> float | None:
-    """The next rate to try: one ``step`` beyond the edge that holds the best, or None when the
-    best is inside (bracketed)."""
-    best, rates = best_of(scores, higher_is_better), sorted(scores)
-    if len(rates) >= 3 and rates[0] < best < rates[-1]:
+@dataclass(frozen=True)
+class Sweep:
+    """The learning-rate sweep and step doubling every gated arm of an experiment gets."""
+
+    grid: tuple[float, ...]  # the rates tried first
+    tolerance: float  # doubling: largest change of the metric that counts as converged
+    metric: str  # what the metric is, e.g. "validation loss (nats/char)"
+    metric_key: str = "metric"  # its key in the train function's result dict
+    factor: float = 3.0  # an edge choice adds edge * factor (or / factor)
+    max_extensions: int = 2  # at most this many added rates per arm
+    tie: float | None = None  # scores within this of the best are tied (default: tolerance)
+    doubling_seeds: int = 1  # the doubling runs on this many of the first seeds
+
+    def describe(self, steps: str) -> str:
+        """One setup line stating the rule with its numbers."""
+        grid = ", ".join(f"{g:g}" for g in sorted(self.grid))
+        return (
+            f"Gate of every compared arm: learning rates {{{grid}}} swept on the first seed at "
+            f"{steps}, scored by {self.metric}; rates within {self.tie_width:g} of the best are "
+            f"tied and the chosen one is the tied rate nearest the middle of the tried rates; a "
+            f"choice at an edge adds the next rate (x{self.factor:g} or /{self.factor:g}), at "
+            f"most {self.max_extensions} per arm. Step doubling on the first "
+            f"{self.doubling_seeds} seed(s): twice the steps, converged when the metric moves by "
+            f"at most {self.tolerance:g}."
+        )
+
+    @property
+    def tie_width(self) -> float:
+        return self.tolerance if self.tie is None else self.tie
+
+
+@dataclass
+class Gated:
+    """One arm's runs: the sweep's scores, the chosen rate, the result of every seed at that rate
+    (in seed order) and the doubling runs' results (2x steps, the first seeds)."""
+
+    scores: dict[float, float]
+    chosen: float
+    bracketed: bool
+    runs: list[dict[str, Any]]
+    doubled: list[dict[str, Any]]
+    seeds: list[int]
+    doubling_seeds: list[int] = field(default_factory=list)
+
+    def learning_rate(self, sweep: Sweep) -> LearningRate:
+        return LearningRate(
+            self.chosen, sorted(self.scores), chosen_on=f"{sweep.metric}, seed {self.seeds[0]}"
+        )
+
+    def doubling(self, sweep: Sweep, steps: int) -> Doubling:
+        key = sweep.metric_key
+        return Doubling(
+            steps,
+            [self.runs[i][key] for i in range(len(self.doubling_seeds))],
+            [r[key] for r in self.doubled],
+            sweep.tolerance,
+            self.doubling_seeds,
+            sweep.metric,
+        )
+
+    def values(self, key: str) -> list[Any]:
+        """``key`` of every seed's run at the chosen rate."""
+        return [r[key] for r in self.runs]
+
+
+def choose(scores: dict[float, float], tie: float) -> float:
+    """The chosen rate of a sweep: among rates within ``tie`` of the best score, the one nearest
+    the middle of the tried rates (ties broken towards the best score); the smallest rate when
+    every run diverged."""
+    rates = sorted(scores)
+    finite = [s for s in scores.values() if math.isfinite(s)]
+    if not finite:  # every run diverged: the smallest rate, so an extension tries lower
+        return rates[0]
+    best = min(finite)
+    tied = [r for r in rates if scores[r] <= best + tie]
+    middle = (len(rates) - 1) / 2
+    return min(tied, key=lambda r: (abs(rates.index(r) - middle), scores[r]))
+
+
+def _edge_extension(scores: dict[float, float], sweep: Sweep) -> float | None:
+    """The next rate to try when the choice sits at an edge (None: bracketed or limit reached)."""
+    rates = sorted(scores)
+    chosen = choose(scores, sweep.tie_width)
+    if len(rates) - len(sweep.grid) >= sweep.max_extensions:
         return None
-    return best * step if best == rates[-1] else best / step
+    if chosen == rates[0]:
+        return rates[0] / sweep.factor
+    if chosen == rates[-1]:
+        return rates[-1] * sweep.factor
+    return None
 
+
+def gate_arms(
+    train: Callable[[Job], dict[str, Any]],
+    arms: Sequence[Hashable],
+    sweep: Sweep,
+    seeds: Sequence[int],
+    quick: bool,
+    data: Path | None,
+    workers: int | None = None,
+    cost: Callable[[Job], float] | None = None,
+) -> dict[Any, Gated]:
+    """Sweep, seeds and doubling for every arm (module docstring), in rounds of jobs through
+    :func:`run_jobs`: an arm whose sweep is settled runs its seeds and doubling while another
+    still extends its grid."""
+    seeds = list(seeds)
+    double_seeds = seeds[: max(1, sweep.doubling_seeds)]
+    done: dict[Job, dict[str, Any]] = {}
+    workers = workers if workers is not None else (1 if quick else 2)
+
+    def job(arm: Hashable, lr: float, scale: int, seed: int) -> Job:
+        return (arm, lr, scale, seed, quick, data)
+
+    def scores(arm: Hashable) -> dict[float, float] | None:
+        tried = {j[1]: r[sweep.metric_key] for j, r in done.items() if _is(j, arm, 1, seeds[0])}
+        return tried if all(lr in tried for lr in sweep.grid) else None
+
+    while True:
+        todo: list[Job] = []
+        for arm in arms:
+            tried = scores(arm)
+            if tried is None:
+                todo += [job(arm, lr, 1, seeds[0]) for lr in sweep.grid]
+                continue
+            extra = _edge_extension(tried, sweep)
+            if extra is not None:
+                todo.append(job(arm, extra, 1, seeds[0]))
+                continue
+            lr = choose(tried, sweep.tie_width)
+            todo += [job(arm, lr, 1, s) for s in seeds[1:]]
+            todo += [job(arm, lr, 2, s) for s in double_seeds]
+        todo = [j for j in dict.fromkeys(todo) if j not in done]
+        if not todo:
+            break
+        done.update(run_jobs(train, todo, workers, cost))
+    out = {}
+    for arm in arms:
+        tried = scores(arm) or {}
+        lr = choose(tried, sweep.tie_width)
+        out[arm] = Gated(
+            scores=tried,
+            chosen=lr,
+            bracketed=LearningRate(lr, list(tried)).bracketed,
+            runs=[done[job(arm, lr, 1, s)] for s in seeds],
+            doubled=[done[job(arm, lr, 2, s)] for s in double_seeds],
+            seeds=seeds,
+            doubling_seeds=double_seeds,
+        )
+    return out
+
+
+def _is(job: Job, arm: Hashable, scale: int, seed: int) -> bool:
+    return job[0] == arm and job[2] == scale and job[3] == seed
+
+
+def sweep_rows(gated: dict[Any, Gated], label: Callable[[Any], str]) -> list[dict]:
+    """One table row per arm and tried rate: the sweep's score, which rate was chosen."""
+    return [
+        {"arm": label(arm), "lr": lr, "score (first seed)": score, "chosen": lr == g.chosen}
+        for arm, g in gated.items()
+        for lr, score in sorted(g.scores.items())
+    ]
+
+
+# -- one arm, run by run -------------------------------------------------------------------------
 
 R = TypeVar("R")
 
 
-class Sweep(Generic[R]):
-    """The runs of one arm's sweep, ``{lr: result}``, their scores, the chosen rate and what it
-    was chosen on."""
+class SweepRuns(Generic[R]):
+    """The runs of one arm's sweep, ``{lr: result}``, their scores (lower is better), the chosen
+    rate (:func:`choose`, ties within ``tie``) and what it was chosen on."""
 
     def __init__(
-        self,
-        runs: dict[float, R],
-        scores: dict[float, float],
-        chosen_on: str,
-        higher_is_better: bool = False,
+        self, runs: dict[float, R], scores: dict[float, float], chosen_on: str, tie: float = 0.0
     ):
         self.runs, self.scores, self.chosen_on = runs, scores, chosen_on
-        self.chosen = best_of(scores, higher_is_better)
+        self.chosen = choose(scores, tie)
 
     @property
     def best(self) -> R:
@@ -76,28 +235,31 @@ def bracketed_sweep(
     score: Callable[[R], float],
     *,
     chosen_on: str,
-    higher_is_better: bool = False,
     step: float = 3.0,
     max_extra: int = 2,
-) -> Sweep[R]:
-    """One arm's sweep, run by run: ``train(lr)`` at every rate of ``grid`` (>= 2 rates), then
-    one rate past the edge holding the best (``step`` times further), at most ``max_extra``
-    times. ``score(result)`` reads the validation number from a run's result, so the runs can be
-    reused (the chosen rate's run is the first seed's result)."""
+    tie: float = 0.0,
+) -> SweepRuns[R]:
+    """One arm's sweep run by run: ``train(lr)`` at every rate of ``grid`` (>= 2 rates), then
+    one rate past the edge holding the choice (``step`` times further), at most ``max_extra``
+    times; ``score(result)`` is the number to minimise. The runs are kept for reuse (the chosen
+    rate's run is the first seed's result)."""
     if len(grid) < 2:
         raise ValueError(f"a sweep needs at least 2 rates to bracket a choice, got {list(grid)}")
+    rule = Sweep(tuple(float(g) for g in grid), tolerance=tie, metric=chosen_on, factor=step,
+                 max_extensions=max_extra, tie=tie)  # fmt: skip
     runs: dict[float, R] = {}
     scores: dict[float, float] = {}
-    for lr in sorted(float(g) for g in grid):
+    lr: float | None = None
+    for lr in sorted(rule.grid):
         runs[lr] = train(lr)
         scores[lr] = float(score(runs[lr]))
-    for _ in range(max_extra):
-        beyond = extension(scores, higher_is_better, step)
-        if beyond is None:
-            break
-        runs[beyond] = train(beyond)
-        scores[beyond] = float(score(runs[beyond]))
-    return Sweep(runs, scores, chosen_on, higher_is_better)
+    while (lr := _edge_extension(scores, rule)) is not None:
+        runs[lr] = train(lr)
+        scores[lr] = float(score(runs[lr]))
+    return SweepRuns(runs, scores, chosen_on, tie)
+
+
+# -- a job function of the experiment's own shape ------------------------------------------------
 
 
 @dataclass
@@ -119,6 +281,14 @@ class ArmRuns:
                         tolerance, self.seeds[:1], metric)  # fmt: skip
 
 
+def _adapted(job6: Job, fn: Callable[[tuple], Any], job: Callable[..., tuple],
+             score: Callable[[Any], float], steps: int, sign: float) -> dict[str, Any]:  # fmt: skip
+    """A :func:`gate_arms` job run through the experiment's own job function and score."""
+    arm, lr, scale, seed, _quick, _data = job6
+    result = fn(job(arm, lr, scale * steps, seed))
+    return {"metric": sign * float(score(result)), "result": result}
+
+
 def train_gated(
     fn: Callable[[tuple], Any],
     arms: Sequence[Hashable],
@@ -134,38 +304,20 @@ def train_gated(
     step: float = 3.0,
     max_extra: int = 2,
 ) -> ArmRuns:
-    """Train every arm under the gate's rule. ``job(arm, lr, steps, seed)`` is the picklable
-    job of ``fn`` (run through :func:`attnlab.lab.kit.seeds.run_jobs`, ``workers`` at a time);
-    ``score(result)`` its validation number. All arms' grids run as one batch, then each arm
-    whose best rate lies at an edge tries one more rate beyond it (all such arms together), up
-    to ``max_extra`` times; then the other seeds at the chosen rates and the first seed at
-    ``2 * steps``, in one batch."""
-    first = seeds[0]
-    results: dict[tuple, Any] = {}
-
-    def run(todo: list[tuple]) -> None:
-        results.update(run_jobs(fn, [j for j in dict.fromkeys(todo) if j not in results], workers))
-
-    run([job(a, float(r), steps, first) for a in arms for r in grid])
-    sweeps = {a: {float(r): score(results[job(a, float(r), steps, first)]) for r in grid}
-              for a in arms}  # fmt: skip
-    for _ in range(max_extra):
-        more = {a: extension(sweeps[a], higher_is_better, step) for a in arms}
-        todo = {a: r for a, r in more.items() if r is not None}
-        if not todo:
-            break
-        run([job(a, r, steps, first) for a, r in todo.items()])
-        for a, r in todo.items():
-            sweeps[a][r] = score(results[job(a, r, steps, first)])
-    lr = {a: LearningRate(best_of(sweeps[a], higher_is_better), sorted(sweeps[a]),
-                          chosen_on=chosen_on) for a in arms}  # fmt: skip
-    run([job(a, lr[a].chosen, steps, s) for a in arms for s in seeds[1:]]
-        + [job(a, lr[a].chosen, 2 * steps, first) for a in arms])  # fmt: skip
+    """:func:`gate_arms` for a job function of the experiment's own shape: ``job(arm, lr,
+    steps, seed)`` is the picklable job of ``fn`` (a module-level function, as are ``job`` and
+    ``score``), ``score(result)`` its validation number (higher or lower is better). Doubling on
+    the first seed; the choice is the best score (no tie width)."""
+    rule = Sweep(tuple(float(g) for g in grid), tolerance=0.0, metric=chosen_on, factor=step,
+                 max_extensions=max_extra, tie=0.0)  # fmt: skip
+    sign = -1.0 if higher_is_better else 1.0
+    train = partial(_adapted, fn=fn, job=job, score=score, steps=steps, sign=sign)
+    gated = gate_arms(train, arms, rule, seeds, quick=False, data=None, workers=workers)
     return ArmRuns(
-        lr=lr,
-        sweeps=sweeps,
-        per={a: [results[job(a, lr[a].chosen, steps, s)] for s in seeds] for a in arms},
-        double={a: results[job(a, lr[a].chosen, 2 * steps, first)] for a in arms},
+        lr={a: g.learning_rate(rule) for a, g in gated.items()},
+        sweeps={a: {lr: sign * s for lr, s in g.scores.items()} for a, g in gated.items()},
+        per={a: [r["result"] for r in g.runs] for a, g in gated.items()},
+        double={a: g.doubled[0]["result"] for a, g in gated.items()},
         steps=steps,
         seeds=list(seeds),
     )
