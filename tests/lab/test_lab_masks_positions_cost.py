@@ -194,21 +194,6 @@ def test_induction_data_scores_and_ablation(tmp_path):
     assert len(report.metrics["curves"][0]) == len(report.metrics["curve_steps"]) == 40
 
 
-def test_greedy_head_removal_removes_every_head_once(tmp_path):
-    from attnlab.lab.experiments.head_removal import greedy_removal, make_model, removable, val_loss
-
-    torch.manual_seed(0)
-    model = make_model(12, 10, quick=True)
-    windows = torch.randint(0, 12, (4, 10))
-    losses, order = greedy_removal(model, windows, 2, 4)
-    assert len(losses) == 9 and sorted(order) == [(a, b) for a in range(2) for b in range(4)]
-    assert abs(losses[-1] - val_loss(model, windows, order)) < 1e-6  # all heads gone
-    assert removable([1.0, 1.01, 1.2, 1.02], 0.05) == 1  # stops at the first rise past tol
-    assert removable([1.0, 1.01, 1.02], 0.05) == 2
-    report, _ = run_experiment("head_removal", quick=True, out_dir=tmp_path)
-    assert (tmp_path / "greedy.png").is_file() and len(report.metrics["curve_mean"]) == 9
-
-
 def test_concat_positions_scaled_arm_puts_pe_at_the_token_scale():
     import math
 
