@@ -162,38 +162,6 @@ def test_residual_quick_report(tmp_path):
     assert len(probe) == 5 and probe[0] > 0.9  # learned positions are readable from the embedding
 
 
-def test_induction_data_scores_and_ablation(tmp_path):
-    import numpy as np
-
-    from attnlab import inspect
-    from attnlab.lab.experiments.induction import (
-        ablation,
-        head_scores,
-        make_model,
-        repeated_segments,
-    )
-
-    ids, second = repeated_segments(6, 5, 10, np.random.default_rng(0), max_gap=3)
-    assert ids.shape == (6, 14) and (ids[:, 0] == 0).all() and (ids[:, 1:] > 0).all()
-    for row, s in zip(ids, second):  # the second copy starts after a gap of 0..3 tokens
-        assert 6 <= s <= 9 and torch.equal(row[s : s + 5], row[1:6])
-    torch.manual_seed(0)
-    model = make_model(10, 14, quick=True)
-    ind, prev = head_scores(model, ids, second, 5)
-    assert ind.shape == prev.shape == (2, 4) and (ind >= 0).all() and (ind <= 1).all()
-    rng = np.random.default_rng(0)
-    means = inspect.run_with_cache(model, ids, names="*.heads")[1]
-    none = ablation(model, 1, [0.1, 0.2, 0.0, 0.05], (ids, second), 5, rng, means)  # none > 0.3
-    assert none == {"heads": [], "others": [], "loss": None, "first": None, "other loss": None}
-    some = ablation(model, 1, [0.9, 0.2, 0.0, 0.5], (ids, second), 5, rng, means)
-    assert some["heads"] == [0, 3] and len(some["others"]) == 2
-    assert not set(some["others"]) & {0, 3} and some["loss"] > 0 and some["other loss"] > 0
-    report, _ = run_experiment("induction", quick=True, out_dir=tmp_path)
-    assert len(report.competence) == 1 and (tmp_path / "ablation.png").is_file()
-    assert "nan" not in (tmp_path / "README.md").read_text()  # missing heads are stated
-    assert len(report.metrics["curves"][0]) == len(report.metrics["curve_steps"]) == 40
-
-
 def test_concat_positions_scaled_arm_puts_pe_at_the_token_scale():
     import math
 

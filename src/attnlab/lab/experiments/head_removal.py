@@ -192,7 +192,7 @@ def train_job(job: tuple) -> dict[str, Any]:
     if not analyse:
         return out
     blocks = cast(nn.ModuleList, model.blocks)
-    n_layers, n_heads = len(blocks), int(blocks[0].self_attn.n_heads)
+    n_layers, n_heads = len(blocks), int(cast(Any, blocks[0]).self_attn.n_heads)
     one = inspect.head_ablation_effects(
         model, score[:, :-1], metric="loss", targets=score[:, 1:]
     ).effects  # (L, H)
