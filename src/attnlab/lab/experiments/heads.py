@@ -76,6 +76,7 @@ from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import (
     Competence,
     Doubling,
+    FigureRef,
     Report,
     Table,
     Threshold,
@@ -454,6 +455,82 @@ def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
     }
 
 
+def _figures(
+    seeds: list[int], ladder: dict, runs: dict, quick: bool, out_dir: Path
+) -> list[FigureRef]:
+    """The learning curves (test accuracy, training loss) of every arm, the 1-head
+    attention-only arm at each budget of its ladder."""
+    one, level = ARMS[0], one_relation_level(quick)
+    all_budgets = sorted({b for s in seeds for b in ladder[s]})
+    ladder_text = ", ".join(map(str, all_budgets))
+
+    def one_label(b: int) -> str:
+        having = [s for s in seeds if b in ladder[s]]
+        which = "" if len(having) == len(seeds) else f" (seed {', '.join(map(str, having))})"
+        return f"{_label(one)}, {b} steps{which}"
+
+    curves = {
+        _label(arm): (runs[(arm, seeds[0])]["steps"], [runs[(arm, s)]["curve"] for s in seeds])
+        for arm in ARMS[1:]
+    }
+    for b in all_budgets:
+        having = [s for s in seeds if b in ladder[s]]
+        curves[one_label(b)] = (
+            ladder[having[0]][b]["steps"],
+            [ladder[s][b]["curve"] for s in having],
+        )
+    fig = seeds_chart(
+        curves,
+        xlabel="training step",
+        ylabel="both relations right (test)",
+        title=f"token 1 back and 2 back at once ({len(seeds)} seed(s), min-max band)",
+        logx=True,
+    )
+    fig.axes[0].axhline(
+        1 / sizes(quick)[0] ** 2,
+        color="tab:red",
+        linestyle="--",
+        linewidth=1,
+        label="chance (1/V^2)",
+    )
+    fig.axes[0].legend(fontsize=8)
+    loss_curves = {_label(arm): [runs[(arm, s)]["losses"] for s in seeds] for arm in ARMS[1:]}
+    for b in all_budgets:
+        loss_curves[one_label(b)] = [ladder[s][b]["losses"] for s in seeds if b in ladder[s]]
+    loss_fig = curves_chart(
+        loss_curves, title="training loss (sum over the two relations)", logy=True
+    )
+    loss_fig.axes[0].axhline(
+        level,
+        color="gray",
+        linestyle=":",
+        linewidth=1,
+        label="log V: one relation named, the other at chance",
+    )
+    loss_fig.axes[0].legend(fontsize=7)
+    figures = [
+        save_chart(
+            fig,
+            out_dir,
+            "learning.png",
+            "Test accuracy (both relations right) during "
+            "training (log step axis), 1 vs 4 heads, attention only and full Transformer "
+            "block (mean over seeds, min-max band), evaluated 20 times per run; the 1-head "
+            f"attention-only arm at each budget of its ladder ({ladder_text} steps).",
+        ),
+        save_chart(
+            loss_fig,
+            out_dir,
+            "training.png",
+            "Training loss (sum of the two read-outs' "
+            "cross-entropy), mean over seeds with the min-max band; the 1-head "
+            "attention-only arm at each budget of its ladder (its plateau check); dotted: "
+            "log V, the loss with one relation named and the other at chance.",
+        ),
+    ]
+    return figures
+
+
 def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     """Tables, figures, verdict and prose from :func:`measure`'s numbers."""
     cost_rows, flops = m["cost"]["rows"], m["cost"]["flops"]
@@ -568,73 +645,7 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
         for i, s in enumerate(seeds)
         for h in range(arm[1])
     ]
-    all_budgets = sorted({b for s in seeds for b in ladder[s]})
-    ladder_text = ", ".join(map(str, all_budgets))
-
-    def one_label(b: int) -> str:
-        having = [s for s in seeds if b in ladder[s]]
-        which = "" if len(having) == len(seeds) else f" (seed {', '.join(map(str, having))})"
-        return f"{_label(one)}, {b} steps{which}"
-
-    curves = {
-        _label(arm): (runs[(arm, seeds[0])]["steps"], [runs[(arm, s)]["curve"] for s in seeds])
-        for arm in ARMS[1:]
-    }
-    for b in all_budgets:
-        having = [s for s in seeds if b in ladder[s]]
-        curves[one_label(b)] = (
-            ladder[having[0]][b]["steps"],
-            [ladder[s][b]["curve"] for s in having],
-        )
-    fig = seeds_chart(
-        curves,
-        xlabel="training step",
-        ylabel="both relations right (test)",
-        title=f"token 1 back and 2 back at once ({len(seeds)} seed(s), min-max band)",
-        logx=True,
-    )
-    fig.axes[0].axhline(
-        1 / sizes(quick)[0] ** 2,
-        color="tab:red",
-        linestyle="--",
-        linewidth=1,
-        label="chance (1/V^2)",
-    )
-    fig.axes[0].legend(fontsize=8)
-    loss_curves = {_label(arm): [runs[(arm, s)]["losses"] for s in seeds] for arm in ARMS[1:]}
-    for b in all_budgets:
-        loss_curves[one_label(b)] = [ladder[s][b]["losses"] for s in seeds if b in ladder[s]]
-    loss_fig = curves_chart(
-        loss_curves, title="training loss (sum over the two relations)", logy=True
-    )
-    loss_fig.axes[0].axhline(
-        level,
-        color="gray",
-        linestyle=":",
-        linewidth=1,
-        label="log V: one relation named, the other at chance",
-    )
-    loss_fig.axes[0].legend(fontsize=7)
-    figures = [
-        save_chart(
-            fig,
-            out_dir,
-            "learning.png",
-            "Test accuracy (both relations right) during "
-            "training (log step axis), 1 vs 4 heads, attention only and full Transformer "
-            "block (mean over seeds, min-max band), evaluated 20 times per run; the 1-head "
-            f"attention-only arm at each budget of its ladder ({ladder_text} steps).",
-        ),
-        save_chart(
-            loss_fig,
-            out_dir,
-            "training.png",
-            "Training loss (sum of the two read-outs' "
-            "cross-entropy), mean over seeds with the min-max band; the 1-head "
-            "attention-only arm at each budget of its ladder (its plateau check); dotted: "
-            "log V, the loss with one relation named and the other at chance.",
-        ),
-    ]
+    figures = _figures(seeds, ladder, runs, quick, out_dir)
     same_flops = len(set(flops.values())) == 1
     ms = [r["fwd+bwd ms (median)"] for r in cost_rows]
     time_ratio = max(ms) / min(ms)
