@@ -557,6 +557,9 @@ def _reason(m: dict[str, Any], checks: dict[str, bool], gone: dict[str, Any]) ->
         + (
             " (resolved)."
             if checks["layer-1 previous-token heads act through the keys"]
+            else " (not measured on every seed: a seed lacks a previous-token head or another "
+            "layer-1 head)."
+            if None in gone["prev K"] + gone["other K"]
             else " (no effect resolved: the previous-token heads' key path is not shown to "
             "matter more than other layer-1 heads')."
         )
