@@ -64,7 +64,7 @@ def test_quick_head_removal_run(tmp_path):
     assert (tmp_path / "a" / "greedy.png").is_file() and len(report.metrics["curve_mean"]) == 9
     assert report.arms == ["character LM"] and report.thresholds == THRESHOLDS
     (lm,) = report.competence
-    assert lm.gated and lm.lr.grid[:3] == [1e-3, 3e-3, 1e-2] and lm.doubling.steps == 40
+    assert lm.gated and {1e-3, 3e-3, 1e-2} <= set(lm.lr.grid) and lm.doubling.steps == 40
     assert report.verdict in ("held", "did not hold", "mixed", "inconclusive")
     assert "scoring split" in report.verdict_reason
 

@@ -79,7 +79,7 @@ def test_quick_induction_run(tmp_path):
     assert len(report.metrics["curves"][0]) == len(report.metrics["curve_steps"]) == 40
     assert report.arms == [ARM] and report.thresholds == THRESHOLDS
     (lm,) = report.competence
-    assert lm.gated and lm.lr.grid[:3] == [3e-4, 1e-3, 3e-3] and lm.doubling.steps == 40
+    assert lm.gated and {3e-4, 1e-3, 3e-3} <= set(lm.lr.grid) and lm.doubling.steps == 40
     table = report.table(
         "layer 1 by path patching: repeat loss with one layer-1 head mean-ablated only along "
         "the path into the layer-2 induction heads' keys (K) or queries (Q), and fully"

@@ -89,8 +89,8 @@ THRESHOLDS = [
         "layers reducible to one head (the best head, chosen on one split, kept alone; the "
         "loss on the other split within the tolerance)",
         "at least one layer, on every seed",
-        "Michel et al. 2019, Sec. 3.3 and Table 2: 'some layers can even be reduced to a single "
-        "head'",
+        "Michel et al. 2019, abstract ('some layers can even be reduced to a single head') and "
+        "Sec. 3.3 / Table 2 (all heads of a layer but one removed)",
     ),
     Threshold(
         "tolerance: a rise of the loss that counts as no significant loss",
