@@ -531,51 +531,17 @@ def _figures(
     return figures
 
 
-def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
-    """Tables, figures, verdict and prose from :func:`measure`'s numbers."""
-    cost_rows, flops = m["cost"]["rows"], m["cost"]["flops"]
-    (batch, t, d), repeats = m["cost"]["shape"], m["cost"]["repeats"]
+def _competence(
+    m: dict[str, Any], runs: dict, both: dict, drop: list[float], gain: list[float], quick: bool
+) -> list[Competence]:
+    """The compared arms' criteria (1 head: converged, off the saddle; 4 heads: solves the
+    task), each with its sweep and doubling; the full-block arms as references."""
     seeds, steps, ladder, last = m["seeds"], m["steps"], m["ladder"], m["last"]
     lr_one, lr_four = m["lr one"], m["lr four"]
-    best_lr, sweep_rows = lr_one.chosen, m["sweep rows"]
     one, four = ARMS[0], ARMS[1]
-    final = {s: ladder[s][2 * last[s]] for s in seeds}  # the 1-head arm at its last budget
-    budgets = [2 * last[s] for s in seeds]
-    runs = m["runs"] | {(one, s): final[s] for s in seeds}
-    both = {arm: [runs[(arm, s)]["acc"]["both"] for s in seeds] for arm in ARMS}
-    reach = {arm: [runs[(arm, s)]["reach"] for s in seeds] for arm in ARMS}
-    drop = [ladder[s][last[s]]["loss"] - final[s]["loss"] for s in seeds]
-    gain = [final[s]["acc"]["both"] - ladder[s][last[s]]["acc"]["both"] for s in seeds]
-    final_loss = [final[s]["loss"] for s in seeds]
+    final_loss = [ladder[s][2 * last[s]]["loss"] for s in seeds]
     level = one_relation_level(quick)
-    budget_text = ", ".join(str(b) for b in budgets)
-    rows = [_result_row(one, [final[s] for s in seeds], best_lr, f"per seed: {budget_text}")]
-    rows += [
-        _result_row(
-            arm, [runs[(arm, s)] for s in seeds], lr_four.chosen if arm == four else LR, steps
-        )
-        for arm in ARMS[1:]
-    ]
-    ladder_rows = [
-        {
-            "seed": s,
-            "steps": b,
-            "final training loss": r["loss"],
-            "loss drop from half the steps": (
-                ladder[s][b // 2]["loss"] - r["loss"] if b // 2 in ladder[s] else math.nan
-            ),
-            "both-right rise from half the steps": (
-                r["acc"]["both"] - ladder[s][b // 2]["acc"]["both"]
-                if b // 2 in ladder[s]
-                else math.nan
-            ),
-            **{f"{k} back": r["acc"][f"{k} back"] for k in OFFSETS},
-            "both right": r["acc"]["both"],
-            **{f"weight on t-{k}": r["looks"][0][i] for i, k in enumerate(OFFSETS)},
-        }
-        for s in seeds
-        for b, r in sorted(ladder[s].items())
-    ]
+    budget_text = ", ".join(str(2 * last[s]) for s in seeds)
     four_gate: dict[str, Any] = {
         "lr": lr_four,
         "doubling": Doubling(
@@ -587,7 +553,7 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
             "final training loss (nats)",
         ),
     }
-    competence = [
+    return [
         Competence(
             _label(one),
             "training plateau: training-loss drop (nats) when the steps "
@@ -633,6 +599,54 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
             for a in (four, *ARMS[2:])  # the full-block arms are references
         ],
     ]
+
+
+def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
+    """Tables, figures, verdict and prose from :func:`measure`'s numbers."""
+    cost_rows, flops = m["cost"]["rows"], m["cost"]["flops"]
+    (batch, t, d), repeats = m["cost"]["shape"], m["cost"]["repeats"]
+    seeds, steps, ladder, last = m["seeds"], m["steps"], m["ladder"], m["last"]
+    lr_one, lr_four = m["lr one"], m["lr four"]
+    best_lr, sweep_rows = lr_one.chosen, m["sweep rows"]
+    one, four = ARMS[0], ARMS[1]
+    final = {s: ladder[s][2 * last[s]] for s in seeds}  # the 1-head arm at its last budget
+    budgets = [2 * last[s] for s in seeds]
+    runs = m["runs"] | {(one, s): final[s] for s in seeds}
+    both = {arm: [runs[(arm, s)]["acc"]["both"] for s in seeds] for arm in ARMS}
+    reach = {arm: [runs[(arm, s)]["reach"] for s in seeds] for arm in ARMS}
+    drop = [ladder[s][last[s]]["loss"] - final[s]["loss"] for s in seeds]
+    gain = [final[s]["acc"]["both"] - ladder[s][last[s]]["acc"]["both"] for s in seeds]
+    final_loss = [final[s]["loss"] for s in seeds]
+    level = one_relation_level(quick)
+    budget_text = ", ".join(str(b) for b in budgets)
+    rows = [_result_row(one, [final[s] for s in seeds], best_lr, f"per seed: {budget_text}")]
+    rows += [
+        _result_row(
+            arm, [runs[(arm, s)] for s in seeds], lr_four.chosen if arm == four else LR, steps
+        )
+        for arm in ARMS[1:]
+    ]
+    ladder_rows = [
+        {
+            "seed": s,
+            "steps": b,
+            "final training loss": r["loss"],
+            "loss drop from half the steps": (
+                ladder[s][b // 2]["loss"] - r["loss"] if b // 2 in ladder[s] else math.nan
+            ),
+            "both-right rise from half the steps": (
+                r["acc"]["both"] - ladder[s][b // 2]["acc"]["both"]
+                if b // 2 in ladder[s]
+                else math.nan
+            ),
+            **{f"{k} back": r["acc"][f"{k} back"] for k in OFFSETS},
+            "both right": r["acc"]["both"],
+            **{f"weight on t-{k}": r["looks"][0][i] for i, k in enumerate(OFFSETS)},
+        }
+        for s in seeds
+        for b, r in sorted(ladder[s].items())
+    ]
+    competence = _competence(m, runs, both, drop, gain, quick)
     looks_rows = [
         {
             "arm": _label(arm),
