@@ -10,7 +10,6 @@ import math
 import numpy as np
 import torch
 
-from attnlab.lab import run_experiment
 from attnlab.lab.experiments.heads import (
     ARMS,
     GAIN,
@@ -77,9 +76,23 @@ def test_plateau_check_needs_a_flat_loss_a_flat_accuracy_and_to_be_off_the_saddl
     assert not converged({8: _run(level, 1 / 64), 16: _run(level - 0.01, 1 / 64)}, 8, False)
 
 
-def test_quick_heads_run(tmp_path):
+def test_quick_heads_run(tmp_path, monkeypatch):
     """One quick run (xdist would repeat a module fixture per worker), every check."""
-    report, _ = run_experiment("heads", quick=True, out_dir=tmp_path / "heads")
+    import attnlab.lab.experiments.heads as heads
+
+    measured = heads.measure(quick=True, seed=0)
+    report = heads.write_up(measured, tmp_path / "heads", quick=True)
+    # write_up re-renders from the numbers alone: no training
+    monkeypatch.setattr(heads, "fit", lambda *a, **k: (_ for _ in ()).throw(AssertionError))
+    again = heads.write_up(measured, tmp_path / "again", quick=True)
+    assert again.verdict_reason == report.verdict_reason
+    # both compared arms gated: a bracketed-or-extended sweep and a step doubling each
+    assert report.arms == ["attention only, 1 head", "attention only, 4 heads"]
+    assert report.thresholds == heads.THRESHOLDS
+    gated = [c for c in report.competence if c.gated]
+    assert [c.arm for c in gated] == report.arms
+    assert all({1e-3, 3e-3, 1e-2} <= set(c.lr.grid) for c in gated)
+    assert gated[1].doubling.steps == 30 and gated[1].doubling.seeds == [0]
     rows = report.table("(a) cost at equal d_model").rows
     assert [r["heads"] for r in rows] == [1, 2, 4, 8]
     assert len({r["counted FLOPs (fwd+bwd)"] for r in rows}) == 1

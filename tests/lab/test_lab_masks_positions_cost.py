@@ -4,8 +4,6 @@ come from the committed full-size runs)."""
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 
@@ -130,53 +128,6 @@ def test_complexity_quick_report(tmp_path):
     report, _ = run_experiment("complexity", quick=True, out_dir=tmp_path)
     assert report.metrics["crossover_flops"] == {"32": pytest.approx(32.0)}
     assert report.competence == [] and (tmp_path / "flops.png").is_file()
-
-
-def test_induction_data_scores_and_ablation(tmp_path):
-    import numpy as np
-
-    from attnlab import inspect
-    from attnlab.lab.experiments.induction import (
-        ablation,
-        head_scores,
-        make_model,
-        repeated_segments,
-    )
-
-    ids, second = repeated_segments(6, 5, 10, np.random.default_rng(0), max_gap=3)
-    assert ids.shape == (6, 14) and (ids[:, 0] == 0).all() and (ids[:, 1:] > 0).all()
-    for row, s in zip(ids, second):  # the second copy starts after a gap of 0..3 tokens
-        assert 6 <= s <= 9 and torch.equal(row[s : s + 5], row[1:6])
-    torch.manual_seed(0)
-    model = make_model(10, 14, quick=True)
-    ind, prev = head_scores(model, ids, second, 5)
-    assert ind.shape == prev.shape == (2, 4) and (ind >= 0).all() and (ind <= 1).all()
-    rng = np.random.default_rng(0)
-    means = inspect.run_with_cache(model, ids, names="*.heads")[1]
-    none = ablation(model, 1, [0.1, 0.2, 0.0, 0.05], (ids, second), 5, rng, means)  # none > 0.3
-    assert none == {"heads": [], "others": [], "loss": None, "first": None, "other loss": None}
-    some = ablation(model, 1, [0.9, 0.2, 0.0, 0.5], (ids, second), 5, rng, means)
-    assert some["heads"] == [0, 3] and len(some["others"]) == 2
-    assert not set(some["others"]) & {0, 3} and some["loss"] > 0 and some["other loss"] > 0
-    report, _ = run_experiment("induction", quick=True, out_dir=tmp_path)
-    assert len(report.competence) == 1 and (tmp_path / "ablation.png").is_file()
-    assert not re.search(r"\bnan\b", (tmp_path / "README.md").read_text())  # stated instead
-    assert len(report.metrics["curves"][0]) == len(report.metrics["curve_steps"]) == 40
-
-
-def test_greedy_head_removal_removes_every_head_once(tmp_path):
-    from attnlab.lab.experiments.head_removal import greedy_removal, make_model, removable, val_loss
-
-    torch.manual_seed(0)
-    model = make_model(12, 10, quick=True)
-    windows = torch.randint(0, 12, (4, 10))
-    losses, order = greedy_removal(model, windows, 2, 4)
-    assert len(losses) == 9 and sorted(order) == [(a, b) for a in range(2) for b in range(4)]
-    assert abs(losses[-1] - val_loss(model, windows, order)) < 1e-6  # all heads gone
-    assert removable([1.0, 1.01, 1.2, 1.02], 0.05) == 1  # stops at the first rise past tol
-    assert removable([1.0, 1.01, 1.02], 0.05) == 2
-    report, _ = run_experiment("head_removal", quick=True, out_dir=tmp_path)
-    assert (tmp_path / "greedy.png").is_file() and len(report.metrics["curve_mean"]) == 9
 
 
 def test_concat_positions_scaled_arm_puts_pe_at_the_token_scale():

@@ -321,3 +321,32 @@ def train_gated(
         steps=steps,
         seeds=list(seeds),
     )
+
+
+# -- one arm, a round of rates at a time ---------------------------------------------------------
+
+
+def bracketed_lr(
+    score: Callable[[list[float]], dict[float, float]],
+    grid: Sequence[float],
+    *,
+    chosen_on: str,
+    higher_is_better: bool = False,
+    max_extensions: int = 2,
+) -> tuple[LearningRate, dict[float, float]]:
+    """One arm's sweep a round at a time: ``score(rates)`` trains and scores a round (the
+    caller may run its rates in parallel); an edge choice adds one rate beyond that edge at the
+    grid's own ratio (1e-3, 3e-3, 1e-2 extends to 3e-2 or 3e-4), at most ``max_extensions``
+    times. A diverged run (non-finite score) counts as the worst. Returns the
+    :class:`LearningRate` and every rate's score."""
+    rates = sorted(float(g) for g in grid)
+    if len(rates) < 2:
+        raise ValueError(f"a learning-rate sweep needs at least 2 rates, got {rates}")
+    sign = -1.0 if higher_is_better else 1.0
+    rule = Sweep(tuple(rates), tolerance=0.0, metric=chosen_on, factor=rates[1] / rates[0],
+                 max_extensions=max_extensions, tie=0.0)  # fmt: skip
+    scores = {float(r): float(v) for r, v in score(rates).items()}
+    while (new := _edge_extension({r: sign * v for r, v in scores.items()}, rule)) is not None:
+        scores.update({float(r): float(v) for r, v in score([new]).items()})
+    chosen = choose({r: sign * v for r, v in scores.items()}, 0.0)
+    return LearningRate(chosen, sorted(scores), chosen_on=chosen_on), scores
