@@ -32,7 +32,8 @@ case).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -137,7 +138,7 @@ class SimpleRNN(nn.Module):
             )
         keep = None if mask is None or bool(mask.all()) else mask[:, :, None]  # (B, T, 1)
         finals = []
-        for i, cell in enumerate(self.cells):
+        for i, cell in enumerate(cast("Iterable[RNNCell]", self.cells)):
             if i > 0:
                 x = self.drop(x)
             ux = cell.project_inputs(x)  # (B, T, H), all steps in parallel
