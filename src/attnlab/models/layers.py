@@ -8,6 +8,7 @@ norm gains 1; the last projection of each residual branch (attention W^O and the
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -110,7 +111,7 @@ def _attention_options(cfg: ModelConfig) -> dict:
     )
 
 
-def make_self_attention(cfg: ModelConfig, pos_enc: Positions) -> SelfAttention:
+def make_self_attention(cfg: ModelConfig, pos_enc: Positions | None) -> SelfAttention:
     return SelfAttention(
         cfg.d_model,
         cfg.n_heads,
@@ -140,9 +141,17 @@ def _ffn(cfg: ModelConfig) -> nn.Module:
     )
 
 
-def make_encoder_block(
-    cfg: ModelConfig, pos_enc: Positions, block_cls: type[EncoderBlock] = EncoderBlock
-) -> EncoderBlock:
+def make_encoder_block(cfg: ModelConfig, pos_enc: Positions | None) -> EncoderBlock:
+    return _self_attention_block(EncoderBlock, cfg, pos_enc)
+
+
+_Block = TypeVar("_Block", bound=EncoderBlock)
+
+
+def _self_attention_block(
+    block_cls: type[_Block], cfg: ModelConfig, pos_enc: Positions | None
+) -> _Block:
+    """An encoder or causal block: self-attention and feed-forward, each with Add & Norm."""
     return block_cls(
         self_attn=make_self_attention(cfg, pos_enc),
         ffn=_ffn(cfg),
@@ -153,7 +162,7 @@ def make_encoder_block(
     )
 
 
-def make_causal_block(cfg: ModelConfig, pos_enc: Positions) -> CausalBlock:
+def make_causal_block(cfg: ModelConfig, pos_enc: Positions | None) -> CausalBlock:
     if cfg.norm_placement == "sandwich":  # Gemma 2/3: a norm after each sublayer too
         return SandwichBlock(
             self_attn=make_self_attention(cfg, pos_enc),
@@ -164,10 +173,10 @@ def make_causal_block(cfg: ModelConfig, pos_enc: Positions) -> CausalBlock:
             post_ffn_norm=_norm(cfg),
             dropout=cfg.dropout,
         )
-    return make_encoder_block(cfg, pos_enc, CausalBlock)
+    return _self_attention_block(CausalBlock, cfg, pos_enc)
 
 
-def make_decoder_block(cfg: ModelConfig, pos_enc: Positions) -> DecoderBlock:
+def make_decoder_block(cfg: ModelConfig, pos_enc: Positions | None) -> DecoderBlock:
     return DecoderBlock(
         self_attn=make_self_attention(cfg, pos_enc),
         cross_attn=make_cross_attention(cfg),

@@ -25,7 +25,6 @@ from torch import Tensor, nn
 
 from attnlab.nn.cache import KVCache
 from attnlab.nn.dropout import Dropout
-from attnlab.nn.feedforward import FeedForward
 from attnlab.nn.hooks import HookPoint
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 
@@ -45,7 +44,7 @@ class EncoderBlock(nn.Module):
         self,
         *,
         self_attn: SelfAttention,
-        ffn: FeedForward,
+        ffn: nn.Module,
         self_attn_norm: nn.Module,
         ffn_norm: nn.Module,
         norm_first: bool = True,
@@ -104,7 +103,7 @@ class DecoderBlock(nn.Module):
         *,
         self_attn: SelfAttention,
         cross_attn: CrossAttention,
-        ffn: FeedForward,
+        ffn: nn.Module,
         self_attn_norm: nn.Module,
         cross_attn_norm: nn.Module,
         ffn_norm: nn.Module,

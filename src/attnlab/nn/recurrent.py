@@ -256,9 +256,10 @@ class GeneralScore(nn.Module):
 
 
 SCORES = ("additive", "dot", "general")
+Score = AdditiveScore | DotScore | GeneralScore  # a(h, f), with project_keys for the f half
 
 
-def make_score(name: str, d_query: int, d_feature: int, d_attn: int) -> nn.Module:
+def make_score(name: str, d_query: int, d_feature: int, d_attn: int) -> Score:
     """The alignment score named ``name`` (one of :data:`SCORES`)."""
     if name == "additive":
         return AdditiveScore(d_query, d_feature, d_attn)
