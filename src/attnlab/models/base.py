@@ -18,6 +18,8 @@ from typing import Generic, NamedTuple, Protocol, TypeVar
 import torch
 from torch import Tensor, nn
 
+from attnlab.config import ModelConfig
+
 
 class LayerAttention(NamedTuple):
     """Attention weights of one layer, each (B, H, T, S) or None when the layer has no such part."""
@@ -150,6 +152,15 @@ class Classifier(nn.Module):
     ) -> ModelOutput:
         """ids (B, T) -> logits (B, C)."""
         raise NotImplementedError
+
+
+def config_of(model: nn.Module) -> ModelConfig:
+    """The ModelConfig an attnlab model was built from (its ``cfg``); TypeError for any other
+    module (a transformers model, a bare nn.Module)."""
+    cfg = getattr(model, "cfg", None)
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"expected an attnlab model with .cfg, got {type(model).__name__}")
+    return cfg
 
 
 def check_ids(ids: Tensor, vocab_size: int, name: str = "ids", max_len: int | None = None) -> None:
