@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from attnlab.data.pretrained_tokenizer import PretrainedTokenizer
 from attnlab.data.textfiles import TEXT_SUFFIXES, list_text_files, read_text
 from attnlab.data.tokenizers import Tokenizer, load_tokenizer
 
@@ -46,7 +47,7 @@ class Corpus:
     train: np.ndarray  # (N_train,) uint16/uint32 memmap
     val: np.ndarray  # (N_val,)
     meta: dict[str, Any]
-    tokenizer: Tokenizer
+    tokenizer: Tokenizer | PretrainedTokenizer
     path: Path
 
 

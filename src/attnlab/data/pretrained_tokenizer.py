@@ -69,8 +69,8 @@ class PretrainedTokenizer:
     @property
     def pad_id(self) -> int:
         for role in ("pad", "eos"):
-            if self._id(role) is not None:
-                return self._id(role)
+            if (found := self._id(role)) is not None:
+                return found
         return 0
 
     @property
