@@ -54,7 +54,7 @@ class Corpus:
 def prepare_corpus(
     source: str | os.PathLike,
     out_dir: str | os.PathLike,
-    tokenizer: Tokenizer,
+    tokenizer: Tokenizer | PretrainedTokenizer,
     *,
     write: Callable[[Path, bytes], object],
     val_fraction: float = 0.1,
@@ -84,8 +84,8 @@ def prepare_corpus(
             except ValueError as err:  # e.g. characters a CharTokenizer never saw
                 stream.unlink()
                 raise ValueError(f"cannot encode {str(path)!r}: {err}") from None
-            if k and n_tokens and ids:
-                ids = [tokenizer.eos_id, *ids]  # document boundary
+            if k and n_tokens and ids and tokenizer.eos_id is not None:
+                ids = [tokenizer.eos_id, *ids]  # document boundary (none without an EOS token)
             f.write(np.asarray(ids, dtype=dtype).tobytes())
             n_tokens += len(ids)
     if n_tokens == 0:
