@@ -130,6 +130,7 @@ class ModelConfig:
             "n_kv_heads",
             "attn_window",
             "rope_original_max_len",
+            "n_classes",
         ):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):
