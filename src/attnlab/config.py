@@ -135,6 +135,7 @@ class ModelConfig:
             "attn_window",
             "full_attn_every",
             "rope_original_max_len",
+            "n_classes",
         ):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, int) or value <= 0):

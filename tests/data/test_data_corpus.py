@@ -98,6 +98,27 @@ def test_directory_sorted_with_eos_between_documents(tmp_path):
 
 
 # Bad input ----------------------------------------------------------------------------------
+def test_pretrained_tokenizer_without_eos_joins_documents_without_a_boundary(tmp_path):
+    """A corpus of several files marks document boundaries with EOS; a pretrained tokenizer
+    that has none (no eos role) joins them directly instead of failing on a missing id."""
+    from tokenizers import Tokenizer as HFTokenizer
+    from tokenizers import models, pre_tokenizers
+
+    from attnlab.data import PretrainedTokenizer, load_tokenizer
+
+    hf = HFTokenizer(models.WordLevel({"[UNK]": 0, "a": 1, "b": 2, "c": 3}, unk_token="[UNK]"))
+    hf.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PretrainedTokenizer(hf, {"unk": "[UNK]"})
+    assert tok.eos_id is None
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "1.txt").write_text("a b", encoding="utf-8")
+    (docs / "2.txt").write_text("c a", encoding="utf-8")
+    got = prepare(docs, tmp_path / "out", tok, val_fraction=0.0)
+    assert got.train.tolist() == [1, 2, 3, 1]
+    assert load_tokenizer(tmp_path / "out" / "tokenizer.json").to_dict() == tok.to_dict()
+
+
 def test_bad_corpus_inputs(tmp_path):
     tok = ByteTokenizer()
     with pytest.raises(FileNotFoundError, match="does not exist"):

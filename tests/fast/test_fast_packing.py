@@ -35,7 +35,7 @@ def test_groups_sort_rows_by_length_and_pad_each_to_its_longest():
     groups = length_groups(mask)
     assert [g.numel() for g in groups] == [GROUP_ROWS] * 3 + [5]
     packing = make_packing(mask, groups)
-    assert packing.index.numel() == int(lengths.sum())
+    assert packing.flat_index.numel() == int(lengths.sum())
     order = torch.cat(groups)
     assert torch.equal(lengths[order], lengths.sort(stable=True).values)
     for g in packing.groups:
@@ -67,7 +67,7 @@ def test_grouped_heads_put_each_token_head_at_its_row_and_position():
     lengths = torch.randint(1, 12, (2 * GROUP_ROWS + 3,))
     mask = _right_padded(lengths)
     packing = make_packing(mask, length_groups(mask))
-    n, parts, h, d = packing.index.numel(), 3, 2, 4
+    n, parts, h, d = packing.flat_index.numel(), 3, 2, 4
     x = torch.randn(n, parts * h * d)
     per_part = grouped_heads(x, packing, parts, h)
     assert len(per_part) == parts and all(len(p) == len(packing.groups) for p in per_part)

@@ -85,7 +85,7 @@ def test_teacher_forced_all_correct_equals_greedy_exact_match():
     opt = torch.optim.AdamW(model.parameters(), 1e-2)
     for step in range(20):  # enough for some, not all, examples to be right
         loss = batch_loss(model, data.train_batch(step, 32), "seq2seq")
-        (loss.total / loss.count).backward()
+        (loss.total / loss.n_targets).backward()
         opt.step()
         opt.zero_grad()
     res = evaluate(model, data, batch_size=64, max_batches=1)
@@ -107,7 +107,7 @@ def test_loss_sums_and_counts_ignore_padding():
     cfg = _tiny_config(data)
     model = build_model(cfg).eval()
     loss = batch_loss(model, batch, "seq2seq")
-    assert loss.count == target_count(batch, "seq2seq") == int(batch.tgt_mask.sum())
+    assert loss.n_targets == target_count(batch, "seq2seq") == int(batch.tgt_mask.sum())
     s, t = int(batch.src_mask[0].sum()), int(batch.tgt_mask[0].sum())
     padded = type(batch)(*(x[:1] for x in batch))  # row 0 with the batch's padding
     alone = type(batch)(
@@ -119,7 +119,7 @@ def test_loss_sums_and_counts_ignore_padding():
     )
     assert s < batch.src.size(1) or t < batch.tgt_in.size(1)  # row 0 really is padded
     a, b = batch_loss(model, padded, "seq2seq"), batch_loss(model, alone, "seq2seq")
-    assert a.count == b.count == t and torch.allclose(a.total, b.total, atol=1e-5)
+    assert a.n_targets == b.n_targets == t and torch.allclose(a.total, b.total, atol=1e-5)
 
 
 def test_classification_data_and_accuracy():

@@ -345,8 +345,13 @@ def _load_one(ckpt: Path, map_location: Any, expect_kind: Any, verify: bool) -> 
         for n in (MODEL, TOKENIZER, LABELS, STATE)
         if n == MODEL or (ckpt / n).exists() or n in listed  # a listed file must be there
     ]
+
+    def verify_files() -> None:
+        for name in names if verify else ():
+            _verify(ckpt, manifest, name)
+
     with ThreadPoolExecutor(max_workers=1) as pool:  # hash the files while the model is built
-        checked = pool.submit(lambda: [_verify(ckpt, manifest, n) for n in names if verify])
+        checked = pool.submit(verify_files)
         model = build_model(config)
         checked.result()
     tensors, meta = _read_safetensors(ckpt / MODEL)

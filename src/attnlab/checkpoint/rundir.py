@@ -237,8 +237,8 @@ def _resolve(path: str | os.PathLike) -> Path:
     if p.is_file():
         if p.name in (LATEST, BEST) and (target := _read_pointer(p.parent, p.name)) is not None:
             return target
-        if p.name == LATEST and (found := list_checkpoints(p.parent)):
-            return found[-1]  # the pointer was not usable: the highest complete step
+        if p.name == LATEST and (complete := list_checkpoints(p.parent)):
+            return complete[-1]  # the pointer was not usable: the highest complete step
         raise CheckpointError(
             f"{str(p)!r} is a file, but a checkpoint is a directory (config.json + "
             f"model.safetensors); pass the directory that contains it"

@@ -78,8 +78,8 @@ def collate_pairs(
     BOS prepended for ``tgt_in`` and EOS appended for ``tgt_out``. An empty source is an error,
     because a row with no real key would give attention nothing to attend to.
     """
-    for i, (src, _) in enumerate(pairs):
-        if len(src) == 0:
+    for i, (source, _) in enumerate(pairs):
+        if len(source) == 0:
             raise ValueError(
                 f"pair {i} has an empty source; drop it or encode sources with add_eos=True"
             )
@@ -93,8 +93,8 @@ def collate_labelled(
     examples: Sequence[tuple[Sequence[int], int]], pad_id: int
 ) -> ClassificationBatch:
     """(token ids, class id) examples -> a right-padded :class:`ClassificationBatch`."""
-    for i, (ids, _) in enumerate(examples):
-        if len(ids) == 0:
+    for i, (tokens, _) in enumerate(examples):
+        if len(tokens) == 0:
             raise ValueError(f"example {i} has no tokens; drop it or encode with add_bos=True")
     ids, mask = pad_sequences([e[0] for e in examples], pad_id)  # (B, T)
     labels = torch.tensor([int(e[1]) for e in examples], dtype=torch.long)  # (B,)

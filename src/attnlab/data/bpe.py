@@ -122,6 +122,8 @@ class BPETokenizer(Tokenizer):
 
     def _token_text(self, id: int) -> str:
         piece = self.hf.id_to_token(id)
+        if piece is None:
+            raise ValueError(f"token id {id} has no entry in this BPE tokenizer's vocabulary")
         if self.byte_level:
             raw = bytes(self._bytes.get(ch, ord("?")) for ch in piece)
             return raw.decode("utf-8", errors="backslashreplace")

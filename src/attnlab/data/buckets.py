@@ -79,7 +79,7 @@ class BucketBatchSampler:
         rng = np.random.default_rng([self.seed, epoch])
         n = len(self.lengths)
         order = rng.permutation(n) if self.shuffle else np.arange(n)
-        pool = self.pool_size * (self.batch_size or max(1, self.max_tokens // self._mean_len()))
+        pool = self.pool_size * (self.batch_size or max(1, self._budget() // self._mean_len()))
         out: list[list[int]] = []
         for start in range(0, n, pool):
             chunk = order[start : start + pool]
@@ -88,6 +88,11 @@ class BucketBatchSampler:
         if self.shuffle:
             out = [out[i] for i in rng.permutation(len(out))]
         return out[rank::world_size]
+
+    def _budget(self) -> int:
+        """max_tokens, given whenever batch_size is not (``__init__`` checks one of them)."""
+        assert self.max_tokens is not None
+        return self.max_tokens
 
     def _mean_len(self) -> int:
         return max(1, int(self.lengths.mean()))
@@ -101,7 +106,7 @@ class BucketBatchSampler:
             if self.batch_size is not None:
                 full = len(current) == self.batch_size
             else:
-                full = bool(current) and (len(current) + 1) * max(longest, size) > self.max_tokens
+                full = bool(current) and (len(current) + 1) * max(longest, size) > self._budget()
             if full:
                 batches.append(current)
                 current, longest = [], 0

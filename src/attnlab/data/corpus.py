@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from attnlab.data.pretrained_tokenizer import PretrainedTokenizer
 from attnlab.data.textfiles import TEXT_SUFFIXES, list_text_files, read_text
 from attnlab.data.tokenizers import Tokenizer, load_tokenizer
 
@@ -46,14 +47,14 @@ class Corpus:
     train: np.ndarray  # (N_train,) uint16/uint32 memmap
     val: np.ndarray  # (N_val,)
     meta: dict[str, Any]
-    tokenizer: Tokenizer
+    tokenizer: Tokenizer | PretrainedTokenizer
     path: Path
 
 
 def prepare_corpus(
     source: str | os.PathLike,
     out_dir: str | os.PathLike,
-    tokenizer: Tokenizer,
+    tokenizer: Tokenizer | PretrainedTokenizer,
     *,
     write: Callable[[Path, bytes], object],
     val_fraction: float = 0.1,
@@ -83,8 +84,8 @@ def prepare_corpus(
             except ValueError as err:  # e.g. characters a CharTokenizer never saw
                 stream.unlink()
                 raise ValueError(f"cannot encode {str(path)!r}: {err}") from None
-            if k and n_tokens and ids:
-                ids = [tokenizer.eos_id, *ids]  # document boundary
+            if k and n_tokens and ids and tokenizer.eos_id is not None:
+                ids = [tokenizer.eos_id, *ids]  # document boundary (none without an EOS token)
             f.write(np.asarray(ids, dtype=dtype).tobytes())
             n_tokens += len(ids)
     if n_tokens == 0:

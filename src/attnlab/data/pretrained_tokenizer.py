@@ -27,7 +27,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders
 
 from attnlab.data.bpe import _byte_decoder
-from attnlab.data.tokenizers import TOKENIZER_FILE, Tokenizer, visible
+from attnlab.data.tokenizers import TOKENIZER_FILE, visible, write_tokenizer_json
 
 ROLES = ("bos", "eos", "pad", "unk", "mask", "cls", "sep")
 _METASPACE = "\u2581"
@@ -69,8 +69,8 @@ class PretrainedTokenizer:
     @property
     def pad_id(self) -> int:
         for role in ("pad", "eos"):
-            if self._id(role) is not None:
-                return self._id(role)
+            if (found := self._id(role)) is not None:
+                return found
         return 0
 
     @property
@@ -142,7 +142,9 @@ class PretrainedTokenizer:
             raise ValueError("an 'hf' tokenizer dict needs the library JSON under the 'hf' key")
         return cls(HFTokenizer.from_str(json.dumps(data["hf"])), data.get("special_tokens"))
 
-    save = Tokenizer.save  # to_dict() as JSON; reloads with attnlab.data.load_tokenizer
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write ``to_dict()`` as JSON (reloads with attnlab.data.load_tokenizer)."""
+        return write_tokenizer_json(self.to_dict(), path)
 
     def save_pretrained(self, path: str | os.PathLike, model_max_length: int | None = None) -> Path:
         """Write tokenizer.json + tokenizer_config.json (what ``AutoTokenizer`` reads)."""

@@ -201,7 +201,7 @@ class MajorityTask:
     def make_pairs(self, n: int, seed: int = 0) -> list[tuple[str, str]]:
         rng = _rng(seed)
         letters = np.array(list(self.alphabet))
-        out = []
+        out: list[tuple[str, str]] = []
         while len(out) < n:
             k = int(rng.integers(self.min_len, self.max_len + 1))
             counts = np.zeros(len(letters), dtype=int)

@@ -57,6 +57,15 @@ def visible(s: str) -> str:
     return "".join(out)
 
 
+def write_tokenizer_json(data: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Write a tokenizer's ``to_dict()`` as JSON; a directory gets ``tokenizer.json`` inside it."""
+    p = Path(path)
+    if p.is_dir():
+        p = p / TOKENIZER_FILE
+    p.write_text(json.dumps(data, ensure_ascii=False), encoding="utf-8")
+    return p
+
+
 class Tokenizer:
     """The common interface. Subclasses set ``type`` and implement the ``_`` hooks."""
 
@@ -126,11 +135,7 @@ class Tokenizer:
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write ``to_dict()`` as JSON; a directory gets ``tokenizer.json`` inside it."""
-        p = Path(path)
-        if p.is_dir():
-            p = p / TOKENIZER_FILE
-        p.write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
-        return p
+        return write_tokenizer_json(self.to_dict(), path)
 
     def __repr__(self) -> str:
         name = type(self).__name__

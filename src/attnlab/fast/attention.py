@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from attnlab.fast.packing import Packing, group_mask, group_positions, grouped_heads, packed_heads
 from attnlab.fast.switches import PATHS
@@ -69,6 +69,8 @@ def _route(x: Tensor) -> Route | None:
 class _PackedOutput:
     """W^O on packed tokens, shared by both fast modules."""
 
+    out_proj: nn.Linear | None  # the attention module's W^O (``MultiHeadBase``)
+
     def packed_output(self, per_group: list[Tensor], packing: Packing) -> AttentionOutput:
         """Each group's heads (b, H, T_g, Dh) -> W^O on the packed real tokens, (N, Do)."""
         concat = packed_heads(per_group, packing)  # (N, H*Dh)
@@ -98,13 +100,22 @@ def one_query_attention(
     return out.view(b, h, 1, v.size(-1))  # (B, H, 1, Dv)
 
 
-def fast_attention(q, k, v, mask=None, *, need_weights=False, **eq9) -> AttentionOutput:
+def fast_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None = None,
+    *,
+    need_weights: bool = False,
+    **eq9: Any,
+) -> AttentionOutput:
     """Eq. 9 as ``attnlab.nn.attention.scaled_dot_product_attention`` (same arguments), except
     that a compiled one-token decode step with the plain softmax attends by reductions
     (:func:`one_query_attention`); everything else (soft-capped logits too) goes to the plain
     kernel."""
     activation, points = eq9.get("activation"), eq9.get("points")
-    plain = need_weights or not isinstance(activation, Softmax) or points_active(points)
+    hooked = points is not None and points_active(points)
+    plain = need_weights or not isinstance(activation, Softmax) or hooked
     plain = plain or eq9.get("softcap") is not None
     one_query = q.size(-2) == 1 and torch.compiler.is_compiling() and PATHS["one_query"]
     if plain or not one_query or eq9.get("dropout_p", 0.0) > 0:
@@ -135,9 +146,9 @@ class FastSelfAttention(_PackedOutput, SelfAttention):
         qkv = self.qkv_proj(x)  # (N, 3 H*Dh)
         per_group = []
         for g, q, k, v in zip(packing.groups, *grouped_heads(qkv, packing, 3, self.n_heads)):
-            if self.q_norm is not None:  # q, k, v: (b, H, T_g, Dh)
+            if self.q_norm is not None and self.k_norm is not None:  # q, k, v: (b, H, T_g, Dh)
                 q, k = self.q_norm(q), self.k_norm(k)
-            if self.rotates:
+            if self.pos_enc is not None and self.pos_enc.rotates:
                 q = self.pos_enc.rotate(q, group_positions(positions, g))
                 k = self.pos_enc.rotate(k, group_positions(positions, g))
             opts = self.attention_options()
@@ -155,13 +166,14 @@ class FastCrossAttention(_PackedOutput, CrossAttention):
         if route is None:
             return super().forward(x, memory, mask, memory_kv=memory_kv, need_weights=need_weights)
         packing, memory_packing = route
+        assert memory_packing is not None  # a packed decoder packs its memory in the same groups
         (queries,) = grouped_heads(self.q_proj(x), packing, 1, self.n_heads)  # (b, H, T_g, Dh)
         kv = self.kv_proj(memory)  # (N_src, 2 H*Dh)
         keys, values = grouped_heads(kv, memory_packing, 2, self.n_heads)  # (b, H, S_g, Dh)
         per_group = []
         groups = zip(packing.groups, memory_packing.groups, queries, keys, values)
         for g, mg, q, k, v in groups:
-            if self.q_norm is not None:
+            if self.q_norm is not None and self.k_norm is not None:
                 q, k = self.q_norm(q), self.k_norm(k)
             opts = self.attention_options()
             per_group.append(self.attention(q, k, v, group_mask(mask, g, mg), **opts).out)

@@ -18,7 +18,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.fast.attention import packed
-from attnlab.fast.packing import length_groups, make_packing, pack, row_major, unpack
+from attnlab.fast.packing import Packing, length_groups, make_packing, pack, row_major, unpack
 from attnlab.fast.replay import ReplayingStep
 from attnlab.fast.switches import PATHS
 from attnlab.models.base import ModelOutput
@@ -35,7 +35,9 @@ def hooks_active(model: nn.Module) -> bool:
     return any(m.active for m in model.modules() if isinstance(m, HookPoint))
 
 
-def row_groups(model: nn.Module, mask: Tensor | None, *others: Tensor | None):
+def row_groups(
+    model: TransformerEncoder | TransformerEncoderDecoder, mask: Tensor | None, *others: Tensor
+) -> list[Packing] | None:
     """The packings of (B, T) masks (True = real token) in shared row groups, or None where the
     plain forward runs (see the module docstring)."""
     cfg = model.cfg

@@ -40,13 +40,13 @@ class Group(NamedTuple):
     end: int
     rows: Tensor  # (b,) int64, the group's rows in the (B, T) batch
     length: int  # T_g: the group's rows are padded to this length
-    index: Tensor  # (end - start,) flat positions j * T_g + t in the group's (b, T_g) layout
+    flat_index: Tensor  # (end - start,) flat positions j * T_g + t in the group's (b, T_g) layout
 
 
 class Packing(NamedTuple):
     """Where the real tokens of a (B, T) batch live, in packed order (group by group)."""
 
-    index: Tensor  # (N,) int64, flat positions b * T + t
+    flat_index: Tensor  # (N,) int64, flat positions b * T + t
     batch: int
     length: int
     groups: tuple[Group, ...]
@@ -86,19 +86,19 @@ def make_packing(key_padding_mask: Tensor, row_groups: list[Tensor]) -> Packing:
 
 def pack(x: Tensor, packing: Packing) -> Tensor:
     """(B, T, D) -> (N, D): the rows of real tokens, in packed order."""
-    return x.reshape(packing.batch * packing.length, x.size(-1)).index_select(0, packing.index)
+    return x.reshape(packing.batch * packing.length, x.size(-1)).index_select(0, packing.flat_index)
 
 
 def unpack(x: Tensor, packing: Packing) -> Tensor:
     """(N, D) -> (B, T, D), zeros at padding positions."""
     out = x.new_zeros(packing.batch * packing.length, x.size(-1))
-    out = out.index_copy(0, packing.index, x)
+    out = out.index_copy(0, packing.flat_index, x)
     return out.view(packing.batch, packing.length, x.size(-1))
 
 
 def row_major(x: Tensor, packing: Packing) -> Tensor:
     """Packed (N, D) -> the same rows in the batch's row-major order, as ``x_padded[mask]``."""
-    return x.index_select(0, packing.index.argsort())
+    return x.index_select(0, packing.flat_index.argsort())
 
 
 def grouped_heads(x: Tensor, packing: Packing, parts: int, n_heads: int) -> list[list[Tensor]]:
@@ -118,7 +118,7 @@ def grouped_heads(x: Tensor, packing: Packing, parts: int, n_heads: int) -> list
     for g in packing.groups:  # row of part 0 for every slot (j, h, t): (i * parts * H + h)
         b = g.rows.numel()
         token = torch.full((b * g.length,), g.start, dtype=torch.long, device=x.device)
-        token[g.index] = torch.arange(g.start, g.end, device=x.device)  # (b T_g,) packed row
+        token[g.flat_index] = torch.arange(g.start, g.end, device=x.device)  # (b T_g,) packed row
         slots = token.view(b, 1, g.length) * (parts * n_heads) + heads.view(1, -1, 1)
         rows.append(slots.reshape(-1))  # (b H T_g,)
         shapes.append((b, n_heads, g.length, d))
@@ -137,11 +137,11 @@ def packed_heads(per_group: list[Tensor], packing: Packing) -> Tensor:
     rows = []
     for out, g in zip(per_group, packing.groups):
         _, h, t, d = out.shape
-        j, col = g.index // t, g.index % t  # (n_g,) each token's row and position in the group
+        j, col = g.flat_index // t, g.flat_index % t  # (n_g,) each token's row and position
         heads = torch.arange(h, device=out.device)
         index = ((j[:, None] * h + heads) * t + col[:, None]).reshape(-1)  # (n_g H,)
         rows.append(out.reshape(-1, d).index_select(0, index))  # (n_g H, D), token-major
-    return torch.cat(rows).view(packing.index.numel(), -1)
+    return torch.cat(rows).view(packing.flat_index.numel(), -1)
 
 
 def group_mask(mask: Tensor | None, group: Group, key_group: Group) -> Tensor | None:

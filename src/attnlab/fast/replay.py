@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 from torch import Tensor
@@ -34,17 +34,23 @@ class GraphCall(NamedTuple):
     logits: Tensor
 
 
+_Call = tuple[Callable[..., Any], list[Any], Any]  # a compiled graph, its arguments, its outputs
+
+
 class _Capture:
     """The ``torch.compile`` backend of the step: inductor with ``_STEP_OPTIONS``, whose graphs
     report each call made inside :meth:`recording` (the graph, its arguments and outputs)."""
 
     def __init__(self):
-        self.calls: list[tuple[Callable[..., Any], list[Any], Any]] | None = None
+        self.calls: list[_Call] | None = None
 
     def __call__(self, gm: torch.fx.GraphModule, example_inputs: list[Any]) -> Callable[..., Any]:
         from torch._inductor.compile_fx import compile_fx  # heavy: only when compiling
 
-        compiled = compile_fx(gm, example_inputs, config_patches=STEP_OPTIONS)
+        # called on a graph (not in AOT mode), compile_fx returns the compiled callable
+        compiled = cast(
+            Callable[..., Any], compile_fx(gm, example_inputs, config_patches=STEP_OPTIONS)
+        )
 
         def run(*args: Any) -> Any:
             outputs = compiled(*args)
@@ -55,7 +61,7 @@ class _Capture:
         return run
 
     @contextmanager
-    def recording(self) -> Iterator[list]:
+    def recording(self) -> Iterator[list[_Call]]:
         self.calls = []
         try:
             yield self.calls

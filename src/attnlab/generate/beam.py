@@ -31,6 +31,7 @@ import torch
 
 from attnlab.generate.config import GenerationConfig, GenerationResult, Hypothesis, SpecialIds
 from attnlab.generate.sampling import check_finite_logits, process_logits, seen_tokens
+from attnlab.generate.steppers import Stepper
 
 NEG_INF = float("-inf")
 
@@ -66,7 +67,7 @@ class _Finished:
 
 @torch.inference_mode()
 def beam_search(
-    stepper: Any,
+    stepper: Stepper,
     config: GenerationConfig,
     *,
     vocab_size: int,
@@ -96,12 +97,15 @@ def beam_search(
         cand = (scores.view(-1, 1) + logp).view(len(active), k * vocab_size)  # (A, K*V)
         top, flat = cand.topk(n_cand, dim=1)  # (A, 2K), sorted best first
         beam, token = (flat // vocab_size).tolist(), (flat % vocab_size).tolist()
-        top = top.tolist()
-        rows, tokens, new_scores, still = [], [], [], []
+        top_scores: list[list[float]] = top.tolist()
+        rows: list[int] = []
+        tokens: list[int] = []
+        new_scores: list[float] = []
+        still: list[int] = []
         for a, item in enumerate(active):
-            chosen = []
+            chosen: list[tuple[int, int, float]] = []  # (row, token, score)
             for rank in range(n_cand):
-                s, w, row = top[a][rank], token[a][rank], a * k + beam[a][rank]
+                s, w, row = top_scores[a][rank], token[a][rank], a * k + beam[a][rank]
                 if s == NEG_INF:
                     break
                 if w in stop:
@@ -115,7 +119,9 @@ def beam_search(
                 continue
             chosen += [(chosen[0][0], chosen[0][1], NEG_INF)] * (k - len(chosen))  # dead fillers
             for row, w, s in chosen:
-                rows.append(row), tokens.append(w), new_scores.append(s)
+                rows.append(row)
+                tokens.append(w)
+                new_scores.append(s)
             still.append(item)
         if not still:
             break

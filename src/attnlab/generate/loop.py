@@ -33,6 +33,7 @@ from attnlab.generate.sampling import (
     make_generator,
     seen_tokens,
 )
+from attnlab.generate.steppers import Stepper
 from attnlab.generate.text import TextRow
 
 
@@ -41,7 +42,7 @@ class Prepared:
     """A stepper over a checked, padded batch of prompts (or sources), ready to decode: what
     ``generate``, ``generate_seq2seq`` and ``stream`` share once the model kind is handled."""
 
-    stepper: Any
+    stepper: Stepper
     batch: PromptBatch
     specials: SpecialIds
     config: GenerationConfig  # seq2seq may cap max_new_tokens at the decoder's window
@@ -84,7 +85,7 @@ class DecodeLoop:
 
     def __init__(
         self,
-        stepper: Any,
+        stepper: Stepper,
         config: GenerationConfig,
         specials: SpecialIds,
         *,
@@ -104,10 +105,11 @@ class DecodeLoop:
         self.every_row = torch.ones(rows, dtype=torch.bool, device=device)  # `kept` while none done
         self.reasons = ["length"] * rows
         self.stop = torch.tensor(stop_ids, dtype=torch.long, device=device) if stop_ids else None
-        self.seed = None  # sampling without a seed draws a fresh one, reported in result.seed
+        self.seed: int | None = None  # sampling without a seed draws a fresh one: result.seed
+        self.generator: torch.Generator | None = None
         if config.sampling:
             self.seed = config.seed if config.seed is not None else fresh_seed()
-        self.generator = make_generator(self.seed, device) if config.sampling else None
+            self.generator = make_generator(self.seed, device)
         self.seen: Tensor | None = None
         if config.repetition_penalty != 1.0:
             self.seen = seen_tokens(*stepper.history(), vocab_size)  # (R, V)
@@ -137,6 +139,7 @@ class DecodeLoop:
         if self.steps == 0:
             logits = check_finite_logits(self.stepper.start())  # (R, V)
         else:
+            assert self._next_logits is not None  # each step leaves the logits of the next
             logits = self._next_logits
         if self.logits is not None:
             self.logits.append(logits.float().clone())  # (R, V) raw model logits

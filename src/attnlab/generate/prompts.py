@@ -144,12 +144,12 @@ def prepare_sources(
     sources: list[list[int]], *, vocab_size: int, window: int | None, pad_id: int
 ) -> PromptBatch:
     """Check seq2seq sources and right-pad them: ids (B, S), mask (B, S) (always given)."""
-    for i, ids in enumerate(sources):
-        if not ids:
+    for i, source in enumerate(sources):
+        if not source:
             raise ValueError(f"source {i} is empty; every source needs at least one token")
-        if window is not None and len(ids) > window:
+        if window is not None and len(source) > window:
             raise ValueError(
-                f"source {i} has {len(ids)} tokens but the encoder accepts at most max_len="
+                f"source {i} has {len(source)} tokens but the encoder accepts at most max_len="
                 f"{window}; shorten or split it"
             )
     check_vocab(sources, vocab_size, "source")

@@ -99,5 +99,6 @@ def prepare_seq2seq(
         config = config.replace(max_new_tokens=window)
     ids = as_id_lists(sources, tokenizer, "source")
     batch = prepare_sources(ids, vocab_size=model.vocab_size, window=window, pad_id=specials.pad)
+    assert batch.mask is not None  # prepared sources always carry their (B, S) mask
     stepper = Seq2SeqStepper(model, batch.ids, batch.mask, specials.bos, config, specials.pad)
     return Prepared(stepper, batch, specials, config, model.tgt_vocab_size)

@@ -40,14 +40,31 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from attnlab.generate.config import GenerationConfig
 from attnlab.generate.prompts import position_ids
 from attnlab.models.base import Encoded, LanguageModel, Seq2SeqModel
+
+
+class Stepper(Protocol):
+    """What the decoding loops (sampling, beam search) see of a stepper."""
+
+    ids: Tensor  # (R, columns) the token history buffer
+
+    @property
+    def rows(self) -> int: ...
+
+    def history(self) -> tuple[Tensor, Tensor | None]: ...
+
+    def start(self) -> Tensor: ...
+
+    def advance(self, next_ids: Tensor) -> Tensor: ...
+
+    def reorder(self, index: Tensor) -> None: ...
 
 
 class LMStepper:
@@ -115,6 +132,7 @@ class LMStepper:
         if not self.use_cache:
             return self._recompute()
         if self.may_slide:
+            assert self.window is not None  # only a finite window slides
             full = self.ctx >= self.window  # (R,) rows whose context cannot take one more token
             self.ctx = torch.where(full, max(1, self.window // 2), self.ctx + 1)
             if bool(full.any()):
@@ -205,6 +223,13 @@ class Seq2SeqStepper:
     def history(self) -> tuple[Tensor, Tensor | None]:
         return self.ids[:, : self.t], None
 
+    @property
+    def source(self) -> Encoded:
+        """The encoded sources (from :meth:`start`)."""
+        if self.encoded is None:
+            raise RuntimeError("the seq2seq stepper decodes after start(), which encodes")
+        return self.encoded
+
     def start(self) -> Tensor:
         self.encoded = self.model.encode(self.src, self.src_mask)  # h^(x), once per source
         if self.use_cache:
@@ -218,28 +243,31 @@ class Seq2SeqStepper:
             return self._decode(self.ids[:, : self.t])
         ids = next_ids[:, None]  # (R, 1)
         if self.compiled is not None:
-            return self.compiled(ids, self.encoded, cache=self.cache)[:, -1]  # (R, V)
-        return self.model.decode(ids, self.encoded, cache=self.cache).logits[:, -1]
+            return self.compiled(ids, self.source, cache=self.cache)[:, -1]  # (R, V)
+        return self.model.decode(ids, self.source, cache=self.cache).logits[:, -1]
 
     def reorder(self, index: Tensor) -> None:
         if self.compiled is not None:
             self.compiled.reset()
         self.ids = self.ids.index_select(0, index)
-        self.encoded = Encoded(*(x.index_select(0, index) for x in self.encoded))
+        self.encoded = Encoded(*(x.index_select(0, index) for x in self.source))
         if self.cache is not None:
             self.cache.reorder(index)
 
     def _decode(self, tgt_in: Tensor) -> Tensor:
-        out = self.model.decode(tgt_in, self.encoded, cache=self.cache)
+        out = self.model.decode(tgt_in, self.source, cache=self.cache)
         return out.logits[:, -1]  # (R, V)
 
 
-def new_cache(model: torch.nn.Module, *args: Any, dtype: str | None) -> Any:
-    """``model.new_cache(*args)``, in the KV cache dtype ``dtype`` when one is asked for (so a
-    model written before cache dtypes existed still decodes with its default)."""
+def new_cache(
+    model: LanguageModel | Seq2SeqModel, rows_or_source: Any, max_len: int, *, dtype: str | None
+) -> Any:
+    """``model.new_cache(rows_or_source, max_len)`` (an LM's row count, a seq2seq model's
+    encoded source), in the KV cache dtype ``dtype`` when one is asked for (so a model written
+    before cache dtypes existed still decodes with its default)."""
     if dtype is None:
-        return model.new_cache(*args)
-    return model.new_cache(*args, dtype=dtype)
+        return model.new_cache(rows_or_source, max_len)
+    return model.new_cache(rows_or_source, max_len, dtype=dtype)
 
 
 _COMPILED: dict[tuple[type, str, Any], Callable[..., Any]] = {}
@@ -250,7 +278,10 @@ _COMPILED: dict[tuple[type, str, Any], Callable[..., Any]] = {}
 #    runs on one. This is what a batch-1 step of a wide model is made of.
 #  * size_asserts=False: the wrapper otherwise re-checks every input's sizes and strides on each
 #    call, which the guards have already checked.
-STEP_OPTIONS = {"post_grad_fusion_options": {"decompose_mm_pass": {}}, "size_asserts": False}
+STEP_OPTIONS: dict[str, Any] = {
+    "post_grad_fusion_options": {"decompose_mm_pass": {}},
+    "size_asserts": False,
+}
 
 
 class CompiledStep:
@@ -345,7 +376,9 @@ def _device(model: torch.nn.Module) -> torch.device:
     return param.device if param is not None else torch.device("cpu")
 
 
-def check_model(model: object, interface: type, use: str) -> None:
+def check_model(
+    model: object, interface: type[LanguageModel] | type[Seq2SeqModel], use: str
+) -> None:
     """A clear error when a model cannot be used this way (e.g. a classifier given to generate,
     or a model whose weights are still on the meta device)."""
     if isinstance(model, interface):
@@ -357,7 +390,10 @@ def check_model(model: object, interface: type, use: str) -> None:
                 "model.to_empty(device='cpu') and then load_state_dict(...)"
             )
         return
-    kinds = {LanguageModel: "language model", Seq2SeqModel: "sequence-to-sequence model"}
+    kinds: dict[type[nn.Module], str] = {
+        LanguageModel: "language model",
+        Seq2SeqModel: "sequence-to-sequence model",
+    }
     has = next((name for cls, name in kinds.items() if isinstance(model, cls)), None)
     if has is not None:
         hint = "generate" if has == "language model" else "generate_seq2seq"

@@ -46,15 +46,15 @@ def stream(
     if len(as_id_lists(prompt, tokenizer)) != 1:
         raise ValueError("stream() takes one prompt or source; use generate() for a batch")
     if isinstance(model, LanguageModel):
-        prepare = prepare_lm
+        prepared = prepare_lm(model, prompt, config, tokenizer)
     elif isinstance(model, Seq2SeqModel):
-        prepare = prepare_seq2seq
+        prepared = prepare_seq2seq(model, prompt, config, tokenizer)
     else:
         raise TypeError(
             f"stream() needs a language model or a seq2seq model, got {type(model).__name__}, "
             "which is not generative"
         )
-    loop = prepare(model, prompt, config, tokenizer).loop(tokenizer, text_rows=text)
+    loop = prepared.loop(tokenizer, text_rows=text)
     return _pieces(model, loop, text)
 
 

@@ -47,6 +47,7 @@ from attnlab.interop.weights_map import (
     model_to_load,
     problems_message,
 )
+from attnlab.models.base import config_of
 from attnlab.models.build import build_model
 
 # Buffers (not parameters) and the next-sentence-prediction head: present in files, not mapped.
@@ -190,6 +191,7 @@ def model_config_to_bert_config(cfg: ModelConfig, labels: list[str] | None = Non
     check_exportable(BERT, cfg)
     out = BERT.write(cfg)
     if cfg.kind == "classifier":
+        assert cfg.n_classes is not None  # ModelConfig validates: a classifier has n_classes
         names = labels or [f"LABEL_{i}" for i in range(cfg.n_classes)]
         out["id2label"] = {str(i): name for i, name in enumerate(names)}
         out["label2id"] = {name: i for i, name in enumerate(names)}
@@ -270,7 +272,7 @@ def load_bert_state_dict(
         build=build_model,
         family="BERT",
     )
-    cfg = model.cfg
+    cfg = config_of(model)
     tensors = dict(state_dict)
     if cfg.kind == "masked_lm":
         # Tied decoder weight (= the word embeddings) and its bias alias are stored or not.
@@ -284,9 +286,7 @@ def load_bert_state_dict(
 
 def to_bert_state_dict(model: nn.Module) -> dict[str, Tensor]:
     """The Hugging Face state dict (BertModel / ...ForSequenceClassification / ...ForMaskedLM)."""
-    cfg = getattr(model, "cfg", None)
-    if not isinstance(cfg, ModelConfig):
-        raise TypeError(f"expected an attnlab model with .cfg, got {type(model).__name__}")
+    cfg = config_of(model)
     check_exportable(BERT, cfg)
     out = export_mapped(model, bert_table(cfg), "BERT")
     if cfg.kind == "masked_lm" and cfg.tie_embeddings:

@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from torch import Tensor
+from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.interop.family import Family, closest_family
@@ -73,7 +73,7 @@ class CausalLM(NamedTuple):
         table = family.table(model.cfg)
         return load_mapped(model, tensors, table, family.name, ignored=self.ignored)
 
-    def export(self, model: DecoderLM) -> dict[str, Tensor]:
+    def export(self, model: nn.Module) -> dict[str, Tensor]:
         """The Hugging Face state dict of ``model`` (fresh tensors; with tied embeddings the head
         is the same tensor as the embedding)."""
         if not isinstance(model, DecoderLM):

@@ -70,7 +70,11 @@ class Family:
         """to_F: the config.json dict of ``cfg`` (total: writes what the family can hold)."""
         out: dict[str, Any] = {}
         for key in self.keys:
-            value = key.write(cfg) if key.write is not None else getattr(cfg, key.ours)
+            if key.write is not None:
+                value = key.write(cfg)
+            else:  # a key carrying several fields writes them with its own ``write``
+                (field,) = key.fields
+                value = getattr(cfg, field)
             if value is not OMIT:
                 out[key.hf] = value
         return out

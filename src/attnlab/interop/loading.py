@@ -13,7 +13,7 @@ import torch
 
 from attnlab.checkpoint.load import OTHER_COPY, Checkpoint, check_finite
 from attnlab.checkpoint.load import load_checkpoint as load_attnlab_checkpoint
-from attnlab.data import LabelSet, load_tokenizer
+from attnlab.data import LabelSet, PretrainedTokenizer, Tokenizer, load_tokenizer
 from attnlab.errors import CheckpointError, UserError
 from attnlab.interop.hub import resolve_model_path
 from attnlab.interop.pretrained import is_hf_model_dir, load_pretrained
@@ -91,7 +91,7 @@ def _load_hf_dir(path: str | os.PathLike, map_location: str | torch.device) -> C
     command that reads checkpoints reads these too (``attnlab.interop.pretrained``)."""
     found = load_pretrained(path)
     check_finite(dict(found.model.state_dict()), Path(path), OTHER_COPY)  # no silent NaN metrics
-    tokenizer = found.tokenizer
+    tokenizer: Tokenizer | PretrainedTokenizer | None = found.tokenizer
     own = Path(path) / "attnlab_tokenizer.json"  # a char/byte tokenizer exported by attnlab
     if tokenizer is None and own.is_file():
         try:

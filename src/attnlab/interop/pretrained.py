@@ -46,6 +46,7 @@ from attnlab.interop.hf_tokenizer import (
     load_pretrained_tokenizer,
 )
 from attnlab.interop.hub import expand_path, resolve_model_path
+from attnlab.models.base import config_of
 
 MODEL_TYPES = ("gpt2", *llama.MODEL_TYPES, *gemma.MODEL_TYPES, "bert")
 
@@ -122,6 +123,7 @@ def load_pretrained(
         tok = load_pretrained_tokenizer(root, vocab_size=config.vocab_size)
     labels = None
     if config.kind == "classifier":
+        assert config.n_classes is not None  # ModelConfig validates: a classifier has n_classes
         id2label = data.get("id2label") or {}
         labels = [str(id2label.get(str(i), id2label.get(i, i))) for i in range(config.n_classes)]
     return Pretrained(model, config, tok, data["model_type"], labels, root)
@@ -154,9 +156,7 @@ def hf_export(
     keeps its config exactly (:func:`attnlab.interop.family.family_for`): Llama (Mistral) for
     rotary RMSNorm SwiGLU decoders, GPT-2 for learned-position LayerNorm decoders, BERT for
     encoders. A model no family holds is a ConfigError naming every field that does not map."""
-    cfg = getattr(model, "cfg", None)
-    if not isinstance(cfg, ModelConfig):
-        raise TypeError(f"expected an attnlab model with .cfg, got {type(model).__name__}")
+    cfg = config_of(model)
     ids = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
     family = family_for(cfg)
     for decoder in (llama.LLAMA_LM, gemma.GEMMA_LM, gpt2.GPT2_LM):
@@ -189,11 +189,11 @@ def save_pretrained(
         )
     write_hf_dir(root, config, tensors)
     if isinstance(tokenizer, PretrainedTokenizer):
-        tokenizer.save_pretrained(root, model.cfg.max_len)
+        tokenizer.save_pretrained(root, config_of(model).max_len)
     elif tokenizer is not None:  # attnlab's char/byte/BPE tokenizers
         from attnlab.interop.export import save_tokenizer_files  # export imports this module
 
-        save_tokenizer_files(tokenizer, root, model.cfg.max_len)
+        save_tokenizer_files(tokenizer, root, config_of(model).max_len)
     return root
 
 

@@ -18,13 +18,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import torch
 from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError
+from attnlab.models.base import config_of
 from attnlab.models.build import check_model_memory
 
 
@@ -75,14 +76,17 @@ def check_table(model: nn.Module, table: Sequence[Mapped], family: str) -> None:
         )
 
 
+M = TypeVar("M", bound=nn.Module)  # the model type a loader fills
+
+
 def load_mapped(
-    model: nn.Module,
+    model: M,
     state_dict: Mapping[str, Tensor],
     table: Sequence[Mapped],
     family: str,
     *,
     ignored: re.Pattern | None = None,
-) -> nn.Module:
+) -> M:
     """Copy ``state_dict`` into ``model`` by ``table``; every attnlab tensor must be covered and
     every file tensor consumed (apart from ``ignored`` buffers).
 
@@ -178,16 +182,16 @@ def tied_head(
 
 
 def model_to_load(
-    model: nn.Module | None,
+    model: M | None,
     config: Any,
     *,
     loader: str,
     convert: Callable[[Any], ModelConfig],
-    check: Callable[[ModelConfig], None],
-    build: Callable[[ModelConfig], nn.Module],
+    check: Callable[[ModelConfig], object],
+    build: Callable[[ModelConfig], M],
     family: str,
-    cls: type | None = None,
-) -> nn.Module:
+    cls: type[M] | None = None,
+) -> M:
     """The model a ``loader`` (``load_<family>_state_dict``) copies weights into: ``model``
     (an instance of ``cls`` when given), or a new one ``build`` makes from ``config``, an attnlab
     ModelConfig or a transformers config / config.json dict that ``convert`` maps. ``check``
@@ -201,7 +205,7 @@ def model_to_load(
         return build(cfg)
     if cls is not None and not isinstance(model, cls):
         raise TypeError(f"{family} weights load into a {cls.__name__}, got {type(model).__name__}")
-    check(model.cfg)
+    check(config_of(model))
     return model
 
 

@@ -13,10 +13,12 @@ when given ``cache=``; calls with a cache process only the new tokens. Every cac
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import Generic, NamedTuple, Protocol, TypeVar
 
 import torch
 from torch import Tensor, nn
+
+from attnlab.config import ModelConfig
 
 
 class LayerAttention(NamedTuple):
@@ -34,9 +36,13 @@ class ModelOutput(NamedTuple):
 
 
 class DecodeCache(Protocol):
-    length: int
+    @property
+    def length(self) -> int: ...  # tokens consumed so far
 
     def reorder(self, index: Tensor) -> None: ...
+
+
+CacheT = TypeVar("CacheT", bound=DecodeCache)  # the cache type a model's ``new_cache`` returns
 
 
 class Encoded(NamedTuple):
@@ -47,8 +53,9 @@ class Encoded(NamedTuple):
     src: Tensor
 
 
-class LanguageModel(nn.Module):
-    """p(w_t | w_{<t}) over a vocabulary (000 eq. w_t ~ softmax(f(w_{1:t-1})))."""
+class LanguageModel(nn.Module, Generic[CacheT]):
+    """p(w_t | w_{<t}) over a vocabulary (000 eq. w_t ~ softmax(f(w_{1:t-1}))); ``CacheT`` is
+    the decoding cache it makes and takes."""
 
     vocab_size: int
     max_len: int | None  # context window; None = unbounded (recurrent)
@@ -59,20 +66,24 @@ class LanguageModel(nn.Module):
         *,
         key_padding_mask: Tensor | None = None,
         positions: Tensor | None = None,
-        cache: DecodeCache | None = None,
+        cache: CacheT | None = None,
         need_weights: bool = False,
     ) -> ModelOutput:
         """ids (B, T) -> logits (B, T, V). ``positions`` (B, T) override 0..T-1 (left padding)."""
         raise NotImplementedError
 
-    def new_cache(self, batch_size: int, max_len: int, dtype: str | None = None) -> DecodeCache:
-        """Decoding state for ``batch_size`` rows; ``dtype`` ("fp32", "bf16") is the KV cache's,
-        None the model's compute dtype (models without a KV cache accept only None)."""
+    def new_cache(
+        self, batch_size: int, max_len: int | None = None, dtype: str | None = None
+    ) -> CacheT:
+        """Decoding state for ``batch_size`` rows and ``max_len`` positions (default: the context
+        window); ``dtype`` ("fp32", "bf16") is the KV cache's, None the model's compute dtype
+        (models without a KV cache accept only None)."""
         raise NotImplementedError
 
 
-class Seq2SeqModel(nn.Module):
-    """p(y_{1:L} | x_{1:T}) = prod_l p(y_l | y_{<l}, x) (004 eq. 1), teacher-forced or stepwise."""
+class Seq2SeqModel(nn.Module, Generic[CacheT]):
+    """p(y_{1:L} | x_{1:T}) = prod_l p(y_l | y_{<l}, x) (004 eq. 1), teacher-forced or stepwise;
+    ``CacheT`` is the decoding cache it makes and takes."""
 
     vocab_size: int  # source vocabulary
     tgt_vocab_size: int
@@ -87,7 +98,7 @@ class Seq2SeqModel(nn.Module):
         encoded: Encoded,
         *,
         tgt_mask: Tensor | None = None,
-        cache: DecodeCache | None = None,
+        cache: CacheT | None = None,
         need_weights: bool = False,
         real_only: bool = False,
     ) -> ModelOutput:
@@ -98,7 +109,9 @@ class Seq2SeqModel(nn.Module):
         """
         raise NotImplementedError
 
-    def new_cache(self, encoded: Encoded, max_len: int, dtype: str | None = None) -> DecodeCache:
+    def new_cache(
+        self, encoded: Encoded, max_len: int | None = None, dtype: str | None = None
+    ) -> CacheT:
         raise NotImplementedError
 
     def forward(
@@ -139,6 +152,15 @@ class Classifier(nn.Module):
     ) -> ModelOutput:
         """ids (B, T) -> logits (B, C)."""
         raise NotImplementedError
+
+
+def config_of(model: nn.Module) -> ModelConfig:
+    """The ModelConfig an attnlab model was built from (its ``cfg``); TypeError for any other
+    module (a transformers model, a bare nn.Module)."""
+    cfg = getattr(model, "cfg", None)
+    if not isinstance(cfg, ModelConfig):
+        raise TypeError(f"expected an attnlab model with .cfg, got {type(model).__name__}")
+    return cfg
 
 
 def check_ids(ids: Tensor, vocab_size: int, name: str = "ids", max_len: int | None = None) -> None:

@@ -5,6 +5,7 @@ Shapes: B batch, T length, D d_model, C classes, H heads.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
@@ -32,7 +33,7 @@ class EncoderOutput(NamedTuple):
 class EncoderStack(nn.Module):
     """A stack of encoder blocks plus an optional final norm, on embeddings (B, T, D)."""
 
-    def __init__(self, blocks: list[nn.Module], final_norm: nn.Module):
+    def __init__(self, blocks: Sequence[nn.Module], final_norm: nn.Module):
         super().__init__()
         self.blocks = nn.ModuleList(blocks)
         self.final_norm = final_norm
@@ -108,6 +109,8 @@ class EncoderClassifier(Classifier):
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
+        if cfg.n_classes is None:
+            raise ValueError("a classifier needs n_classes (>= 2) in its ModelConfig")
         self.cfg = cfg
         self.vocab_size, self.n_classes, self.max_len = cfg.vocab_size, cfg.n_classes, cfg.max_len
         self.pooling = cfg.pooling

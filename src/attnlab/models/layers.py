@@ -8,6 +8,7 @@ norm gains 1; the last projection of each residual branch (attention W^O and the
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import torch
 from torch import Tensor, nn
@@ -111,7 +112,9 @@ def _attention_options(cfg: ModelConfig) -> dict:
     )
 
 
-def make_self_attention(cfg: ModelConfig, pos_enc: Positions, layer: int = 0) -> SelfAttention:
+def make_self_attention(
+    cfg: ModelConfig, pos_enc: Positions | None, layer: int = 0
+) -> SelfAttention:
     """The self-attention of layer ``layer``: its window is ``cfg.layer_window(layer)``."""
     return SelfAttention(
         cfg.d_model,
@@ -142,12 +145,18 @@ def _ffn(cfg: ModelConfig) -> nn.Module:
     )
 
 
-def make_encoder_block(
-    cfg: ModelConfig,
-    pos_enc: Positions,
-    block_cls: type[EncoderBlock] = EncoderBlock,
-    layer: int = 0,
-) -> EncoderBlock:
+def make_encoder_block(cfg: ModelConfig, pos_enc: Positions | None, layer: int = 0) -> EncoderBlock:
+    return _self_attention_block(EncoderBlock, cfg, pos_enc, layer)
+
+
+_Block = TypeVar("_Block", bound=EncoderBlock)
+
+
+def _self_attention_block(
+    block_cls: type[_Block], cfg: ModelConfig, pos_enc: Positions | None, layer: int = 0
+) -> _Block:
+    """An encoder or causal block (number ``layer``): self-attention and feed-forward, each with
+    Add & Norm."""
     return block_cls(
         self_attn=make_self_attention(cfg, pos_enc, layer),
         ffn=_ffn(cfg),
@@ -158,7 +167,7 @@ def make_encoder_block(
     )
 
 
-def make_causal_block(cfg: ModelConfig, pos_enc: Positions, layer: int = 0) -> CausalBlock:
+def make_causal_block(cfg: ModelConfig, pos_enc: Positions | None, layer: int = 0) -> CausalBlock:
     """Decoder-only block number ``layer`` (0-based; its attention window depends on it)."""
     if cfg.norm_placement == "sandwich":  # Gemma 2/3: a norm after each sublayer too
         return SandwichBlock(
@@ -170,10 +179,10 @@ def make_causal_block(cfg: ModelConfig, pos_enc: Positions, layer: int = 0) -> C
             post_ffn_norm=_norm(cfg),
             dropout=cfg.dropout,
         )
-    return make_encoder_block(cfg, pos_enc, CausalBlock, layer)
+    return _self_attention_block(CausalBlock, cfg, pos_enc, layer)
 
 
-def make_decoder_block(cfg: ModelConfig, pos_enc: Positions) -> DecoderBlock:
+def make_decoder_block(cfg: ModelConfig, pos_enc: Positions | None) -> DecoderBlock:
     return DecoderBlock(
         self_attn=make_self_attention(cfg, pos_enc),
         cross_attn=make_cross_attention(cfg),

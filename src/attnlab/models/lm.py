@@ -29,8 +29,10 @@ from attnlab.nn.masks import padding_mask
 from attnlab.nn.positional import default_positions
 
 
-class DecoderLM(LanguageModel):
+class DecoderLM(LanguageModel[TransformerCache]):
     """GPT-like decoder-only LM: logits (B, T, V) for the next token at every position."""
+
+    max_len: int  # the context window, always bounded
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()

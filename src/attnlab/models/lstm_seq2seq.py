@@ -87,7 +87,7 @@ def source_order(mask: Tensor, reverse: bool) -> Tensor:
     return order
 
 
-class LSTMSeq2Seq(Seq2SeqModel):
+class LSTMSeq2Seq(Seq2SeqModel[RecurrentCache]):
     """Sutskever LSTM encoder-decoder; with ``rnn_attention`` the Bahdanau/Luong decoder."""
 
     def __init__(self, cfg: ModelConfig):
@@ -288,6 +288,7 @@ class LSTMSeq2Seq(Seq2SeqModel):
                     self.points,
                 )  # (B, D), (B, S)
                 x = torch.cat([x, context], dim=-1)  # (B, 2D) = [y_{l-1}; v_l]
+                assert alpha is not None  # an attention step always returns alpha_l
                 alphas.append(alpha)
             _, (h_new, c_new) = self.decoder(x[:, None], (h, c))  # each (L, B, D)
             if tgt_mask is None:

@@ -41,7 +41,7 @@ from attnlab.nn.hooks import HookPoint
 from attnlab.nn.recurrent import RecurrentCache, SimpleRNN, refuse_cache_dtype
 
 
-class RNNLM(LanguageModel):
+class RNNLM(LanguageModel[RecurrentCache]):
     """Elman RNN LM (000): logits (B, T, V) for the next token at every position."""
 
     def __init__(self, cfg: ModelConfig):

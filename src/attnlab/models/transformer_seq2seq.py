@@ -9,6 +9,9 @@ Shapes: B batch, S source length, T target length, D d_model, V target vocabular
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import cast
+
 import torch
 from torch import Tensor, nn
 
@@ -25,13 +28,16 @@ from attnlab.models.base import (
 from attnlab.models.cache import TransformerCache
 from attnlab.models.encoder import TransformerEncoder
 from attnlab.models.layers import Embeddings, init_weights, make_decoder_block, make_final_norm
+from attnlab.nn.blocks import DecoderBlock
 from attnlab.nn.hooks import HookPoint
 from attnlab.nn.masks import padding_mask
 from attnlab.nn.positional import default_positions
 
 
-class TransformerEncoderDecoder(Seq2SeqModel):
+class TransformerEncoderDecoder(Seq2SeqModel[TransformerCache]):
     """Encoder-decoder Transformer with source and target padding masks."""
+
+    max_len: int  # the longest source and target, always bounded
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -79,11 +85,13 @@ class TransformerEncoderDecoder(Seq2SeqModel):
         self.check_target(tgt_in, tgt_mask, offset)
         positions = default_positions(tgt_in.size(1), offset, tgt_in.device)
         x = self.tgt_embed(tgt_in, positions)  # (B, T, D)
+        memory_kv = None
         if cache is not None:
             self_mask = cache.record_keys(tgt_mask, tgt_in.size(1))  # (B, 1, 1, S) or None
             if cache.memory_kv is None:  # K, V of the memory, once per source
-                cache.memory_kv = [b.cross_attn.project_memory(encoded.memory) for b in self.blocks]
-            src_mask = cache.src_mask
+                blocks = cast("Iterable[DecoderBlock]", self.blocks)
+                cache.memory_kv = [b.cross_attn.project_memory(encoded.memory) for b in blocks]
+            memory_kv, src_mask = cache.memory_kv, cache.src_mask
         else:
             self_mask, src_mask = padding_mask(tgt_mask), encoded.src_mask  # (B, 1, 1, T)
         cross_mask = padding_mask(src_mask)  # (B, 1, 1, S)
@@ -96,7 +104,7 @@ class TransformerEncoderDecoder(Seq2SeqModel):
                 cross_mask=cross_mask,
                 positions=positions,
                 cache=cache.layers[i] if cache is not None else None,
-                memory_kv=cache.memory_kv[i] if cache is not None else None,
+                memory_kv=memory_kv[i] if memory_kv is not None else None,
                 need_weights=need_weights,
             )
             weights.append(LayerAttention(sw, cw))

@@ -25,7 +25,6 @@ from torch import Tensor, nn
 
 from attnlab.nn.cache import KVCache
 from attnlab.nn.dropout import Dropout
-from attnlab.nn.feedforward import FeedForward
 from attnlab.nn.hooks import HookPoint
 from attnlab.nn.multihead import CrossAttention, SelfAttention
 
@@ -45,7 +44,7 @@ class EncoderBlock(nn.Module):
         self,
         *,
         self_attn: SelfAttention,
-        ffn: FeedForward,
+        ffn: nn.Module,
         self_attn_norm: nn.Module,
         ffn_norm: nn.Module,
         norm_first: bool = True,
@@ -56,8 +55,12 @@ class EncoderBlock(nn.Module):
         self.self_attn_norm, self.ffn_norm = self_attn_norm, ffn_norm
         self.norm_first = norm_first
         self.drop = Dropout(dropout)
-        for name in ("x", "attn_norm", "resid_mid", "ffn_norm", "resid_post"):
-            setattr(self, f"hook_{name}", HookPoint())
+        self.hook_x, self.hook_attn_norm, self.hook_resid_mid = (
+            HookPoint(),
+            HookPoint(),
+            HookPoint(),
+        )
+        self.hook_ffn_norm, self.hook_resid_post = HookPoint(), HookPoint()
 
     def forward(
         self,
@@ -100,7 +103,7 @@ class DecoderBlock(nn.Module):
         *,
         self_attn: SelfAttention,
         cross_attn: CrossAttention,
-        ffn: FeedForward,
+        ffn: nn.Module,
         self_attn_norm: nn.Module,
         cross_attn_norm: nn.Module,
         ffn_norm: nn.Module,
@@ -113,17 +116,13 @@ class DecoderBlock(nn.Module):
         self.ffn_norm = ffn_norm
         self.norm_first = norm_first
         self.drop = Dropout(dropout)
-        names = (
-            "x",
-            "attn_norm",
-            "resid_mid",
-            "cross_norm",
-            "resid_cross",
-            "ffn_norm",
-            "resid_post",
+        self.hook_x, self.hook_attn_norm, self.hook_resid_mid = (
+            HookPoint(),
+            HookPoint(),
+            HookPoint(),
         )
-        for name in names:
-            setattr(self, f"hook_{name}", HookPoint())
+        self.hook_cross_norm, self.hook_resid_cross = HookPoint(), HookPoint()
+        self.hook_ffn_norm, self.hook_resid_post = HookPoint(), HookPoint()
 
     def forward(
         self,

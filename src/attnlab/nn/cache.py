@@ -28,7 +28,7 @@ CACHE_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 def resolve_cache_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
     """A cache dtype by name ("fp32", "bf16"), a torch dtype among those, or None (the model's
     compute dtype); anything else is refused with the supported names."""
-    if name is None or name in CACHE_DTYPES.values():
+    if name is None or isinstance(name, torch.dtype) and name in CACHE_DTYPES.values():
         return name
     if isinstance(name, str) and name in CACHE_DTYPES:
         return CACHE_DTYPES[name]

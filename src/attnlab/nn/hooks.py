@@ -13,18 +13,18 @@ hook is registered, so the plain forward keeps its speed.
 
 from __future__ import annotations
 
-from torch import nn
+from torch import Tensor, nn
 
 
 class HookPoint(nn.Module):
     """Identity on one named value; forward hooks registered on it read or replace that value."""
 
-    def __call__(self, x):
+    def __call__(self, x: Tensor) -> Tensor:
         if not (self._forward_hooks or self._forward_pre_hooks):
             return x
         return super().__call__(x)
 
-    def forward(self, x):
+    def forward(self, x: Tensor) -> Tensor:
         return x
 
     @property

@@ -34,7 +34,6 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.nn.attention import (
-    INNER_POINTS,
     AttentionOutput,
     RowActivation,
     check_softcap,
@@ -108,8 +107,10 @@ class MultiHeadBase(nn.Module):
         )
         self.q_norm = RMSNorm(self.d_head, qk_norm_eps) if qk_norm else None
         self.k_norm = RMSNorm(self.d_head, qk_norm_eps) if qk_norm else None
-        for name in ("Q", "K", "V", *(p.removeprefix("hook_") for p in INNER_POINTS)):
-            setattr(self, f"hook_{name}", HookPoint())
+        self.hook_Q, self.hook_K, self.hook_V = HookPoint(), HookPoint(), HookPoint()
+        # eq. 9's inner points (``attnlab.nn.attention.AttentionPoints``)
+        self.hook_scores, self.hook_scaled, self.hook_mask = HookPoint(), HookPoint(), HookPoint()
+        self.hook_A, self.hook_heads = HookPoint(), HookPoint()
         self.hook_concat, self.hook_out = HookPoint(), HookPoint()
 
     def split_heads(self, x: Tensor, d: int, heads: int | None = None) -> Tensor:
@@ -223,7 +224,7 @@ class SelfAttention(MultiHeadBase):
         q = self.hook_Q(self.split_heads(q, self.d_head))  # (B, H, T, Dk)
         k = self.hook_K(self.split_heads(k, self.d_head, g))  # (B, H_kv, T, Dk)
         v = self.hook_V(self.split_heads(v, self.d_v, g))  # (B, H_kv, T, Dv)
-        if self.q_norm is not None:
+        if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)
         if scheme is not None and scheme.rotates:
             if positions is None:  # the T new tokens follow the cached ones
@@ -294,9 +295,12 @@ class CrossAttention(MultiHeadBase):
         Pass ``memory_kv`` from :meth:`project_memory` instead of ``memory`` to reuse keys/values.
         """
         check_input(x, self.d_model, "x", self.q_proj)
-        if memory_kv is None and memory is None:
+        if memory_kv is not None:
+            k, v = memory_kv
+        elif memory is not None:
+            k, v = self.project_memory(memory)
+        else:
             raise ValueError("cross-attention needs memory (B, S, D) or memory_kv")
-        k, v = memory_kv if memory_kv is not None else self.project_memory(memory)
         if k.size(0) != x.size(0):
             raise ValueError(f"memory batch {k.size(0)} != query batch {x.size(0)}")
         q = self.hook_Q(self.split_heads(self.q_proj(x), self.d_head))  # (B, H, T, Dk)
@@ -348,10 +352,11 @@ class LoopMultiHeadAttention(nn.Module):
                     (loop.k[i], h * dk + (i // (h // g)) * dk, dk),
                     (loop.v[i], (h + g) * dk + (i // (h // g)) * dv, dv),
                 ):
+                    assert isinstance(lin, nn.Linear)
                     lin.weight.copy_(w[start : start + d])
-                    if bias:
+                    if b is not None:
                         lin.bias.copy_(b[start : start + d])
-            if d_out is not None:
+            if loop.out_proj is not None and attn.out_proj is not None:  # both iff d_out is set
                 loop.out_proj.load_state_dict(attn.out_proj.state_dict())
         return loop
 

@@ -37,7 +37,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d_model)) if affine else None
 
     def forward(self, a: Tensor) -> Tensor:
-        g = self.weight
+        g: Tensor | None = self.weight
         if g is not None and g.dtype != a.dtype:
             # Under bf16 autocast q and k arrive in bf16 while g stays fp32; the fused kernel
             # needs one dtype (else PyTorch warns and takes the slow composite path). The cast

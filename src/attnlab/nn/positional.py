@@ -443,6 +443,7 @@ class ALiBiPositions(Positions):
 
     kind = "alibi"
     biases = True
+    slopes: Tensor  # m_h (H,), a buffer
 
     def __init__(self, n_heads: int):
         super().__init__()

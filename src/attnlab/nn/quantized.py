@@ -89,6 +89,7 @@ class WeightOnlyLinear(nn.Module):
     """Base of the reduced-precision layers: y = x W_hat^T + b, x and y in the compute dtype."""
 
     format = "?"
+    bias: Tensor | None  # b (N,), a buffer
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
@@ -149,6 +150,8 @@ class Int8Linear(WeightOnlyLinear):
     """int8 codes with one scale per output channel: W_hat_nk = s_n q_nk (module docstring)."""
 
     format = "int8"
+    codes: Tensor  # q (N, K) int8, a buffer
+    scale: Tensor  # s (N,) bf16, a buffer
 
     def __init__(self, linear: nn.Linear):
         super().__init__(linear)
@@ -174,6 +177,8 @@ class Int4Linear(WeightOnlyLinear):
     """4-bit codes with a scale and an offset per group of G inputs (module docstring)."""
 
     format = "int4"
+    packed: Tensor  # the kernel's packing of the codes (N', K/2), a buffer
+    scales_zeros: Tensor  # (a, z) per group and channel (K/G, N', 2), a buffer
 
     def __init__(self, linear: nn.Linear, group_size: int | None = None):
         super().__init__(linear)
@@ -229,6 +234,7 @@ class BF16Linear(WeightOnlyLinear):
     """W_hat = W in bfloat16; the product runs in bf16 (native on AVX-512 BF16, AMX, CUDA)."""
 
     format = "bf16"
+    w: Tensor  # W_hat (N, K) bf16, a buffer
 
     def __init__(self, linear: nn.Linear):
         super().__init__(linear)

@@ -32,7 +32,8 @@ case).
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from collections.abc import Iterable
+from typing import NamedTuple, cast
 
 import torch
 from torch import Tensor, nn
@@ -137,7 +138,7 @@ class SimpleRNN(nn.Module):
             )
         keep = None if mask is None or bool(mask.all()) else mask[:, :, None]  # (B, T, 1)
         finals = []
-        for i, cell in enumerate(self.cells):
+        for i, cell in enumerate(cast("Iterable[RNNCell]", self.cells)):
             if i > 0:
                 x = self.drop(x)
             ux = cell.project_inputs(x)  # (B, T, H), all steps in parallel
@@ -255,9 +256,10 @@ class GeneralScore(nn.Module):
 
 
 SCORES = ("additive", "dot", "general")
+Score = AdditiveScore | DotScore | GeneralScore  # a(h, f), with project_keys for the f half
 
 
-def make_score(name: str, d_query: int, d_feature: int, d_attn: int) -> nn.Module:
+def make_score(name: str, d_query: int, d_feature: int, d_attn: int) -> Score:
     """The alignment score named ``name`` (one of :data:`SCORES`)."""
     if name == "additive":
         return AdditiveScore(d_query, d_feature, d_attn)

@@ -152,7 +152,7 @@ def evaluate(
             with _autocast(device, autocast_dtype):
                 loss = batch_loss(model, batch, data.kind)
             totals.append(loss.total.detach())
-            count += loss.count
+            count += loss.n_targets
             if data.kind == "seq2seq" and decode:
                 predictions += _decode_batch(model, data, batch, i * batch_size)
             elif data.kind == "classify":
@@ -171,6 +171,7 @@ def evaluate(
 
 
 def _decode_batch(model: nn.Module, data: Any, batch: Any, offset: int) -> list[Prediction]:
+    assert isinstance(model, Seq2SeqModel)  # seq2seq data: the run checked the model's kind
     tok = data.tokenizer
     outputs = greedy_decode(
         model,

@@ -55,7 +55,7 @@ from attnlab.train.report import METRICS_FILE, PLOT_FILE, LossPlotter, MetricsLo
 from attnlab.train.report import progress_bar as make_progress_bar
 from attnlab.train.run_config import RunConfig, dump_toml
 from attnlab.train.setup import RunSetup, prepare_run
-from attnlab.train.signals import EXIT_CODES, GracefulStop
+from attnlab.train.signals import GracefulStop
 from attnlab.train.step import StepParts, StepStats, step_seed, train_step
 
 __all__ = ["TrainResult", "TrainingDiverged", "step_seed", "train"]
@@ -380,11 +380,11 @@ class _Run:
                 stopping, paused = stats.stop_votes > 0, done == end and not final
                 if final or stopping or paused or (cfg.save_every and done % cfg.save_every == 0):
                     self.save(done, metrics)
-                if metrics and self.plotter is not None:
+                if metrics and self.plotter is not None and self.log is not None:
                     self.plotter.request(self.log.records)
                 if stopping:
                     result.stopped_by = stop.name or "SIGTERM"
-                    result.exit_code = EXIT_CODES.get(stop.signum, 143)
+                    result.exit_code = stop.exit_code
                     break
                 if paused:
                     break

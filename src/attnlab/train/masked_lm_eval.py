@@ -82,7 +82,9 @@ def masked_lm_metrics(
 
 def _framing(tokenizer: Any) -> tuple[int, int]:
     special = getattr(tokenizer, "special_tokens", {})
-    ids = [tokenizer.hf.token_to_id(special[r]) if r in special else None for r in ("cls", "sep")]
-    if None in ids:
+    cls, sep = (
+        tokenizer.hf.token_to_id(special[r]) if r in special else None for r in ("cls", "sep")
+    )
+    if cls is None or sep is None:
         raise ValueError("the tokenizer names no [CLS]/[SEP] tokens to frame the windows with")
-    return ids[0], ids[1]
+    return cls, sep

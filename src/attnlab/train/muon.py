@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -71,6 +71,7 @@ def newton_schulz(
     a, b, c = coefficients
     tall = u.size(-2) > u.size(-1)
     x = u.to(dtype).mT if tall else u.to(dtype)  # (..., r, s), r <= s
+    mul_add: Callable[..., torch.Tensor]  # beta * input + alpha * (m1 @ m2), batched or not
     if x.ndim == 2:
         x = x / x.norm().clamp(min=eps)
         mul_add = torch.addmm
@@ -143,6 +144,7 @@ class Muon(torch.optim.Muon):
 
     def _buffer(self, p: torch.Tensor) -> torch.Tensor:
         state = self.state[p]
+        assert p.grad is not None  # step() passes only the parameters that have a gradient
         if "momentum_buffer" not in state:
             state["momentum_buffer"] = torch.zeros_like(p.grad)
         return state["momentum_buffer"]

@@ -30,7 +30,7 @@ class LossSum(NamedTuple):
     """A summed loss, the number of targets it sums over, and the input tokens processed."""
 
     total: Tensor  # scalar, sum over targets (differentiable)
-    count: int  # targets in the sum
+    n_targets: int  # targets in the sum
     n_tokens: int  # tokens read (source + target), for throughput
 
 

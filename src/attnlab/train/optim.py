@@ -63,7 +63,7 @@ def _head_ids(model: nn.Module) -> set[int]:
     Widths cannot tell a head apart (a vocabulary may be as wide as d_model), names can: every
     attnlab model calls its output projection ``lm_head`` or ``head``.
     """
-    ids = set()
+    ids: set[int] = set()
     for name, module in model.named_modules():
         if isinstance(module, nn.Linear) and name.rsplit(".", 1)[-1] in _HEAD_NAMES:
             ids.update(id(p) for p in module.parameters(recurse=False))
@@ -207,5 +207,5 @@ def clip_gradient_norm(parameters: Iterable[nn.Parameter], max_norm: float) -> t
         return torch.zeros(())
     if max_norm > 0:
         return torch.nn.utils.clip_grad_norm_(params, max_norm)
-    norms = torch.stack([p.grad.detach().norm() for p in params])
+    norms = torch.stack([g.detach().norm() for p in params if (g := p.grad) is not None])
     return norms.norm()

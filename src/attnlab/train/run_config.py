@@ -286,8 +286,8 @@ def _build(cls: type, data: Any, table: str) -> Any:
             f"{', '.join(valid)}"
         )
     if cls is ModelConfig:  # ModelConfig checks ranges; give it well-typed values first
-        hints = typing.get_type_hints(ModelConfig)
-        data = {k: _coerce("ModelConfig", k, v, hints[k]) for k, v in data.items()}
+        field_types = typing.get_type_hints(ModelConfig)
+        data = {k: _coerce("ModelConfig", k, v, field_types[k]) for k, v in data.items()}
     try:
         return cls(**data)
     except (ValueError, TypeError) as err:

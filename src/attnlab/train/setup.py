@@ -132,7 +132,8 @@ def changed_settings(saved: Any, cfg: Any) -> tuple[list[str], list[str]]:
     if not isinstance(saved, dict):
         return [], []
     now = cfg.to_dict()
-    breaking, harmless = [], []
+    breaking: list[str] = []
+    harmless: list[str] = []
     for key, value in now.items():
         old = saved.get(key, value)
         if isinstance(old, list):
@@ -302,7 +303,8 @@ def prepare_run(
     if info.is_main:
         ensure_writable_dir(run_dir)
     barrier(info)
-    ckpt, damaged = None, []
+    ckpt: Checkpoint | None = None
+    damaged: list[Path] = []
     if path is not None:
         ckpt, damaged = load_resume_point(path, announce=info.is_main)
         check_resume_settings(ckpt, cfg, allow_changes, announce=info.is_main)

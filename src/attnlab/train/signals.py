@@ -15,7 +15,7 @@ import threading
 from types import FrameType
 from typing import Any
 
-EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+EXIT_CODES: dict[int, int] = {signal.SIGINT: 130, signal.SIGTERM: 143}  # 128 + signal number
 
 
 class GracefulStop:
@@ -32,6 +32,12 @@ class GracefulStop:
     @property
     def name(self) -> str | None:
         return None if self.signum is None else signal.Signals(self.signum).name
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's code for the signal received; SIGTERM's 143 when the stop came from
+        another rank (this one received nothing)."""
+        return 143 if self.signum is None else EXIT_CODES.get(self.signum, 143)
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self.signum is not None and signum == signal.SIGINT:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 import torch
@@ -82,7 +82,9 @@ def train_step(parts: StepParts, step: int, stop_requested: bool) -> StepStats:
     step_tokens = 0
     for k, batch in enumerate(batches):
         last = k == len(batches) - 1
-        sync = contextlib.nullcontext() if last or not info.enabled else parts.net.no_sync()
+        # distributed: net is DistributedDataParallel (torch.compile's wrapper forwards no_sync)
+        ddp = cast(nn.parallel.DistributedDataParallel, parts.net)
+        sync = contextlib.nullcontext() if last or not info.enabled else ddp.no_sync()
         with sync:
             with autocast(parts.device, parts.amp):
                 loss = batch_loss(parts.net, batch, data.kind, cfg.label_smoothing)

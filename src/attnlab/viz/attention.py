@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from matplotlib.figure import Figure
 
 from attnlab.viz.figure import as_array, check_tokens, heatmap_inches, label_axis, new_figure
@@ -38,7 +39,7 @@ def plot_attention(
         raise ValueError(
             f"attention weights must be (T, S), (H, T, S) or (L, H, T, S), got shape {w.shape}"
         )
-    w = w.reshape((1,) * (4 - w.ndim) + w.shape)  # (L, H, T, S)
+    w = np.expand_dims(w, tuple(range(4 - w.ndim)))  # (L, H, T, S): leading axes of size 1
     n_layers, n_heads, t, s = w.shape
     queries = check_tokens(query_tokens, t, "query_tokens")
     keys = check_tokens(key_tokens, s, "key_tokens")
@@ -65,6 +66,7 @@ def plot_attention(
         label_axis(axes[layer, 0], "y", queries, t)
     for head in range(n_heads):
         label_axis(axes[-1, head], "x", keys, s)
+    assert image is not None  # L, H >= 1: every grid has a panel
     width = fig.get_size_inches()[0]  # keep the bar ~0.25 in wide however large the grid
     fig.colorbar(
         image,

@@ -96,7 +96,9 @@ def label_axis(ax: Axes, axis: str, tokens: list[str] | None, n: int) -> None:
         return
     size = max(5.0, min(9.0, 11.0 - n / 8))
     box = ax.get_position()  # the axes' share of the figure, before layout adjustments
-    width, height = ax.get_figure().get_size_inches()
+    fig = ax.get_figure()
+    assert isinstance(fig, Figure)  # attnlab's axes sit on a Figure (new_figure), no SubFigure
+    width, height = fig.get_size_inches()
     room = (box.width * width if axis == "x" else box.height * height) * 72  # points
     fits = max(2, int(room / (1.6 * size)))  # one label per ~1.6 font heights
     step = max(1, math.ceil(n / min(MAX_TICKS, fits)))
