@@ -157,12 +157,15 @@ class LossPlotter:
     ~0.1-1 s, which a GPU run would otherwise spend idle. ``request`` hands over a snapshot of
     the records and returns at once; a request made while the worker is busy replaces any older
     one that has not started, so the worker never falls behind. ``close`` waits for the last plot
-    (the file is complete when ``train`` returns) and re-raises a drawing error there.
+    (the file is complete when ``train`` returns) and re-raises a drawing error there. The
+    records only grow, so a request with as many records as the last one is the same plot and is
+    not drawn again (the end of a run that has just evaluated).
     """
 
     def __init__(self, path: str | os.PathLike, title: str | None = None):
         self.path, self.title = Path(path), title
         self._pending: list[dict[str, Any]] | None = None
+        self._requested = -1  # how many records the last request had
         self._error: BaseException | None = None
         self._wake = threading.Condition()
         self._closing = False
@@ -170,8 +173,12 @@ class LossPlotter:
         self._thread.start()
 
     def request(self, records: Iterable[dict[str, Any]]) -> None:
+        snapshot = [dict(r) for r in records]
+        if len(snapshot) == self._requested:
+            return
+        self._requested = len(snapshot)
         with self._wake:
-            self._pending = [dict(r) for r in records]
+            self._pending = snapshot
             self._wake.notify()
 
     def close(self) -> None:
