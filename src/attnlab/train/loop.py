@@ -49,7 +49,7 @@ from attnlab.train.distributed import (
     cleanup,
     init_distributed,
 )
-from attnlab.train.evaluate import Prediction, evaluate
+from attnlab.train.evaluate import Prediction, evaluate, evaluation_batches
 from attnlab.train.finetune import copy_weights, freeze
 from attnlab.train.lock import run_lock
 from attnlab.train.optim import build_optimizers
@@ -64,6 +64,7 @@ from attnlab.train.timing import TRAINING, PhaseTimes
 __all__ = ["TrainResult", "TrainingDiverged", "step_seed", "train"]
 
 CONFIG_FILE = "config.toml"
+EVAL_KEPT_BYTES = 256 << 20  # validation batches up to this size stay on the device between evals
 EventHandler = Callable[[str, dict[str, Any]], None]
 
 
@@ -294,6 +295,7 @@ class _Run:
     plotter: LossPlotter | None = None
     elapsed0: float = 0.0  # training time of the run before this call (from the checkpoint)
     evaluated_at: int = -1
+    eval_batches: list[Any] | None = None  # the validation batches on the device, built once
     started: float = field(default_factory=time.perf_counter)
 
     @classmethod
@@ -444,6 +446,11 @@ class _Run:
         with self.result.phases.phase("evaluation"):
             if p.info.is_main:
                 size = p.cfg.batch_size * p.info.world_size  # the same set whatever the ranks
+                batches = self.eval_batches or evaluation_batches(
+                    p.data, batch_size=size, max_batches=p.cfg.eval_batches, device=p.device
+                )
+                if sum(t.nbytes for b in batches for t in b) <= EVAL_KEPT_BYTES:
+                    self.eval_batches = batches  # kept on the device for the next evaluations
                 res = evaluate(
                     p.model,
                     p.data,
@@ -451,6 +458,7 @@ class _Run:
                     max_batches=p.cfg.eval_batches,
                     device=p.device,
                     autocast_dtype=p.amp,
+                    batches=batches,
                 )
                 metrics = res.metrics
                 self.result.metrics, self.result.predictions = res.metrics, res.predictions

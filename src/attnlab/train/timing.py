@@ -59,6 +59,8 @@ class PhaseTimes:
     def phase(self, name: str) -> Iterator[None]:
         """Time the block as phase ``name`` (its self time: phases opened inside it excluded)."""
         began = time.perf_counter()
+        self.seconds.setdefault(name, 0.0)  # listed in the order the phases start
+        self.counts.setdefault(name, 0)
         self._inner.append(0.0)
         try:
             yield
