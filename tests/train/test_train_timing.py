@@ -135,11 +135,11 @@ import json, sys
 import attnlab.train.report as report
 HEAVY = {HEAVY!r}
 seen = {{}}
-draw = report.plot_loss
+draw = report.loss_figure_png
 def spy(*args, **kwargs):
     seen.setdefault("at_first_plot", sorted(m for m in HEAVY if m in sys.modules))
     return draw(*args, **kwargs)
-report.plot_loss = spy
+report.loss_figure_png = spy
 from attnlab.cli import main
 code = main({argv!r})
 seen["at_end"] = sorted(m for m in HEAVY if m in sys.modules)
@@ -195,3 +195,35 @@ def test_evaluations_compile_nothing_with_compile_on(tmp_path, corpus, monkeypat
     assert compiled == [False, False, False]
     assert frames >= 1  # the steps did run compiled
     assert result.phases.counts["evaluation"] == 3
+
+
+def test_a_drawing_process_draws_loss_png_without_matplotlib_in_the_training_process(tmp_path):
+    """CUDA runs draw loss.png in a separate process: the training process never imports
+    matplotlib, and the file is complete when close() returns."""
+    script = f"""
+import sys
+from attnlab.train.report import LossPlotter
+plotter = LossPlotter({str(tmp_path / "loss.png")!r}, "t", separate_process=True)
+plotter.request([{{"step": 1, "train_loss": 2.0}}, {{"step": 2, "train_loss": 1.5,
+                 "val_loss": 1.6, "val_accuracy": 0.5}}])
+plotter.close()
+print("MATPLOTLIB", "matplotlib" in sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "MATPLOTLIB False" in done.stdout
+    assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_dead_drawing_process_leaves_the_plot_to_the_thread(tmp_path):
+    from attnlab.train.report import LossPlotter
+
+    plotter = LossPlotter(tmp_path / "loss.png", "t", separate_process=True)
+    if plotter._drawer is not None:  # killed before it draws anything
+        plotter._drawer.kill()
+        plotter._drawer.wait()
+    plotter.request([{"step": 1, "train_loss": 2.0}, {"step": 2, "train_loss": 1.5}])
+    plotter.close()
+    assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert plotter._drawer is None

@@ -366,7 +366,9 @@ class _Run:
                 atomic_write_text(run_dir / CONFIG_FILE, config_text)
                 run.log = MetricsLog(run_dir / METRICS_FILE, keep_until=start if ckpt else None)
                 run.board = open_boards(run_dir, run_config, resumed=ckpt is not None)
-                run.plotter = LossPlotter(run_dir / PLOT_FILE, title=str(run_dir.name))
+                run.plotter = LossPlotter(
+                    run_dir / PLOT_FILE, str(run_dir.name), separate_process=device.type == "cuda"
+                )
             on_event("runtime", {"line": result.runtime})
             if ckpt is not None:
                 on_event("resumed", {"path": ckpt.path, "step": start})
