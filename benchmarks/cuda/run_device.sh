@@ -2,7 +2,11 @@
 # The GPU session's measurements in one prepared call (issue 37): the gpu-marked tests, the
 # Muon/AdamW step micro-benchmark and nanoGPT's shakespeare-char run side by side with attnlab's.
 # Run from the repository root on a CUDA machine with a nanoGPT checkout (data prepared) and the
-# text in .device/:   OUT=/some/dir bash benchmarks/cuda/run_device.sh [race|bench|all]
+# text in .device/:   OUT=/some/dir bash benchmarks/cuda/run_device.sh [race|bench|overhead|all]
+# overhead (issue 37 item 3, ~3 min, needs only .device/tinyshakespeare.txt): attnlab at nanoGPT's
+# shakespeare-char config, one warm-up run then 3 timed ones; the time outside the training steps
+# by phase (each run's timing.json + the process's exit) in $OUT/overhead/NANOGPT.md, and where
+# `attnlab train`'s imports go (python -X importtime) in $OUT/importtime.txt.
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/cuda/out}
@@ -23,6 +27,13 @@ if [ "$what" = all ] || [ "$what" = race ]; then
     --text .device/tinyshakespeare.txt --rounds 2 --gpu-char-steps 1000,1250 --out "$OUT/race" \
     > "$OUT/race.txt" 2>&1
   tail -12 "$OUT/race.txt"
+fi
+if [ "$what" = overhead ]; then  # (race also breaks attnlab_same down)
+  python -X importtime -m attnlab train --help > /dev/null 2> "$OUT/importtime.txt"
+  sort -t'|' -k2 -n "$OUT/importtime.txt" | tail -5
+  timeout 300 python benchmarks/nanogpt_race.py --text .device/tinyshakespeare.txt \
+    --only attnlab_same --rounds 3 --out "$OUT/overhead" > "$OUT/overhead.txt" 2>&1
+  tail -28 "$OUT/overhead.txt"
 fi
 if [ "$what" = bench ]; then
   timeout 300 python benchmarks/cuda_bench.py --suite train --rounds 3 --min-round-s 0.5 \
