@@ -227,3 +227,39 @@ def test_a_dead_drawing_process_leaves_the_plot_to_the_thread(tmp_path):
     plotter.close()
     assert (tmp_path / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert plotter._drawer is None
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_compiled_cuda_run_breaks_its_time_down_and_never_imports_matplotlib(tmp_path, corpus):
+    """On CUDA (bf16, compiled) the breakdown is complete, loss.png is drawn by the drawing
+    process (matplotlib never enters the training process) and nothing compiles in evaluations."""
+    argv = ["train", "--text", corpus, "--steps", "6", "--eval-every", "2", "--out",
+            str(tmp_path / "run"), "--compile", "--dtype", "bf16",
+            *[a if a != "cpu" else "cuda" for a in LM]]  # fmt: skip
+    script = f"""
+import json, sys
+from torch._dynamo.utils import counters
+import attnlab.train.loop as loop
+evaluate, changed = loop.evaluate, []
+def watched(*args, **kwargs):
+    before = sum(counters["frames"].values())
+    result = evaluate(*args, **kwargs)
+    changed.append(sum(counters["frames"].values()) != before)
+    return result
+loop.evaluate = watched
+from attnlab.cli import main
+code = main({argv!r})
+print("SEEN " + json.dumps({{"matplotlib": "matplotlib" in sys.modules, "compiled": changed}}))
+sys.exit(code)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.split("SEEN ", 1)[1])
+    assert seen == {"matplotlib": False, "compiled": [False, False, False]}
+    record = json.loads((tmp_path / "run" / TIMING_FILE).read_text())
+    total = sum(p["seconds"] for p in record["phases"])
+    assert total + record["other_s"] == pytest.approx(record["wall_s"], abs=1e-5)
+    assert _phases(record)["evaluation"]["count"] == 3
+    assert (tmp_path / "run" / "loss.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
