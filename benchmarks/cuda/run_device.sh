@@ -5,8 +5,9 @@
 # text in .device/:   OUT=/some/dir bash benchmarks/cuda/run_device.sh [race|bench|overhead|all]
 # overhead (issue 37 item 3, ~4 min, needs only .device/tinyshakespeare.txt): its gpu test, then
 # attnlab at nanoGPT's shakespeare-char config, one warm-up run then 3 timed ones; the time outside
-# the training steps by phase (each run's timing.json + the process's exit) in $OUT/overhead/NANOGPT.md, and where
-# `attnlab train`'s imports go (python -X importtime) in $OUT/importtime.txt.
+# the training steps by phase (each run's timing.json + the process's exit) in
+# $OUT/overhead/NANOGPT.md, and where `attnlab train`'s imports go (python -X importtime) in
+# $OUT/importtime.txt.
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/cuda/out}
