@@ -15,7 +15,7 @@ import os
 import sys
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,6 +28,9 @@ from attnlab.cli.options import add_fast
 from attnlab.config import ModelConfig
 from attnlab.data import CLASSIFICATION_TASKS, TASKS, read_parallel
 from attnlab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from attnlab.train.timing import PhaseTimes
 
 KIND_KEYS = {"kind", "model.kind"}  # --set keys that choose the model kind
 
@@ -320,7 +323,7 @@ def _print_event(name: str, data: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _report(result: Any, args: argparse.Namespace, clock: Any) -> None:
+def _report(result: Any, args: argparse.Namespace, clock: PhaseTimes) -> None:
     """The run's summary: data, examples, final metrics, files, heatmaps and where the time went
     (also written to ``run_dir/timing.json``)."""
     from attnlab.train.report import format_metrics
