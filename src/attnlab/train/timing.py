@@ -6,13 +6,14 @@ A phase is timed on the thread that runs it, as *self time*: a phase opened insi
     wall time = sum of the phases + what no phase covered ("other")
 
 holds exactly for the span the outermost phases cover. The training loop times its own phases
-(:data:`RUN_PHASES`); ``attnlab train`` adds the process's imports, the config and its reporting,
-prints one line per run and writes the whole table to ``run_dir/timing.json``::
+(:data:`RUN_PHASES`); ``attnlab train`` adds the process's imports, its config and the attention
+heatmaps, ends with two lines (the issue-37 form, then the breakdown; e.g.) and writes the whole
+table to ``run_dir/timing.json``::
 
     time: 21.8 s of training (10.9 ms per step after the first), 4.1 s of setup and evaluation
-      (22.9 s since the command started)
+      (25.9 s since the command started)
     setup and evaluation: imports 1.9 s, data 0.4 s, model 0.3 s, first step 0.9 s,
-      evaluation 8 x 0.1 s, checkpoints 0.2 s, ... , other 0.1 s
+      evaluation 8 x 0.10 s, checkpoints 0.20 s, ... , other 0.10 s
 
 "Training" is the optimizer steps after the first; the first step (which compiles under
 ``torch.compile``) counts with setup and evaluation.
@@ -35,15 +36,17 @@ TRAINING = "training"  # the steps after the first: the one phase that is not ov
 RUN_PHASES = (
     "setup",  # run directory, resume point, settings checks, lock
     "data",  # tokenizer, corpus preparation, windows / pairs
-    "model",  # build, move to the device, optimizers, DDP / torch.compile wrappers
+    "model",  # build (or the checkpoint's), pretrained weights, DDP / torch.compile wrappers
+    "device",  # the memory check and the move to the device (on CUDA: the context's start-up)
+    "optimizers",  # their construction (torch.optim's first use imports torch._dynamo), resume
     "logs",  # config.toml, metrics.jsonl, TensorBoard / W&B, the loss-plot worker
     "first step",  # with torch.compile: the compilation (or the cache's load)
     TRAINING,
     "evaluation",
-    "metrics log",  # metrics.jsonl / metrics.csv lines, progress
+    "metrics log",  # metrics.jsonl / metrics.csv lines
     "checkpoints",
-    "loss plot",  # waiting for the last loss.png at the end
     "finish",  # the best checkpoint's pointer, TensorBoard / W&B closed
+    "loss plot",  # (inside finish) waiting for the last loss.png
 )
 
 
