@@ -131,6 +131,7 @@ def _main(argv: list[str] | None, program: bool = False) -> int:
     if program:
         gc.freeze()
     args = expand_paths(parser.parse_args(argv))
+    args.program = program  # the process's own command line: the process's start is the command's
     if not getattr(args, "func", None):
         parser.print_help()
         return 1

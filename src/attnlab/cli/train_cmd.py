@@ -13,7 +13,9 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -264,9 +266,7 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.train.timing import PhaseTimes
 
     clock = PhaseTimes()  # this command's phases; train() times its own (result.phases)
-    age = process_age_s()
-    if age is not None:
-        clock.add("imports", age)  # Python, torch, attnlab, the parser: until this command ran
+    since_start = _command_clock(getattr(args, "program", False), clock)
     with clock.phase("config"):
         from attnlab.train import dump_toml, train
 
@@ -299,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if main:
         clock.update(result.phases)
-        _report(result, args, clock)
+        _report(result, args, clock, since_start)
     return result.exit_code
 
 
@@ -323,7 +323,25 @@ def _print_event(name: str, data: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _report(result: Any, args: argparse.Namespace, clock: PhaseTimes) -> None:
+def _command_clock(program: bool, clock: PhaseTimes) -> Callable[[], float | None]:
+    """Seconds since the command started, as a function: as the program itself, since the
+    process started (its imports, until now, are phase ``imports`` of ``clock``); called in
+    process (``main([...])``, a notebook), since now."""
+    if program:
+        age = process_age_s()
+        if age is not None:
+            clock.add("imports", age)  # Python, torch, attnlab, the parser
+        return process_age_s
+    began = time.perf_counter()
+    return lambda: time.perf_counter() - began
+
+
+def _report(
+    result: Any,
+    args: argparse.Namespace,
+    clock: PhaseTimes,
+    since_start: Callable[[], float | None],
+) -> None:
     """The run's summary: data, examples, final metrics, files, heatmaps and where the time went
     (also written to ``run_dir/timing.json``)."""
     from attnlab.train.report import format_metrics
@@ -357,7 +375,7 @@ def _report(result: Any, args: argparse.Namespace, clock: PhaseTimes) -> None:
     if not args.no_plots and result.predictions:
         with clock.phase("heatmaps"):
             _attention_plot(result)
-    wall = process_age_s()
+    wall = since_start()
     write_timing(result.run_dir, clock, wall)
     print(time_summary(clock, result.step - result.start_step, wall), flush=True)
 
