@@ -2,7 +2,12 @@
 # The GPU session's measurements in one prepared call (issue 37): the gpu-marked tests, the
 # Muon/AdamW step micro-benchmark and nanoGPT's shakespeare-char run side by side with attnlab's.
 # Run from the repository root on a CUDA machine with a nanoGPT checkout (data prepared) and the
-# text in .device/:   OUT=/some/dir bash benchmarks/cuda/run_device.sh [race|bench|all]
+# text in .device/:   OUT=/some/dir bash benchmarks/cuda/run_device.sh [race|bench|overhead|all]
+# overhead (issue 37 item 3, ~4 min, needs only .device/tinyshakespeare.txt): its gpu test, then
+# attnlab at nanoGPT's shakespeare-char config, one warm-up run then 3 timed ones; the time outside
+# the training steps by phase (each run's timing.json + the process's exit) in
+# $OUT/overhead/NANOGPT.md, and where `attnlab train`'s imports go (python -X importtime) in
+# $OUT/importtime.txt.
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/cuda/out}
@@ -11,7 +16,7 @@ what=${1:-all}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 python -c "import torch, transformers; print(torch.__version__, torch.version.cuda, transformers.__version__)" >> "$OUT/gpu.txt" 2>&1
 if [ "$what" = all ] || [ "$what" = tests ]; then
-  timeout 240 python -m pytest -m gpu -p no:xdist -q tests/test_gpu.py \
+  timeout 240 python -m pytest -m gpu -p no:xdist -q tests/test_gpu.py tests/train/test_train_timing.py \
     "tests/test_inspect_transformer.py::test_cache_and_interventions_on_cuda" > "$OUT/pytest_gpu.txt" 2>&1
   tail -3 "$OUT/pytest_gpu.txt"
   timeout 150 python -m attnlab bench --suite optim --compile --rounds 5 --json "$OUT/optim.json" \
@@ -23,6 +28,16 @@ if [ "$what" = all ] || [ "$what" = race ]; then
     --text .device/tinyshakespeare.txt --rounds 2 --gpu-char-steps 1000,1250 --out "$OUT/race" \
     > "$OUT/race.txt" 2>&1
   tail -12 "$OUT/race.txt"
+fi
+if [ "$what" = overhead ]; then  # (race also breaks attnlab_same down)
+  timeout 200 python -m pytest -m gpu -p no:xdist -q tests/train/test_train_timing.py \
+    > "$OUT/pytest_overhead.txt" 2>&1
+  tail -3 "$OUT/pytest_overhead.txt"
+  python -X importtime -m attnlab train --help > /dev/null 2> "$OUT/importtime.txt"
+  sort -t'|' -k2 -n "$OUT/importtime.txt" | tail -5
+  timeout 300 python benchmarks/nanogpt_race.py --text .device/tinyshakespeare.txt \
+    --only attnlab_same --rounds 3 --out "$OUT/overhead" > "$OUT/overhead.txt" 2>&1
+  tail -28 "$OUT/overhead.txt"
 fi
 if [ "$what" = bench ]; then
   timeout 300 python benchmarks/cuda_bench.py --suite train --rounds 3 --min-round-s 0.5 \

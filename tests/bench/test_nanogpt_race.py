@@ -47,6 +47,27 @@ def test_time_to_target_and_the_ratio_to_nanogpts_wall_time():
     row = summary["contenders"]["attnlab_gpu_char_1250"]
     assert row["training_s"] == [10.0, 10.0] and row["setup_and_evaluation_s"] == [5.0, 5.0]
     assert race.ATTNLAB_EVAL.search("step 250: train_loss 1.5  val_loss 1.449  val_ppl 4.3")
+    assert "phases_s" not in row  # no timing.json: the two totals alone
+
+
+def test_the_phase_table_of_attnlab_runs_adds_the_exit():
+    race = _race()
+    tail = ["time: 10.0 s of training (8.0 ms per step after the first), 5.0 s of setup and "
+            "evaluation (15.0 s since the command started)"]  # fmt: skip
+    timing = {"phases": [{"name": "imports", "seconds": 2.0, "count": 1},
+                         {"name": "training", "seconds": 10.0, "count": 9}],
+              "wall_s": 15.0, "other_s": 3.0}  # fmt: skip
+    rounds = [{"wall_s": 16.5, "tail": tail, "timing": timing, "curve": []},
+              {"wall_s": 16.0, "tail": tail, "curve": []}]  # fmt: skip
+    assert race.phase_table(rounds) == {
+        "imports": [2.0, None], "training": [10.0, None], "other": [3.0, None], "exit": [1.5, 1.0]
+    }  # fmt: skip
+    row = race.summarise({"attnlab_same": rounds}, 1.45)["contenders"]["attnlab_same"]
+    assert row["exit_s"] == [1.5, 1.0] and row["phases_s"]["exit"] == [1.5, 1.0]
+    assert "| exit | 1.50 / 1.00 |" in race.markdown(
+        {"summary": {"contenders": {"attnlab_same": row}, "ratios": {}}, "target": 1.45,
+         "command": "c", "machine": "m", "date": "d", "rounds": 2}
+    )  # fmt: skip
 
 
 def test_a_tiny_race_runs_both_sides_and_writes_the_report(tmp_path):
@@ -74,4 +95,9 @@ def test_a_tiny_race_runs_both_sides_and_writes_the_report(tmp_path):
     assert rows["nanogpt"]["step_at_target"] == [40]
     assert len(result["runs"]["attnlab_same"][0]["curve"]) >= 2  # evaluations at 20 and 40
     assert rows["attnlab_same"]["training_s"][0] > 0
+    phases = rows["attnlab_same"]["phases_s"]  # the run's timing.json, and its exit
+    assert {"imports", "data", "first step", "training", "evaluation", "other", "exit"} <= set(
+        phases
+    )
+    assert phases["exit"][0] > 0
     assert "nanoGPT's shakespeare-char run vs attnlab" in (out / "NANOGPT.md").read_text()

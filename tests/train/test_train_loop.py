@@ -247,8 +247,9 @@ def test_the_loss_plot_is_drawn_off_the_loop_and_complete_when_train_returns(tmp
 
 
 def test_a_cpu_run_reports_its_runtime_and_times_its_steps(tmp_path, corpus):
-    from attnlab.cli.train_cmd import process_age_s, time_summary
+    from attnlab.cli.train_cmd import process_age_s
     from attnlab.train.loop import cuda_matmul_precision
+    from attnlab.train.timing import time_summary
 
     events = []
     cfg = RunConfig(
@@ -262,7 +263,7 @@ def test_a_cpu_run_reports_its_runtime_and_times_its_steps(tmp_path, corpus):
     assert result.steps_s + result.first_step_s <= result.elapsed_s
     age = process_age_s()
     assert age is None or age > result.elapsed_s
-    line = time_summary(result, 100.0)
+    line = time_summary(result.phases, result.step - result.start_step, 100.0)
     assert line.startswith(f"time: {result.steps_s:.1f} s of training (")
     assert f"{100.0 - result.steps_s:.1f} s of setup and evaluation" in line
     before = torch.get_float32_matmul_precision()

@@ -13,9 +13,11 @@ import dataclasses
 import json
 import os
 import sys
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -28,6 +30,9 @@ from attnlab.cli.options import add_fast
 from attnlab.config import ModelConfig
 from attnlab.data import CLASSIFICATION_TASKS, TASKS, read_parallel
 from attnlab.errors import ConfigError
+
+if TYPE_CHECKING:
+    from attnlab.train.timing import PhaseTimes
 
 KIND_KEYS = {"kind", "model.kind"}  # --set keys that choose the model kind
 
@@ -258,14 +263,19 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.train import dump_toml, train
+    from attnlab.train.timing import PhaseTimes
 
-    if args.dump_config and Path(args.dump_config).is_dir():
-        raise ConfigError(
-            f"--dump-config {args.dump_config!r} is a directory; give a file name to write, "
-            f"e.g. --dump-config {str(Path(args.dump_config) / 'run.toml')!r}"
-        )
-    run_config, out = build_run_config(args)
+    clock = PhaseTimes()  # this command's phases; train() times its own (result.phases)
+    since_start = _command_clock(getattr(args, "program", False), clock)
+    with clock.phase("config"):
+        from attnlab.train import dump_toml, train
+
+        if args.dump_config and Path(args.dump_config).is_dir():
+            raise ConfigError(
+                f"--dump-config {args.dump_config!r} is a directory; give a file name to write, "
+                f"e.g. --dump-config {str(Path(args.dump_config) / 'run.toml')!r}"
+            )
+        run_config, out = build_run_config(args)
     if args.dump_config:
         atomic_write_text(args.dump_config, dump_toml(run_config))
         print(f"wrote {args.dump_config}")
@@ -288,7 +298,8 @@ def run(args: argparse.Namespace) -> int:
         on_event=_print_event,
     )
     if main:
-        _report(result, args)
+        clock.update(result.phases)
+        _report(result, args, clock, since_start)
     return result.exit_code
 
 
@@ -312,8 +323,29 @@ def _print_event(name: str, data: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
-def _report(result: Any, args: argparse.Namespace) -> None:
+def _command_clock(program: bool, clock: PhaseTimes) -> Callable[[], float | None]:
+    """Seconds since the command started, as a function: as the program itself, since the
+    process started (its imports, until now, are phase ``imports`` of ``clock``); called in
+    process (``main([...])``, a notebook), since now."""
+    if program:
+        age = process_age_s()
+        if age is not None:
+            clock.add("imports", age)  # Python, torch, attnlab, the parser
+        return process_age_s
+    began = time.perf_counter()
+    return lambda: time.perf_counter() - began
+
+
+def _report(
+    result: Any,
+    args: argparse.Namespace,
+    clock: PhaseTimes,
+    since_start: Callable[[], float | None],
+) -> None:
+    """The run's summary: data, examples, final metrics, files, heatmaps and where the time went
+    (also written to ``run_dir/timing.json``)."""
     from attnlab.train.report import format_metrics
+    from attnlab.train.timing import time_summary, write_timing
 
     print(result.summary)
     if result.stopped_by:
@@ -340,28 +372,12 @@ def _report(result: Any, args: argparse.Namespace) -> None:
     if result.best_checkpoint:
         print(f"best checkpoint: {result.best_checkpoint}")
     print(f"metrics: {result.run_dir / 'metrics.jsonl'}   loss plot: {result.run_dir / 'loss.png'}")
-    if not args.no_plots:
-        _attention_plot(result)
-    print(time_summary(result, process_age_s()))
-
-
-def time_summary(result: Any, wall_s: float | None) -> str:
-    """'N s of training, M s of setup and evaluation': where this command's wall time went.
-
-    Training = the optimizer steps of this call after the first; the first step (which compiles
-    under --compile) counts with the setup. ``wall_s``: seconds since the process started.
-    """
-    steps = result.step - result.start_step
-    text = f"time: {result.steps_s:.1f} s of training"
-    if steps > 1:
-        text += f" ({1e3 * result.steps_s / (steps - 1):.1f} ms per step after the first)"
-    if wall_s is not None:
-        text += (
-            f", {wall_s - result.steps_s:.1f} s of setup and evaluation (imports, data, model, "
-            f"first step {result.first_step_s:.1f} s, evaluations, checkpoints, plots; "
-            f"{wall_s:.1f} s since the command started)"
-        )
-    return text
+    if not args.no_plots and result.predictions:
+        with clock.phase("heatmaps"):
+            _attention_plot(result)
+    wall = since_start()
+    write_timing(result.run_dir, clock, wall)
+    print(time_summary(clock, result.step - result.start_step, wall), flush=True)
 
 
 def process_age_s() -> float | None:
@@ -381,8 +397,6 @@ def _attention_plot(result: Any) -> None:
         from attnlab.viz import model_attention_figures, save_figures
     except ImportError:
         print("attention plot skipped: attnlab.viz is not available")
-        return
-    if not result.predictions:
         return
     # the longest of the first examples: a date with words shows the alignment best
     text = max((p.source for p in result.predictions[:20]), key=len)

@@ -122,6 +122,19 @@ def _concat(group: list[Any]) -> Any:
     return type(group[0])(*(torch.cat(parts) for parts in zip(*group)))
 
 
+def evaluation_batches(
+    data: Any, *, batch_size: int, max_batches: int, device: torch.device | str = "cpu"
+) -> list[Any]:
+    """The validation batches :func:`evaluate` runs, on ``device``: at most ``max_batches`` of
+    ``batch_size`` (LM windows on CUDA merged into chunks of up to ``GPU_EVAL_TOKENS`` tokens).
+    A training run builds them once and passes them to every evaluation."""
+    device = torch.device(device)
+    batches = data.val_batches(batch_size, max_batches)
+    if data.kind == "lm" and device.type == "cuda":
+        batches = merged_lm_batches(batches, GPU_EVAL_TOKENS)
+    return [move_batch(batch, device) for batch in batches]
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -133,22 +146,24 @@ def evaluate(
     autocast_dtype: torch.dtype | None = None,
     prefix: str = "val",
     decode: bool = True,
+    batches: list[Any] | None = None,
 ) -> EvalResult:
     """Metrics of ``model`` on the validation set of ``data`` (a :class:`TaskData`).
 
-    At most ``max_batches`` batches of ``batch_size`` are used (the same ones every time).
+    At most ``max_batches`` batches of ``batch_size`` are used (the same ones every time), or
+    ``batches`` when given (:func:`evaluation_batches` of the same arguments, built once).
     ``decode=False`` skips greedy decoding (loss and perplexity only).
     """
     device = torch.device(device)
-    batches = data.val_batches(batch_size, max_batches)
-    if data.kind == "lm" and device.type == "cuda":
-        batches = merged_lm_batches(batches, GPU_EVAL_TOKENS)
+    if batches is None:
+        batches = evaluation_batches(
+            data, batch_size=batch_size, max_batches=max_batches, device=device
+        )
     totals: list[Tensor] = []  # read back once at the end: no wait for the GPU per batch
     count = 0
     predictions: list[Prediction] = []
     with eval_mode(model):
         for i, batch in enumerate(batches):
-            batch = move_batch(batch, device)
             with _autocast(device, autocast_dtype):
                 loss = batch_loss(model, batch, data.kind)
             totals.append(loss.total.detach())

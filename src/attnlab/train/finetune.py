@@ -28,7 +28,6 @@ from torch import nn
 
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
-from attnlab.interop.loading import load_checkpoint
 
 ENCODER_KINDS = ("encoder", "masked_lm", "classifier")
 _NEW_IN_CLASSIFIER = ("head.", "encoder.pooler.")  # may start from the run's initialisation
@@ -56,6 +55,8 @@ def parse_freeze(spec: str) -> tuple[bool, int]:
 
 def load_init(cfg: Any) -> Any:
     """The pretrained model of ``cfg.init_from`` (at ``cfg.init_revision``) as a Checkpoint."""
+    from attnlab.interop.loading import load_checkpoint  # every family: only when fine-tuning
+
     try:
         found = load_checkpoint(cfg.init_from, revision=cfg.init_revision)
     except CheckpointError as err:

@@ -15,7 +15,9 @@ checkpoint at step s repeats steps s, s+1, ... bit for bit. The sums of the open
 saved too, so the first line after a resume covers the same steps as in an uninterrupted run.
 
 Rank 0 alone evaluates (``eval_batches`` batches of the global batch size), writes metrics,
-plots and checkpoints; the others wait at a barrier.
+plots and checkpoints; the others wait at a barrier. Each named step is timed as a phase of
+:mod:`attnlab.train.timing` (``TrainResult.phases``): where the time outside the training steps
+goes.
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from attnlab.train.distributed import (
     cleanup,
     init_distributed,
 )
-from attnlab.train.evaluate import Prediction, evaluate
+from attnlab.train.evaluate import Prediction, evaluate, evaluation_batches
 from attnlab.train.finetune import copy_weights, freeze
 from attnlab.train.lock import run_lock
 from attnlab.train.optim import build_optimizers
@@ -57,10 +59,12 @@ from attnlab.train.run_config import RunConfig, dump_toml
 from attnlab.train.setup import RunSetup, prepare_run
 from attnlab.train.signals import GracefulStop
 from attnlab.train.step import StepParts, StepStats, step_seed, train_step
+from attnlab.train.timing import TRAINING, PhaseTimes
 
 __all__ = ["TrainResult", "TrainingDiverged", "step_seed", "train"]
 
 CONFIG_FILE = "config.toml"
+EVAL_KEPT_BYTES = 256 << 20  # validation batches up to this size stay on the device between evals
 EventHandler = Callable[[str, dict[str, Any]], None]
 
 
@@ -98,9 +102,18 @@ class TrainResult:
     exit_code: int = 0  # 0, or 130 / 143 after an interrupt
     summary: str = ""  # one line describing the data
     runtime: str = ""  # one line: device, dtype, matmul precision, compilation
-    steps_s: float = 0.0  # wall time inside this call's optimizer steps, its first step excluded
-    first_step_s: float = 0.0  # this call's first step (with torch.compile: the compilation)
     extra: dict[str, Any] = field(default_factory=dict)
+    phases: PhaseTimes = field(default_factory=PhaseTimes)  # seconds per phase of this call
+
+    @property
+    def steps_s(self) -> float:
+        """Wall time inside this call's optimizer steps, its first step excluded."""
+        return self.phases.seconds.get(TRAINING, 0.0)
+
+    @property
+    def first_step_s(self) -> float:
+        """This call's first step (with torch.compile: the compilation)."""
+        return self.phases.seconds.get("first step", 0.0)
 
 
 def train(
@@ -138,7 +151,9 @@ def train(
             f"stop_at={stop_at!r} must be a global step >= 1 (or None to run to train.steps)"
         )
     cfg = run_config.train
-    info, device = init_distributed(cfg.device)
+    clock = PhaseTimes()
+    with clock.phase("setup"):
+        info, device = init_distributed(cfg.device)
     run_dir = Path(run_dir or cfg.out)
     try:
         with (
@@ -147,8 +162,11 @@ def train(
             _removed_on_failure(run_dir, info) as started,
             run_lock(run_dir, enabled=info.is_main),  # one training per run directory
         ):
-            setup = prepare_run(run_config, run_dir, resume, info, allow_changes, overwrite)
-            run = _Run.start(run_config, setup, info, device, on_event or _ignore)
+            with clock.phase("setup"):
+                setup = prepare_run(
+                    run_config, run_dir, resume, info, allow_changes, overwrite, clock=clock
+                )
+                run = _Run.start(run_config, setup, info, device, on_event or _ignore, clock)
             started()
             return run.go(progress, stop_at)
     finally:
@@ -277,6 +295,7 @@ class _Run:
     plotter: LossPlotter | None = None
     elapsed0: float = 0.0  # training time of the run before this call (from the checkpoint)
     evaluated_at: int = -1
+    eval_batches: list[Any] | None = None  # the validation batches on the device, built once
     started: float = field(default_factory=time.perf_counter)
 
     @classmethod
@@ -287,33 +306,38 @@ class _Run:
         info: DistInfo,
         device: torch.device,
         on_event: EventHandler,
+        clock: PhaseTimes,
     ) -> _Run:
         """Build the model (or take the checkpoint's), its optimizers, wrappers and logs."""
         cfg, data, ckpt = run_config.train, setup.data, setup.checkpoint
         amp = autocast_dtype(cfg.dtype, device)
-        torch.manual_seed(cfg.seed)  # identical initial weights on every rank
-        model = ckpt.model if ckpt is not None else build_model(setup.model_config)
-        if setup.initial_weights is not None:  # fine-tuning: the pretrained weights
-            copy_weights(model, setup.initial_weights)
-        freeze(model, cfg.freeze)
-        if device.type == "cuda":  # the CPU's memory was checked by prepare_run
-            purpose = f" with its gradients and AdamW moments on {device}"
-            check_model_memory(setup.model_config, copies=4, purpose=purpose, device=device)
-        model.to(device).train()
-        optimizers = build_optimizers(model, cfg)
-        start, elapsed0, window = 0, 0.0, LogWindow()
-        if ckpt is not None:
-            extra = restore_training(ckpt, optimizers)
-            start, elapsed0 = extra["step"], float(extra.get("elapsed_s", 0.0))
-            window = LogWindow.resumed(extra.get("log_window"), start, cfg.log_every)
-            restore_rng_state(extra["rng"])  # last: nothing may draw random numbers after it
+        with clock.phase("model"):
+            torch.manual_seed(cfg.seed)  # identical initial weights on every rank
+            model = ckpt.model if ckpt is not None else build_model(setup.model_config)
+            if setup.initial_weights is not None:  # fine-tuning: the pretrained weights
+                copy_weights(model, setup.initial_weights)
+            freeze(model, cfg.freeze)
+        with clock.phase("device"):  # on CUDA: the context's start-up
+            if device.type == "cuda":  # the CPU's memory was checked by prepare_run
+                purpose = f" with its gradients and AdamW moments on {device}"
+                check_model_memory(setup.model_config, copies=4, purpose=purpose, device=device)
+            model.to(device).train()
+        with clock.phase("optimizers"):  # torch.optim's first use imports torch._dynamo
+            optimizers = build_optimizers(model, cfg)
+            start, elapsed0, window = 0, 0.0, LogWindow()
+            if ckpt is not None:
+                extra = restore_training(ckpt, optimizers)
+                start, elapsed0 = extra["step"], float(extra.get("elapsed_s", 0.0))
+                window = LogWindow.resumed(extra.get("log_window"), start, cfg.log_every)
+                restore_rng_state(extra["rng"])  # last: nothing may draw random numbers after it
         if start > cfg.steps:
             raise UserError(
                 f"the checkpoint is at step {start}, past steps={cfg.steps}; "
                 f"raise steps to train longer",
                 fields=("steps",),
             )
-        net = _wrap(model, cfg.compile, data.kind, info, device)
+        with clock.phase("model"):
+            net = _wrap(model, cfg.compile, data.kind, info, device)
         parts = StepParts(net, model, optimizers, data, cfg, info, device, amp)
         result = TrainResult(
             setup.run_dir,
@@ -331,15 +355,20 @@ class _Run:
             ckpt.path if ckpt else None,
             summary=data.summary,
             runtime=runtime_line(cfg, device, amp),
+            phases=clock,
         )
         result.checkpoint = result.resumed_from
         run = cls(run_config, setup, parts, result, window, on_event, elapsed0=elapsed0)
         if info.is_main:
             run_dir = setup.run_dir
-            atomic_write_text(run_dir / CONFIG_FILE, dump_toml(RunConfig(setup.model_config, cfg)))
-            run.log = MetricsLog(run_dir / METRICS_FILE, keep_until=start if ckpt else None)
-            run.board = open_boards(run_dir, run_config, resumed=ckpt is not None)
-            run.plotter = LossPlotter(run_dir / PLOT_FILE, title=str(run_dir.name))
+            with clock.phase("logs"):
+                config_text = dump_toml(RunConfig(setup.model_config, cfg))
+                atomic_write_text(run_dir / CONFIG_FILE, config_text)
+                run.log = MetricsLog(run_dir / METRICS_FILE, keep_until=start if ckpt else None)
+                run.board = open_boards(run_dir, run_config, resumed=ckpt is not None)
+                run.plotter = LossPlotter(
+                    run_dir / PLOT_FILE, str(run_dir.name), separate_process=device.type == "cuda"
+                )
             on_event("runtime", {"line": result.runtime})
             if ckpt is not None:
                 on_event("resumed", {"path": ckpt.path, "step": start})
@@ -362,7 +391,7 @@ class _Run:
 
     def steps(self, bar: Any, stop_at: int | None) -> None:
         """The steps of this call, each followed by what is due: evaluation, log, checkpoint."""
-        cfg, result = self.parts.cfg, self.result
+        cfg, result, phases = self.parts.cfg, self.result, self.result.phases
         end = cfg.steps if stop_at is None else min(cfg.steps, max(stop_at, result.start_step))
         with GracefulStop() as stop, bar:
             for step in range(result.start_step, end):
@@ -374,14 +403,16 @@ class _Run:
                 final = done == cfg.steps
                 metrics = self.evaluate(done) if self.wants_eval(done) else {}
                 if metrics or done % cfg.log_every == 0:
-                    record = self.write_log(done, stats, metrics)
+                    with phases.phase("metrics log"):
+                        record = self.write_log(done, stats, metrics)
                     loss, rate = record["train_loss"], record["tokens_per_s"]
                     bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rate:.0f}", refresh=False)
+                if metrics and self.plotter is not None and self.log is not None:
+                    self.plotter.request(self.log.records)  # drawn while the steps go on
                 stopping, paused = stats.stop_votes > 0, done == end and not final
                 if final or stopping or paused or (cfg.save_every and done % cfg.save_every == 0):
-                    self.save(done, metrics)
-                if metrics and self.plotter is not None and self.log is not None:
-                    self.plotter.request(self.log.records)
+                    with phases.phase("checkpoints"):
+                        self.save(done, metrics)
                 if stopping:
                     result.stopped_by = stop.name or "SIGTERM"
                     result.exit_code = stop.exit_code
@@ -391,10 +422,8 @@ class _Run:
 
     def time_step(self, step: int, seconds: float) -> None:
         """Add one step's wall time: the first of this call apart (it compiles, warms up)."""
-        if step == self.result.start_step:
-            self.result.first_step_s = seconds
-        else:
-            self.result.steps_s += seconds
+        first = step == self.result.start_step
+        self.result.phases.add("first step" if first else TRAINING, seconds)
 
     def account(self, done: int, stats: StepStats) -> int:
         """Record a finished step; stop on a non-finite loss."""
@@ -416,20 +445,27 @@ class _Run:
         """Validation metrics on rank 0 (``eval_batches`` batches of the global batch)."""
         p = self.parts
         metrics: dict[str, float] = {}
-        if p.info.is_main:
-            size = p.cfg.batch_size * p.info.world_size  # the same set whatever the process count
-            res = evaluate(
-                p.model,
-                p.data,
-                batch_size=size,
-                max_batches=p.cfg.eval_batches,
-                device=p.device,
-                autocast_dtype=p.amp,
-            )
-            metrics = res.metrics
-            self.result.metrics, self.result.predictions = res.metrics, res.predictions
-        self.evaluated_at = step
-        barrier(p.info)
+        with self.result.phases.phase("evaluation"):
+            if p.info.is_main:
+                size = p.cfg.batch_size * p.info.world_size  # the same set whatever the ranks
+                batches = self.eval_batches or evaluation_batches(
+                    p.data, batch_size=size, max_batches=p.cfg.eval_batches, device=p.device
+                )
+                if sum(t.nbytes for b in batches for t in b) <= EVAL_KEPT_BYTES:
+                    self.eval_batches = batches  # kept on the device for the next evaluations
+                res = evaluate(
+                    p.model,
+                    p.data,
+                    batch_size=size,
+                    max_batches=p.cfg.eval_batches,
+                    device=p.device,
+                    autocast_dtype=p.amp,
+                    batches=batches,
+                )
+                metrics = res.metrics
+                self.result.metrics, self.result.predictions = res.metrics, res.predictions
+            self.evaluated_at = step
+            barrier(p.info)
         return metrics
 
     def write_log(self, step: int, stats: StepStats, metrics: dict[str, float]) -> dict[str, Any]:
@@ -484,15 +520,17 @@ class _Run:
         ended = result.stopped_by is None and result.step == p.cfg.steps
         if self.evaluated_at != result.step and ended:  # e.g. resumed at the very end
             self.evaluate(result.step)
-        if p.info.is_main:
-            if self.plotter is not None:
-                if self.log is not None and self.log.records:
-                    self.plotter.request(self.log.records)
-                self.plotter.close()
-            result.best_checkpoint = best_checkpoint(self.setup.run_dir)
-            if self.board is not None:
-                self.board.close()
-        p.model.eval()
+        with result.phases.phase("finish"):
+            if p.info.is_main:
+                if self.plotter is not None:
+                    if self.log is not None and self.log.records:
+                        self.plotter.request(self.log.records)
+                    with result.phases.phase("loss plot"):
+                        self.plotter.close()
+                result.best_checkpoint = best_checkpoint(self.setup.run_dir)
+                if self.board is not None:
+                    self.board.close()
+            p.model.eval()
         return result
 
 

@@ -11,18 +11,20 @@ TensorBoard, a progress bar (or a plain progress line when stderr is not a termi
 since the previous line. On resume, lines past the checkpoint's step are dropped first, so the
 file always describes one consistent history. ``metrics.csv`` holds the same records for
 spreadsheets and pandas: one column per key in order of first appearance, empty cells where a
-line lacks a key (training lines have no ``val_*``). The plot is drawn here with matplotlib (Agg),
-because ``train`` does not depend on ``attnlab.viz``.
+line lacks a key (training lines have no ``val_*``). The plot is drawn with matplotlib (Agg) by
+:mod:`attnlab.train.loss_figure`, because ``train`` does not depend on ``attnlab.viz``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
 import math
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -35,9 +37,10 @@ from tqdm.auto import tqdm
 
 from attnlab.checkpoint.atomic import atomic_write_bytes, atomic_write_text, storage_errors
 from attnlab.errors import ConfigError
+from attnlab.train import loss_figure
+from attnlab.train.loss_figure import loss_figure_png
 
 METRICS_FILE, CSV_FILE, PLOT_FILE = "metrics.jsonl", "metrics.csv", "loss.png"
-TASK_METRICS = ("exact_match", "accuracy", "bleu", "chrf")
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
@@ -114,40 +117,7 @@ def plot_loss(
     records: Iterable[dict[str, Any]], path: str | os.PathLike, title: str | None = None
 ) -> Path:
     """Loss curves (train, validation) and the task metric, written atomically as a PNG."""
-    import matplotlib  # heavy: only when drawing
-
-    matplotlib.use("Agg", force=False)
-    from matplotlib.figure import Figure  # heavy: only when drawing
-
-    records = list(records)
-    metric_keys = sorted(
-        {k for r in records for k in r if k.startswith("val_") and k[4:] in TASK_METRICS}
-    )
-    fig = Figure(figsize=(10 if metric_keys else 6, 4), layout="constrained")
-    axes = fig.subplots(1, 2 if metric_keys else 1, squeeze=False)[0]
-    for key, style in (("train_loss", "-"), ("val_loss", "o-")):
-        pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
-        if pts:
-            axes[0].plot(*zip(*pts), style, label=key.replace("_", " "), markersize=3)
-    axes[0].set_xlabel("step")
-    axes[0].set_ylabel("loss (nats per target)")
-    if any(isinstance(r.get("train_loss"), (int, float)) and r["train_loss"] > 0 for r in records):
-        axes[0].set_yscale("log")
-    axes[0].grid(alpha=0.3)
-    axes[0].legend()
-    if metric_keys:
-        for key in metric_keys:
-            pts = [(r["step"], r[key]) for r in records if isinstance(r.get(key), (int, float))]
-            axes[1].plot(*zip(*pts), "o-", label=key.replace("_", " "), markersize=3)
-        axes[1].set_xlabel("step")
-        axes[1].set_ylabel("validation metric")
-        axes[1].grid(alpha=0.3)
-        axes[1].legend()
-    if title:
-        fig.suptitle(title)
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    return atomic_write_bytes(path, buf.getvalue())
+    return atomic_write_bytes(path, loss_figure_png(records, title))
 
 
 class LossPlotter:
@@ -157,21 +127,39 @@ class LossPlotter:
     ~0.1-1 s, which a GPU run would otherwise spend idle. ``request`` hands over a snapshot of
     the records and returns at once; a request made while the worker is busy replaces any older
     one that has not started, so the worker never falls behind. ``close`` waits for the last plot
-    (the file is complete when ``train`` returns) and re-raises a drawing error there.
+    (the file is complete when ``train`` returns) and re-raises a drawing error there. The
+    records only grow, so a request with as many records as the last one is the same plot and is
+    not drawn again (the end of a run that has just evaluated).
+
+    With ``separate_process`` (CUDA runs) the worker hands the records to a drawing process
+    (:mod:`attnlab.train.loss_figure` run as a script, started with the plotter) and writes the
+    PNG it answers: matplotlib's import and every drawing then run on another core, without the
+    interpreter lock that the thread's own drawing takes from the steps, which on a GPU are
+    launched from Python. A drawing process that fails or cannot start leaves the drawing to the
+    thread, so the plot is never lost. CPU runs draw in the thread: their cores are busy with the
+    steps anyway, and a process per run would import matplotlib again each time.
     """
 
-    def __init__(self, path: str | os.PathLike, title: str | None = None):
+    def __init__(
+        self, path: str | os.PathLike, title: str | None = None, separate_process: bool = False
+    ):
         self.path, self.title = Path(path), title
         self._pending: list[dict[str, Any]] | None = None
+        self._requested = -1  # how many records the last request had
         self._error: BaseException | None = None
         self._wake = threading.Condition()
         self._closing = False
+        self._drawer = _start_drawer() if separate_process else None
         self._thread = threading.Thread(target=self._work, name="attnlab-loss-plot", daemon=True)
         self._thread.start()
 
     def request(self, records: Iterable[dict[str, Any]]) -> None:
+        snapshot = [dict(r) for r in records]
+        if len(snapshot) == self._requested:
+            return
+        self._requested = len(snapshot)
         with self._wake:
-            self._pending = [dict(r) for r in records]
+            self._pending = snapshot
             self._wake.notify()
 
     def close(self) -> None:
@@ -193,17 +181,72 @@ class LossPlotter:
         self._thread.join()
 
     def _work(self) -> None:
-        while True:
-            with self._wake:
-                while self._pending is None and not self._closing:
-                    self._wake.wait()
-                records, self._pending = self._pending, None
-                if records is None:  # closing, nothing left to draw
-                    return
+        try:
+            while True:
+                with self._wake:
+                    while self._pending is None and not self._closing:
+                        self._wake.wait()
+                    records, self._pending = self._pending, None
+                    if records is None:  # closing, nothing left to draw
+                        return
+                try:
+                    atomic_write_bytes(self.path, self._draw(records))
+                except BaseException as err:  # reported by close(), on the training thread
+                    self._error = err
+        finally:
+            _stop_drawer(self._drawer)
+
+    def _draw(self, records: list[dict[str, Any]]) -> bytes:
+        """The PNG of ``records``: from the drawing process if there is one, else drawn here."""
+        drawer = self._drawer
+        if drawer is not None and drawer.stdin is not None and drawer.stdout is not None:
+            asked = json.dumps({"records": records, "title": self.title}) + "\n"
             try:
-                plot_loss(records, self.path, title=self.title)
-            except BaseException as err:  # reported by close(), on the training thread
-                self._error = err
+                drawer.stdin.write(asked.encode())
+                drawer.stdin.flush()
+                status, _, size = drawer.stdout.readline().partition(b" ")
+                body = drawer.stdout.read(int(size))
+            except (OSError, ValueError):  # it died: the thread draws from now on
+                _stop_drawer(drawer)
+                self._drawer = None
+            else:
+                if status == b"ok" and len(body) == int(size):
+                    return body
+        return loss_figure_png(records, self.title)  # also raises the drawing's own error
+
+
+def _start_drawer() -> subprocess.Popen[bytes] | None:
+    """The drawing process (see LossPlotter), or None where none can start. Isolated (-I): its
+    own module alone, not the training's sys.path; its own session, so that a Ctrl-C meant for
+    the training (which finishes the step and saves) does not kill it mid-plot."""
+    if not sys.executable:
+        return None
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-I", str(Path(loss_figure.__file__))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError:
+        return None
+
+
+def _stop_drawer(drawer: subprocess.Popen[bytes] | None) -> None:
+    """End the drawing process: its stdin closed, it exits (killed if it does not, in 5 s)."""
+    if drawer is None:
+        return
+    with contextlib.suppress(OSError):
+        if drawer.stdin is not None:
+            drawer.stdin.close()
+    try:
+        drawer.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        drawer.kill()
+        drawer.wait()
+    if drawer.stdout is not None:
+        drawer.stdout.close()
 
 
 class WandbLog:

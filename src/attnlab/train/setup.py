@@ -48,6 +48,7 @@ from attnlab.train.finetune import init_model_config, initial_weights, load_init
 from attnlab.train.lock import LOCK_FILE
 from attnlab.train.run_config import load_toml
 from attnlab.train.task_data import TaskData
+from attnlab.train.timing import TIMING_FILE, PhaseTimes
 
 KINDS_FOR_TASK = {"lm": LM_KINDS, "seq2seq": SEQ2SEQ_KINDS, "classify": ("classifier",)}
 DEFAULT_KIND = {"lm": "decoder_lm", "seq2seq": "encoder_decoder", "classify": "classifier"}
@@ -182,6 +183,7 @@ RUN_FILES = (
     "metrics.jsonl",
     "metrics.csv",
     "loss.png",
+    TIMING_FILE,
     "plots",
     "tensorboard",
     "wandb",
@@ -293,9 +295,12 @@ def prepare_run(
     info: DistInfo,
     allow_changes: bool = False,
     overwrite: bool = False,
+    clock: PhaseTimes | None = None,
 ) -> RunSetup:
-    """Resolve the run directory, resume point, data and model config (all ranks)."""
+    """Resolve the run directory, resume point, data and model config (all ranks); the data's
+    preparation is timed as phase ``data`` of ``clock``."""
     cfg = run_config.train
+    clock = clock or PhaseTimes()
     check_kind(run_config.model, cfg.task)
     path = find_resume_point(run_dir, resume)
     if path is None and info.is_main:
@@ -320,12 +325,13 @@ def prepare_run(
             cfg, data_dir=run_dir / "data", tokenizer=tokenizer, labels=labels, prepare=prepare
         )
 
-    data = build(True) if info.is_main else None  # rank 0 prepares an LM corpus, others read it
-    barrier(info)  # every rank has chosen its checkpoint: the skipped ones may move now
-    if info.is_main:
-        set_aside(damaged)
-    if data is None:
-        data = build(False)
+    with clock.phase("data"):
+        data = build(True) if info.is_main else None  # rank 0 prepares an LM corpus
+        barrier(info)  # every rank has chosen its checkpoint: the skipped ones may move now
+        if info.is_main:
+            set_aside(damaged)
+        if data is None:  # the other ranks read it
+            data = build(False)
     weights = None
     if pretrained is not None:
         model_cfg = init_model_config(pretrained, cfg.task, data)
