@@ -114,15 +114,34 @@ def test_copy_examples_layout():
 
 
 # char_lm and sampling ------------------------------------------------------------------------
-def test_char_lm_quick_report_and_resume(out):
+def _check_the_lm_is_gated(report):
+    assert report.arms == [char_models.ARM] and report.thresholds
+    assert all(t.source for t in report.thresholds)
+    (c,) = report.competence
+    assert c.arm == char_models.ARM and c.gated and not c.higher_is_better
+    assert len(c.lr.grid) >= 3 and "validation loss" in c.lr.chosen_on
+    assert c.doubling.tolerance == char_models.TOLERANCE and c.doubling.steps == 40
+
+
+def test_char_lm_quick_report_and_resume(out, monkeypatch):
+    measured = []
+    measure = char_lm.measure
+    monkeypatch.setattr(char_lm, "measure", lambda *a: measured.append(measure(*a)) or measured[-1])
     report, path = run_experiment("char_lm", quick=True, out_dir=out / "char_lm")
     _check_written(path, ["loss.png"])
+    _check_the_lm_is_gated(report)
     base = report.metrics["baselines"]
     assert base["bigram"] < base["unigram"]  # context helps even for counts
     assert len(report.table("samples").rows) == 2 * len(char_lm.PROMPTS)
     # A finished run is reloaded, not retrained: the sampling experiment reuses it this way.
-    result, _, _ = char_models.train_char_lm(True, 0, None, out / "char_lm")
+    lr = report.competence[0].lr.chosen
+    result, _, _ = char_models.train_char_lm(True, 0, None, out / "char_lm", lr)
     assert result.start_step == result.step == report.metrics["steps"]
+    # write_up renders the measured numbers again without training
+    monkeypatch.setattr(char_models, "train_job", None)
+    again = char_lm.write_up(measured[0], out / "char_lm_again", quick=True)
+    assert again.verdict_reason == report.verdict_reason
+    assert (out / "char_lm_again" / "loss.png").is_file()
 
 
 def test_the_data_folder_is_an_argument_and_a_missing_dataset_names_the_fix(tmp_path):
@@ -165,6 +184,7 @@ def test_sampling_quick_report_greedy_is_deterministic(out):
     assert by["greedy"]["unchanged"] == 1.0  # argmax does not depend on the seed
     assert by["sampling tau=1"]["unchanged"] < 1.0
     assert set(sampling.STRATEGIES) < set(by)
+    _check_the_lm_is_gated(report)
 
 
 def test_diversity_metrics_on_known_texts():
