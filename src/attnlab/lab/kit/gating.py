@@ -12,7 +12,7 @@ makes the verdict inconclusive). Scores are validation numbers, never the test s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +83,7 @@ def train_gated(
     job: Callable[[Any, float, int, int], tuple],
     score: Callable[[Any], float],
     *,
-    grid: Sequence[float],
+    grid: Sequence[float] | Mapping[Any, Sequence[float]],
     steps: int,
     seeds: Sequence[int],
     higher_is_better: bool,
@@ -97,15 +97,17 @@ def train_gated(
     ``score(result)`` its validation number. All arms' grids run as one batch, then each arm
     whose best rate lies at an edge tries one more rate beyond it (all such arms together), up
     to ``max_extra`` times; then the other seeds at the chosen rates and the first seed at
-    ``2 * steps``, in one batch."""
+    ``2 * steps``, in one batch. ``grid`` is one grid for every arm, or a grid per arm (a
+    mapping ``{arm: rates}``, e.g. multiples of each arm's own recipe rate)."""
     first = seeds[0]
     results: dict[tuple, Any] = {}
 
     def run(todo: list[tuple]) -> None:
         results.update(run_jobs(fn, [j for j in dict.fromkeys(todo) if j not in results], workers))
 
-    run([job(a, float(r), steps, first) for a in arms for r in grid])
-    sweeps = {a: {float(r): score(results[job(a, float(r), steps, first)]) for r in grid}
+    grids = {a: grid[a] if isinstance(grid, Mapping) else grid for a in arms}
+    run([job(a, float(r), steps, first) for a in arms for r in grids[a]])
+    sweeps = {a: {float(r): score(results[job(a, float(r), steps, first)]) for r in grids[a]}
               for a in arms}  # fmt: skip
     for _ in range(max_extra):
         more = {a: extension(sweeps[a], higher_is_better, step) for a in arms}
