@@ -50,10 +50,10 @@ from attnlab.lab.kit.seeds import start_seeds
 PROMPTS = ("KING:\n", "The ", "And ")
 MARGIN = 0.25  # bits/char below the bigram on every seed: "held"
 COST = (
-    "Full run: the LM's rate swept over 3 (up to 5) rates on seed 0, seeds 1 and 2 at the chosen "
-    "rate, seed 0 at 2000 steps: about 7-9 runs of 1000 steps on 2 workers. The committed "
-    "3-seed report (3 runs) took its wall time for 3 runs, so this one needs about 2.5x it: an "
-    "estimated 45 minutes on 2 idle cores. Command: attnlab experiment char_lm --data "
+    "Full run: the LM's rate swept over 3 rates (up to 5 with extensions) on seed 0, seeds 1 "
+    "and 2 at the chosen rate and seed 0 at 2000 steps, two single-threaded runs at a time: "
+    "three to four rounds of one 1000-step run's time where the earlier 3-seed recipe took two, "
+    "an estimated 36-45 minutes on 2 idle cores. Command: attnlab experiment char_lm --data "
     "../shared/data --out docs/experiments/char_lm (the sampling experiment then reloads the "
     "same models)."
 )

@@ -63,7 +63,7 @@ SETUP_METRICS = (
 )
 COST = (
     "Full run: the char_lm experiment's gated models (reloaded when char_lm ran first; else "
-    "trained here, about 45 minutes on 2 idle cores), then 6 strategies x 64 prompts x 2 "
+    "trained here, an estimated 36-45 minutes on 2 idle cores), then 6 strategies x 64 prompts x 2 "
     "decodings per seed's model: a few minutes. Command: attnlab experiment sampling --data "
     "../shared/data --out docs/experiments/sampling (after char_lm)."
 )
@@ -229,9 +229,8 @@ def measure(quick: bool, seed: int, data: Path | None, out_dir: Path) -> dict[st
     per_seed_rows: list[list[dict[str, Any]]] = []
     outputs: dict[str, list[str]] = {}
     for s in seeds:  # seed s: model s, sampling seeds s and s + 100 (the rerun)
-        model, tok = (lambda r: (r.model, r.tokenizer))(
-            train_char_lm(quick, s, data, out_dir, lr)[0]
-        )
+        trained = train_char_lm(quick, s, data, out_dir, lr)[0]
+        model, tok = trained.model, trained.tokenizer
         rows, texts = _strategy_rows(model, tok, prompts, truth, n_new, s, vocabulary)
         per_seed_rows.append(rows)
         outputs = outputs or texts
