@@ -48,10 +48,11 @@ from attnlab.lab.kit.report import (
     Report,
     Table,
     Threshold,
-    outcome,
+    gated_fields,
     resolved,
     spread,
     spread_text,
+    verdict_of,
 )
 from attnlab.lab.kit.seeds import start_seeds
 from attnlab.lab.kit.tasks import TaskData
@@ -370,25 +371,31 @@ def _fails(m: dict[str, Any], attention: str) -> bool:
 
 def _verdict(m: dict[str, Any]) -> tuple[list[bool], list[str]]:
     """The claim's four checks and the name of each: the exact collapse, the fixed-weight stack
-    failing without the FFN, learning with it (a difference outside the seed spread), and the
-    real (softmax) stack failing without the FFN as the note's argument implies."""
+    failing without the FFN, learning with it (>= 0.95; a difference inside the seed spread
+    reads "no effect resolved", :func:`_verdict_word`), and the real (softmax) stack failing
+    without the FFN as the note's argument implies."""
     collapse = m["collapse"]
     exact = all(r[COLLAPSE] < 1e-10 for r in collapse[:2]) and collapse[2][COLLAPSE] > 1e-3
-    with_ffn = all(
-        min(_values(m, (task, "fixed", True), "test")) >= 0.95
-        and resolved(
-            _values(m, (task, "fixed", True), "test"), _values(m, (task, "fixed", False), "test")
-        )  # fmt: skip
-        for task in TASK_MAKERS
-    )
+    with_ffn = all(min(_values(m, (task, "fixed", True), "test")) >= 0.95 for task in TASK_MAKERS)
     checks = [exact, _fails(m, "fixed"), with_ffn, _fails(m, "softmax")]
     names = [
         "stacked attention with given weights is one map A* X V*^T",
         "fixed weights without the FFN cannot learn either task",
-        "the FFN makes the fixed-weight stack learn both (>= 0.95, resolved)",
+        "the FFN makes the fixed-weight stack learn both (>= 0.95 on every seed)",
         "softmax attention without the FFN cannot learn either task",
     ]
     return checks, names
+
+
+def _verdict_word(m: dict[str, Any], checks: list[bool]) -> str:
+    """held / did not hold / mixed over the checks, or "no effect resolved" when the difference
+    the FFN should make (fixed weights, with vs without) lies inside the seed spread."""
+    unresolved = [
+        t for t in TASK_MAKERS
+        if not resolved(_values(m, (t, "fixed", True), "test"),
+                        _values(m, (t, "fixed", False), "test"))
+    ]  # fmt: skip
+    return "no effect resolved" if unresolved else verdict_of(checks)
 
 
 def _reason(m: dict[str, Any], checks: list[bool], names: list[str]) -> str:
@@ -459,8 +466,8 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
             Table("learning-rate sweep (first seed)", _sweep_rows(m)),
         ],
         figures=_figures(m, out_dir),
-        **outcome(
-            checks,
+        **gated_fields(
+            _verdict_word(m, checks),
             _reason(m, checks, names),
             _competence(m),
             m["seeds"],
