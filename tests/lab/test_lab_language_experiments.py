@@ -147,7 +147,7 @@ def test_char_lm_quick_report_and_resume(out, monkeypatch):
 def test_the_data_folder_is_an_argument_and_a_missing_dataset_names_the_fix(tmp_path):
     from attnlab.lab.kit.datasets import MULTI30K, SHAKESPEARE, dataset
 
-    with pytest.raises(UserError, match="has no tinyshakespeare.txt.*--data"):
+    with pytest.raises(UserError, match="has no tinyshakespeare.txt.*leave data unset"):
         char_lm.run(True, tmp_path, 0, data=tmp_path / "nope")
     assert dataset(None, SHAKESPEARE) is None  # no folder given: generated data
     text = tmp_path / "play.txt"

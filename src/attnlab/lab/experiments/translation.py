@@ -431,9 +431,9 @@ def prepare_data(
         folder = dataset(data, MULTI30K)
         if folder is None:
             raise UserError(
-                "the full translation experiment trains on Multi30k: give --data DIR with "
-                "DIR/multi30k/ (train.de/.en, val.de/.en, test_2016_flickr.de/.en), or run "
-                "its --quick form on synthetic pairs",
+                "the full translation experiment trains on Multi30k: give the data folder "
+                "DIR holding DIR/multi30k/ (train.de/.en, val.de/.en, test_2016_flickr.de/.en), "
+                "or run its quick form on synthetic pairs",
                 fields=("data",),
             )
         splits = load_multi30k(folder)

@@ -32,8 +32,8 @@ def dataset(data: Path | str | None, name: str) -> Path | None:
     path = root / name
     if not path.exists():
         raise UserError(
-            f"data={str(data)!r} has no {name}: give --data a folder holding {name} "
-            "(tinyshakespeare.txt, multi30k/), or leave --data out to use generated data",
+            f"data={str(data)!r} has no {name}: give as data a folder holding {name} "
+            "(tinyshakespeare.txt, multi30k/), or leave data unset to use generated data",
             fields=("data",),
         )
     return path
