@@ -76,15 +76,34 @@ def test_copy_examples_layout():
 
 
 # char_lm and sampling ------------------------------------------------------------------------
-def test_char_lm_quick_report_and_resume(out):
+def _check_the_lm_is_gated(report):
+    assert report.arms == [char_models.ARM] and report.thresholds
+    assert all(t.source for t in report.thresholds)
+    (c,) = report.competence
+    assert c.arm == char_models.ARM and c.gated and not c.higher_is_better
+    assert len(c.lr.grid) >= 3 and "validation loss" in c.lr.chosen_on
+    assert c.doubling.tolerance == char_models.TOLERANCE and c.doubling.steps == 40
+
+
+def test_char_lm_quick_report_and_resume(out, monkeypatch):
+    measured = []
+    measure = char_lm.measure
+    monkeypatch.setattr(char_lm, "measure", lambda *a: measured.append(measure(*a)) or measured[-1])
     report, path = run_experiment("char_lm", quick=True, out_dir=out / "char_lm")
     _check_written(path, ["loss.png"])
+    _check_the_lm_is_gated(report)
     base = report.metrics["baselines"]
     assert base["bigram"] < base["unigram"]  # context helps even for counts
     assert len(report.table("samples").rows) == 2 * len(char_lm.PROMPTS)
     # A finished run is reloaded, not retrained: the sampling experiment reuses it this way.
-    result, _, _ = char_models.train_char_lm(True, 0, None, out / "char_lm")
+    lr = report.competence[0].lr.chosen
+    result, _, _ = char_models.train_char_lm(True, 0, None, out / "char_lm", lr)
     assert result.start_step == result.step == report.metrics["steps"]
+    # write_up renders the measured numbers again without training
+    monkeypatch.setattr(char_models, "train_job", None)
+    again = char_lm.write_up(measured[0], out / "char_lm_again", quick=True)
+    assert again.verdict_reason == report.verdict_reason
+    assert (out / "char_lm_again" / "loss.png").is_file()
 
 
 def test_the_data_folder_is_an_argument_and_a_missing_dataset_names_the_fix(tmp_path):
@@ -127,6 +146,7 @@ def test_sampling_quick_report_greedy_is_deterministic(out):
     assert by["greedy"]["unchanged"] == 1.0  # argmax does not depend on the seed
     assert by["sampling tau=1"]["unchanged"] < 1.0
     assert set(sampling.STRATEGIES) < set(by)
+    _check_the_lm_is_gated(report)
 
 
 def test_diversity_metrics_on_known_texts():
@@ -138,45 +158,39 @@ def test_diversity_metrics_on_known_texts():
 
 
 # translation ---------------------------------------------------------------------------------
-def test_translation_quick_report_and_resume(out):
+def test_translation_quick_report_and_resume(out, monkeypatch):
+    measured = []
+    measure = translation.measure
+    monkeypatch.setattr(
+        translation, "measure", lambda *a: measured.append(measure(*a)) or measured[-1]
+    )
     report, path = run_experiment("translation", quick=True, out_dir=out / "translation")
-    data = _check_written(
-        path, ["loss.png", "val_bleu.png", "cross_attention.png", "alignment.png"]
+    _check_written(
+        path,
+        ["loss.png", "val_bleu.png", "bleu_by_length.png", "cross_attention.png", "alignment.png"],
     )
     rows = report.table("test scores per model (mean (min-max) over seeds)").rows
-    budget, matched = report.metrics["steps"], report.metrics["matched_budget"]
-    assert [r["steps"] for r in rows] == list(budget.values())
-    # every arm trains the matched 60 steps; one still rising there (gain > 0.5 on a seed)
-    # trains again 2x as long, and the report judges it at 120 (each arm to its plateau)
-    for name, gains in ((n, m["val BLEU last gain"]) for n, m in matched.items()):
-        assert budget[name] == 120 and max(gains) > translation.PLATEAU_BLEU
-        assert matched[name]["val_bleu"][0][0] == [20, 40, 60]
-    assert {n for n, s in budget.items() if s == 60} == set(budget) - set(matched)
-    assert data["seeds"] == [0] and set(report.per_seed) == {"transformer", "bahdanau", "lstm"}
-    for name, num in report.per_seed.items():
-        assert len(num["lc BLEU beam 5"]) == 1 and 0 <= num["lc BLEU beam 5"][0] <= 100
-        steps, bleu = report.metrics["val_bleu"][name][0]
-        assert steps == list(range(20, budget[name] + 1, 20))  # the curve, every 20 steps
-        assert num["val BLEU last gain"] == [pytest.approx(bleu[-1] - bleu[-2])]
-    plateau = [c for c in report.competence if c.criterion.startswith("plateau")]
-    assert len(plateau) == 3 and all(not c.higher_is_better for c in plateau)
-    assert all(c.criterion.endswith(f"of {budget[n]} steps") for c, n in zip(plateau, budget))
-    assert len(report.competence) == 6
-    table = report.table(
-        "validation BLEU (greedy, 40 sentences) per evaluation, mean (min-max) over seeds"
-    ).rows
-    assert [r["step"] for r in table] == list(range(20, max(budget.values()) + 1, 20))
-    if matched:  # the longer arms' matched-budget numbers stay in the report
-        longer = report.table("the arms trained 2x as long, at the matched budget").rows
-        assert [r["steps"] for r in longer] == [60] * len(matched)
-        assert [c for c in table[0] if c.endswith("steps")] == [
-            f"{n}, {s} steps" for n in matched for s in (60, 120)
-        ]
-        assert sum("was still rising at the matched 60 steps" in f for f in report.findings) == len(
-            matched
-        )
+    assert [r["steps"] for r in rows] == [60] * 3  # every arm at the matched budget
+    assert report.metrics["steps"] == 60
+    labels = [r.label for r in translation.recipes(True).values()]
+    assert report.arms == labels and [c.arm for c in report.competence] == labels
+    for c in report.competence:  # every arm, the plain LSTM too: a swept rate and a doubling
+        assert c.gated and len(c.lr.grid) >= 3 and c.doubling.steps == 60
+        assert c.doubling.tolerance == translation.TOLERANCE and c.doubling.seeds == [0]
+    assert report.thresholds and all(t.source for t in report.thresholds)
     if any(not c.passed for c in report.competence):
         assert report.verdict == "inconclusive"
+    _check_seeds_and_curves(report)
+    # Bahdanau et al. Fig. 2: BLEU by source length for the three models, from the same runs
+    by = report.metrics["bleu_by_length"]
+    assert set(by) == {"transformer", "bahdanau", "lstm"}
+    buckets = list(by["transformer"])
+    assert buckets and all(list(b) == buckets for b in by.values())
+    assert all(0 <= v[0] <= 100 for b in by.values() for v in b.values())
+    table = report.table(
+        "lower-cased test BLEU (beam 5) by source length, mean (min-max) over seeds"
+    )
+    assert [r["source length (words)"] for r in table.rows] == buckets
     work = out / "translation" / "work" / "seed0"
     sweep = report.table(
         "learning-rate sweep (seed 0, 60 steps each): validation BLEU (greedy, 40 sentences) at "
@@ -184,31 +198,34 @@ def test_translation_quick_report_and_resume(out):
     ).rows
     for name, recipe in translation.recipes(True).items():
         points = [r for r in sweep if r["model"] == recipe.label]
-        grid = [recipe.train["lr"] * f for f in translation.LR_GRID]
-        lrs = [lr for lr in grid if f"{lr:g}" in {r["lr"] for r in points}]
-        assert [r["lr"] for r in points] == [f"{lr:g}" for lr in lrs]  # in order, no repeats
-        start = [recipe.train["lr"] * f for f in translation.LR_START]
-        assert set(start) <= set(lrs) and len(lrs) in (2, 3)  # the start, then one beyond
-        best = max(points, key=lambda r: r["val BLEU last"])
-        assert [r["chosen"].startswith("yes") for r in points].count(True) == 1
-        assert best["chosen"].startswith("yes")
-        assert (best["chosen"] == "yes") == (points[0] is not best is not points[-1])
-        assert next(r for r in rows if r["model"] == recipe.label)["lr"] == best["lr"]
-        for lr in lrs:  # each sweep point trained in its own directory
-            assert (work / translation.run_name(name, lr, True) / "metrics.jsonl").is_file()
+        assert [r["chosen"] for r in points].count(True) == 1
+        for r in points:  # each sweep point trained in its own directory
+            run_dir = work / translation.run_name(name, float(r["lr"]), True)
+            assert (run_dir / "metrics.jsonl").is_file()
+        chosen = float(next(r for r in rows if r["model"] == recipe.label)["lr"])
+        assert (work / translation.run_name(name, chosen, True, 120) / "metrics.jsonl").is_file()
     assert translation.run_name("lstm", 3e-3, True) == "lstm"  # the recipe's rate
     assert translation.run_name("lstm", 9e-3, True) == "lstm-lr0.009"
-    assert translation.run_name("lstm", 9e-3, True, 60) == "lstm-lr0.009"  # the matched budget
     assert translation.run_name("lstm", 3e-3, True, 120) == "lstm-steps120"
     assert translation.run_name("lstm", 3e-3, False, 5000) == "lstm-lr0.003-steps5000"
-    for (name, steps), row in zip(budget.items(), rows):  # each final run in its own directory
-        run_dir = work / translation.run_name(name, float(row["lr"]), True, steps)
-        assert (run_dir / "metrics.jsonl").is_file()
     recipe = translation.recipes(True)["lstm"]
     cfg = translation.train_config(True, 0, work / "data", **recipe.train)
     assert cfg.steps == 60 and cfg.dtype == "fp32"
     result = translation.train_one(recipe, cfg, work / "lstm")
     assert result.start_step == result.step == 60  # finished: reloaded, nothing retrained
+    # write_up renders the measured numbers again without training
+    monkeypatch.setattr(translation, "train_one", None)
+    again = translation.write_up(measured[0], out / "translation_again", quick=True)
+    assert again.verdict_reason == report.verdict_reason
+    assert (out / "translation_again" / "bleu_by_length.png").is_file()
+
+
+def _check_seeds_and_curves(report):
+    assert report.seeds == [0] and set(report.per_seed) == {"transformer", "bahdanau", "lstm"}
+    for name, num in report.per_seed.items():
+        assert len(num["lc BLEU beam 5"]) == 1 and 0 <= num["lc BLEU beam 5"][0] <= 100
+        steps, _ = report.metrics["val_bleu"][name][0]
+        assert steps == [20, 40, 60]  # the curve, every 20 steps
 
 
 def test_translation_full_recipes_are_matched_and_recurrent_arms_fp32():
@@ -253,80 +270,27 @@ def test_model_configs_are_valid():
         ModelConfig(**recipe.model)
 
 
-def test_translation_findings_say_which_seeds_still_rise():
-    def num(gains):
-        return {
-            "val BLEU last gain": gains,
-            "val BLEU trend": [0.5, 0.25, 0.0],
-            "lc BLEU beam 5": [20.0] * 3,
-            "lc BLEU greedy": [19.0] * 3,
-        }
-
-    gains = {
-        "transformer": [0.1, -0.2, 0.3],
-        "bahdanau": [0.8, 1.2, 0.9],
-        "lstm": [-0.2, 0.6, -0.3],
-    }
-    text = translation._findings(
-        {n: num(g) for n, g in gains.items()}, translation.recipes(True), 250
-    )
-    assert "reached its plateau" in text[0]
-    assert "has not plateaued: validation BLEU still rose" in text[1]
-    assert "has not plateaued on every seed" in text[2] and "on 1 of 3 seeds" in text[2]
-    assert "last 4 evaluations" in text[0] and "rises 0.25 (0-0.5) BLEU per 250 steps." in text[0]
-    steep = {n: {**num(g), "val BLEU trend": [1.0, 0.8, 1.2]} for n, g in gains.items()}
-    text = translation._findings(steep, translation.recipes(True), 250)
-    assert "by this trend it was still climbing" in text[0]  # passes the criterion, still rising
-    assert "still climbing" not in text[1] + text[2]  # the criterion already says so
+def test_translation_bleu_by_source_length():
+    sources = ["a b c", "a b c d e f g h i", "w " * 20]
+    assert translation.length_buckets(sources, False) == ["1-7", "8-10", "18+"]
+    refs = ["A dog runs.", "Two men sit on a bench in the park.", "A cat sleeps."]
+    hyps = [refs[0], refs[1], "nothing alike at all"]
+    by = translation.bleu_by_length(sources, hyps, refs, False)
+    assert list(by) == ["1-7", "8-10", "18+"]  # empty buckets are left out
+    assert by["1-7"] == pytest.approx(100.0) and by["8-10"] == pytest.approx(100.0)
+    assert by["18+"] == pytest.approx(0.0)  # no n-gram in common
 
 
-def test_translation_trend_is_the_slope_of_the_last_evaluations():
-    def job(ys):
-        return {"curves": {"val_bleu": (list(range(len(ys))), ys)}}
-
-    assert translation.trend(job([9.0, 1.0, 2.0, 3.0, 4.0])) == pytest.approx(1.0)
-    assert translation.trend(job([5.0, 4.0, 6.0, 5.0])) == pytest.approx(0.2)
-    assert math.isnan(translation.trend(job([1.0, 2.0])))
-
-
-def test_translation_sweep_never_chooses_a_diverged_rate(tmp_path, monkeypatch):
-    def fake_sweep_job(job):  # the recipe's rate learns; 3x it diverges after two evaluations
-        name, lr, *_ = job
+def test_translation_gate_never_chooses_a_diverged_rate(tmp_path, monkeypatch):
+    def fake_sweep_job(job):  # the recipe's rate learns; any other rate diverges
+        name, lr, steps, *_ = job
         if lr == translation.recipes(True)[name].train["lr"]:
             return {"val_bleu": ([20, 40, 60], [1.0, 2.0, 3.0]), "diverged": ""}
         return {"val_bleu": ([20, 40], [5.0, 9.0]), "diverged": "the training loss became nan"}
 
     monkeypatch.setattr(translation, "sweep_job", fake_sweep_job)
-    arms = translation.recipes(True)
-    chosen, rows = translation.sweep(arms, tmp_path, None, 0, quick=True)
-    assert chosen == {n: r.train["lr"] for n, r in arms.items()}  # the others diverged
-    nan = "the training loss became nan"
-    assert [r["diverged"] for r in rows][:3] == [nan, "no", nan]  # 0.3x and 3x it
-    assert [r["chosen"] for r in rows][:3] == ["", "yes", ""]
-
-
-@pytest.mark.parametrize(
-    "scores, expected",
-    [
-        ({1: 5.0, 3: 9.0}, 10),  # best at the top: go up
-        ({1: 9.0, 3: 5.0}, 0.3),  # best at the bottom: go down
-        ({1: 9.0, 3: 9.0}, 0.3),  # a tie goes to the lower rate, the bottom
-        ({1: 5.0, 3: 9.0, 10: 7.0}, None),  # bracketed
-        ({1: 5.0, 3: 9.0, 10: 12.0}, None),  # best at the grid's end: nothing beyond
-        ({0.3: -math.inf, 1: 2.0, 3: -math.inf}, None),  # diverged neighbours bracket it
-    ],
-)
-def test_translation_sweep_extends_until_the_best_rate_is_bracketed(scores, expected):
-    assert translation.next_rate(scores, [0.3, 1, 3, 10]) == expected
-
-
-def test_translation_findings_name_a_kept_rate_at_the_grid_end():
-    rows = [
-        {"model": "A", "lr": "0.001", "chosen": ""},
-        {"model": "A", "lr": "0.003", "chosen": "yes"},
-        {"model": "B", "lr": "0.003", "chosen": ""},
-        {"model": "B", "lr": "0.01", "chosen": translation.AT_GRID_END},
-    ]
-    (text,) = translation.unbracketed(rows)
-    assert text.startswith("The learning-rate sweep kept B's rate 0.01 at the end of its grid")
-    assert translation.unbracketed(rows[:2]) == []
+    runs = translation.gated_runs(True, tmp_path, None, [0])
+    for name, recipe in translation.recipes(True).items():
+        assert runs.lr[name].chosen == recipe.train["lr"] and runs.lr[name].bracketed
+        assert runs.sweeps[name][recipe.train["lr"] * 3] == -math.inf
+    assert translation.val_bleu_last({"val_bleu": ([20], [4.0]), "diverged": ""}) == 4.0

@@ -1,5 +1,6 @@
 """Experiment ``nonlinearity`` (quick form): stacked attention with given weights is one map
-A* X V*^T; a fixed-weight attention stack without FFN is affine in its embeddings."""
+A* X V*^T; a fixed-weight attention stack without FFN is affine in its embeddings; every one of
+the 8 compared arms is gated (swept rate, step doubling); write_up re-renders without training."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import numpy as np
 import torch
 
 from attnlab.lab import run_experiment
+from attnlab.lab.experiments import nonlinearity
 from attnlab.lab.experiments.nonlinearity import AttentionStack, affine_gap, collapse_gaps, xor_task
 
 
@@ -24,12 +26,19 @@ def test_xor_task_labels():
     assert affine_gap(model, data.ids[:16]) < 1e-12
 
 
-def test_quick_nonlinearity_run(tmp_path):
+def test_quick_nonlinearity_run(tmp_path, monkeypatch):
     """One quick run (xdist would repeat a module fixture per worker), every check."""
+    measured = []
+    measure = nonlinearity.measure
+    monkeypatch.setattr(
+        nonlinearity, "measure", lambda *a: measured.append(measure(*a)) or measured[-1]
+    )
     path = tmp_path / "nonlinearity"
     report, _ = run_experiment("nonlinearity", quick=True, out_dir=path)
     _check_stacked_attention_collapses_to_one_map_and_relu_breaks_it(report)
     _check_fixed_weights_without_ffn_are_affine_and_the_others_are_not(report)
+    _check_every_arm_is_gated_and_thresholds_are_quoted(report)
+    _check_write_up_re_renders_without_training(measured[0], tmp_path, report, monkeypatch)
 
 
 def _check_stacked_attention_collapses_to_one_map_and_relu_breaks_it(report):
@@ -43,3 +52,26 @@ def _check_fixed_weights_without_ffn_are_affine_and_the_others_are_not(report):
             assert row["affine gap"] < 1e-12
         else:
             assert row["affine gap"] > 1e-6, row["model"]
+
+
+def _check_every_arm_is_gated_and_thresholds_are_quoted(report):
+    assert len(report.arms) == 8 and len(set(report.arms)) == 8
+    by_arm = {c.arm: c for c in report.competence}
+    assert set(by_arm) == set(report.arms)
+    for arm, c in by_arm.items():
+        assert c.gated and len(c.lr.grid) >= 3 and c.doubling.tolerance == nonlinearity.TOLERANCE
+        if "no FFN" in arm:  # the class prior of its training set, never the claim's outcome
+            assert 0.3 < c.threshold < 0.6, (arm, c.threshold)
+        else:
+            assert c.threshold == nonlinearity.LEARNS
+    assert len(report.thresholds) >= 3 and all(t.source for t in report.thresholds)
+    assert report.verdict in ("held", "did not hold", "mixed", "no effect resolved", "inconclusive")
+    if report.verdict == "mixed":
+        assert "did not hold:" in report.verdict_reason
+
+
+def _check_write_up_re_renders_without_training(measured, tmp_path, report, monkeypatch):
+    monkeypatch.setattr(nonlinearity, "train_job", None)  # any training would fail
+    again = nonlinearity.write_up(measured, tmp_path / "again", quick=True)
+    assert again.verdict_reason == report.verdict_reason
+    assert (tmp_path / "again" / "accuracy.png").is_file()

@@ -7,7 +7,8 @@ creative". Temperature tau, top-k and top-p (nucleus) reshape p before drawing (
 2020): p_tau(w) ∝ exp(z_w / tau); top-k keeps the k most likely tokens, top-p the smallest set
 with mass >= p.
 
-The model is the char LM of the ``char_lm`` experiment (trained once, shared by run directory).
+The model is the char LM of the ``char_lm`` experiment (trained once, shared by run directory,
+gated there: :func:`~attnlab.lab.kit.char_models.gated_char_lm`).
 Every strategy continues the same prompts (windows of the validation text); the validation
 text's own continuations are the human reference row. Metrics per strategy:
 
@@ -34,11 +35,12 @@ import numpy as np
 import torch
 
 from attnlab.generate import GenerationConfig, generate
-from attnlab.lab.kit.char_models import count_baselines, split_text, train_char_lm, train_job
+from attnlab.lab.kit import char_models
+from attnlab.lab.kit.char_models import count_baselines, split_text, train_char_lm
 from attnlab.lab.kit.charts import save_chart
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import Competence, Report, Table, gated_fields, spread_text, verdict_of
-from attnlab.lab.kit.seeds import run_jobs, start_seeds
+from attnlab.lab.kit.report import Competence, Report, Table, Threshold, outcome, spread_text
+from attnlab.lab.kit.seeds import start_seeds
 from attnlab.viz.figure import new_figure
 
 STRATEGIES: dict[str, dict[str, Any]] = {
@@ -50,6 +52,37 @@ STRATEGIES: dict[str, dict[str, Any]] = {
     "top-p 0.9": dict(temperature=1.0, top_p=0.9),
 }
 WORD = re.compile(r"[A-Za-z']+")
+NLL, REP, D2, TAU1 = "own NLL (bits/char)", "rep-4", "distinct-2", "sampling tau=1"
+HUMAN = "validation text (human)"
+SETUP_METRICS = (
+    "Metrics: own NLL = -log2 p of the continuation under the model at tau = 1; distinct-n over "
+    "all samples' word n-grams (Li et al. 2016); rep-4 = share of a sample's word 4-grams "
+    "repeating an earlier one (Welleck et al. 2020); real words = share of generated words found "
+    "in the training text; unchanged = share of samples identical when rerun with another "
+    "sampling seed (s + 100)."
+)
+COST = (
+    "Full run: the char_lm experiment's gated models (reloaded when char_lm ran first; else "
+    "trained here, an estimated 36-45 minutes on 2 idle cores), then 6 strategies x 64 prompts x 2 "
+    "decodings per seed's model: a few minutes. Command: attnlab experiment sampling --data "
+    "../shared/data --out docs/experiments/sampling (after char_lm)."
+)
+THRESHOLDS = [
+    Threshold(
+        "greedy vs sampling at tau = 1",
+        "greedy has the lower NLL, the higher rep-4, the lower distinct-2, and is unchanged "
+        "on a rerun while sampling is not -- on every seed's model",
+        "003 'Linear + Softmax - Prediction' (greedy takes the most probable token; "
+        "random-weighted sampling 'introduces some variability'); no number is given, so each "
+        "is a strict comparison; rep-4 after Welleck et al. 2020, distinct-n after Li et al. 2016",
+    ),
+    Threshold(
+        "competence of the LM",
+        "training bits/char below the bigram's validation bits/char, bracketed rate, step "
+        f"doubling within {char_models.TOLERANCE} nats/char",
+        "the lab's gate (docs/experiments/README.md), shared with char_lm",
+    ),
+]
 
 
 def words(text: str) -> list[str]:
@@ -162,101 +195,127 @@ def quality_diversity_chart(
     )
 
 
-@experiment(
-    "sampling",
-    notes="003 'Linear + Softmax - Prediction' (greedy vs random-weighted sampling)",
-)
-def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
-    """Greedy sampling always takes the most probable token, so its output is the most likely
-    but repetitive and identical run to run; random-weighted sampling varies and can wander
-    ('too creative'); temperature, top-k and top-p trade between the two."""
+def _strategy_rows(
+    model: Any, tok: Any, prompts: list[str], truth: list[str], n_new: int, seed: int,
+    vocabulary: set[str],
+) -> tuple[list[dict[str, Any]], dict[str, list[str]]]:  # fmt: skip
+    """One seed's model: every strategy's metrics (sampling seeds ``seed`` and ``seed + 100``,
+    the rerun) and the human row; and the first decoding's texts per strategy."""
+    rows, outputs = [], {}
+    for name, strategy in STRATEGIES.items():
+        first = decode(model, tok, prompts, n_new, seed, **strategy)
+        again = decode(model, tok, prompts, n_new, seed + 100, **strategy)
+        outputs[name] = [tok.decode(ids) for ids in first]
+        same = float(np.mean([a == b for a, b in zip(first, again)]))
+        rows.append(_metrics(name, model, tok, prompts, first, vocabulary, same))
+    truth_ids = [tok.encode(t) for t in truth]
+    rows.append(_metrics(HUMAN, model, tok, prompts, truth_ids, vocabulary, unchanged=1.0))
+    return rows, outputs
+
+
+def measure(quick: bool, seed: int, data: Path | None, out_dir: Path) -> dict[str, Any]:
+    """The char_lm experiment's gated models (reloaded by run directory, trained if absent), and
+    every strategy's metrics on every seed's model. ``out_dir`` holds a quick run's work."""
     seeds = start_seeds(seed, quick)
-    # the char_lm experiment's models, one per seed (trained there, reloaded here)
-    trained = run_jobs(
-        train_job, [(s, quick, data, str(out_dir)) for s in seeds], 1 if quick else 2
-    )
-    per_model = [trained[(s, quick, data, str(out_dir))] for s in seeds]
-    result, path, origin = train_char_lm(quick, seeds[0], data, out_dir)
+    runs = char_models.gated_char_lm(quick, seeds, data, out_dir)
+    lr = runs.lr[char_models.ARM].chosen
+    result, path, origin = train_char_lm(quick, seeds[0], data, out_dir, lr)
     train_text, val_text = split_text(path)
-    bigram = count_baselines(train_text, val_text)["bigram"]
     vocabulary = set(words(train_text))
     n_prompts, prompt_len = (8, 12) if quick else (64, 24)
     n_new = result.model.max_len - prompt_len
-    prompts, truth = pick_prompts(
-        val_text, n_prompts, prompt_len, n_new, np.random.default_rng(seeds[0])
-    )
+    rng = np.random.default_rng(seeds[0])
+    prompts, truth = pick_prompts(val_text, n_prompts, prompt_len, n_new, rng)
     per_seed_rows: list[list[dict[str, Any]]] = []
     outputs: dict[str, list[str]] = {}
     for s in seeds:  # seed s: model s, sampling seeds s and s + 100 (the rerun)
-        result = train_char_lm(quick, s, data, out_dir)[0]
-        model, tok = result.model, result.tokenizer
-        rows = []
-        for name, strategy in STRATEGIES.items():
-            first = decode(model, tok, prompts, n_new, s, **strategy)
-            again = decode(model, tok, prompts, n_new, s + 100, **strategy)
-            if s == seeds[0]:
-                outputs[name] = [tok.decode(ids) for ids in first]
-            same = float(np.mean([a == b for a, b in zip(first, again)]))
-            rows.append(_metrics(name, model, tok, prompts, first, vocabulary, same))
-        truth_ids = [tok.encode(t) for t in truth]
-        rows.append(
-            _metrics(
-                "validation text (human)", model, tok, prompts, truth_ids, vocabulary, unchanged=1.0
-            )
-        )
+        trained = train_char_lm(quick, s, data, out_dir, lr)[0]
+        model, tok = trained.model, trained.tokenizer
+        rows, texts = _strategy_rows(model, tok, prompts, truth, n_new, s, vocabulary)
         per_seed_rows.append(rows)
-    keys = [k for k in per_seed_rows[0][0] if k != "strategy"]
-    names = [r["strategy"] for r in per_seed_rows[0]]
-    vals = {
-        (n, k): [rows[i][k] for rows in per_seed_rows] for i, n in enumerate(names) for k in keys
+        outputs = outputs or texts
+    outputs[HUMAN] = truth
+    return {
+        "seeds": seeds,
+        "runs": runs,
+        "bigram": count_baselines(train_text, val_text)["bigram"],
+        "origin": origin,
+        "prompts": prompts,
+        "prompt_len": prompt_len,
+        "n_new": n_new,
+        "per_seed_rows": per_seed_rows,
+        "outputs": outputs,
     }
-    rows = [{"strategy": n, **{k: float(np.mean(vals[(n, k)])) for k in keys}} for n in names]
-    table_rows = [{"strategy": n, **{k: spread_text(vals[(n, k)]) for k in keys}} for n in names]
-    figures = [quality_diversity_chart(rows, out_dir, vals)]
-    outputs["validation text (human)"] = truth
-    shown = [
-        {"prompt": _cell(prompts[i]), "strategy": name, "continuation": _cell(texts[i])}
-        for i in range(min(2, len(prompts)))
-        for name, texts in outputs.items()
-    ]
+
+
+def _per_seed_values(m: dict[str, Any]) -> dict[tuple[str, str], list[float]]:
+    first = m["per_seed_rows"][0]
+    keys = [k for k in first[0] if k != "strategy"]
+    return {(r["strategy"], k): [rows[i][k] for rows in m["per_seed_rows"]]
+            for i, r in enumerate(first) for k in keys}  # fmt: skip
+
+
+def _checks(m: dict[str, Any]) -> dict[str, bool]:
+    """The note's four predictions, each required on every seed's model."""
 
     def every_seed(test) -> bool:
-        return all(test({r["strategy"]: r for r in seed_rows}) for seed_rows in per_seed_rows)
+        return all(test({r["strategy"]: r for r in rows}) for rows in m["per_seed_rows"])
 
-    nll, rep, d2 = "own NLL (bits/char)", "rep-4", "distinct-2"
-    checks = {
-        "greedy is the most likely": every_seed(
-            lambda b: b["greedy"][nll] < b["sampling tau=1"][nll]
-        ),
-        "greedy repeats more": every_seed(lambda b: b["greedy"][rep] > b["sampling tau=1"][rep]),
-        "greedy is less diverse": every_seed(lambda b: b["greedy"][d2] < b["sampling tau=1"][d2]),
+    return {
+        "greedy is the most likely": every_seed(lambda b: b["greedy"][NLL] < b[TAU1][NLL]),
+        "greedy repeats more": every_seed(lambda b: b["greedy"][REP] > b[TAU1][REP]),
+        "greedy is less diverse": every_seed(lambda b: b["greedy"][D2] < b[TAU1][D2]),
         "greedy is deterministic": every_seed(
-            lambda b: b["greedy"]["unchanged"] == 1.0 and b["sampling tau=1"]["unchanged"] < 1.0
+            lambda b: b["greedy"]["unchanged"] == 1.0 and b[TAU1]["unchanged"] < 1.0
         ),
     }
-    verdict = verdict_of(list(checks.values()))
-    competence = [
+
+
+def _competence(m: dict[str, Any]) -> list[Competence]:
+    runs = m["runs"]
+    return [
         Competence(
-            "character LM (the char_lm experiment's)",
-            "training bits/char (mean "
-            "of the last 50 steps) below the bigram baseline's validation "
-            "bits/char",
-            bigram,
-            [r["train"] / math.log(2) for r in per_model],
+            char_models.ARM,
+            "training bits/char (mean of the last 50 steps) below the bigram baseline's "
+            "validation bits/char",
+            m["bigram"],
+            [r["train"] / math.log(2) for r in runs.per[char_models.ARM]],
             higher_is_better=False,
+            lr=runs.lr[char_models.ARM],
+            doubling=char_models.doubling(runs),
         )
     ]
-    reason = (
-        f"on every seed's model ({len(seeds)}): "
+
+
+def _reason(m: dict[str, Any], checks: dict[str, bool], vals: dict) -> str:
+    return (
+        f"on every seed's model ({len(m['seeds'])}): "
         + "; ".join(f"{k}: {'yes' if v else 'no'}" for k, v in checks.items())
         + ". Mean (min-max) over seeds: "
         + "; ".join(
-            f"{n}: NLL {spread_text(vals[(n, nll)])} bits/char, rep-4 "
-            f"{spread_text(vals[(n, rep)], 2)}, distinct-2 {spread_text(vals[(n, d2)], 2)}"
-            for n in ("greedy", "sampling tau=1", "validation text (human)")
+            f"{n}: NLL {spread_text(vals[(n, NLL)])} bits/char, rep-4 "
+            f"{spread_text(vals[(n, REP)], 2)}, distinct-2 {spread_text(vals[(n, D2)], 2)}"
+            for n in ("greedy", TAU1, HUMAN)
         )
         + "."
     )
+
+
+def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
+    """The report of :func:`measure`'s numbers: tables, the figure, the gated verdict."""
+    vals = _per_seed_values(m)
+    names = [r["strategy"] for r in m["per_seed_rows"][0]]
+    keys = [k for k in m["per_seed_rows"][0][0] if k != "strategy"]
+    rows = [{"strategy": n, **{k: float(np.mean(vals[(n, k)])) for k in keys}} for n in names]
+    table_rows = [{"strategy": n, **{k: spread_text(vals[(n, k)]) for k in keys}} for n in names]
+    shown = [
+        {"prompt": _cell(m["prompts"][i]), "strategy": name, "continuation": _cell(texts[i])}
+        for i in range(min(2, len(m["prompts"])))
+        for name, texts in m["outputs"].items()
+    ]
+    checks = _checks(m)
+    runs, seeds = m["runs"], m["seeds"]
+    per_model = runs.per[char_models.ARM]
     return Report(
         name="sampling",
         title="Greedy vs random-weighted sampling from one character-level LM",
@@ -265,19 +324,20 @@ def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Repo
         "possible that this technique leads to the model becoming too creative.",
         source="003, 'Linear + Softmax - Prediction'",
         setup=[
-            f"Models: the char_lm experiment's Transformer LMs on {origin}, one per seed "
-            f"{seeds} (trained once, reused by run directory): {per_model[0]['steps']} steps, "
-            f"validation loss {spread_text([r['val'] for r in per_model])} nats/char.",
-            f"{len(prompts)} prompts of {prompt_len} characters cut from the validation text at "
-            f"line starts; each strategy continues every prompt by {n_new} characters (the "
-            "model's context holds prompt and continuation, so NLL is exact).",
+            f"Models: the char_lm experiment's Transformer LMs on {m['origin']}, one per seed "
+            f"{seeds} (trained once, reused by run directory; gated there: "
+            f"{runs.lr[char_models.ARM].describe()}, step doubling on seed {seeds[0]}): "
+            f"{per_model[0]['steps']} steps, validation loss "
+            f"{spread_text([r['val'] for r in per_model])} nats/char.",
+            f"{len(m['prompts'])} prompts of {m['prompt_len']} characters cut from the "
+            f"validation text at line starts; each strategy continues every prompt by "
+            f"{m['n_new']} characters (the model's context holds prompt and continuation, so "
+            "NLL is exact).",
             "Strategies: " + "; ".join(f"{k}: {v}" for k, v in STRATEGIES.items()) + ".",
-            "Metrics: own NLL = -log2 p of the continuation under the model at tau = 1; "
-            "distinct-n over all samples' word n-grams (Li et al. 2016); rep-4 = share of a "
-            "sample's word 4-grams repeating an earlier one (Welleck et al. 2020); real words = "
-            "share of generated words found in the training text; unchanged = share of samples "
-            "identical when rerun with another sampling seed (s + 100).",
+            SETUP_METRICS,
+            *([] if quick else [COST]),
         ],
+        thresholds=THRESHOLDS,
         tables=[
             Table(
                 "decoding strategies (same prompts; mean (min-max) over the seeds' models)",
@@ -285,9 +345,16 @@ def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Repo
             ),
             Table("samples (first prompts)", shown),
         ],
-        figures=figures,
-        **gated_fields(verdict, reason, competence, seeds, quick),
-        per_seed={f"{n}, {k}": vals[(n, k)] for n in names for k in (nll, rep, d2)},
+        figures=[quality_diversity_chart(rows, out_dir, vals)],
+        **outcome(
+            list(checks.values()),
+            _reason(m, checks, vals),
+            _competence(m),
+            seeds,
+            quick,
+            arms=[char_models.ARM],
+        ),  # fmt: skip
+        per_seed={f"{n}, {k}": vals[(n, k)] for n in names for k in (NLL, REP, D2)},
         metrics={"rows": rows, "checks": checks},
         findings=[f"{k}: {'yes' if v else 'no'}." for k, v in checks.items()]
         + [
@@ -296,6 +363,17 @@ def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Repo
             "decoding reads unnaturally.",
         ],
     )
+
+
+@experiment(
+    "sampling",
+    notes="003 'Linear + Softmax - Prediction' (greedy vs random-weighted sampling)",
+)
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
+    """Greedy sampling always takes the most probable token, so its output is the most likely
+    but repetitive and identical run to run; random-weighted sampling varies and can wander
+    ('too creative'); temperature, top-k and top-p trade between the two."""
+    return write_up(measure(quick, seed, data, out_dir), out_dir, quick)
 
 
 def _metrics(

@@ -1,6 +1,8 @@
 """The small character LM of the language experiments (``char_lm``, ``sampling``): its recipe, a
 run directory shared through a hash of the text and settings (so both experiments reuse one trained
-model, and an interrupted run continues from its checkpoint), and the count-based baselines.
+model, and an interrupted run continues from its checkpoint), the gated training of both
+(:func:`gated_char_lm`: the rate swept on the first seed on the validation loss, bracketed, the
+steps doubled on the first seed) and the count-based baselines.
 
 Text: the data folder's tinyshakespeare, or any text file given as the data
 (:mod:`attnlab.lab.kit.datasets`); without one, a text generated from a small grammar of
@@ -23,10 +25,17 @@ from attnlab.data import read_text
 from attnlab.errors import UserError
 from attnlab.lab.kit.corpus import generated_text
 from attnlab.lab.kit.datasets import SHAKESPEARE, dataset
+from attnlab.lab.kit.gating import ArmRuns, train_gated
+from attnlab.lab.kit.report import Doubling
 from attnlab.train import RunConfig, TrainConfig, train
 from attnlab.train.report import METRICS_FILE, read_metrics
 
 WORK_DIR = Path("runs") / "experiments" / "char_lm"
+ARM = "Transformer LM"
+LR = 3e-3  # the recipe's rate, the middle of the sweep
+LRS = (1e-3, 3e-3, 1e-2)  # swept on the first seed, extended past an edge (kit.gating)
+STEPS = {True: 40, False: 1000}
+TOLERANCE = 0.05  # step doubling: validation loss (nats/char) may fall at most this much
 
 
 def resolve_text(quick: bool, seed: int, data: Path | None, work: Path) -> tuple[Path, str]:
@@ -43,10 +52,13 @@ def resolve_text(quick: bool, seed: int, data: Path | None, work: Path) -> tuple
     return path, f"a generated play-like text ({lines} speeches, see lab.corpus.generated_text)"
 
 
-def recipe(quick: bool, seed: int, text: Path) -> RunConfig:
+def recipe(
+    quick: bool, seed: int, text: Path, lr: float = LR, steps: int | None = None
+) -> RunConfig:
     """A 4-layer, d_model 128 char Transformer: the ``char-lm`` preset shortened to 1000 steps
-    for CPU, with lr 3e-3 and no dropout (at this budget the model underfits: a development run
-    with lr 1e-3 and dropout 0.1 had validation loss 2.37 at step 250, this recipe 2.24)."""
+    for CPU (``steps`` overrides it: the doubling), no dropout, AdamW at ``lr`` (swept by
+    :func:`gated_char_lm`), warm-up then cosine over the whole run."""
+    n_steps = steps if steps is not None else STEPS[quick]
     model = ModelConfig(
         kind="decoder_lm",
         d_model=64 if quick else 128,
@@ -62,8 +74,8 @@ def recipe(quick: bool, seed: int, text: Path) -> RunConfig:
         val_fraction=0.1,
         context_len=64 if quick else 128,
         batch_size=16 if quick else 32,
-        steps=40 if quick else 1000,
-        lr=3e-3,
+        steps=n_steps,
+        lr=lr,
         min_lr=1e-4,
         warmup_steps=5 if quick else 100,
         weight_decay=0.1,
@@ -91,13 +103,18 @@ def run_dir_for(run_config: RunConfig, text: Path, base: Path) -> Path:
 
 
 def train_char_lm(
-    quick: bool, seed: int, data: Path | None, out_dir: Path
+    quick: bool,
+    seed: int,
+    data: Path | None,
+    out_dir: Path,
+    lr: float = LR,
+    steps: int | None = None,
 ) -> tuple[Any, Path, str]:
-    """Train (or continue, or reload) the char LM; returns the TrainResult, the text file and
-    where the text came from."""
+    """Train (or continue, or reload) the char LM at ``lr`` for ``steps``; returns the
+    TrainResult, the text file and where the text came from."""
     base = out_dir / "work" if quick else WORK_DIR
     path, origin = resolve_text(quick, seed, data, base)
-    run_config = recipe(quick, seed, path)
+    run_config = recipe(quick, seed, path, lr, steps)
     run_dir = run_dir_for(run_config, path, base)
     result = train(run_config, run_dir=run_dir, resume=True, progress=False)
     if result.stopped_by is not None:
@@ -131,21 +148,52 @@ def split_text(path: Path, val_fraction: float = 0.1) -> tuple[str, str]:
     return text[:cut], text[cut:]
 
 
-def train_job(job: tuple) -> dict[str, float]:
-    """Train (or reload) the char LM of one seed on one thread; its numbers (the model stays in
-    its run directory, where :func:`train_char_lm` reloads it)."""
-    seed, quick, data, out_dir = job
+def train_job(job: tuple) -> dict[str, Any]:
+    """Train (or reload) the char LM of one seed at one rate for some steps, on one thread; its
+    numbers (the model stays in its run directory, where :func:`train_char_lm` reloads it)."""
+    seed, quick, data, out_dir, lr, steps = job
     torch.set_num_threads(1)
-    result, _, _ = train_char_lm(quick, seed, data, Path(out_dir))
-    logged = [
-        r["train_loss"]
-        for r in read_metrics(result.run_dir / METRICS_FILE)
-        if isinstance(r.get("train_loss"), (int, float))
-    ]  # one per log_every steps
-    tail = logged[-max(1, 50 // recipe(quick, seed, Path(".")).train.log_every) :]
+    result, _, _ = train_char_lm(quick, seed, data, Path(out_dir), lr, steps)
+    records = read_metrics(result.run_dir / METRICS_FILE)
+    train_log = [(r["step"], r["train_loss"]) for r in records
+                 if isinstance(r.get("train_loss"), (int, float))]  # fmt: skip
+    val_log = [(r["step"], r["val_loss"]) for r in records
+               if isinstance(r.get("val_loss"), (int, float))]  # fmt: skip
+    tail = [
+        v for _, v in train_log[-max(1, 50 // recipe(quick, seed, Path(".")).train.log_every) :]
+    ]
     return {
         "val": float(result.metrics["val_loss"]),
         "train": float(np.mean(tail)),
         "steps": result.step,
         "train_s": result.elapsed_s,
+        "lr": lr,
+        "train_curve": train_log,  # (step, training loss), one per log_every steps
+        "val_curve": val_log,  # (step, validation loss), one per eval_every steps
+        "run_dir": str(result.run_dir),
     }
+
+
+def gated_char_lm(quick: bool, seeds: list[int], data: Path | None, out_dir: Path) -> ArmRuns:
+    """The char LM under the gate (:func:`attnlab.lab.kit.gating.train_gated`): its rate swept
+    on the first seed and chosen on the validation loss, every seed at that rate, the first seed
+    again at twice the steps. Both language experiments call this; the run directories are
+    named by a hash of the settings, so the second one reloads what the first trained."""
+    return train_gated(
+        train_job,
+        [ARM],
+        lambda arm, lr, steps, seed: (seed, quick, data, str(out_dir), lr, steps),
+        lambda r: r["val"],
+        grid=LRS,
+        steps=STEPS[quick],
+        seeds=seeds,
+        higher_is_better=False,
+        workers=1 if quick else 2,
+        chosen_on="validation loss (nats/char), first seed",
+        max_extra=1 if quick else 2,
+    )
+
+
+def doubling(runs: ArmRuns) -> Doubling:
+    """The char LM's step doubling on the validation loss (nats/char), first seed."""
+    return runs.doubling(ARM, lambda r: r["val"], TOLERANCE, "validation loss (nats/char)")

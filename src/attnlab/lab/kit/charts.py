@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 from matplotlib.figure import Figure
 
@@ -94,7 +95,11 @@ def curves_chart(
     over seeds and a band shades their min-max (:func:`seeds_chart`)."""
     smoothed = {}
     for label, ys in curves.items():
-        runs = [list(r) for r in ys] if ys and isinstance(ys[0], Sequence) else [list(ys)]
+        runs: list[list[float]] = (
+            [list(cast(Sequence[float], r)) for r in ys]
+            if ys and isinstance(ys[0], Sequence)
+            else [list(cast(Sequence[float], ys))]
+        )
         length = min(len(r) for r in runs)
         smoothed[label] = (range(length), [_running_mean(r[:length], smooth) for r in runs])
     return seeds_chart(
@@ -172,7 +177,7 @@ def bar_chart(
                     colors="tab:red",
                     linestyles="--",
                     linewidth=1,
-                    label=reference_label if x == 0 else None,
+                    label=reference_label if x == 0 else "_nolegend_",
                 )
         ax.legend(fontsize=8, loc="lower right")
     if reference is not None:
@@ -202,6 +207,7 @@ def heatmap_panels(
         label_axis(ax, "y", check_tokens(rows, a.shape[0], "query tokens"), a.shape[0])
         label_axis(ax, "x", check_tokens(cols, a.shape[1], "key tokens"), a.shape[1])
         ax.set_title(sub, fontsize=9)
+    assert image is not None  # panels is not empty
     fig.colorbar(image, ax=list(axes), label="attention weight", shrink=0.9)
     fig.suptitle(title, fontsize=10)
     return fig

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import cast
 
 import numpy as np
 import torch
@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
 from attnlab.models import build_model
+from attnlab.models.layers import Embeddings
 from attnlab.nn.positional import Positions
 
 LARGE_BASE = 500_000.0  # Llama 3's rotary base, vs the default 10 000
@@ -79,8 +80,7 @@ def model_config(kind: str, vocab_size: int, max_len: int, quick: bool) -> Model
 
 def position_table(model: nn.Module) -> Tensor | None:
     """The learned position table P (max_len, D) of a decoder LM, or None for other kinds."""
-    embed: Any = model.embed
-    table = getattr(embed.pos_enc, "table", None)
+    table = getattr(_embeddings(model).pos_enc, "table", None)
     return table.weight if isinstance(table, nn.Embedding) else None
 
 
@@ -93,10 +93,15 @@ class ScaledPositions(Positions):
         self.inner, self.scale = inner, scale
 
     def signal(self, positions: Tensor, x: Tensor) -> Tensor:
-        inner = self.inner.signal(positions, x)  # (T|B,T, D)
-        if inner is None:
+        signal = self.inner.signal(positions, x)  # (T|B,T, D)
+        if signal is None:
             raise ValueError("ScaledPositions needs an additive position signal (sinusoids)")
-        return self.scale * inner
+        return self.scale * signal
+
+
+def _embeddings(model: nn.Module) -> Embeddings:
+    """The embedding layer of a decoder LM (token table, scale and position scheme)."""
+    return cast(Embeddings, model.embed)
 
 
 def rms(t: Tensor) -> float:
@@ -105,7 +110,7 @@ def rms(t: Tensor) -> float:
 
 def signal_scales(model: nn.Module, max_len: int) -> dict[str, float]:
     """RMS per coordinate of the token embeddings and of the position signal added to them."""
-    emb: Any = model.embed
+    emb = _embeddings(model)
     x = emb.tok_emb.weight * emb.scale  # (V, D): what the model adds positions to
     pos = torch.arange(max_len)
     p = emb.pos_enc(torch.zeros(1, max_len, x.size(-1)), pos)[0]  # (T, D); zeros for rotary
@@ -121,8 +126,8 @@ def build_arm(arm: str, vocab: int, max_len: int, quick: bool) -> nn.Module:
     if arm == ROTARY_LARGE:
         cfg = dataclasses.replace(cfg, rope_base=LARGE_BASE)
     model = build_model(cfg)
-    embed: Any = model.embed
     if arm == "sinusoidal":
-        tokens = rms(embed.tok_emb.weight)
-        embed.pos_enc = ScaledPositions(embed.pos_enc, tokens * math.sqrt(2.0))
+        emb = _embeddings(model)
+        tokens = rms(emb.tok_emb.weight)
+        emb.pos_enc = ScaledPositions(emb.pos_enc, tokens * math.sqrt(2.0))
     return model

@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import torch
 import torch.nn.functional as F
@@ -196,7 +196,7 @@ def block_grad_norms(model: nn.Module, ids: Tensor) -> list[float]:
     lm_loss(model, (ids,)).backward()
     return [
         math.sqrt(sum(float((p.grad**2).sum()) for p in block.parameters() if p.grad is not None))
-        for block in model.blocks
+        for block in cast(nn.ModuleList, model.blocks)
     ]
 
 

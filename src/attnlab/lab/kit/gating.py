@@ -28,7 +28,7 @@ returns at least the metric under ``Sweep.metric_key`` (``inf`` for a diverged r
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -295,7 +295,7 @@ def train_gated(
     job: Callable[[Any, float, int, int], tuple],
     score: Callable[[Any], float],
     *,
-    grid: Sequence[float],
+    grid: Sequence[float] | Mapping[Any, Sequence[float]],
     steps: int,
     seeds: Sequence[int],
     higher_is_better: bool,
@@ -306,15 +306,23 @@ def train_gated(
 ) -> ArmRuns:
     """:func:`gate_arms` for a job function of the experiment's own shape: ``job(arm, lr,
     steps, seed)`` is the picklable job of ``fn`` (a module-level function, as are ``job`` and
-    ``score``), ``score(result)`` its validation number (higher or lower is better). Doubling on
-    the first seed; the choice is the best score (no tie width)."""
-    rule = Sweep(tuple(float(g) for g in grid), tolerance=0.0, metric=chosen_on, factor=step,
-                 max_extensions=max_extra, tie=0.0)  # fmt: skip
+    ``score``), ``score(result)`` its validation number (higher or lower is better). ``grid`` is
+    one grid for every arm, or a grid per arm (``{arm: rates}``, e.g. multiples of each arm's
+    own recipe rate). Doubling on the first seed; the choice is the best score (no tie width)."""
     sign = -1.0 if higher_is_better else 1.0
     train = partial(_adapted, fn=fn, job=job, score=score, steps=steps, sign=sign)
-    gated = gate_arms(train, arms, rule, seeds, quick=False, data=None, workers=workers)
+    grids = {a: tuple(float(r) for r in (grid[a] if isinstance(grid, Mapping) else grid))
+             for a in arms}  # fmt: skip
+    gated: dict[Any, Gated] = {}
+    rules: dict[Any, Sweep] = {}
+    for rates in dict.fromkeys(grids.values()):  # arms sharing a grid train as one batch
+        rule = Sweep(rates, tolerance=0.0, metric=chosen_on, factor=step,
+                     max_extensions=max_extra, tie=0.0)  # fmt: skip
+        group = [a for a in arms if grids[a] == rates]
+        gated.update(gate_arms(train, group, rule, seeds, quick=False, data=None, workers=workers))
+        rules.update(dict.fromkeys(group, rule))
     return ArmRuns(
-        lr={a: g.learning_rate(rule) for a, g in gated.items()},
+        lr={a: g.learning_rate(rules[a]) for a, g in gated.items()},
         sweeps={a: {lr: sign * s for lr, s in g.scores.items()} for a, g in gated.items()},
         per={a: [r["result"] for r in g.runs] for a, g in gated.items()},
         double={a: g.doubled[0]["result"] for a, g in gated.items()},

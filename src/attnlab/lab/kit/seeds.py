@@ -11,7 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 from collections.abc import Callable, Hashable, Sequence
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
 import torch
@@ -52,7 +52,8 @@ def run_jobs(
         return {job: fn(job) for job in jobs}
     pending = list(sorted(jobs, key=lambda job: -cost(job)) if cost is not None else jobs)
     ctx = multiprocessing.get_context("spawn")  # no fork of a process with torch threads
-    results, running = {}, {}
+    results: dict[Hashable, Any] = {}
+    running: dict[Future, Hashable] = {}
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=ctx, initializer=torch.set_num_threads, initargs=(1,)
     ) as pool:
@@ -75,7 +76,7 @@ def run_arms(
     keys = {arm: arm if isinstance(arm, tuple) else (arm,) for arm in arms}
     jobs = [(*keys[arm], s, quick) for arm in arms for s in seeds]
     results = run_jobs(fn, jobs, 1 if quick else 2)
-    return {arm: [results[(*keys[arm], s, quick)] for s in seeds] for arm in arms}
+    return {arm: [results[keys[arm] + (s, quick)] for s in seeds] for arm in arms}
 
 
 def bands(per_seed: Sequence[Sequence[float]]) -> tuple[list[float], list[float], list[float]]:
