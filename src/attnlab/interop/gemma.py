@@ -1,5 +1,5 @@
 """Hugging Face Gemma 3 text decoders (``Gemma3ForCausalLM``, model_type "gemma3_text") <->
-DecoderLM.
+DecoderLM, and their classifier (``Gemma3TextForSequenceClassification``) <-> DecoderClassifier.
 
 A Gemma 3 block is the sandwich block (``norm_placement="sandwich"``,
 ``attnlab.nn.sandwich``) with Llama's other parts, GeGLU and query/key norms:
@@ -31,9 +31,16 @@ from typing import Any
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.interop.causal_lm import CausalLM
+from attnlab.interop.causal_lm import (
+    CLASSIFIER_KEYS,
+    CLASSIFIER_SUFFIX,
+    CausalLM,
+    architecture_key,
+    classifier_problems,
+)
 from attnlab.interop.family import Family, Key, register, tie_key
 from attnlab.interop.llama import (
+    DECODER_KINDS,
     ROPE_FIELDS,
     ROTARY_RMSNORM,
     SHAPE_KEYS,
@@ -45,6 +52,7 @@ from attnlab.interop.weights_map import Mapped, config_dict, problems_message
 
 MODEL_TYPE = "gemma3_text"
 ARCHITECTURE = "Gemma3ForCausalLM"
+CLASSIFIER = "Gemma3Text" + CLASSIFIER_SUFFIX
 _ACT_IN = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu": "gelu"}
 _ACT_OUT = {"gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}
 SUPPORTED = (
@@ -107,7 +115,7 @@ def _attention_bias(value: Any, data: dict[str, Any]) -> bool | None:
 # config.json <-> ModelConfig, both directions (attnlab.interop.family).
 KEYS = (
     Key("model_type", (), lambda c: MODEL_TYPE, default=None),
-    Key("architectures", (), lambda c: [ARCHITECTURE], default=None),
+    architecture_key(lambda c: ARCHITECTURE, lambda c: CLASSIFIER),
     *SHAPE_KEYS,
     Key("hidden_activation", "activation", _hidden_activation, _activation, default=None),
     Key("rope_parameters", ROPE_FIELDS, _rope_per_kind, _read_rope, default=None),
@@ -119,6 +127,7 @@ KEYS = (
     Key("use_bidirectional_attention", (), lambda c: False, default=None),
     Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _attention_bias, default=False),
     tie_key(default=True),
+    *CLASSIFIER_KEYS,
 )
 # A Gemma 3 block: sandwich RMSNorms, rotary, GeGLU, query/key norms, sqrt(D)-scaled embeddings.
 FIXED = {
@@ -165,6 +174,7 @@ GEMMA3 = register(
         keys=KEYS,
         fixed=FIXED,
         table=gemma_table,
+        kinds=DECODER_KINDS,
     )
 )
 
@@ -192,6 +202,7 @@ def gemma_config_to_model_config(hf_config: Any) -> ModelConfig:
             problems.append(f"{key}={data[key]} (attnlab has no logit soft-capping)")
     if data.get("use_bidirectional_attention"):
         problems.append("use_bidirectional_attention=true (attnlab's Gemma is causal)")
+    problems += classifier_problems(data)
     rope = _rope_of_layers(data)
     rope_type = (rope.get("rope_parameters") or rope.get("rope_scaling") or {}).get("rope_type")
     if rope_type not in (None, "default", "linear", "llama3"):

@@ -6,6 +6,7 @@ One entry point per direction, dispatching on ``config.json``'s ``model_type``:
     llama, mistral,    -> decoder_lm   (attnlab.interop.llama: RMSNorm, rotary, GQA, SwiGLU;
     qwen2, qwen3                        Qwen2's q/k/v biases, Qwen3's query/key norms)
     gemma3_text        -> decoder_lm   (attnlab.interop.gemma: sandwich norms, GeGLU, QK-norm)
+                          (each decoder's ...ForSequenceClassification -> decoder_classifier)
     bert               -> encoder / classifier / masked_lm by ``architectures``
                                        (attnlab.interop.bert)
 
@@ -28,7 +29,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from attnlab.config import ModelConfig
+from attnlab.config import CLASSIFIER_KINDS, ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.interop import bert, gemma, gpt2, llama
 from attnlab.interop.family import family_for
@@ -120,7 +121,7 @@ def load_pretrained(
     if tokenizer and has_tokenizer_files(root):
         tok = load_pretrained_tokenizer(root, vocab_size=config.vocab_size)
     labels = None
-    if config.kind == "classifier":
+    if config.kind in CLASSIFIER_KINDS:
         id2label = data.get("id2label") or {}
         labels = [str(id2label.get(str(i), id2label.get(i, i))) for i in range(config.n_classes)]
     return Pretrained(model, config, tok, data["model_type"], labels, root)
@@ -151,8 +152,9 @@ def hf_export(
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(config.json dict, state dict) of ``model`` in the Hugging Face family whose round trip
     keeps its config exactly (:func:`attnlab.interop.family.family_for`): Llama (Mistral) for
-    rotary RMSNorm SwiGLU decoders, GPT-2 for learned-position LayerNorm decoders, BERT for
-    encoders. A model no family holds is a ConfigError naming every field that does not map."""
+    rotary RMSNorm SwiGLU decoders, GPT-2 for learned-position LayerNorm decoders (their
+    ...ForSequenceClassification for decoder classifiers), BERT for encoders. A model no family
+    holds is a ConfigError naming every field that does not map."""
     cfg = getattr(model, "cfg", None)
     if not isinstance(cfg, ModelConfig):
         raise TypeError(f"expected an attnlab model with .cfg, got {type(model).__name__}")
@@ -160,7 +162,7 @@ def hf_export(
     family = family_for(cfg)
     for decoder in (llama.LLAMA_LM, gemma.GEMMA3_LM, gpt2.GPT2_LM):
         if family in decoder.families:
-            return decoder.config_json(cfg, ids), decoder.export(model)
+            return decoder.config_json(cfg, ids, labels), decoder.export(model)
     return bert.model_config_to_bert_config(cfg, labels), bert.to_bert_state_dict(model)
 
 

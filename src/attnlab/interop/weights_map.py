@@ -186,12 +186,12 @@ def model_to_load(
     check: Callable[[ModelConfig], None],
     build: Callable[[ModelConfig], nn.Module],
     family: str,
-    cls: type | None = None,
+    cls: type | tuple[type, ...] | None = None,
 ) -> nn.Module:
     """The model a ``loader`` (``load_<family>_state_dict``) copies weights into: ``model``
-    (an instance of ``cls`` when given), or a new one ``build`` makes from ``config``, an attnlab
-    ModelConfig or a transformers config / config.json dict that ``convert`` maps. ``check``
-    raises ConfigError for the settings the family cannot hold."""
+    (an instance of ``cls``, or of one of them, when given), or a new one ``build`` makes from
+    ``config``, an attnlab ModelConfig or a transformers config / config.json dict that
+    ``convert`` maps. ``check`` raises ConfigError for the settings the family cannot hold."""
     if model is None:
         if config is None:
             raise TypeError(f"{loader} needs a model or a config to build one from")
@@ -200,7 +200,8 @@ def model_to_load(
         check_model_memory(cfg)  # a config asking for 1e6 width stops before allocating
         return build(cfg)
     if cls is not None and not isinstance(model, cls):
-        raise TypeError(f"{family} weights load into a {cls.__name__}, got {type(model).__name__}")
+        names = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
+        raise TypeError(f"{family} weights load into a {names}, got {type(model).__name__}")
     check(model.cfg)
     return model
 

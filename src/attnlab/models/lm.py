@@ -27,8 +27,13 @@ from attnlab.nn.masks import padding_mask
 from attnlab.nn.positional import default_positions
 
 
-class DecoderLM(LanguageModel):
-    """GPT-like decoder-only LM: logits (B, T, V) for the next token at every position."""
+class CausalTransformer(nn.Module):
+    """The decoder-only trunk (000 "Transformer Decoder" without its head): embed, add positions,
+    N causal blocks, a final norm -> h (B, T, D). :class:`DecoderLM` reads the next token from
+    every position of h, :class:`~attnlab.models.decoder_classifier.DecoderClassifier` a class
+    from its last real position."""
+
+    max_len: int | None
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -40,12 +45,8 @@ class DecoderLM(LanguageModel):
         )
         self.final_norm = make_final_norm(cfg)
         self.hook_final = HookPoint()  # the final norm's output, (B, T, D)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
-        init_weights(self, cfg.n_layers)
-        if cfg.tie_embeddings:
-            self.lm_head.weight = self.embed.tok_emb.weight
 
-    def forward(
+    def hidden_states(
         self,
         ids: Tensor,
         *,
@@ -53,21 +54,21 @@ class DecoderLM(LanguageModel):
         positions: Tensor | None = None,
         cache: TransformerCache | None = None,
         need_weights: bool = False,
-    ) -> ModelOutput:
-        """ids (B, T) -> logits (B, T, V).
+    ) -> tuple[Tensor, tuple[LayerAttention, ...] | None]:
+        """ids (B, T) -> (h (B, T, D) after the final norm, per-layer weights when asked).
 
         key_padding_mask (B, T): True = real token (left padding in batched generation).
         positions (T,) or (B, T): absolute positions (default: cache length + 0..T-1).
-        cache: from :meth:`new_cache`; updated in place, so the next call passes only new tokens.
+        cache: from ``new_cache``; updated in place, so the next call passes only new tokens.
         """
         offset = cache.length if cache is not None else 0
         check_ids(ids, self.vocab_size, "ids")
         check_padding_mask(key_padding_mask, ids)
         check_positions(positions, ids)
-        if offset + ids.size(1) > self.max_len:
+        if offset + ids.size(1) > self.cfg.max_len:
             raise ValueError(
                 f"sequence of length {offset + ids.size(1)} exceeds the model's context window "
-                f"max_len={self.max_len}; crop the input to its last {self.max_len} tokens"
+                f"max_len={self.cfg.max_len}; crop the input to its last {self.cfg.max_len} tokens"
             )
         if positions is None:
             positions = default_positions(ids.size(1), offset, ids.device)
@@ -83,15 +84,45 @@ class DecoderLM(LanguageModel):
                 x, mask, positions=positions, cache=layer_cache, need_weights=need_weights
             )
             weights.append(LayerAttention(w, None))
-        logits = self.lm_head(self.hook_final(self.final_norm(x)))  # (B, T, V)
-        return ModelOutput(logits, tuple(weights) if need_weights else None)
+        hidden = self.hook_final(self.final_norm(x))  # (B, T, D)
+        return hidden, tuple(weights) if need_weights else None
+
+
+class DecoderLM(CausalTransformer, LanguageModel):
+    """GPT-like decoder-only LM: logits (B, T, V) for the next token at every position."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__(cfg)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        init_weights(self, cfg.n_layers)
+        if cfg.tie_embeddings:
+            self.lm_head.weight = self.embed.tok_emb.weight
+
+    def forward(
+        self,
+        ids: Tensor,
+        *,
+        key_padding_mask: Tensor | None = None,
+        positions: Tensor | None = None,
+        cache: TransformerCache | None = None,
+        need_weights: bool = False,
+    ) -> ModelOutput:
+        """ids (B, T) -> logits (B, T, V) = h W_head (the arguments of :meth:`hidden_states`)."""
+        hidden, weights = self.hidden_states(
+            ids,
+            key_padding_mask=key_padding_mask,
+            positions=positions,
+            cache=cache,
+            need_weights=need_weights,
+        )
+        return ModelOutput(self.lm_head(hidden), weights)  # (B, T, V)
 
     def new_cache(
         self, batch_size: int, max_len: int | None = None, dtype: str | None = None
     ) -> TransformerCache:
         """Empty KV buffers for ``max_len`` positions (default: the context window), in ``dtype``
         ("fp32", "bf16") or the model's compute dtype."""
-        max_len = max_len or self.max_len
+        max_len = max_len or self.cfg.max_len
         return TransformerCache.empty(
             self.cfg, len(self.blocks), batch_size, max_len, self.lm_head.weight, dtype
         )

@@ -6,8 +6,11 @@ What a fine-tuning run keeps and changes:
 * the pretrained **tokenizer** encodes the data (so ids mean what the embeddings learnt), and the
   pretrained **model config** is the run's, unchanged, except where the task needs another
   output: ``--labels`` turns an encoder (BERT: ``encoder``, ``masked_lm`` or ``classifier``) into a
-  ``classifier`` with one output per label on BERT's pooled CLS vector, whose head (and a pooler
-  the checkpoint lacks) starts from the run's seeded initialisation;
+  ``classifier`` with one output per label on BERT's pooled CLS vector, and a decoder (GPT-2,
+  Llama family, Gemma 3: ``decoder_lm`` or ``decoder_classifier``) into a ``decoder_classifier``
+  reading its last real token (Hugging Face's ``...ForSequenceClassification``); the new head
+  (and a pooler the checkpoint lacks) starts from the run's seeded initialisation, the LM head is
+  dropped;
 * every other weight is copied from the pretrained model; names that do not carry over are
   named in the error, never dropped silently;
 * ``freeze`` keeps parameters out of the optimizer: ``"embeddings"`` (token and position
@@ -16,7 +19,8 @@ What a fine-tuning run keeps and changes:
 
 Everything else is an ordinary run: checkpoints hold the fine-tuned weights and the pretrained
 tokenizer, ``--resume`` continues bit-identically (the pretrained model is not read again), and
-``attnlab export --format hf`` writes the family's format back (GPT-2, Llama, BERT).
+``attnlab export --format hf`` writes the family's format back (GPT-2, Llama family, Gemma 3,
+BERT; a classifier as the family's ``...ForSequenceClassification`` with its labels).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnlab.config import ModelConfig
+from attnlab.config import CLASSIFIER_KINDS, DECODER_ONLY_KINDS, ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.interop.loading import load_checkpoint
 
@@ -82,18 +86,20 @@ def init_model_config(pretrained: Any, task: str, data: Any) -> ModelConfig:
             )
         return cfg
     if task == "classify":
+        changes: dict[str, Any] = {"n_classes": len(data.labels), "pad_id": data.tokenizer.pad_id}
+        if cfg.kind in DECODER_ONLY_KINDS:
+            # Hugging Face's recipe for decoders: softmax(W_score h_last), a new bias-free head
+            # on the last real token (attnlab.models.decoder_classifier).
+            return cfg.replace(kind="decoder_classifier", **changes)
         if cfg.kind not in ENCODER_KINDS:
             raise ConfigError(
-                f"init_from={name!r} holds a {cfg.kind!r} model; attnlab's classifier head sits "
-                "on an encoder, so classify with a BERT model (e.g. init_from="
-                "'bert-base-uncased'), or fine-tune this decoder as a language model on text",
-                fields=("init_from", "text"),
+                f"init_from={name!r} holds a {cfg.kind!r} model, which has no classifier form; "
+                "classify with a BERT or decoder-only model (e.g. init_from='gpt2')",
+                fields=("init_from",),
             )
         # BERT's recipe: softmax(W tanh(W_p h_CLS + b_p) + b); a pooler the checkpoint lacks
         # (BertForMaskedLM has none) starts from the run's initialisation, like the head.
-        changes: dict[str, Any] = {"kind": "classifier", "n_classes": len(data.labels)}
-        changes.update(pad_id=data.tokenizer.pad_id, pooler=True, pooling="cls")
-        return cfg.replace(**changes)
+        return cfg.replace(kind="classifier", pooler=True, pooling="cls", **changes)
     raise ConfigError(
         f"init_from fine-tunes language models (task='lm') and classifiers (task='classify'), "
         f"not task {task!r}; train a sequence-to-sequence model from scratch instead",
@@ -103,18 +109,19 @@ def init_model_config(pretrained: Any, task: str, data: Any) -> ModelConfig:
 
 def initial_weights(pretrained: Any, model_cfg: ModelConfig) -> dict[str, torch.Tensor]:
     """The pretrained tensors under the names of a ``model_cfg`` model (an ``encoder``'s move
-    under ``encoder.`` in a classifier; a masked-LM head and a head of another shape drop)."""
+    under ``encoder.`` in a classifier; an LM head, a masked-LM head and a classifier head of
+    another kind or number of classes drop)."""
     tensors = dict(pretrained.model.state_dict())
     if model_cfg.kind == "classifier" and pretrained.config.kind == "encoder":
         tensors = {f"encoder.{k}": v for k, v in tensors.items()}
-    if model_cfg.kind == "classifier":
-        keep = pretrained.config.kind == "classifier" and (
+    if model_cfg.kind in CLASSIFIER_KINDS:
+        keep = pretrained.config.kind == model_cfg.kind and (
             pretrained.config.n_classes == model_cfg.n_classes
         )
         tensors = {
             k: v
             for k, v in tensors.items()
-            if not k.startswith("mlm.") and (keep or not k.startswith("head."))
+            if not k.startswith(("mlm.", "lm_head.")) and (keep or not k.startswith("head."))
         }
     return {k: v.detach().clone() for k, v in tensors.items()}
 

@@ -39,7 +39,7 @@ from attnlab.checkpoint.load import (
     report_unfinished,
 )
 from attnlab.checkpoint.rundir import _step_of, damage_of, latest_checkpoint, step_dirs
-from attnlab.config import LM_KINDS, SEQ2SEQ_KINDS, ModelConfig
+from attnlab.config import CLASSIFIER_KINDS, LM_KINDS, SEQ2SEQ_KINDS, ModelConfig
 from attnlab.errors import CheckpointError, ConfigError, FieldWarning, UserError, blamed_fields
 from attnlab.models.build import check_model_memory
 from attnlab.train.build_data import build_task_data
@@ -49,7 +49,7 @@ from attnlab.train.lock import LOCK_FILE
 from attnlab.train.run_config import load_toml
 from attnlab.train.task_data import TaskData
 
-KINDS_FOR_TASK = {"lm": LM_KINDS, "seq2seq": SEQ2SEQ_KINDS, "classify": ("classifier",)}
+KINDS_FOR_TASK = {"lm": LM_KINDS, "seq2seq": SEQ2SEQ_KINDS, "classify": CLASSIFIER_KINDS}
 DEFAULT_KIND = {"lm": "decoder_lm", "seq2seq": "encoder_decoder", "classify": "classifier"}
 
 
