@@ -213,6 +213,7 @@ def test_fine_tune_a_decoder_classifier_resume_and_export_it(family, tmp_path, c
     import json
 
     from attnlab import inspect
+    from attnlab.explore.session import Session
     from attnlab.models import DecoderClassifier
 
     pre = tmp_path / "pretrained"
@@ -274,6 +275,12 @@ def test_fine_tune_a_decoder_classifier_resume_and_export_it(family, tmp_path, c
         torch.testing.assert_close(back.model(ids, key_padding_mask=mask).logits, ours)
     out, cache = inspect.run_with_cache(back.model, ids[:1], names="blocks.*.self_attn.A")
     assert out.logits.shape == (1, 2) and cache["blocks.1.self_attn.A"].shape[-1] == width
+    session = Session(back.model, back.tokenizer, labels=back.labels)  # the explorer
+    got = session.next_token(texts[0])["candidates"]  # read after <bos>, as in training
+    p = ours[0].softmax(-1)
+    assert sorted(c["token"] for c in got) == sorted(tuned.labels.names)
+    torch.testing.assert_close(torch.tensor([c["p"] for c in got]), p[[c["id"] for c in got]])
+    assert session.info()["output"] == "labels" and session.attention(texts[1])["sites"]
 
 
 def test_freeze_keeps_a_decoder_classifier_trunk_pretrained(tmp_path, capsys):
