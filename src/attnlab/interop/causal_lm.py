@@ -78,6 +78,10 @@ def architecture_key(
 CLASSIFIER_KEYS = (label_key(is_sequence_classifier), PROBLEM_TYPE)
 
 
+# The heads every decoder family holds, for the importers' "attnlab supports ..." line.
+HEADS = "a language-model head or a single-label ...ForSequenceClassification head (2+ classes)"
+
+
 def classifier_problems(data: Mapping[str, Any]) -> list[str]:
     """For an importer's problem list: what a ``...ForSequenceClassification`` config asks that
     attnlab's classifiers cannot do (nothing for a language model)."""

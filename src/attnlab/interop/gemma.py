@@ -34,6 +34,7 @@ from attnlab.errors import ConfigError
 from attnlab.interop.causal_lm import (
     CLASSIFIER_KEYS,
     CLASSIFIER_SUFFIX,
+    HEADS,
     CausalLM,
     architecture_key,
     classifier_problems,
@@ -57,8 +58,8 @@ _ACT_IN = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu": "g
 _ACT_OUT = {"gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}
 SUPPORTED = (
     "Gemma 3 text decoders with GeGLU (gelu_pytorch_tanh or gelu), query_pre_attn_scalar = "
-    "head_dim, no logit soft-capping, rotary scaling none/linear/llama3, and one kind of layer "
-    "(all sliding or all full)"
+    "head_dim, no logit soft-capping, rotary scaling none/linear/llama3, one kind of layer "
+    "(all sliding or all full), and " + HEADS
 )
 FULL, SLIDING = "full_attention", "sliding_attention"
 

@@ -32,6 +32,7 @@ from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.interop.causal_lm import (
     CLASSIFIER_KEYS,
+    HEADS,
     CausalLM,
     DecoderModel,
     architecture_key,
@@ -179,7 +180,7 @@ def gpt2_config_to_model_config(hf_config: Any) -> ModelConfig:
         )
     problems = classifier_problems(data)
     if problems:
-        raise ConfigError(problems_message("GPT-2", problems, "single-label classifiers"))
+        raise ConfigError(problems_message("GPT-2", problems, "GPT-2 with " + HEADS))
     return GPT2.read(data)
 
 

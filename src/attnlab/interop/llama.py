@@ -34,6 +34,7 @@ from attnlab.errors import ConfigError
 from attnlab.interop.causal_lm import (
     CLASSIFIER_KEYS,
     CLASSIFIER_SUFFIX,
+    HEADS,
     CausalLM,
     architecture_key,
     classifier_problems,
@@ -55,8 +56,8 @@ ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
 CLASS_PREFIX = {"llama": "Llama", "mistral": "Mistral"}  # + ForSequenceClassification
 SUPPORTED = (
     "Llama/Mistral/Qwen2/Qwen3 decoders with SiLU, rotary positions (scaling none, linear or "
-    "llama3), pretraining_tp=1, any number of key/value heads, and one kind of layer (all "
-    "sliding or none)"
+    "llama3), pretraining_tp=1, any number of key/value heads, one kind of layer (all "
+    "sliding or none), and " + HEADS
 )
 ROPE_FIELDS = (
     "rope_base",
