@@ -307,3 +307,21 @@ def test_a_single_class_is_one_sentence_and_writes_nothing(tmp_path, capsys):
     err = " ".join(capsys.readouterr().err.split())
     assert code == 2 and "has one class only (['x'])" in err and "at least 2 different" in err
     assert not out.exists()
+
+
+def test_a_pretrained_classifier_head_follows_the_runs_labels_by_name(tmp_path):
+    from attnlab.data import LabelSet
+    from attnlab.train.finetune import initial_weights
+
+    config = transformers.GPT2Config(
+        n_layer=1, n_head=2, n_embd=8, vocab_size=20, n_positions=8, pad_token_id=0,
+        id2label={0: "other", 1: "animal"}, label2id={"other": 0, "animal": 1},
+    )  # fmt: skip
+    transformers.GPT2ForSequenceClassification(config).save_pretrained(tmp_path)
+    pre = load_checkpoint(tmp_path)
+    head = pre.model.state_dict()["head.weight"]  # (2, D): rows "other", "animal"
+    run = initial_weights(pre, pre.config, LabelSet(["animal", "other"]))
+    assert torch.equal(run["head.weight"], head[[1, 0]])  # the same classes, in the run's order
+    assert "head.weight" not in initial_weights(pre, pre.config, LabelSet(["x", "y"]))  # new head
+    three = pre.config.replace(n_classes=3)
+    assert "head.weight" not in initial_weights(pre, three, LabelSet(["a", "animal", "other"]))

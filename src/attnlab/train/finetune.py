@@ -107,23 +107,37 @@ def init_model_config(pretrained: Any, task: str, data: Any) -> ModelConfig:
     )
 
 
-def initial_weights(pretrained: Any, model_cfg: ModelConfig) -> dict[str, torch.Tensor]:
+def initial_weights(
+    pretrained: Any, model_cfg: ModelConfig, labels: Any = None
+) -> dict[str, torch.Tensor]:
     """The pretrained tensors under the names of a ``model_cfg`` model (an ``encoder``'s move
-    under ``encoder.`` in a classifier; an LM head, a masked-LM head and a classifier head of
-    another kind or number of classes drop)."""
+    under ``encoder.`` in a classifier; an LM head and a masked-LM head drop). A classifier head
+    of the same kind carries over when it has the run's classes: its rows reordered to the run's
+    ``labels`` (a LabelSet) when the pretrained model names the same labels in another order,
+    kept as they are when it has as many unnamed classes; otherwise it drops (a new head)."""
     tensors = dict(pretrained.model.state_dict())
     if model_cfg.kind == "classifier" and pretrained.config.kind == "encoder":
         tensors = {f"encoder.{k}": v for k, v in tensors.items()}
     if model_cfg.kind in CLASSIFIER_KINDS:
-        keep = pretrained.config.kind == model_cfg.kind and (
-            pretrained.config.n_classes == model_cfg.n_classes
-        )
-        tensors = {
-            k: v
-            for k, v in tensors.items()
-            if not k.startswith(("mlm.", "lm_head.")) and (keep or not k.startswith("head."))
-        }
+        rows = _head_rows(pretrained, model_cfg, labels)
+        drop = ("mlm.", "lm_head.") if rows is not None else ("mlm.", "lm_head.", "head.")
+        tensors = {k: v for k, v in tensors.items() if not k.startswith(drop)}
+        if rows is not None:
+            tensors.update({k: v[rows] for k, v in tensors.items() if k.startswith("head.")})
     return {k: v.detach().clone() for k, v in tensors.items()}
+
+
+def _head_rows(pretrained: Any, model_cfg: ModelConfig, labels: Any) -> torch.Tensor | None:
+    """Row i of the run's head = row ``rows[i]`` of the pretrained head (None: no carry-over)."""
+    n = model_cfg.n_classes or 0
+    if pretrained.config.kind != model_cfg.kind or pretrained.config.n_classes != n:
+        return None
+    theirs = list(getattr(pretrained.labels, "names", None) or [])
+    ours = list(getattr(labels, "names", None) or [])
+    if theirs and ours and sorted(theirs) == sorted(ours):
+        return torch.tensor([theirs.index(name) for name in ours])  # the same classes, by name
+    placeholders = all(name == f"LABEL_{i}" for i, name in enumerate(theirs))
+    return torch.arange(n) if placeholders or not ours else None
 
 
 def copy_weights(model: nn.Module, weights: dict[str, torch.Tensor]) -> None:

@@ -327,7 +327,7 @@ def prepare_run(
     weights = None
     if pretrained is not None:
         model_cfg = init_model_config(pretrained, cfg.task, data)
-        weights = initial_weights(pretrained, model_cfg)
+        weights = initial_weights(pretrained, model_cfg, data.labels)
     elif cfg.init_from:  # a resumed fine-tuning run: config.toml holds the model it started with
         model_cfg = run_config.model
     else:
