@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import torch
 
+from attnlab import inspect
 from attnlab import reference as ref
 from attnlab.config import ModelConfig
 from attnlab.models import Classifier, DecoderClassifier, DecoderLM, LanguageModel, build_model
@@ -80,8 +81,9 @@ def test_the_trunk_is_the_language_models():
     missing, unexpected = clf.load_state_dict(lm.state_dict(), strict=False)
     assert missing == ["head.weight"] and unexpected == ["lm_head.weight"]
     ids, real = torch.randint(0, V, (2, 6)), _real([6, 4], 6)
-    hidden, _ = lm.hidden_states(ids, key_padding_mask=real)  # (B, T, D)
-    torch.testing.assert_close(lm.lm_head(hidden), lm(ids, key_padding_mask=real).logits)
+    out, cache = inspect.run_with_cache(lm, ids, names="final", key_padding_mask=real)
+    hidden = cache["final"]  # (B, T, D): the trunk's output, after the final norm
+    torch.testing.assert_close(lm.lm_head(hidden), out.logits)
     last = hidden[[0, 1], [5, 3]]  # (B, D)
     torch.testing.assert_close(clf(ids, key_padding_mask=real).logits, clf.head(last))
 
@@ -99,12 +101,11 @@ def test_right_padding_changes_nothing(positional):
 
 
 def test_the_last_real_position_is_hugging_faces_rule():
-    ids = torch.zeros(3, 5, dtype=torch.long)
     right = _real([5, 2, 1], 5)
     left = right.flip(-1)  # left padding: the last real token is the last position
-    assert last_real_position(right, ids).tolist() == [4, 1, 0]
-    assert last_real_position(left, ids).tolist() == [4, 4, 4]
-    assert last_real_position(None, ids).tolist() == [4, 4, 4]
+    assert last_real_position(right, 3, 5).tolist() == [4, 1, 0]
+    assert last_real_position(left, 3, 5).tolist() == [4, 4, 4]
+    assert last_real_position(None, 3, 5).tolist() == [4, 4, 4]
 
 
 def test_bad_input_and_configs_are_refused():

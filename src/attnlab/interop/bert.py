@@ -178,7 +178,7 @@ def model_config_to_bert_config(cfg: ModelConfig, labels: list[str] | None = Non
     check_exportable(BERT, cfg)
     out = BERT.write(cfg)
     if cfg.kind == "classifier":
-        out.update(label_maps(cfg.n_classes, labels))
+        out.update(label_maps(cfg.n_classes or 0, labels))
     return out
 
 

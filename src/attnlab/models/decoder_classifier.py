@@ -20,7 +20,7 @@ import torch
 from torch import Tensor, nn
 
 from attnlab.config import ModelConfig
-from attnlab.models.base import Classifier, ModelOutput, check_not_all_padding
+from attnlab.models.base import Classifier, check_not_all_padding
 from attnlab.models.layers import init_weights
 from attnlab.models.lm import CausalTransformer
 
@@ -41,25 +41,23 @@ class DecoderClassifier(CausalTransformer, Classifier):
         self.head = nn.Linear(cfg.d_model, cfg.n_classes, bias=False)  # W_score
         init_weights(self, cfg.n_layers)
 
-    def forward(
-        self, ids: Tensor, *, key_padding_mask: Tensor | None = None, need_weights: bool = False
-    ) -> ModelOutput:
-        """ids (B, T), key_padding_mask (B, T) True = real token (default: all real) -> class
-        logits (B, C)."""
-        hidden, weights = self.hidden_states(
-            ids, key_padding_mask=key_padding_mask, need_weights=need_weights
-        )
-        last = last_real_position(key_padding_mask, ids)  # (B,)
-        pooled = hidden[torch.arange(ids.size(0), device=ids.device), last]  # (B, D)
-        return ModelOutput(self.head(pooled), weights)  # (B, C)
+    def read_out(self, hidden: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        """logits = W_score h_last: (B, T, D) -> (B, C); ``forward`` is the trunk's (ids (B, T),
+        key_padding_mask (B, T) True = real token, default all real)."""
+        b, t, _ = hidden.shape
+        last = last_real_position(key_padding_mask, b, t, hidden.device)  # (B,)
+        pooled = hidden[torch.arange(b, device=hidden.device), last]  # (B, D)
+        return self.head(pooled)  # (B, C)
 
 
-def last_real_position(key_padding_mask: Tensor | None, ids: Tensor) -> Tensor:
-    """The index of the rightmost real token of each row, (B,): argmax_t t * mask_t (the rule of
-    Hugging Face's classifiers, so left and right padding both work); T - 1 without a mask."""
-    b, t = ids.shape
+def last_real_position(
+    key_padding_mask: Tensor | None, b: int, t: int, device: torch.device | None = None
+) -> Tensor:
+    """The index of the rightmost real token of each of ``b`` rows of length ``t``, (B,):
+    argmax_i i * mask_i (the rule of Hugging Face's classifiers, so left and right padding both
+    work); t - 1 without a mask."""
     if key_padding_mask is None:
-        return torch.full((b,), t - 1, dtype=torch.long, device=ids.device)
+        return torch.full((b,), t - 1, dtype=torch.long, device=device)
     check_not_all_padding(key_padding_mask)
-    positions = torch.arange(t, device=ids.device)  # (T,)
+    positions = torch.arange(t, device=key_padding_mask.device)  # (T,)
     return (positions * key_padding_mask).argmax(dim=-1)  # (B,)

@@ -28,10 +28,10 @@ from attnlab.nn.positional import default_positions
 
 
 class CausalTransformer(nn.Module):
-    """The decoder-only trunk (000 "Transformer Decoder" without its head): embed, add positions,
-    N causal blocks, a final norm -> h (B, T, D). :class:`DecoderLM` reads the next token from
-    every position of h, :class:`~attnlab.models.decoder_classifier.DecoderClassifier` a class
-    from its last real position."""
+    """The decoder-only trunk (000 "Transformer Decoder"): embed, add positions, N causal blocks,
+    a final norm -> h (B, T, D), then the subclass's :meth:`read_out`. :class:`DecoderLM` reads
+    the next token at every position of h, :class:`~attnlab.models.decoder_classifier.
+    DecoderClassifier` a class at each row's last real position."""
 
     max_len: int | None
 
@@ -46,7 +46,7 @@ class CausalTransformer(nn.Module):
         self.final_norm = make_final_norm(cfg)
         self.hook_final = HookPoint()  # the final norm's output, (B, T, D)
 
-    def hidden_states(
+    def forward(
         self,
         ids: Tensor,
         *,
@@ -54,8 +54,8 @@ class CausalTransformer(nn.Module):
         positions: Tensor | None = None,
         cache: TransformerCache | None = None,
         need_weights: bool = False,
-    ) -> tuple[Tensor, tuple[LayerAttention, ...] | None]:
-        """ids (B, T) -> (h (B, T, D) after the final norm, per-layer weights when asked).
+    ) -> ModelOutput:
+        """ids (B, T) -> read_out(h): logits (B, T, V) of an LM, (B, C) of a classifier.
 
         key_padding_mask (B, T): True = real token (left padding in batched generation).
         positions (T,) or (B, T): absolute positions (default: cache length + 0..T-1).
@@ -85,7 +85,12 @@ class CausalTransformer(nn.Module):
             )
             weights.append(LayerAttention(w, None))
         hidden = self.hook_final(self.final_norm(x))  # (B, T, D)
-        return hidden, tuple(weights) if need_weights else None
+        logits = self.read_out(hidden, key_padding_mask)
+        return ModelOutput(logits, tuple(weights) if need_weights else None)
+
+    def read_out(self, hidden: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        """The head on h (B, T, D); each subclass has its own."""
+        raise NotImplementedError
 
 
 class DecoderLM(CausalTransformer, LanguageModel):
@@ -98,24 +103,9 @@ class DecoderLM(CausalTransformer, LanguageModel):
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed.tok_emb.weight
 
-    def forward(
-        self,
-        ids: Tensor,
-        *,
-        key_padding_mask: Tensor | None = None,
-        positions: Tensor | None = None,
-        cache: TransformerCache | None = None,
-        need_weights: bool = False,
-    ) -> ModelOutput:
-        """ids (B, T) -> logits (B, T, V) = h W_head (the arguments of :meth:`hidden_states`)."""
-        hidden, weights = self.hidden_states(
-            ids,
-            key_padding_mask=key_padding_mask,
-            positions=positions,
-            cache=cache,
-            need_weights=need_weights,
-        )
-        return ModelOutput(self.lm_head(hidden), weights)  # (B, T, V)
+    def read_out(self, hidden: Tensor, key_padding_mask: Tensor | None) -> Tensor:
+        """logits = h W_head: (B, T, D) -> (B, T, V)."""
+        return self.lm_head(hidden)
 
     def new_cache(
         self, batch_size: int, max_len: int | None = None, dtype: str | None = None
