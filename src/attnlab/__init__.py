@@ -5,6 +5,7 @@ from attnlab.config import PRESETS, ModelConfig
 from attnlab.generate import GenerationConfig, generate, generate_seq2seq, stream
 from attnlab.models import (
     RNNLM,
+    DecoderClassifier,
     DecoderLM,
     EncoderClassifier,
     LSTMSeq2Seq,
@@ -17,6 +18,7 @@ __version__ = "0.1.0"
 __all__ = [
     "PRESETS",
     "RNNLM",
+    "DecoderClassifier",
     "DecoderLM",
     "EncoderClassifier",
     "GenerationConfig",

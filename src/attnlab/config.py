@@ -9,6 +9,8 @@ Glossary of ``kind``:
     decoder_lm        GPT-like decoder-only language model (000 "Transformer Decoder").
     encoder_decoder   Vaswani encoder-decoder, teacher forcing (000/003/004).
     classifier        BERT-like encoder-only classifier, CLS or mean pooling (003).
+    decoder_classifier  a decoder-only Transformer (GPT-2, Llama) whose class logits are read
+                      from the last real token (Hugging Face's ...ForSequenceClassification).
     encoder           a bare Transformer encoder producing contextual vectors (000).
     masked_lm         a BERT-like encoder with a masked-token prediction head (Devlin et al.).
     rnn_lm            the simple RNN language model of 000: h_t = sigma(W h_{t-1} + U x_t).
@@ -26,12 +28,28 @@ from typing import Any, Literal
 from attnlab.errors import ConfigValueError
 
 ModelKind = Literal[
-    "decoder_lm", "encoder_decoder", "classifier", "encoder", "masked_lm", "rnn_lm", "lstm_seq2seq"
+    "decoder_lm",
+    "encoder_decoder",
+    "classifier",
+    "decoder_classifier",
+    "encoder",
+    "masked_lm",
+    "rnn_lm",
+    "lstm_seq2seq",
 ]
-TRANSFORMER_KINDS = ("decoder_lm", "encoder_decoder", "classifier", "encoder", "masked_lm")
+TRANSFORMER_KINDS = (
+    "decoder_lm",
+    "encoder_decoder",
+    "classifier",
+    "decoder_classifier",
+    "encoder",
+    "masked_lm",
+)
 RECURRENT_KINDS = ("rnn_lm", "lstm_seq2seq")
 LM_KINDS = ("decoder_lm", "rnn_lm")
 SEQ2SEQ_KINDS = ("encoder_decoder", "lstm_seq2seq")
+CLASSIFIER_KINDS = ("classifier", "decoder_classifier")
+DECODER_ONLY_KINDS = ("decoder_lm", "decoder_classifier")  # a causal stack of blocks, no encoder
 
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "kind": TRANSFORMER_KINDS + RECURRENT_KINDS,
@@ -54,7 +72,7 @@ class ModelConfig:
     kind: str = "decoder_lm"
     vocab_size: int = 256
     tgt_vocab_size: int | None = None  # encoder-decoder with a separate target vocabulary
-    n_classes: int | None = None  # classifier only
+    n_classes: int | None = None  # classifiers only
     d_model: int = 128
     n_heads: int = 4
     n_kv_heads: int | None = None  # key/value heads: None = n_heads (MHA), 1 = MQA, else GQA
@@ -99,7 +117,8 @@ class ModelConfig:
     rope_low_freq_factor: float = 1.0  # llama3 scaling: wavelengths above L / this are scaled
     rope_high_freq_factor: float = 4.0  # llama3 scaling: wavelengths below L / this are kept
     rope_original_max_len: int | None = None  # llama3 scaling: the pre-training context L
-    pooling: str = "cls"  # classifier: "cls" token or "mean" over non-padding
+    pooling: str = "cls"  # classifier: "cls" token or "mean" over non-padding (a
+    # decoder_classifier always reads its last real token: the only one that has seen them all)
     # Recurrent families.
     rnn_attention: str = "none"  # lstm_seq2seq: "additive" = Bahdanau (004 eq. 4-8)
     reverse_source: bool = False  # Sutskever et al.: feed x_{T:1} to the encoder (004)
@@ -169,7 +188,7 @@ class ModelConfig:
             raise ConfigValueError(
                 f"ModelConfig.rope_base={self.rope_base} must be > 1", fields=("rope_base",)
             )
-        if self.kind == "classifier" and (self.n_classes is None or self.n_classes < 2):
+        if self.kind in CLASSIFIER_KINDS and (self.n_classes is None or self.n_classes < 2):
             raise ConfigValueError("a classifier needs n_classes >= 2", fields=("n_classes",))
         if self.positional == "rotary" and self.head_dim % 2:
             raise ConfigValueError(
@@ -199,10 +218,10 @@ class ModelConfig:
                 "rope_scaling='llama3' needs rope_original_max_len (the context L)",
                 fields=("rope_original_max_len",),
             )
-        if self.attn_window is not None and self.kind != "decoder_lm":
+        if self.attn_window is not None and self.kind not in DECODER_ONLY_KINDS:
             raise ConfigValueError(
                 f"attn_window={self.attn_window} (sliding-window causal attention) applies to "
-                f"decoder-only LMs, not kind={self.kind!r}",
+                f"decoder-only models, not kind={self.kind!r}",
                 fields=("attn_window", "kind"),
             )
         if self.full_attn_every is not None and self.attn_window is None:
@@ -232,10 +251,10 @@ class ModelConfig:
                 f"logits, not kind={self.kind!r}; leave it None",
                 fields=("final_logit_softcap", "kind"),
             )
-        if self.norm_placement == "sandwich" and self.kind != "decoder_lm":
+        if self.norm_placement == "sandwich" and self.kind not in DECODER_ONLY_KINDS:
             raise ConfigValueError(
                 "norm_placement='sandwich' (Gemma's norms around each sublayer) applies to "
-                f"decoder-only LMs, not kind={self.kind!r}; use 'pre' or 'post'",
+                f"decoder-only models, not kind={self.kind!r}; use 'pre' or 'post'",
                 fields=("norm_placement", "kind"),
             )
         if self.positional == "alibi" and self.kind in RECURRENT_KINDS:

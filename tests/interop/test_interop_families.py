@@ -13,7 +13,9 @@ example costs milliseconds):
 * transformers (a few configs per family): the exported directory loads in ``transformers`` with
   logits within 1e-5, and a refused export writes nothing.
 
-Plus the five failures issue 32 demonstrated, kept as regression tests.
+Each decoder family is drawn as a language model and as a classifier (``decoder_classifier``,
+Hugging Face's ``...ForSequenceClassification``). Plus the five failures issue 32 demonstrated,
+kept as regression tests.
 """
 
 from __future__ import annotations
@@ -78,7 +80,14 @@ FFN = [("mlp", a) for a in ("relu", "gelu", "gelu_tanh", "relu2", "silu")] + [
 ]
 # The config space: every ModelConfig field a Transformer family could hold or lose.
 SPACE = {
-    "kind": ["decoder_lm", "encoder", "classifier", "masked_lm", "encoder_decoder"],
+    "kind": [
+        "decoder_lm",
+        "decoder_classifier",
+        "encoder",
+        "classifier",
+        "masked_lm",
+        "encoder_decoder",
+    ],
     "ffn_activation": FFN,
     "n_kv_heads": [None, 1, 2],
     "d_head": [None, 4, 8],
@@ -124,6 +133,8 @@ def configs(draw, family: str, buildable: bool = False) -> ModelConfig:
     fields.update(NATURAL[family])
     if family == "bert" and draw(st.booleans()):
         fields["kind"] = draw(st.sampled_from(["classifier", "masked_lm"]))
+    elif family != "bert" and draw(st.booleans()):
+        fields["kind"] = "decoder_classifier"
     changed = draw(st.lists(st.sampled_from(sorted(SPACE)), max_size=4, unique=True))
     for name in changed:
         value = draw(st.sampled_from(SPACE[name]))
@@ -135,7 +146,7 @@ def configs(draw, family: str, buildable: bool = False) -> ModelConfig:
                 fields.update(rope_factor=2.0, rope_original_max_len=8)
         elif not (buildable and name == "fast"):
             fields[name] = value
-    if fields["kind"] == "classifier":
+    if fields["kind"] in ("classifier", "decoder_classifier"):
         fields["n_classes"] = 3
     if fields["kind"] not in ("encoder", "classifier", "masked_lm"):
         fields["pooler"] = False
@@ -228,6 +239,12 @@ HF_CLASSES = {
     "Qwen3ForCausalLM": "logits",
     "Gemma3ForCausalLM": "logits",
     "Gemma2ForCausalLM": "logits",
+    "GPT2ForSequenceClassification": "logits",
+    "LlamaForSequenceClassification": "logits",
+    "MistralForSequenceClassification": "logits",
+    "Qwen2ForSequenceClassification": "logits",
+    "Qwen3ForSequenceClassification": "logits",
+    "Gemma3TextForSequenceClassification": "logits",
     "BertModel": "last_hidden_state",
     "BertForSequenceClassification": "logits",
     "BertForMaskedLM": "logits",
@@ -244,6 +261,8 @@ def test_exportable_models_load_in_transformers_with_equal_outputs(name, data, t
     arch = family.write(cfg)["architectures"][0]
     hf = getattr(transformers, arch).from_pretrained(out).eval()
     ids = torch.randint(0, cfg.vocab_size, (2, 9), generator=torch.Generator().manual_seed(2))
+    ids[ids == cfg.pad_id] = (cfg.pad_id + 1) % cfg.vocab_size  # a decoder classifier in HF
+    # reads the rightmost token that is not pad_token_id: no padding here, so no pad ids
     with torch.no_grad():
         want = getattr(hf(ids), HF_CLASSES[arch])
     torch.testing.assert_close(_outputs(model, ids), want, rtol=1e-5, atol=1e-5)

@@ -27,7 +27,7 @@ else:  # pragma: no cover
 from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.cli.flags import TRAIN_FLAGS as FLAG_FIELDS
 from attnlab.cli.options import add_fast
-from attnlab.config import ModelConfig
+from attnlab.config import CLASSIFIER_KINDS, ModelConfig
 from attnlab.data import CLASSIFICATION_TASKS, TASKS, read_parallel
 from attnlab.errors import ConfigError
 
@@ -243,7 +243,7 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
             raise ConfigError(f"--set {item!r} must look like KEY=VALUE, e.g. --set dropout=0.1")
         flags[key.strip()] = value.strip()
     kinds = (flags.get("model.kind"), flags.get("kind"), flags.get("model_kind"))
-    if "classifier" in kinds and "n_classes" not in tables["model"]:
+    if set(kinds) & set(CLASSIFIER_KINDS) and "n_classes" not in tables["model"]:
         flags["n_classes"] = 2  # a placeholder: training takes n_classes from the labels
     if flags.get("init_from") or run.train.init_from:
         _check_no_model_flags(args)

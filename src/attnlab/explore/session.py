@@ -243,7 +243,12 @@ class Session(Predictions):
             target = [bos] + self._encode(text or "", "target", allow_empty=True)
             return {"source": self._encode(source, "source"), "target": target}
         ids = self._encode(text, "input")
-        if isinstance(self.model, Classifier) and getattr(self.cfg, "pooling", "") == "cls":
+        # Classifiers read position 0 (cls pooling) or see the text after <bos> as in training
+        # (a decoder classifier reads its last token).
+        if isinstance(self.model, Classifier) and getattr(self.model, "pooling", "") in (
+            "cls",
+            "last",
+        ):
             first = self._class_token()
             if ids[:1] != [first]:  # BERT's tokenizer already frames the text with [CLS]
                 ids = [first] + ids  # the class token sits at position 0

@@ -32,10 +32,14 @@ from attnlab.errors import ConfigError
 from attnlab.interop.family import (
     OMIT,
     PAD_ID,
+    PROBLEM_TYPE,
     Family,
     Key,
     as_float,
     check_exportable,
+    label_key,
+    label_maps,
+    label_problems,
     register,
 )
 from attnlab.interop.gpt2 import ALL_BIASES, LEARNED_LAYERNORM
@@ -93,16 +97,8 @@ def _kind_and_pooler(value: Any, data: dict[str, Any]) -> tuple[str, bool]:
     return kind, kind != "masked_lm" or (value or [""])[0] == PRETRAINING
 
 
-def _n_classes(value: Any, data: dict[str, Any]) -> int | None:
-    if bert_kind(data) != "classifier":
-        return None
-    return len(value or {}) or data.get("num_labels")
-
-
-def _labels(cfg: ModelConfig) -> Any:
-    if cfg.kind != "classifier":
-        return OMIT
-    return {str(i): f"LABEL_{i}" for i in range(cfg.n_classes or 0)}
+def _is_classifier(data: dict[str, Any]) -> bool:
+    return bert_kind(data) == "classifier"
 
 
 def _hidden_act(cfg: ModelConfig) -> str:
@@ -111,10 +107,6 @@ def _hidden_act(cfg: ModelConfig) -> str:
 
 def _activation(value: Any, data: dict[str, Any]) -> str:
     return _ACT[value]
-
-
-def _problem_type(cfg: ModelConfig) -> Any:
-    return "single_label_classification" if cfg.kind == "classifier" else OMIT
 
 
 # config.json <-> ModelConfig, both directions (attnlab.interop.family).
@@ -138,8 +130,8 @@ KEYS = (
     # transformers ties BERT's masked-LM decoder to the word embeddings whatever config.json says
     # (measured with 5.24: an untied export loaded tied), so an untied masked LM is refused.
     Key("tie_word_embeddings", "tie_embeddings", lambda c: OMIT, default=True),
-    Key("id2label", "n_classes", _labels, _n_classes, default=None),
-    Key("problem_type", (), _problem_type, default=None),
+    label_key(_is_classifier),
+    PROBLEM_TYPE,
 )
 # BERT's encoder: post-norm LayerNorm blocks, a norm on the embeddings, no final norm.
 FIXED = {
@@ -169,12 +161,8 @@ def bert_config_to_model_config(hf_config: Any, kind: str | None = None) -> Mode
         problems.append(f"position_embedding_type={pos!r} (attnlab has absolute positions)")
     if data.get("is_decoder") or data.get("add_cross_attention"):
         problems.append("is_decoder / add_cross_attention (attnlab imports BERT as an encoder)")
-    n_classes = len(data.get("id2label") or {}) or data.get("num_labels")
     if kind == "classifier":
-        if data.get("problem_type") not in (None, "single_label_classification"):
-            problems.append(f"problem_type={data['problem_type']!r} (single-label only)")
-        if not n_classes or n_classes < 2:
-            problems.append(f"num_labels={n_classes} (a classifier needs at least 2)")
+        problems += label_problems(data)
     if problems:
         raise ConfigError(problems_message("BERT", problems, SUPPORTED))
     return BERT.read(data)
@@ -191,10 +179,7 @@ def model_config_to_bert_config(cfg: ModelConfig, labels: list[str] | None = Non
     check_exportable(BERT, cfg)
     out = BERT.write(cfg)
     if cfg.kind == "classifier":
-        assert cfg.n_classes is not None  # ModelConfig validates: a classifier has n_classes
-        names = labels or [f"LABEL_{i}" for i in range(cfg.n_classes)]
-        out["id2label"] = {str(i): name for i, name in enumerate(names)}
-        out["label2id"] = {name: i for i, name in enumerate(names)}
+        out.update(label_maps(cfg.n_classes or 0, labels))
     return out
 
 

@@ -81,7 +81,8 @@ def export_as(
     if not isinstance(model, DecoderLM):
         raise ConfigError(
             f"hf-gpt2 export needs a decoder-only language model (kind='decoder_lm'), this "
-            f"checkpoint holds a {type(model).__name__}; use fmt='safetensors' instead",
+            f"checkpoint holds a {type(model).__name__}; use fmt='hf' (the model's own Hugging "
+            "Face family) or fmt='safetensors' instead",
             fields=("fmt",),
         )
     check_gpt2_compatible(model.cfg)

@@ -26,7 +26,7 @@ import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from attnlab.config import TRANSFORMER_KINDS, ModelConfig
+from attnlab.config import CLASSIFIER_KINDS, TRANSFORMER_KINDS, ModelConfig
 from attnlab.errors import ConfigError
 from attnlab.interop.weights_map import Mapped
 
@@ -150,6 +150,56 @@ def tie_key(default: bool) -> Key:
     return Key("tie_word_embeddings", "tie_embeddings", read=as_bool, default=default)
 
 
+# A classifier's config.json keys (BERT's and the decoders' ...ForSequenceClassification).
+def label_key(is_classifier: Callable[[dict[str, Any]], bool]) -> Key:
+    """``id2label`` <-> ``n_classes``: written as placeholder names (export replaces them with
+    the labels, :func:`label_maps`), read as the number of labels when ``is_classifier(data)``
+    says config.json describes a classifier (None otherwise: every config has an id2label)."""
+
+    def read(value: Any, data: dict[str, Any]) -> int | None:
+        if not is_classifier(data):
+            return None
+        return len(value or {}) or data.get("num_labels")
+
+    return Key("id2label", "n_classes", _placeholder_labels, read, default=None)
+
+
+def _placeholder_labels(cfg: ModelConfig) -> Any:
+    if cfg.kind not in CLASSIFIER_KINDS:
+        return OMIT
+    return {str(i): f"LABEL_{i}" for i in range(cfg.n_classes or 0)}
+
+
+PROBLEM_TYPE = Key(
+    "problem_type",
+    (),
+    lambda c: "single_label_classification" if c.kind in CLASSIFIER_KINDS else OMIT,
+    default=None,
+)
+
+
+def label_maps(n_classes: int, labels: Sequence[str] | None) -> dict[str, Any]:
+    """config.json's ``id2label`` and ``label2id`` for ``labels`` (names in id order; default
+    LABEL_0, LABEL_1, ...)."""
+    names = list(labels or [f"LABEL_{i}" for i in range(n_classes)])
+    return {
+        "id2label": {str(i): name for i, name in enumerate(names)},
+        "label2id": {name: i for i, name in enumerate(names)},
+    }
+
+
+def label_problems(data: Mapping[str, Any]) -> list[str]:
+    """What a classifier's config.json asks that attnlab's classifiers cannot do (for the
+    importers' problem lists): several labels per example, or fewer than two classes."""
+    problems = []
+    if data.get("problem_type") not in (None, "single_label_classification"):
+        problems.append(f"problem_type={data['problem_type']!r} (single-label only)")
+    n_classes = len(data.get("id2label") or {}) or data.get("num_labels")
+    if not n_classes or n_classes < 2:
+        problems.append(f"num_labels={n_classes} (a classifier needs at least 2)")
+    return problems
+
+
 REGISTRY: dict[str, Family] = {}
 
 
@@ -187,9 +237,11 @@ def canonical(cfg: ModelConfig) -> dict[str, Any]:
         reset("full_attn_every")  # no layer is a k-th one: every layer slides
     if cfg.kind != "encoder_decoder":
         reset("tgt_vocab_size", "n_decoder_layers")
+    if cfg.kind not in CLASSIFIER_KINDS:
+        reset("n_classes")
     if cfg.kind != "classifier":
-        reset("n_classes", "pooling")
-    if cfg.kind in ("encoder", "classifier"):
+        reset("pooling")  # a decoder_classifier always reads its last token
+    if cfg.kind in ("encoder", *CLASSIFIER_KINDS):
         reset("tie_embeddings")  # no output head to tie
     if cfg.attention != "hardmax":
         reset("straight_through")

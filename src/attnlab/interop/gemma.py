@@ -1,5 +1,6 @@
 """Hugging Face Gemma 2 and Gemma 3 text decoders (``Gemma2ForCausalLM``, model_type "gemma2";
-``Gemma3ForCausalLM``, model_type "gemma3_text") <-> DecoderLM.
+``Gemma3ForCausalLM``, model_type "gemma3_text") <-> DecoderLM, and Gemma 3's classifier
+(``Gemma3TextForSequenceClassification``) <-> DecoderClassifier.
 
 A Gemma block is the sandwich block (``norm_placement="sandwich"``, ``attnlab.nn.sandwich``) with
 Llama's other parts and GeGLU:
@@ -37,9 +38,17 @@ from typing import Any
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.interop.causal_lm import CausalLM
+from attnlab.interop.causal_lm import (
+    CLASSIFIER_KEYS,
+    CLASSIFIER_SUFFIX,
+    HEADS,
+    CausalLM,
+    architecture_key,
+    classifier_problems,
+)
 from attnlab.interop.family import Family, Key, register, tie_key
 from attnlab.interop.llama import (
+    DECODER_KINDS,
     ROPE_FIELDS,
     ROTARY_RMSNORM,
     SHAPE_KEYS,
@@ -54,12 +63,13 @@ MODEL_TYPE = "gemma3_text"
 ARCHITECTURE = "Gemma3ForCausalLM"
 GEMMA2_TYPE, GEMMA2_ARCHITECTURE = "gemma2", "Gemma2ForCausalLM"
 MODEL_TYPES = (MODEL_TYPE, GEMMA2_TYPE)
+CLASSIFIER = "Gemma3Text" + CLASSIFIER_SUFFIX
 _ACT_IN = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu": "gelu"}
 _ACT_OUT = {"gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}
 SUPPORTED = (
     "Gemma 3 text decoders with GeGLU (gelu_pytorch_tanh or gelu), query_pre_attn_scalar = "
-    "head_dim, no logit soft-capping, rotary scaling none/linear/llama3, and one kind of layer "
-    "(all sliding or all full)"
+    "head_dim, no logit soft-capping, rotary scaling none/linear/llama3, one kind of layer "
+    "(all sliding or all full), and " + HEADS
 )
 SUPPORTED_2 = (
     "Gemma 2 decoders with GeGLU (gelu_pytorch_tanh or gelu), query_pre_attn_scalar = head_dim, "
@@ -121,7 +131,7 @@ def _attention_bias(value: Any, data: dict[str, Any]) -> bool | None:
 # config.json <-> ModelConfig, both directions (attnlab.interop.family).
 KEYS = (
     Key("model_type", (), lambda c: MODEL_TYPE, default=None),
-    Key("architectures", (), lambda c: [ARCHITECTURE], default=None),
+    architecture_key(lambda c: ARCHITECTURE, lambda c: CLASSIFIER),
     *SHAPE_KEYS,
     Key("hidden_activation", "activation", _hidden_activation, _activation, default=None),
     Key("rope_parameters", ROPE_FIELDS, _rope_per_kind, _read_rope, default=None),
@@ -133,6 +143,7 @@ KEYS = (
     Key("use_bidirectional_attention", (), lambda c: False, default=None),
     Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _attention_bias, default=False),
     tie_key(default=True),
+    *CLASSIFIER_KEYS,
 )
 # A Gemma 3 block: sandwich RMSNorms, rotary, GeGLU, query/key norms, sqrt(D)-scaled embeddings.
 FIXED = {
@@ -180,6 +191,7 @@ GEMMA3 = register(
         keys=KEYS,
         fixed=FIXED,
         table=gemma_table,
+        kinds=DECODER_KINDS,
     )
 )
 
@@ -267,6 +279,7 @@ def _common_problems(data: dict[str, Any], rope: dict[str, Any]) -> list[str]:
         problems.append(f"query_pre_attn_scalar={scalar} (attnlab scales by 1/sqrt(head_dim))")
     if data.get("use_bidirectional_attention"):
         problems.append("use_bidirectional_attention=true (attnlab's Gemma is causal)")
+    problems += classifier_problems(data)
     rope_type = (rope.get("rope_parameters") or rope.get("rope_scaling") or {}).get("rope_type")
     if rope_type not in (None, "default", "linear", "llama3"):
         problems.append(f"rope scaling {rope_type!r} (attnlab has default, linear and llama3)")

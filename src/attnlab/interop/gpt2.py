@@ -1,4 +1,6 @@
-"""Hugging Face GPT-2 <-> attnlab DecoderLM: the config and weight mapping (both directions).
+"""Hugging Face GPT-2 <-> attnlab DecoderLM (``GPT2LMHeadModel``) and DecoderClassifier
+(``GPT2ForSequenceClassification``: ``score`` -> ``head``): the config and weight mapping (both
+directions).
 
 GPT-2 (Radford et al. 2019) is exactly our pre-norm decoder-only LM (000 "Transformer Decoder"):
 
@@ -28,10 +30,25 @@ from torch import Tensor
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.interop.causal_lm import CausalLM
-from attnlab.interop.family import PAD_ID, Family, Key, as_bool, as_float, register, tie_key
-from attnlab.interop.weights_map import Mapped, config_dict
-from attnlab.models.lm import DecoderLM
+from attnlab.interop.causal_lm import (
+    CLASSIFIER_KEYS,
+    HEADS,
+    CausalLM,
+    DecoderModel,
+    architecture_key,
+    classifier_problems,
+    head_rows,
+)
+from attnlab.interop.family import (
+    PAD_ID,
+    Family,
+    Key,
+    as_bool,
+    as_float,
+    register,
+    tie_key,
+)
+from attnlab.interop.weights_map import Mapped, config_dict, problems_message
 
 # HF activation_function -> attnlab activation, and back (the first HF name is the one we write).
 _ACT_IN = {
@@ -63,7 +80,7 @@ def _d_ff(value: Any, data: dict[str, Any]) -> int:
 # config.json <-> ModelConfig, both directions (attnlab.interop.family).
 KEYS = (
     Key("model_type", (), lambda c: "gpt2", default=None),
-    Key("architectures", (), lambda c: ["GPT2LMHeadModel"], default=None),
+    architecture_key(lambda c: "GPT2LMHeadModel", lambda c: "GPT2ForSequenceClassification"),
     Key("vocab_size", "vocab_size"),
     Key("n_positions", "max_len"),
     Key("n_embd", "d_model"),
@@ -83,13 +100,14 @@ KEYS = (
     Key("add_cross_attention", (), lambda c: False, default=None),
     Key("initializer_range", (), lambda c: 0.02, default=None),
     Key("use_cache", (), lambda c: True, default=None),
+    *CLASSIFIER_KEYS,
 )
 # What the Transformer of GPT-2 and BERT pins: learned positions, LayerNorm, a biased MLP.
 LEARNED_LAYERNORM = dict(
     positional="learned", norm="layernorm", ffn="mlp", bias=True, attention="softmax"
 )
 # What GPT-2's architecture pins (everything else comes from a key above): a pre-norm decoder.
-FIXED = {**LEARNED_LAYERNORM, "kind": "decoder_lm", "norm_placement": "pre", "final_norm": True}
+FIXED = {**LEARNED_LAYERNORM, "norm_placement": "pre", "final_norm": True}
 # GPT-2 stores every bias; a bias-free model is written with zero biases (the same function).
 ALL_BIASES = dict(bias=True, attn_bias=None, attn_out_bias=None, ffn_bias=None)
 
@@ -105,8 +123,8 @@ _LAYER_KEYS = (
 
 
 def gpt2_table(cfg: ModelConfig) -> list[Mapped]:
-    """Hugging Face ``GPT2LMHeadModel`` name -> attnlab name for every tensor of ``cfg``'s model;
-    biases are ``zero`` rows (GPT-2 always has them)."""
+    """Hugging Face ``GPT2LMHeadModel`` (``GPT2ForSequenceClassification``) name -> attnlab name
+    for every tensor of ``cfg``'s model; biases are ``zero`` rows (GPT-2 always has them)."""
     t = "transformer."
     table = [
         Mapped.one(t + "wte.weight", "embed.tok_emb.weight"),
@@ -119,9 +137,7 @@ def gpt2_table(cfg: ModelConfig) -> list[Mapped]:
             table.append(Mapped.one(h + hf + ".bias", b + ours + ".bias", zero=True))
     table.append(Mapped.one(t + "ln_f.weight", "final_norm.weight"))
     table.append(Mapped.one(t + "ln_f.bias", "final_norm.bias", zero=True))
-    if not cfg.tie_embeddings:
-        table.append(Mapped.one("lm_head.weight", "lm_head.weight"))
-    return table
+    return table + head_rows(cfg)
 
 
 GPT2 = register(
@@ -131,6 +147,7 @@ GPT2 = register(
         keys=KEYS,
         fixed=FIXED,
         table=gpt2_table,
+        kinds=("decoder_lm", "decoder_classifier"),
         widens=ALL_BIASES,
     )
 )
@@ -161,6 +178,9 @@ def gpt2_config_to_model_config(hf_config: Any) -> ModelConfig:
             "GPT-2 with scale_attn_by_inverse_layer_idx=true is not supported "
             "(attnlab scales every layer's logits by 1/sqrt(d_head) only)"
         )
+    problems = classifier_problems(data)
+    if problems:
+        raise ConfigError(problems_message("GPT-2", problems, "GPT-2 with " + HEADS))
     return GPT2.read(data)
 
 
@@ -192,24 +212,27 @@ def model_config_to_gpt2_config(
 
 
 def load_gpt2_state_dict(
-    model: DecoderLM | None, state_dict: Mapping[str, Tensor], config: Any = None
-) -> DecoderLM:
-    """Copy HF GPT-2 weights into ``model``, or into a new DecoderLM built from ``config``.
+    model: DecoderModel | None, state_dict: Mapping[str, Tensor], config: Any = None
+) -> DecoderModel:
+    """Copy HF GPT-2 weights into ``model``, or into a new DecoderLM (DecoderClassifier) built
+    from ``config``.
 
-    ``state_dict`` may come from GPT2LMHeadModel ("transformer.h.0...", "lm_head.weight") or from
-    the bare GPT2Model ("h.0..."). ``config`` (needed when ``model`` is None) is an attnlab
+    ``state_dict`` may come from GPT2LMHeadModel ("transformer.h.0...", "lm_head.weight"),
+    GPT2ForSequenceClassification ("score.weight": a DecoderClassifier) or the bare GPT2Model
+    ("h.0..."). ``config`` (needed when ``model`` is None) is an attnlab
     ModelConfig, a GPT2Config, or the dict of config.json. Every tensor is shape-checked against
     the model; missing and unexpected keys are errors. Returns the model in eval mode.
     """
     tensors = {
-        k if k.startswith(("transformer.", "lm_head.")) else "transformer." + k: v
+        k if k.startswith(("transformer.", "lm_head.", "score.")) else "transformer." + k: v
         for k, v in state_dict.items()
     }
     return GPT2_LM.load(model, tensors, config)
 
 
-def to_gpt2_state_dict(model: DecoderLM) -> dict[str, Tensor]:
-    """attnlab DecoderLM -> the state dict of ``transformers.GPT2LMHeadModel`` (fresh tensors).
+def to_gpt2_state_dict(model: DecoderModel) -> dict[str, Tensor]:
+    """attnlab DecoderLM -> the state dict of ``transformers.GPT2LMHeadModel`` (fresh tensors);
+    a DecoderClassifier -> ``GPT2ForSequenceClassification``'s.
 
     Bias-free layers export zero biases. With tied embeddings "lm_head.weight" is the same tensor
     as "transformer.wte.weight", as in HF.

@@ -25,6 +25,7 @@ from torch import Tensor
 
 from attnlab.checkpoint.atomic import atomic_write_text, atomic_write_with
 from attnlab.errors import CheckpointError
+from attnlab.interop.causal_lm import DecoderModel
 from attnlab.interop.gpt2 import (
     gpt2_config_to_model_config,
     load_gpt2_state_dict,
@@ -40,8 +41,9 @@ BIN_FILE = "pytorch_model.bin"
 BIN_INDEX = "pytorch_model.bin.index.json"
 
 
-def from_pretrained_dir(path: str | os.PathLike) -> DecoderLM:
-    """A DecoderLM (eval mode) from a LOCAL Hugging Face GPT-2 directory; never downloads."""
+def from_pretrained_dir(path: str | os.PathLike) -> DecoderModel:
+    """A DecoderLM (eval mode) from a LOCAL Hugging Face GPT-2 directory (a DecoderClassifier
+    from a GPT2ForSequenceClassification one); never downloads."""
     root = Path(path)
     if not root.is_dir():
         raise CheckpointError(
@@ -53,9 +55,9 @@ def from_pretrained_dir(path: str | os.PathLike) -> DecoderLM:
     return load_gpt2_state_dict(None, read_weights(root), cfg)
 
 
-def from_transformers(hf_model: Any) -> DecoderLM:
+def from_transformers(hf_model: Any) -> DecoderModel:
     """A DecoderLM (eval mode) with the weights of a live ``transformers`` GPT-2 model object
-    (GPT2LMHeadModel or GPT2Model)."""
+    (GPT2LMHeadModel or GPT2Model; a DecoderClassifier for GPT2ForSequenceClassification)."""
     config = getattr(hf_model, "config", None)
     if config is None or not callable(getattr(hf_model, "state_dict", None)):
         raise TypeError(

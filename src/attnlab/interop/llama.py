@@ -1,5 +1,6 @@
 """Hugging Face Llama-like decoders <-> DecoderLM: Llama and Mistral (``LlamaForCausalLM``,
-``MistralForCausalLM``), Qwen2 and Qwen3 (``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``).
+``MistralForCausalLM``), Qwen2 and Qwen3 (``Qwen2ForCausalLM``, ``Qwen3ForCausalLM``); their
+``...ForSequenceClassification`` <-> DecoderClassifier (``score`` -> ``head``).
 
 A Llama block is attnlab's pre-norm causal block with today's parts switched on:
 
@@ -30,16 +31,33 @@ from typing import Any
 
 from attnlab.config import ModelConfig
 from attnlab.errors import ConfigError
-from attnlab.interop.causal_lm import CausalLM
-from attnlab.interop.family import OMIT, PAD_ID, Family, Key, as_float, register, tie_key
+from attnlab.interop.causal_lm import (
+    CLASSIFIER_KEYS,
+    CLASSIFIER_SUFFIX,
+    HEADS,
+    CausalLM,
+    architecture_key,
+    classifier_problems,
+    head_rows,
+)
+from attnlab.interop.family import (
+    OMIT,
+    PAD_ID,
+    Family,
+    Key,
+    as_float,
+    register,
+    tie_key,
+)
 from attnlab.interop.weights_map import Mapped, config_dict, problems_message
 
 MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM"}
+CLASS_PREFIX = {"llama": "Llama", "mistral": "Mistral"}  # + ForSequenceClassification
 SUPPORTED = (
     "Llama/Mistral/Qwen2/Qwen3 decoders with SiLU, rotary positions (scaling none, linear or "
-    "llama3), pretraining_tp=1, any number of key/value heads, and one kind of layer (all "
-    "sliding or none)"
+    "llama3), pretraining_tp=1, any number of key/value heads, one kind of layer (all "
+    "sliding or none), and " + HEADS
 )
 ROPE_FIELDS = (
     "rope_base",
@@ -144,10 +162,14 @@ DECODER_KEYS = (
     Key("rope_theta", (), lambda c: c.rope_base, default=None),  # transformers < 5 reads these
     Key("rope_scaling", (), rope_scaling, default=None),
     tie_key(default=False),
+    *CLASSIFIER_KEYS,
 )
 KEYS = (
     Key("model_type", (), _model_type, default=None),
-    Key("architectures", (), lambda c: [ARCHITECTURES[_model_type(c)]], default=None),
+    architecture_key(
+        lambda c: ARCHITECTURES[_model_type(c)],
+        lambda c: CLASS_PREFIX[_model_type(c)] + CLASSIFIER_SUFFIX,
+    ),
     *DECODER_KEYS,
     Key("pretraining_tp", (), lambda c: 1, default=None),
     Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _llama_bias, default=False),
@@ -155,9 +177,8 @@ KEYS = (
     Key("sliding_window", "attn_window", lambda c: c.attn_window or OMIT, _window, default=None),
 )
 # What Llama-layout decoders (Llama's and Gemma's) pin: rotary positions, RMSNorm, no biases.
-ROTARY_RMSNORM = dict(
-    kind="decoder_lm", positional="rotary", norm="rmsnorm", bias=False, attention="softmax"
-)
+ROTARY_RMSNORM = dict(positional="rotary", norm="rmsnorm", bias=False, attention="softmax")
+DECODER_KINDS = ("decoder_lm", "decoder_classifier")  # ...ForCausalLM, ...ForSequenceClassif.
 # A Llama block: pre-norm, SwiGLU, a final norm.
 FIXED = {
     **ROTARY_RMSNORM,
@@ -184,10 +205,10 @@ def _qwen_window(value: Any, data: dict[str, Any]) -> int | None:
     return data["sliding_window"] if slides else None
 
 
-def _qwen_keys(model_type: str, arch: str) -> tuple[Key, ...]:
+def _qwen_keys(model_type: str, name: str) -> tuple[Key, ...]:
     return (
         Key("model_type", (), lambda c: model_type, default=None),
-        Key("architectures", (), lambda c: [arch], default=None),
+        architecture_key(lambda c: name + "ForCausalLM", lambda c: name + CLASSIFIER_SUFFIX),
         *DECODER_KEYS,
         Key("use_sliding_window", (), lambda c: c.attn_window is not None, default=None),
         Key("sliding_window", (), lambda c: c.attn_window, default=None),
@@ -197,7 +218,7 @@ def _qwen_keys(model_type: str, arch: str) -> tuple[Key, ...]:
 
 
 QWEN3_KEYS = (
-    *_qwen_keys("qwen3", "Qwen3ForCausalLM"),
+    *_qwen_keys("qwen3", "Qwen3"),
     Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _llama_bias, default=False),
 )
 
@@ -225,6 +246,7 @@ def llama_config_to_model_config(hf_config: Any) -> ModelConfig:
         )
     if data.get("layer_types") and len(set(data["layer_types"])) > 1:
         problems.append(f"mixed layer_types {sorted(set(data['layer_types']))} (one kind only)")
+    problems += classifier_problems(data)
     if problems:
         raise ConfigError(problems_message(model_type, problems, SUPPORTED))
     return FAMILY_OF[model_type].read(data)
@@ -249,16 +271,14 @@ def decoder_table(
     """Hugging Face name(s) -> attnlab name for every tensor of a Llama-layout model (Llama's and
     Gemma's): the embeddings, each layer's fused q/k/v and the rows ``layer(cfg, h, b)`` gives
     for HF layer ``h`` and attnlab block ``b``, the final norm (its gain stored as
-    g - ``offset``) and an untied head."""
+    g - ``offset``) and the head (an untied LM head, or a classifier's ``score``)."""
     table = [Mapped.one("model.embed_tokens.weight", "embed.tok_emb.weight")]
     for i in range(cfg.n_layers):
         h, b = f"model.layers.{i}.", f"blocks.{i}."
         table += qkv_rows(cfg, h, b)
         table += layer(cfg, h, b)
     table.append(Mapped.one("model.norm.weight", "final_norm.weight", offset=offset))
-    if not cfg.tie_embeddings:
-        table.append(Mapped.one("lm_head.weight", "lm_head.weight"))
-    return table
+    return table + head_rows(cfg)
 
 
 def _llama_layer(cfg: ModelConfig, h: str, b: str) -> list[Mapped]:
@@ -292,15 +312,17 @@ LLAMA = register(
         keys=KEYS,
         fixed=FIXED,
         table=llama_table,
+        kinds=DECODER_KINDS,
     )
 )
 QWEN2 = register(
     Family(
         name="Qwen2",
         export_name="qwen2",
-        keys=_qwen_keys("qwen2", "Qwen2ForCausalLM"),
+        keys=_qwen_keys("qwen2", "Qwen2"),
         fixed={**FIXED, "attn_bias": True, "attn_out_bias": False},  # biased q, k, v; plain W^O
         table=llama_table,
+        kinds=DECODER_KINDS,
     )
 )
 QWEN3 = register(
@@ -310,6 +332,7 @@ QWEN3 = register(
         keys=QWEN3_KEYS,
         fixed={**FIXED, "qk_norm": True},
         table=llama_table,
+        kinds=DECODER_KINDS,
     )
 )
 FAMILY_OF = {"llama": LLAMA, "mistral": LLAMA, "qwen2": QWEN2, "qwen3": QWEN3}

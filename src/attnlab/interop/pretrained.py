@@ -7,6 +7,7 @@ One entry point per direction, dispatching on ``config.json``'s ``model_type``:
     qwen2, qwen3                        Qwen2's q/k/v biases, Qwen3's query/key norms)
     gemma2,            -> decoder_lm   (attnlab.interop.gemma: sandwich norms, GeGLU; Gemma 2's
     gemma3_text                         soft-caps and alternating windows, Gemma 3's QK-norm)
+                          (each decoder's ...ForSequenceClassification -> decoder_classifier)
     bert               -> encoder / classifier / masked_lm by ``architectures``
                                        (attnlab.interop.bert)
 
@@ -29,7 +30,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from attnlab.config import ModelConfig
+from attnlab.config import CLASSIFIER_KINDS, ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.interop import bert, gemma, gpt2, llama
 from attnlab.interop.family import family_for
@@ -46,6 +47,7 @@ from attnlab.interop.hf_tokenizer import (
     load_pretrained_tokenizer,
 )
 from attnlab.interop.hub import expand_path, resolve_model_path
+from attnlab.models import DecoderClassifier, DecoderLM
 from attnlab.models.base import config_of
 
 MODEL_TYPES = ("gpt2", *llama.MODEL_TYPES, *gemma.MODEL_TYPES, "bert")
@@ -122,7 +124,7 @@ def load_pretrained(
     if tokenizer and has_tokenizer_files(root):
         tok = load_pretrained_tokenizer(root, vocab_size=config.vocab_size)
     labels = None
-    if config.kind == "classifier":
+    if config.kind in CLASSIFIER_KINDS:
         assert config.n_classes is not None  # ModelConfig validates: a classifier has n_classes
         id2label = data.get("id2label") or {}
         labels = [str(id2label.get(str(i), id2label.get(i, i))) for i in range(config.n_classes)]
@@ -154,14 +156,19 @@ def hf_export(
 ) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:
     """(config.json dict, state dict) of ``model`` in the Hugging Face family whose round trip
     keeps its config exactly (:func:`attnlab.interop.family.family_for`): Llama (Mistral) for
-    rotary RMSNorm SwiGLU decoders, GPT-2 for learned-position LayerNorm decoders, BERT for
-    encoders. A model no family holds is a ConfigError naming every field that does not map."""
+    rotary RMSNorm SwiGLU decoders, GPT-2 for learned-position LayerNorm decoders (their
+    ...ForSequenceClassification for decoder classifiers), BERT for encoders. A model no family
+    holds is a ConfigError naming every field that does not map."""
     cfg = config_of(model)
     ids = dict(bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
     family = family_for(cfg)
     for decoder in (llama.LLAMA_LM, gemma.GEMMA_LM, gpt2.GPT2_LM):
         if family in decoder.families:
-            return decoder.config_json(cfg, ids), decoder.export(model)
+            if not isinstance(model, DecoderLM | DecoderClassifier):
+                raise TypeError(
+                    f"a {family.name} export needs a decoder, got {type(model).__name__}"
+                )
+            return decoder.config_json(cfg, ids, labels), decoder.export(model)
     return bert.model_config_to_bert_config(cfg, labels), bert.to_bert_state_dict(model)
 
 

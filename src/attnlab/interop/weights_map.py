@@ -190,12 +190,12 @@ def model_to_load(
     check: Callable[[ModelConfig], object],
     build: Callable[[ModelConfig], M],
     family: str,
-    cls: type[M] | None = None,
+    cls: type[M] | tuple[type[M], ...] | None = None,
 ) -> M:
     """The model a ``loader`` (``load_<family>_state_dict``) copies weights into: ``model``
-    (an instance of ``cls`` when given), or a new one ``build`` makes from ``config``, an attnlab
-    ModelConfig or a transformers config / config.json dict that ``convert`` maps. ``check``
-    raises ConfigError for the settings the family cannot hold."""
+    (an instance of ``cls``, or of one of them, when given), or a new one ``build`` makes from
+    ``config``, an attnlab ModelConfig or a transformers config / config.json dict that
+    ``convert`` maps. ``check`` raises ConfigError for the settings the family cannot hold."""
     if model is None:
         if config is None:
             raise TypeError(f"{loader} needs a model or a config to build one from")
@@ -204,7 +204,8 @@ def model_to_load(
         check_model_memory(cfg)  # a config asking for 1e6 width stops before allocating
         return build(cfg)
     if cls is not None and not isinstance(model, cls):
-        raise TypeError(f"{family} weights load into a {cls.__name__}, got {type(model).__name__}")
+        names = " or ".join(c.__name__ for c in (cls if isinstance(cls, tuple) else (cls,)))
+        raise TypeError(f"{family} weights load into a {names}, got {type(model).__name__}")
     check(config_of(model))
     return model
 

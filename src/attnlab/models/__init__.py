@@ -9,6 +9,7 @@ from attnlab.models.base import (
     Seq2SeqModel,
 )
 from attnlab.models.build import build_model
+from attnlab.models.decoder_classifier import DecoderClassifier
 from attnlab.models.encoder import EncoderClassifier, EncoderOutput, TransformerEncoder
 from attnlab.models.lm import DecoderLM
 from attnlab.models.lstm_seq2seq import LSTMSeq2Seq
@@ -17,6 +18,7 @@ from attnlab.models.transformer_seq2seq import TransformerEncoderDecoder
 
 __all__ = [
     "Classifier",
+    "DecoderClassifier",
     "DecoderLM",
     "Encoded",
     "EncoderClassifier",

@@ -47,6 +47,7 @@ FAMILIES = {
     "decoder_lm": ("attnlab.models.lm", "DecoderLM"),
     "encoder_decoder": ("attnlab.models.transformer_seq2seq", "TransformerEncoderDecoder"),
     "classifier": ("attnlab.models.encoder", "EncoderClassifier"),
+    "decoder_classifier": ("attnlab.models.decoder_classifier", "DecoderClassifier"),
     "encoder": ("attnlab.models.encoder", "TransformerEncoder"),
     "masked_lm": ("attnlab.models.masked_lm", "MaskedLM"),
     "rnn_lm": ("attnlab.models.rnn_lm", "RNNLM"),

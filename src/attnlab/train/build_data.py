@@ -306,7 +306,14 @@ def _label_data(
     if eval_data is not None:
         val = read_labelled(eval_data)
     if labels is None:
-        labels = LabelSet(names) if names else LabelSet.from_labels(y for _, y in train + val)
+        distinct = sorted({str(y) for _, y in train + val})
+        if not names and len(distinct) < 2:
+            raise DataError(
+                f"{origin} has one class only ({distinct}), so there is nothing to tell apart; "
+                "give examples of at least 2 different labels",
+                fields=("data",),
+            )
+        labels = LabelSet(names) if names else LabelSet.from_labels(distinct)
     if tokenizer is None:
         tokenizer = make_tokenizer(cfg.tokenizer, [t for t, _ in train], cfg.bpe_vocab_size, chars)
     if cfg.max_src_len is not None:

@@ -6,8 +6,11 @@ What a fine-tuning run keeps and changes:
 * the pretrained **tokenizer** encodes the data (so ids mean what the embeddings learnt), and the
   pretrained **model config** is the run's, unchanged, except where the task needs another
   output: ``--labels`` turns an encoder (BERT: ``encoder``, ``masked_lm`` or ``classifier``) into a
-  ``classifier`` with one output per label on BERT's pooled CLS vector, whose head (and a pooler
-  the checkpoint lacks) starts from the run's seeded initialisation;
+  ``classifier`` with one output per label on BERT's pooled CLS vector, and a decoder (GPT-2,
+  Llama family, Gemma 3: ``decoder_lm`` or ``decoder_classifier``) into a ``decoder_classifier``
+  reading its last real token (Hugging Face's ``...ForSequenceClassification``); the new head
+  (and a pooler the checkpoint lacks) starts from the run's seeded initialisation, the LM head is
+  dropped;
 * every other weight is copied from the pretrained model; names that do not carry over are
   named in the error, never dropped silently;
 * ``freeze`` keeps parameters out of the optimizer: ``"embeddings"`` (token and position
@@ -16,7 +19,8 @@ What a fine-tuning run keeps and changes:
 
 Everything else is an ordinary run: checkpoints hold the fine-tuned weights and the pretrained
 tokenizer, ``--resume`` continues bit-identically (the pretrained model is not read again), and
-``attnlab export --format hf`` writes the family's format back (GPT-2, Llama, BERT).
+``attnlab export --format hf`` writes the family's format back (GPT-2, Llama family, Gemma 3,
+BERT; a classifier as the family's ``...ForSequenceClassification`` with its labels).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from attnlab.config import ModelConfig
+from attnlab.config import CLASSIFIER_KINDS, DECODER_ONLY_KINDS, ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
 
 ENCODER_KINDS = ("encoder", "masked_lm", "classifier")
@@ -83,18 +87,20 @@ def init_model_config(pretrained: Any, task: str, data: Any) -> ModelConfig:
             )
         return cfg
     if task == "classify":
+        changes: dict[str, Any] = {"n_classes": len(data.labels), "pad_id": data.tokenizer.pad_id}
+        if cfg.kind in DECODER_ONLY_KINDS:
+            # Hugging Face's recipe for decoders: softmax(W_score h_last), a new bias-free head
+            # on the last real token (attnlab.models.decoder_classifier).
+            return cfg.replace(kind="decoder_classifier", **changes)
         if cfg.kind not in ENCODER_KINDS:
             raise ConfigError(
-                f"init_from={name!r} holds a {cfg.kind!r} model; attnlab's classifier head sits "
-                "on an encoder, so classify with a BERT model (e.g. init_from="
-                "'bert-base-uncased'), or fine-tune this decoder as a language model on text",
-                fields=("init_from", "text"),
+                f"init_from={name!r} holds a {cfg.kind!r} model, which has no classifier form; "
+                "classify with a BERT or decoder-only model (e.g. init_from='gpt2')",
+                fields=("init_from",),
             )
         # BERT's recipe: softmax(W tanh(W_p h_CLS + b_p) + b); a pooler the checkpoint lacks
         # (BertForMaskedLM has none) starts from the run's initialisation, like the head.
-        changes: dict[str, Any] = {"kind": "classifier", "n_classes": len(data.labels)}
-        changes.update(pad_id=data.tokenizer.pad_id, pooler=True, pooling="cls")
-        return cfg.replace(**changes)
+        return cfg.replace(kind="classifier", pooler=True, pooling="cls", **changes)
     raise ConfigError(
         f"init_from fine-tunes language models (task='lm') and classifiers (task='classify'), "
         f"not task {task!r}; train a sequence-to-sequence model from scratch instead",
@@ -102,22 +108,37 @@ def init_model_config(pretrained: Any, task: str, data: Any) -> ModelConfig:
     )
 
 
-def initial_weights(pretrained: Any, model_cfg: ModelConfig) -> dict[str, torch.Tensor]:
+def initial_weights(
+    pretrained: Any, model_cfg: ModelConfig, labels: Any = None
+) -> dict[str, torch.Tensor]:
     """The pretrained tensors under the names of a ``model_cfg`` model (an ``encoder``'s move
-    under ``encoder.`` in a classifier; a masked-LM head and a head of another shape drop)."""
+    under ``encoder.`` in a classifier; an LM head and a masked-LM head drop). A classifier head
+    of the same kind carries over when it has the run's classes: its rows reordered to the run's
+    ``labels`` (a LabelSet) when the pretrained model names the same labels in another order,
+    kept as they are when it has as many unnamed classes; otherwise it drops (a new head)."""
     tensors = dict(pretrained.model.state_dict())
     if model_cfg.kind == "classifier" and pretrained.config.kind == "encoder":
         tensors = {f"encoder.{k}": v for k, v in tensors.items()}
-    if model_cfg.kind == "classifier":
-        keep = pretrained.config.kind == "classifier" and (
-            pretrained.config.n_classes == model_cfg.n_classes
-        )
-        tensors = {
-            k: v
-            for k, v in tensors.items()
-            if not k.startswith("mlm.") and (keep or not k.startswith("head."))
-        }
+    if model_cfg.kind in CLASSIFIER_KINDS:
+        rows = _head_rows(pretrained, model_cfg, labels)
+        drop = ("mlm.", "lm_head.") if rows is not None else ("mlm.", "lm_head.", "head.")
+        tensors = {k: v for k, v in tensors.items() if not k.startswith(drop)}
+        if rows is not None:
+            tensors.update({k: v[rows] for k, v in tensors.items() if k.startswith("head.")})
     return {k: v.detach().clone() for k, v in tensors.items()}
+
+
+def _head_rows(pretrained: Any, model_cfg: ModelConfig, labels: Any) -> torch.Tensor | None:
+    """Row i of the run's head = row ``rows[i]`` of the pretrained head (None: no carry-over)."""
+    n = model_cfg.n_classes or 0
+    if pretrained.config.kind != model_cfg.kind or pretrained.config.n_classes != n:
+        return None
+    theirs = list(getattr(pretrained.labels, "names", None) or [])
+    ours = list(getattr(labels, "names", None) or [])
+    if theirs and ours and sorted(theirs) == sorted(ours):
+        return torch.tensor([theirs.index(name) for name in ours])  # the same classes, by name
+    placeholders = all(name == f"LABEL_{i}" for i, name in enumerate(theirs))
+    return torch.arange(n) if placeholders or not ours else None
 
 
 def copy_weights(model: nn.Module, weights: dict[str, torch.Tensor]) -> None:

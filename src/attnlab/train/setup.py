@@ -39,7 +39,7 @@ from attnlab.checkpoint.load import (
     report_unfinished,
 )
 from attnlab.checkpoint.rundir import _step_of, damage_of, latest_checkpoint, step_dirs
-from attnlab.config import LM_KINDS, SEQ2SEQ_KINDS, ModelConfig
+from attnlab.config import CLASSIFIER_KINDS, LM_KINDS, SEQ2SEQ_KINDS, ModelConfig
 from attnlab.errors import CheckpointError, ConfigError, FieldWarning, UserError, blamed_fields
 from attnlab.models.build import check_model_memory
 from attnlab.train.build_data import build_task_data
@@ -50,7 +50,11 @@ from attnlab.train.run_config import load_toml
 from attnlab.train.task_data import TaskData
 from attnlab.train.timing import TIMING_FILE, PhaseTimes
 
-KINDS_FOR_TASK = {"lm": LM_KINDS, "seq2seq": SEQ2SEQ_KINDS, "classify": ("classifier",)}
+KINDS_FOR_TASK: dict[str, tuple[str, ...]] = {
+    "lm": LM_KINDS,
+    "seq2seq": SEQ2SEQ_KINDS,
+    "classify": CLASSIFIER_KINDS,
+}
 DEFAULT_KIND = {"lm": "decoder_lm", "seq2seq": "encoder_decoder", "classify": "classifier"}
 
 
@@ -335,7 +339,7 @@ def prepare_run(
     weights = None
     if pretrained is not None:
         model_cfg = init_model_config(pretrained, cfg.task, data)
-        weights = initial_weights(pretrained, model_cfg)
+        weights = initial_weights(pretrained, model_cfg, data.labels)
     elif cfg.init_from:  # a resumed fine-tuning run: config.toml holds the model it started with
         model_cfg = run_config.model
     else:

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from attnlab.config import CLASSIFIER_KINDS
 from attnlab.data import LabelSet, LMWindows, Tokenizer, collate_labelled, collate_pairs
 from attnlab.errors import DataError, blamed_fields
 
@@ -252,12 +253,12 @@ class LabelData(TaskData):
         ]
 
     def check_fits(self, model_cfg: Any) -> None:
-        if model_cfg.kind != "classifier":
+        if model_cfg.kind not in CLASSIFIER_KINDS:
             return
         longest = max(len(ids) for ids, _ in self.train_ids + self.val_ids)
         if longest > model_cfg.max_len:
             raise DataError(
-                f"the longest text has {longest} tokens (with the CLS token) but the model's "
+                f"the longest text has {longest} tokens (with the <bos>/CLS token) but the model's "
                 f"max_len is {model_cfg.max_len}; raise max_len to at least {longest} or drop "
                 f"long texts with max_src_len",
                 fields=("max_len", "max_src_len"),
