@@ -139,8 +139,9 @@ class CausalLM(NamedTuple):
             check=self.family,
             build=build_model,
             family=self.families[0].name,
+            cls=(DecoderLM, DecoderClassifier),
         )
-        if not isinstance(loaded, DecoderLM | DecoderClassifier):
+        if not isinstance(loaded, DecoderLM | DecoderClassifier):  # model_to_load checked it
             raise TypeError(
                 f"{self.loader} loads into a DecoderLM or DecoderClassifier, got "
                 f"{type(loaded).__name__}"
