@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -281,14 +280,6 @@ class ArmRuns:
                         tolerance, self.seeds[:1], metric)  # fmt: skip
 
 
-def _adapted(job6: Job, fn: Callable[[tuple], Any], job: Callable[..., tuple],
-             score: Callable[[Any], float], steps: int, sign: float) -> dict[str, Any]:  # fmt: skip
-    """A :func:`gate_arms` job run through the experiment's own job function and score."""
-    arm, lr, scale, seed, _quick, _data = job6
-    result = fn(job(arm, lr, scale * steps, seed))
-    return {"metric": sign * float(score(result)), "result": result}
-
-
 def train_gated(
     fn: Callable[[tuple], Any],
     arms: Sequence[Hashable],
@@ -304,28 +295,41 @@ def train_gated(
     step: float = 3.0,
     max_extra: int = 2,
 ) -> ArmRuns:
-    """:func:`gate_arms` for a job function of the experiment's own shape: ``job(arm, lr,
-    steps, seed)`` is the picklable job of ``fn`` (a module-level function, as are ``job`` and
-    ``score``), ``score(result)`` its validation number (higher or lower is better). ``grid`` is
-    one grid for every arm, or a grid per arm (``{arm: rates}``, e.g. multiples of each arm's
-    own recipe rate). Doubling on the first seed; the choice is the best score (no tie width)."""
+    """The gate's rule for a job function of the experiment's own shape: ``job(arm, lr, steps,
+    seed)`` is the picklable job of ``fn`` (a module-level function, run through
+    :func:`attnlab.lab.kit.seeds.run_jobs`, ``workers`` at a time); ``job`` and ``score`` (the
+    validation number of a result, higher or lower is better) run here, so they may be closures.
+    ``grid`` is one grid for every arm, or a grid per arm (``{arm: rates}``). All arms' rates
+    run as one batch per round, extensions as :func:`gate_arms` makes them (the choice is the
+    best score, no tie width); then the other seeds and the first seed at twice the steps."""
     sign = -1.0 if higher_is_better else 1.0
-    train = partial(_adapted, fn=fn, job=job, score=score, steps=steps, sign=sign)
-    grids = {a: tuple(float(r) for r in (grid[a] if isinstance(grid, Mapping) else grid))
-             for a in arms}  # fmt: skip
-    gated: dict[Any, Gated] = {}
-    rules: dict[Any, Sweep] = {}
-    for rates in dict.fromkeys(grids.values()):  # arms sharing a grid train as one batch
-        rule = Sweep(rates, tolerance=0.0, metric=chosen_on, factor=step,
-                     max_extensions=max_extra, tie=0.0)  # fmt: skip
-        group = [a for a in arms if grids[a] == rates]
-        gated.update(gate_arms(train, group, rule, seeds, quick=False, data=None, workers=workers))
-        rules.update(dict.fromkeys(group, rule))
+    rules = {
+        a: Sweep(tuple(float(r) for r in (grid[a] if isinstance(grid, Mapping) else grid)),
+                 tolerance=0.0, metric=chosen_on, factor=step, max_extensions=max_extra, tie=0.0)
+        for a in arms
+    }  # fmt: skip
+    first, results = seeds[0], {}
+
+    def run(todo: list[tuple]) -> None:
+        results.update(run_jobs(fn, [j for j in dict.fromkeys(todo) if j not in results], workers))
+
+    tried: dict[Any, dict[float, float]] = {a: {} for a in arms}  # rate -> sign * score
+    rates = {a: list(rules[a].grid) for a in arms}
+    while any(rates.values()):
+        run([job(a, r, steps, first) for a in arms for r in rates[a]])
+        for a in arms:
+            tried[a].update({r: sign * float(score(results[job(a, r, steps, first)]))
+                             for r in rates[a]})  # fmt: skip
+        more = {a: _edge_extension(tried[a], rules[a]) for a in arms}
+        rates = {a: [] if r is None else [r] for a, r in more.items()}
+    chosen = {a: choose(tried[a], 0.0) for a in arms}
+    run([job(a, chosen[a], steps, s) for a in arms for s in seeds[1:]]
+        + [job(a, chosen[a], 2 * steps, first) for a in arms])  # fmt: skip
     return ArmRuns(
-        lr={a: g.learning_rate(rules[a]) for a, g in gated.items()},
-        sweeps={a: {lr: sign * s for lr, s in g.scores.items()} for a, g in gated.items()},
-        per={a: [r["result"] for r in g.runs] for a, g in gated.items()},
-        double={a: g.doubled[0]["result"] for a, g in gated.items()},
+        lr={a: LearningRate(chosen[a], sorted(tried[a]), chosen_on=chosen_on) for a in arms},
+        sweeps={a: {r: sign * v for r, v in tried[a].items()} for a in arms},
+        per={a: [results[job(a, chosen[a], steps, s)] for s in seeds] for a in arms},
+        double={a: results[job(a, chosen[a], 2 * steps, first)] for a in arms},
         steps=steps,
         seeds=list(seeds),
     )

@@ -64,6 +64,7 @@ def run_experiment(
     out = given if given is not None else default_out_dir(name, quick)
     check_may_write(out, quick)  # before minutes of training, not after
     ensure_writable_dir(out)
+    code = code_hash(exp.run.__module__)  # the code about to run, hashed before it runs
     random.seed(seed)
     torch.manual_seed(seed)
     threads = torch.get_num_threads()
@@ -78,7 +79,6 @@ def run_experiment(
     report.wall_time_s = time.perf_counter() - start
     report.quick, report.seed, report.machine = quick, seed, machine
     report.command = command_line(name, quick, seed, given, data)
-    code = code_hash(exp.run.__module__)  # the code that ran (hashed after: same files)
     report.code_hash, report.code_modules = code.digest, list(code.modules)
     readme = report.write(out)
     if given is None and not quick:
