@@ -50,6 +50,20 @@ def _passes(c: dict) -> bool:
     return bool(ok) and all(ok)
 
 
+def _rejudged(c: dict) -> bool:
+    """The threshold on every seed, and (where the report gives them) a bracketed rate and a
+    converged doubling, all recomputed from the stored numbers."""
+    lr, doubling = c.get("lr"), c.get("doubling")
+    bracketed = (
+        lr is None or LearningRate(**{k: v for k, v in lr.items() if k != "bracketed"}).bracketed
+    )
+    converged = (
+        doubling is None
+        or Doubling(**{k: v for k, v in doubling.items() if k != "converged"}).converged
+    )
+    return _passes(c) and bracketed and converged
+
+
 def test_there_are_committed_reports():
     assert len(REPORTS) >= 10
 
@@ -63,8 +77,11 @@ def test_committed_report_verdict_follows_competence(path):
     assert data.get("command") and data.get("machine") and data.get("wall_time_s", 0) > 0
     for c in data["competence"]:
         assert c["criterion"] and c["arm"] and len(c["values"]) == len(data["seeds"]), c
-        assert c["passed"] == _passes(c), f"stored 'passed' disagrees with the values: {c}"
-    failed = [c["arm"] for c in data["competence"] if c.get("in_verdict", True) and not _passes(c)]
+        assert c.get("met", c["passed"]) == _passes(c), f"stored 'met' disagrees: {c}"
+        assert c["passed"] == _rejudged(c), f"stored 'passed' disagrees with the evidence: {c}"
+    failed = [
+        c["arm"] for c in data["competence"] if c.get("in_verdict", True) and not _rejudged(c)
+    ]
     if failed or len(data["seeds"]) < MIN_SEEDS:
         assert data["verdict"] == "inconclusive", (
             f"{path.parent.name}: verdict {data['verdict']!r} drawn while "
