@@ -69,8 +69,8 @@ def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = 
         "error bars, and a difference inside the spread is called so. Fewer than 3 seeds: "
         "inconclusive.",
         "- **Provenance.** Each report records its command, seeds, machine, load, wall time and a "
-        "hash of the code it ran (its experiment module, the lab kit and every attnlab module "
-        "they import, wording and typing aside). A report whose code changed since is marked "
+        "hash of the code it ran (its experiment module and every attnlab module it uses, of the "
+        "lab kit and the library, found through its imports; wording and typing aside). A report whose code changed since is marked "
         "**stale** below until it is rerun. `--quick` runs the same code CI-sized (one seed, "
         "never a verdict to rely on).",
         "",
