@@ -70,9 +70,9 @@ def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = 
         "inconclusive.",
         "- **Provenance.** Each report records its command, seeds, machine, load, wall time and a "
         "hash of the code it ran (its experiment module and every attnlab module it uses, of the "
-        "lab kit and the library, found through its imports; wording and typing aside). A report whose code changed since is marked "
-        "**stale** below until it is rerun. `--quick` runs the same code CI-sized (one seed, "
-        "never a verdict to rely on).",
+        "lab kit and the library, found through its imports; wording and typing aside). A report "
+        "whose code changed since is marked **stale** below until it is rerun. `--quick` runs "
+        "the same code CI-sized (one seed, never a verdict to rely on).",
         "",
         "| experiment | notes | verdict | competence | seeds | why | wall time | command |",
         "|---|---|---|---|---|---|---|---|",
