@@ -90,6 +90,8 @@ def _check_the_criterion_and_the_step_extension(measured, report):
             assert abs(ladder[2 * s]["val loss"] - ladder[s]["val loss"]) > nonlinearity.TOLERANCE
         if steps < cap:  # stopped early only because the doubling settled
             assert c.doubling.converged
+    (ladder_table,) = [t for t in report.tables if t.caption.startswith("step doubling")]
+    assert len(ladder_table.rows) == sum(len(runs.ladder[a]) for a in nonlinearity.ARMS)
 
 
 def test_an_affine_head_at_the_prior_reaches_the_prior_entropy():

@@ -402,6 +402,15 @@ def _sweep_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
             for a in ARMS for r, v in sorted(runs.sweeps[a].items())]  # fmt: skip
 
 
+def _ladder_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
+    """The first seed's runs at the chosen rate, per budget: the step doubling and, where the
+    validation cross-entropy still moved, its extension."""
+    runs = m["runs"]
+    return [{"arm": arm_name(a), "steps": n, "validation cross-entropy": r["val loss"],
+             "validation accuracy": r["val"], "training cross-entropy": r["train loss"]}
+            for a in ARMS for n, r in sorted(runs.ladder[a].items())]  # fmt: skip
+
+
 def _fails(m: dict[str, Any], attention: str) -> bool:
     """Without the FFN, ``attention`` weights stay below majority + margin on both tasks."""
     return all(
@@ -510,6 +519,11 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
             Table("(a) stacked attention vs the collapsed single map", m["collapse"]),
             Table("(b) learning with and without the feed-forward net", _rows(m)),
             Table("learning-rate sweep (first seed)", _sweep_rows(m)),
+            Table(
+                f"step doubling at the chosen rate (first seed; an arm whose validation "
+                f"cross-entropy moved by more than {TOLERANCE} nats doubled again)",
+                _ladder_rows(m),
+            ),
         ],
         figures=_figures(m, out_dir),
         **gated_fields(
