@@ -569,8 +569,10 @@ def _competence(
         Competence(
             _label(one),
             "training plateau: training-loss drop (nats) when the steps "
-            f"double, at each seed's last doubling (to {budget_text} steps; the cap, "
-            f"{LADDER * steps * 2**DOUBLINGS} steps, is what the 60-minute budget affords)",
+            f"double, at each seed's last doubling (to {budget_text} steps; the cap: "
+            f"{LADDER * steps * 2**DOUBLINGS} steps"
+            + ("" if quick else ", what the 60-minute budget affords")
+            + ")",
             PLATEAU,
             drop,
             higher_is_better=False,
