@@ -272,11 +272,17 @@ class ArmRuns:
     double: dict[Any, Any]
     steps: int
     seeds: list[int]
+    arm_steps: dict[Any, int] = field(default_factory=dict)  # an arm's steps, when extended
+    ladder: dict[Any, dict[int, Any]] = field(default_factory=dict)  # first seed: steps -> result
+
+    def steps_of(self, arm: Hashable) -> int:
+        """The steps ``per[arm]`` ran (``steps`` unless the doubling extended them)."""
+        return self.arm_steps.get(arm, self.steps)
 
     def doubling(self, arm: Hashable, value: Callable[[Any], float], tolerance: float,
                  metric: str) -> Doubling:  # fmt: skip
         """The arm's :class:`Doubling` on the first seed, ``value`` read from each result."""
-        return Doubling(self.steps, [value(self.per[arm][0])], [value(self.double[arm])],
+        return Doubling(self.steps_of(arm), [value(self.per[arm][0])], [value(self.double[arm])],
                         tolerance, self.seeds[:1], metric)  # fmt: skip
 
 
@@ -294,6 +300,8 @@ def train_gated(
     chosen_on: str,
     step: float = 3.0,
     max_extra: int = 2,
+    settled: Callable[[Any, Any], bool] | None = None,
+    max_doublings: int = 0,
 ) -> ArmRuns:
     """The gate's rule for a job function of the experiment's own shape: ``job(arm, lr, steps,
     seed)`` is the picklable job of ``fn`` (a module-level function, run through
@@ -301,7 +309,13 @@ def train_gated(
     validation number of a result, higher or lower is better) run here, so they may be closures.
     ``grid`` is one grid for every arm, or a grid per arm (``{arm: rates}``). All arms' rates
     run as one batch per round, extensions as :func:`gate_arms` makes them (the choice is the
-    best score, no tie width); then the other seeds and the first seed at twice the steps."""
+    best score, no tie width); then the other seeds and the first seed at twice the steps.
+
+    Step extension (``settled`` given, ``max_doublings`` > 0): the first seed runs at the
+    chosen rate at S = ``steps`` and 2S; while ``settled(result at S, result at 2S)`` is False
+    the arm's budget doubles (S -> 2S, a fresh run at 4S), at most ``max_doublings`` times; the
+    other seeds then run at the arm's final S (:meth:`ArmRuns.steps_of`), and ``double`` is the
+    first seed at 2S -- a still-unsettled arm at the cap shows as an unconverged doubling."""
     sign = -1.0 if higher_is_better else 1.0
     rules = {
         a: Sweep(tuple(float(r) for r in (grid[a] if isinstance(grid, Mapping) else grid)),
@@ -323,16 +337,41 @@ def train_gated(
         more = {a: _edge_extension(tried[a], rules[a]) for a in arms}
         rates = {a: [] if r is None else [r] for a, r in more.items()}
     chosen = {a: choose(tried[a], 0.0) for a in arms}
-    run([job(a, chosen[a], steps, s) for a in arms for s in seeds[1:]]
-        + [job(a, chosen[a], 2 * steps, first) for a in arms])  # fmt: skip
+    budget = dict.fromkeys(arms, steps)
+    if settled is not None and max_doublings > 0:  # the first seed's ladder, arms in step
+        run([job(a, chosen[a], 2 * steps, first) for a in arms])
+
+        def open_(a: Any) -> bool:
+            at, twice = (results[job(a, chosen[a], n, first)] for n in (budget[a], 2 * budget[a]))
+            return budget[a] < steps * 2**max_doublings and not settled(at, twice)
+
+        while todo := [a for a in arms if open_(a)]:
+            run([job(a, chosen[a], 4 * budget[a], first) for a in todo])
+            budget.update({a: 2 * budget[a] for a in todo})
+    run([job(a, chosen[a], budget[a], s) for a in arms for s in seeds[1:]]
+        + [job(a, chosen[a], 2 * budget[a], first) for a in arms])  # fmt: skip
     return ArmRuns(
         lr={a: LearningRate(chosen[a], sorted(tried[a]), chosen_on=chosen_on) for a in arms},
         sweeps={a: {r: sign * v for r, v in tried[a].items()} for a in arms},
-        per={a: [results[job(a, chosen[a], steps, s)] for s in seeds] for a in arms},
-        double={a: results[job(a, chosen[a], 2 * steps, first)] for a in arms},
+        per={a: [results[job(a, chosen[a], budget[a], s)] for s in seeds] for a in arms},
+        double={a: results[job(a, chosen[a], 2 * budget[a], first)] for a in arms},
         steps=steps,
         seeds=list(seeds),
+        arm_steps={a: n for a, n in budget.items() if n != steps},
+        ladder={
+            a: {n: results[job(a, chosen[a], n, first)] for n in _rungs(steps, budget[a])}
+            for a in arms
+        },  # fmt: skip
     )
+
+
+def _rungs(steps: int, last: int) -> list[int]:
+    """The first seed's budgets of an arm whose ladder ends at ``last``: steps, 2 steps, ...,
+    2 last."""
+    rungs = [steps]
+    while rungs[-1] < 2 * last:
+        rungs.append(2 * rungs[-1])
+    return rungs
 
 
 # -- one arm, a round of rates at a time ---------------------------------------------------------
