@@ -29,19 +29,10 @@ from attnlab.lab.kit.charts import bar_chart, save_chart
 from attnlab.lab.kit.fit import FitConfig, accuracy, fit_classifier
 from attnlab.lab.kit.gating import bracketed_lr
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    LearningRate,
-    Report,
-    Table,
-    Threshold,
-    outcome,
-    spread,
-    spread_text,
-)
-from attnlab.lab.kit.seeds import run_jobs, start_seeds
+from attnlab.lab.kit.report import Report, Table, Threshold
+from attnlab.lab.kit.seeds import run_jobs, spread, spread_text, start_seeds
 from attnlab.lab.kit.tasks import TaskData, counting, kv_lookup
+from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate, outcome
 from attnlab.models import build_model
 
 VARIANTS = (

@@ -58,20 +58,9 @@ from attnlab.lab.kit.copy_task import (
 )
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    FigureRef,
-    LearningRate,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import run_jobs, start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, run_jobs, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate, gated_fields, verdict_of
 from attnlab.nn.positional import ConcatPositions
 
 ARMS = {"added": "sinusoidal", "concatenated": "concat", "concatenated, unit": "concat"}

@@ -41,19 +41,9 @@ from attnlab.lab.kit.corpus import char_lm_config, text_windows, unigram_bigram
 from attnlab.lab.kit.fit import FitConfig, eval_loss, fit, lm_loss
 from attnlab.lab.kit.gating import Gated, Sweep, gate_arms, sweep_rows
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, gated_fields, verdict_of
 from attnlab.models import build_model
 
 ARMS = ("masked", "unmasked")

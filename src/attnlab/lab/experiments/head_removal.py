@@ -37,18 +37,9 @@ from attnlab.lab.kit.corpus import text_windows, unigram_bigram
 from attnlab.lab.kit.fit import FitConfig, eval_loss, fit, lm_loss
 from attnlab.lab.kit.gating import bracketed_lr
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    LearningRate,
-    Report,
-    Table,
-    Threshold,
-    outcome,
-    spread,
-    spread_text,
-)
-from attnlab.lab.kit.seeds import bands, run_jobs, start_seeds
+from attnlab.lab.kit.report import Report, Table, Threshold
+from attnlab.lab.kit.seeds import bands, run_jobs, spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate, outcome
 from attnlab.models import build_model
 
 TOLERANCE = 0.05  # nats per character: a removal "without significant loss" raises it by less

@@ -50,19 +50,9 @@ from attnlab.lab.kit.charts import bar_chart, save_chart, seeds_chart
 from attnlab.lab.kit.fit import FitConfig, fit, lm_loss
 from attnlab.lab.kit.gating import bracketed_lr
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    LearningRate,
-    Report,
-    Table,
-    Threshold,
-    outcome,
-    resolved,
-    spread,
-    spread_text,
-)
-from attnlab.lab.kit.seeds import run_jobs, start_seeds
+from attnlab.lab.kit.report import Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, run_jobs, spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate, outcome
 from attnlab.models import build_model
 
 BOS = 0

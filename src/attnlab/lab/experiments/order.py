@@ -35,19 +35,10 @@ from attnlab.lab.kit.charts import bar_chart, heatmap_panels, save_chart
 from attnlab.lab.kit.fit import FitConfig, accuracy, fit_classifier
 from attnlab.lab.kit.gating import train_gated
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import Report, Table, Threshold
+from attnlab.lab.kit.seeds import spread, spread_text, start_seeds
 from attnlab.lab.kit.tasks import TaskData
+from attnlab.lab.kit.verdict import Competence, Doubling, gated_fields, verdict_of
 from attnlab.models import build_model
 
 NOUNS = ("oven", "bread", "cat", "dog", "chef", "girl", "boy", "king", "river", "table")

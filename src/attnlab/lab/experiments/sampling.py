@@ -39,8 +39,9 @@ from attnlab.lab.kit import char_models
 from attnlab.lab.kit.char_models import count_baselines, split_text, train_char_lm
 from attnlab.lab.kit.charts import save_chart
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import Competence, Report, Table, Threshold, outcome, spread_text
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import Report, Table, Threshold
+from attnlab.lab.kit.seeds import spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, outcome
 from attnlab.viz.figure import new_figure
 
 STRATEGIES: dict[str, dict[str, Any]] = {

@@ -35,17 +35,10 @@ from attnlab.lab.kit.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.kit.fit import FitConfig, fit_classifier
 from attnlab.lab.kit.gating import Gated, Sweep, gate_arms, sweep_rows
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    outcome,
-    spread_text,
-)
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import spread_text, start_seeds
 from attnlab.lab.kit.tasks import kv_lookup
+from attnlab.lab.kit.verdict import Competence, outcome
 from attnlab.models import build_model
 
 DIMS = (8, 16, 32, 64, 128, 256, 512, 1024)

@@ -26,7 +26,7 @@ from attnlab.errors import UserError
 from attnlab.lab.kit.corpus import generated_text
 from attnlab.lab.kit.datasets import SHAKESPEARE, dataset
 from attnlab.lab.kit.gating import ArmRuns, train_gated
-from attnlab.lab.kit.report import Doubling
+from attnlab.lab.kit.verdict import Doubling
 from attnlab.train import RunConfig, TrainConfig, train
 from attnlab.train.report import METRICS_FILE, read_metrics
 

@@ -1,5 +1,5 @@
 """Gating an arm: a bracketed learning-rate sweep and a step doubling (the rule of
-:mod:`attnlab.lab.kit.report`), run for many arms at once through the process pool.
+:mod:`attnlab.lab.kit.verdict`), run for many arms at once through the process pool.
 
 For every arm the same procedure, whatever the claim predicts for it:
 
@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from attnlab.lab.kit.report import Doubling, LearningRate
 from attnlab.lab.kit.seeds import run_jobs
+from attnlab.lab.kit.verdict import Doubling, LearningRate
 
 Job = tuple[Any, float, int, int, bool, Any]  # (arm, lr, scale, seed, quick, data)
 
