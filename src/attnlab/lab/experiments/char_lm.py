@@ -131,19 +131,7 @@ def _sweep_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _competence(m: dict[str, Any]) -> list[Competence]:
-    runs = m["runs"]
-    return [
-        Competence(
-            char_models.ARM,
-            "training bits/char (mean of the last 50 steps) below the bigram baseline's "
-            "validation bits/char",
-            m["baselines"]["bigram"],
-            [r["train"] / math.log(2) for r in _per(m)],
-            higher_is_better=False,
-            lr=runs.lr[char_models.ARM],
-            doubling=char_models.doubling(runs),
-        )
-    ]
+    return [char_models.competence(m["runs"], m["baselines"]["bigram"])]
 
 
 def loss_figure(m: dict[str, Any], out_dir: Path) -> FigureRef:

@@ -273,19 +273,7 @@ def _checks(m: dict[str, Any]) -> dict[str, bool]:
 
 
 def _competence(m: dict[str, Any]) -> list[Competence]:
-    runs = m["runs"]
-    return [
-        Competence(
-            char_models.ARM,
-            "training bits/char (mean of the last 50 steps) below the bigram baseline's "
-            "validation bits/char",
-            m["bigram"],
-            [r["train"] / math.log(2) for r in runs.per[char_models.ARM]],
-            higher_is_better=False,
-            lr=runs.lr[char_models.ARM],
-            doubling=char_models.doubling(runs),
-        )
-    ]
+    return [char_models.competence(m["runs"], m["bigram"])]
 
 
 def _reason(m: dict[str, Any], checks: dict[str, bool], vals: dict) -> str:

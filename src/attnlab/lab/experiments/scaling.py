@@ -101,9 +101,7 @@ SWEEP = Sweep(
     max_extensions=2,
     doubling_seeds=3,
 )
-QUICK_SWEEP = Sweep(
-    grid=(2e-3, 4e-3), tolerance=0.02, metric=SWEEP.metric, metric_key="error", max_extensions=1
-)
+QUICK_SWEEP = SWEEP.quick(grid=(2e-3, 4e-3))
 COST = (
     "Full run: `attnlab experiment scaling --seed 0`. Estimate for 2 idle cores, from a "
     "single-thread probe of the training step (27 Nov 2026: 16 ms per step): each of the 4 "
@@ -249,14 +247,11 @@ def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
 
 def _competence(label: str, g: Gated, sweep: Sweep, n_steps: int) -> Competence:
     scaled = label.startswith("scaled")
-    return Competence(
-        label,
-        "test accuracy on the training distribution"
-        + ("" if scaled else ", above chance (it learned beyond guessing)"),
-        SCALED_TARGET if scaled else CHANCE,
-        g.values("accuracy"),
-        lr=g.learning_rate(sweep),
-        doubling=g.doubling(sweep, n_steps),
+    criterion = "test accuracy on the training distribution" + (
+        "" if scaled else ", above chance (it learned beyond guessing)"
+    )
+    return g.competence(
+        label, criterion, SCALED_TARGET if scaled else CHANCE, sweep, n_steps, "accuracy"
     )
 
 
