@@ -164,7 +164,9 @@ def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
         chosen_on=f"validation accuracy, seed {seeds[0]}",
         step=LRS[1] / LRS[0],
     )
-    runs = {k: [done[_job(s, k, LR, steps, quick)] for s in seeds] for k in keys}
+    runs = {
+        k: [done[_job(s, k, LR, steps, quick)] for s in seeds] for k in keys if k not in COMPARED
+    }
     runs.update(gated.per)
     return {
         "seeds": seeds,
