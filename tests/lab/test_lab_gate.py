@@ -20,18 +20,15 @@ import pytest
 from attnlab.lab.kit.index import INDEX_FILE, index_text, staleness
 from attnlab.lab.kit.provenance import behaviour_tree, code_hash, reached_modules, uses
 from attnlab.lab.kit.registry import discover
-from attnlab.lab.kit.report import (
+from attnlab.lab.kit.report import Report, Table
+from attnlab.lab.kit.seeds import overlap, resolved, spread_text
+from attnlab.lab.kit.verdict import (
     VERDICTS,
     Competence,
     Doubling,
     LearningRate,
-    Report,
-    Table,
     gate,
     gated_fields,
-    overlap,
-    resolved,
-    spread_text,
     ungated,
 )
 

@@ -79,20 +79,9 @@ from attnlab.lab.kit.charts import curves_chart, save_chart, seeds_chart
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.gating import bracketed_lr
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import run_jobs, seed_list
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, run_jobs, seed_list, spread, spread_text
+from attnlab.lab.kit.verdict import Competence, Doubling, gated_fields, verdict_of
 from attnlab.models import build_model
 from attnlab.nn import LearnedPositions, SelfAttention
 

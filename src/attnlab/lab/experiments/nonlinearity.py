@@ -52,20 +52,10 @@ from attnlab.lab.kit.charts import bar_chart, save_chart
 from attnlab.lab.kit.fit import FitConfig, accuracy, fit_classifier
 from attnlab.lab.kit.gating import train_gated
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, spread, spread_text, start_seeds
 from attnlab.lab.kit.tasks import TaskData
+from attnlab.lab.kit.verdict import Competence, gated_fields, verdict_of
 from attnlab.models.base import ModelOutput
 from attnlab.nn import FeedForward, LearnedPositions, SelfAttention
 

@@ -71,18 +71,10 @@ from attnlab.lab.kit.charts import save_chart, seeds_chart
 from attnlab.lab.kit.datasets import MULTI30K, dataset
 from attnlab.lab.kit.gating import ArmRuns, train_gated
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    outcome,
-    spread,
-    spread_text,
-)
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
 from attnlab.lab.kit.resume import check_same_code
-from attnlab.lab.kit.seeds import bands, run_jobs, start_seeds
+from attnlab.lab.kit.seeds import bands, run_jobs, spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, outcome
 from attnlab.runtime import cpu_has_native_bf16
 from attnlab.train import RunConfig, TrainConfig, TrainingDiverged, train
 from attnlab.viz import attention_maps, plot_alignment, plot_attention, read_metrics

@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from attnlab.lab.kit.report import FigureRef
-from attnlab.lab.kit.seeds import bands
+from attnlab.lab.kit.seeds import bands, spread
 from attnlab.viz.figure import as_array, check_tokens, new_figure, save_figure
 
 
@@ -135,6 +135,13 @@ def _running_mean(ys: list[float], smooth: int) -> list[float]:
         sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1])
         for i in range(len(ys))
     ]
+
+
+def seeds_bars(per_seed: Mapping[str, Sequence[float]], **options: Any) -> Figure:
+    """:func:`bar_chart` of per-seed values: each bar the mean over seeds, its error bar the
+    seeds' min-max range; ``options`` are bar_chart's (ylabel, title, reference, ...)."""
+    means = {k: spread(list(v))["mean"] for k, v in per_seed.items()}
+    return bar_chart(means, errors={k: (min(v), max(v)) for k, v in per_seed.items()}, **options)
 
 
 def bar_chart(

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attnlab.checkpoint.atomic import atomic_write_text
-from attnlab.lab.kit.report import DATA_FILE, VERDICT_MEANINGS, format_cell
+from attnlab.lab.kit.report import DATA_FILE, format_cell
+from attnlab.lab.kit.verdict import VERDICT_MEANINGS
 
 INDEX_FILE = "README.md"
 
