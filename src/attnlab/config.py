@@ -54,10 +54,10 @@ DECODER_ONLY_KINDS = ("decoder_lm", "decoder_classifier")  # a causal stack of b
 _CHOICES: dict[str, tuple[Any, ...]] = {
     "kind": TRANSFORMER_KINDS + RECURRENT_KINDS,
     "positional": ("learned", "sinusoidal", "concat", "rotary", "alibi", "none"),
-    "norm": ("layernorm", "rmsnorm"),
+    "norm": ("layernorm", "rmsnorm", "none"),
     "norm_placement": ("pre", "post", "sandwich"),
     "activation": ("relu", "gelu", "gelu_tanh", "relu2", "silu"),
-    "ffn": ("mlp", "swiglu", "geglu"),
+    "ffn": ("mlp", "swiglu", "geglu", "none"),
     "rope_scaling": ("none", "linear", "llama3"),
     "attention": ("softmax", "hardmax"),
     "pooling": ("cls", "mean"),
@@ -85,12 +85,13 @@ class ModelConfig:
     max_len: int = 256  # longest sequence the model accepts (learned table size)
     dropout: float = 0.0
     positional: str = "learned"
-    norm: str = "layernorm"
+    norm: str = "layernorm"  # "none": every norm of the model is the identity (an ablation)
     norm_placement: str = "pre"  # "pre": f(LN(h)) + h, "post": LN(f(h) + h)  (000 Add & Norm),
     # "sandwich": LN'(f(LN(h))) + h (Gemma 2/3; decoder-only LMs)
     norm_eps: float = 1e-5
     activation: str = "relu"
     ffn: str = "mlp"  # "mlp": W2 a(W1 h); "swiglu"/"geglu": W2 (a(W_g h) * W1 h) (Shazeer 2020)
+    # "none": no feed-forward sublayer (it adds 0; an ablation, d_ff is then unused)
     bias: bool = True
     attn_bias: bool | None = None  # biases of W_q, W_k, W_v, W^O; None = ``bias``
     attn_out_bias: bool | None = None  # bias of W^O alone; None = attn_bias (Qwen2: False)
@@ -105,6 +106,8 @@ class ModelConfig:
     final_logit_softcap: float | None = None  # c: LM head logits -> c tanh(z / c) (Gemma 2)
     qk_norm: bool = False  # RMS-normalise queries and keys per head (eps = norm_eps; Qwen3)
     out_proj: bool = True  # W^O after concatenating heads (002 omits it)
+    qkv_proj: bool = True  # W_q, W_k, W_v of self-attention; False: q = k = v = x (001's basic,
+    # parameter-free self-attention; needs d_head, d_v, n_kv_heads unset)
     tie_embeddings: bool = True  # decoder LM: lm_head.weight = tok_emb.weight
     final_norm: bool = True  # a norm after the last block (needed for pre-norm)
     embed_scale: bool = False  # multiply token embeddings by sqrt(d_model) (Vaswani 3.4)
@@ -250,6 +253,19 @@ class ModelConfig:
                 f"final_logit_softcap={self.final_logit_softcap} caps a decoder-only LM's output "
                 f"logits, not kind={self.kind!r}; leave it None",
                 fields=("final_logit_softcap", "kind"),
+            )
+        if not self.qkv_proj and (
+            self.kind not in TRANSFORMER_KINDS
+            or self.head_dim * self.n_heads != self.d_model
+            or self.value_dim != self.head_dim
+            or self.kv_heads != self.n_heads
+        ):
+            raise ConfigValueError(
+                "qkv_proj=False (q = k = v = x, 001's basic self-attention) needs a Transformer "
+                "whose heads split d_model exactly: leave d_head, d_v and n_kv_heads unset "
+                f"(got kind={self.kind!r}, d_head={self.d_head}, d_v={self.d_v}, "
+                f"n_kv_heads={self.n_kv_heads})",
+                fields=("qkv_proj", "d_head", "d_v", "n_kv_heads"),
             )
         if self.norm_placement == "sandwich" and self.kind not in DECODER_ONLY_KINDS:
             raise ConfigValueError(

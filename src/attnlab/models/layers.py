@@ -122,6 +122,7 @@ def make_self_attention(
         pos_enc=pos_enc,
         n_kv_heads=cfg.n_kv_heads,
         window=cfg.layer_window(layer),
+        qkv_proj=cfg.qkv_proj,
         **_attention_options(cfg),
     )
 
@@ -132,6 +133,12 @@ def make_cross_attention(cfg: ModelConfig, d_memory: int | None = None) -> Cross
 
 def _norm(cfg: ModelConfig) -> nn.Module:
     return make_norm(cfg.norm, cfg.d_model, cfg.norm_eps, cfg.bias)
+
+
+def _ffn_norm(cfg: ModelConfig) -> nn.Module:
+    """The feed-forward sublayer's norm; none before a pre-norm sublayer that is absent
+    (``ffn="none"``: its norm would feed nothing)."""
+    return nn.Identity() if cfg.ffn == "none" and cfg.norm_placement == "pre" else _norm(cfg)
 
 
 def _ffn(cfg: ModelConfig) -> nn.Module:
@@ -161,7 +168,7 @@ def _self_attention_block(
         self_attn=make_self_attention(cfg, pos_enc, layer),
         ffn=_ffn(cfg),
         self_attn_norm=_norm(cfg),
-        ffn_norm=_norm(cfg),
+        ffn_norm=_ffn_norm(cfg),
         norm_first=cfg.norm_placement == "pre",
         dropout=cfg.dropout,
     )
@@ -189,7 +196,7 @@ def make_decoder_block(cfg: ModelConfig, pos_enc: Positions | None) -> DecoderBl
         ffn=_ffn(cfg),
         self_attn_norm=_norm(cfg),
         cross_attn_norm=_norm(cfg),
-        ffn_norm=_norm(cfg),
+        ffn_norm=_ffn_norm(cfg),
         norm_first=cfg.norm_placement == "pre",
         dropout=cfg.dropout,
     )

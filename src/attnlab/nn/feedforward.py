@@ -108,14 +108,28 @@ class GatedFeedForward(nn.Module):
         return self.down(self.dropout(self.hook_hidden(hidden)))
 
 
+class NoFeedForward(nn.Module):
+    """No feed-forward network (``ffn="none"``, an ablation): h -> 0, so the sublayer's residual
+    add leaves the stream as it is. No parameters."""
+
+    def forward(self, h: Tensor) -> Tensor:
+        """h: (B, T, D) -> zeros (B, T, D)."""
+        return torch.zeros_like(h)
+
+
 def make_feedforward(
     kind: str, d_model: int, d_ff: int, *, activation: str, bias: bool, dropout: float
 ) -> nn.Module:
-    """The feed-forward network named by a config: "mlp" (000), "swiglu" or "geglu" (gated)."""
+    """The feed-forward network named by a config: "mlp" (000), "swiglu" or "geglu" (gated),
+    or "none" (:class:`NoFeedForward`)."""
+    if kind == "none":
+        return NoFeedForward()
     if kind == "mlp":
         return FeedForward(d_model, d_ff, activation=activation, bias=bias, dropout=dropout)
     if kind in GATED:
         if activation not in GATED[kind]:
             raise ValueError(f"{kind} gates with {GATED[kind]}, got activation={activation!r}")
         return GatedFeedForward(d_model, d_ff, activation=activation, bias=bias, dropout=dropout)
-    raise ValueError(f"unknown feed-forward kind {kind!r}; choose 'mlp', 'swiglu' or 'geglu'")
+    raise ValueError(
+        f"unknown feed-forward kind {kind!r}; choose 'mlp', 'swiglu', 'geglu' or 'none'"
+    )

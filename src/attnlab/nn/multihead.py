@@ -13,6 +13,9 @@ Dk = d_q = d_k per head, Dv per head, Do output width (d_out).
   (000 "Cross-Attention"); the memory projection can be computed once and reused per decode step.
 * :class:`LoopMultiHeadAttention` is the literal per-head loop, used to show both forms agree.
 * ``out_proj=False`` gives 002's concatenation-only variant (then Do = H * Dv).
+* ``qkv_proj=False`` (self-attention only) gives 001's basic, parameter-free self-attention:
+  no W_q, W_k, W_v, each x_i is its own query, key and value (q_i = k_i = v_i = x_i, split into
+  heads as the projections' outputs would be).
 * Today's variants of self-attention, each one argument of :class:`SelfAttention`:
   ``n_kv_heads`` (grouped-query / multi-query attention, ``attnlab.nn.grouped``: fewer key/value
   heads, each shared by H / H_kv query heads; the KV cache holds only those), ``pos_enc`` (a
@@ -163,7 +166,9 @@ class SelfAttention(MultiHeadBase):
         the H_kv heads, (B, H_kv, T, Dk|Dv);
       * ``window`` (W): sliding-window causal attention, query i sees keys i - W < j <= i
         (``attnlab.nn.masks.sliding_window_mask``); a KV cache built with the same window keeps
-        only what the window needs.
+        only what the window needs;
+      * ``qkv_proj`` (default True): False drops W_q, W_k, W_v, so q_i = k_i = v_i = x_i (001
+        "Basic Self-Attention"; needs H * Dk = H * Dv = D and H_kv = H).
     A logit bias and the window measure i - j in token indices, which left padding shifts equally
     for queries and keys, so they need no positions.
     """
@@ -176,6 +181,7 @@ class SelfAttention(MultiHeadBase):
         pos_enc: Positions | None = None,
         n_kv_heads: int | None = None,
         window: int | None = None,
+        qkv_proj: bool = True,
         **kw,
     ):
         super().__init__(d_model, n_heads, **kw)
@@ -194,7 +200,21 @@ class SelfAttention(MultiHeadBase):
         self.window = window
         self.hook_Q_rot, self.hook_K_rot = HookPoint(), HookPoint()
         width = n_heads * self.d_head + self.n_kv_heads * (self.d_head + self.d_v)
-        self.qkv_proj = nn.Linear(d_model, width, bias=self.bias)  # [W_q | W_k | W_v]
+        sizes = (n_heads * self.d_head, self.n_kv_heads * self.d_head, self.n_kv_heads * self.d_v)
+        if not qkv_proj and sizes != (d_model,) * 3:
+            raise ValueError(
+                "qkv_proj=False (q = k = v = x) needs H * Dk = H * Dv = d_model and n_kv_heads = "
+                f"n_heads, got d_model={d_model}, n_heads={n_heads}, d_head={self.d_head}, "
+                f"d_v={self.d_v}, n_kv_heads={self.n_kv_heads}; leave d_head, d_v and n_kv_heads "
+                "unset"
+            )
+        # [W_q | W_k | W_v]; None: 001's basic self-attention, each x_i its own query, key, value
+        self.qkv_proj = nn.Linear(d_model, width, bias=self.bias) if qkv_proj else None
+
+    def qkv(self, x: Tensor) -> Tensor:
+        """[Q | K | V] = X [W_q | W_k | W_v] (one matmul), or [X | X | X] without projections
+        (``qkv_proj=False``: q_i = k_i = v_i = x_i, 001 "Basic Self-Attention"): (B, T, width)."""
+        return self.qkv_proj(x) if self.qkv_proj is not None else x.repeat(1, 1, 3)
 
     @property
     def rotates(self) -> bool:
@@ -220,7 +240,7 @@ class SelfAttention(MultiHeadBase):
         check_input(x, self.d_model, "x", self.qkv_proj)
         g, scheme = self.n_kv_heads, self.pos_enc
         sizes = [self.n_heads * self.d_head, g * self.d_head, g * self.d_v]
-        q, k, v = self.qkv_proj(x).split(sizes, dim=-1)  # (B, T, H*Dk), (B, T, G*Dk), (B, T, G*Dv)
+        q, k, v = self.qkv(x).split(sizes, dim=-1)  # (B, T, H*Dk), (B, T, G*Dk), (B, T, G*Dv)
         q = self.hook_Q(self.split_heads(q, self.d_head))  # (B, H, T, Dk)
         k = self.hook_K(self.split_heads(k, self.d_head, g))  # (B, H_kv, T, Dk)
         v = self.hook_V(self.split_heads(v, self.d_v, g))  # (B, H_kv, T, Dv)
@@ -340,6 +360,8 @@ class LoopMultiHeadAttention(nn.Module):
             raise ValueError(
                 "the loop form has no rotary, ALiBi or window; compare plain attention only"
             )
+        if attn.qkv_proj is None:
+            raise ValueError("the loop form copies W_q, W_k, W_v; this attention has none")
         bias = attn.qkv_proj.bias is not None
         d_out = attn.d_out if attn.out_proj is not None else None
         loop = cls(attn.d_model, h, dk, dv, d_out, bias)
@@ -372,8 +394,9 @@ class LoopMultiHeadAttention(nn.Module):
         return self.out_proj(h) if self.out_proj is not None else h
 
 
-def check_input(x: Tensor, width: int, name: str, layer: nn.Linear) -> None:
-    """x must be a floating (B, L, width) tensor of the layer's dtype, L > 0."""
+def check_input(x: Tensor, width: int, name: str, layer: nn.Linear | None) -> None:
+    """x must be a floating (B, L, width) tensor of the layer's dtype (any, without a layer),
+    L > 0."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() != 3 or x.size(-1) != width:
@@ -382,7 +405,11 @@ def check_input(x: Tensor, width: int, name: str, layer: nn.Linear) -> None:
         raise ValueError(f"{name} is an empty sequence (L=0)")
     if not x.is_floating_point():
         raise TypeError(f"{name} must be floating point, got {x.dtype}")
-    if x.dtype != layer.weight.dtype and not torch.is_autocast_enabled(x.device.type):
+    if (
+        layer is not None
+        and x.dtype != layer.weight.dtype
+        and not torch.is_autocast_enabled(x.device.type)
+    ):
         raise TypeError(
             f"{name} has dtype {x.dtype} but the attention weights are {layer.weight.dtype}; "
             f"convert the input or the module (e.g. module.to({x.dtype}))"

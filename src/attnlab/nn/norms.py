@@ -47,9 +47,12 @@ class RMSNorm(nn.Module):
 
 
 def make_norm(kind: str, d_model: int, eps: float = 1e-5, bias: bool = True) -> nn.Module:
-    """Build the norm named by a config ("layernorm" or "rmsnorm")."""
+    """Build the norm named by a config ("layernorm" or "rmsnorm"; "none": the identity, for
+    ablations such as ``attnlab experiment layernorm``)."""
+    if kind == "none":
+        return nn.Identity()
     if kind == "layernorm":
         return LayerNorm(d_model, eps, bias)
     if kind == "rmsnorm":
         return RMSNorm(d_model, eps)
-    raise ValueError(f"unknown norm {kind!r}; choose 'layernorm' or 'rmsnorm'")
+    raise ValueError(f"unknown norm {kind!r}; choose 'layernorm', 'rmsnorm' or 'none'")

@@ -139,10 +139,12 @@ def _collapse_gaps(n_layers: int, relu: bool, seed: int) -> tuple[float, float]:
     torch.manual_seed(seed)
     for i in range(n_layers):
         layer = SelfAttention(d, 1, bias=False, out_proj=False).double()
-        layer.qkv_proj.weight.normal_(0.0, 0.5)
+        proj = layer.qkv_proj
+        assert proj is not None  # learned W_q, W_k, W_v (the default)
+        proj.weight.normal_(0.0, 0.5)
         out, weights = layer(h, need_weights=True)  # (1, T, D), (1, 1, T, T)
         h = torch.relu(out) if relu and i < n_layers - 1 else out
-        w_v = layer.qkv_proj.weight[2 * d :]  # (D, D): v = x W_v^T
+        w_v = proj.weight[2 * d :]  # (D, D): v = x W_v^T
         a_star = weights[0, 0] @ a_star  # A* = A_L ... A_1
         v_star = v_star @ w_v.T  # V*^T = W_v1^T ... W_vL^T
     collapsed = a_star @ x[0] @ v_star  # (T, D)
