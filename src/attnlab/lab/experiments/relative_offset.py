@@ -81,9 +81,10 @@ FAR = 10_000  # the second window of n starts here
 COST = (
     "Full run: 2 position kinds x 3 offsets k = 6 arms, each a 3-rate sweep on seed 0 (+ up to "
     "2 rates past an edge), 2 more seeds and one 2x-steps doubling: 7 run-equivalents of 1500 "
-    "steps (batch 64, one layer, d_model 64) per arm, 42 in all. Probe: 18-21 ms per step on "
-    "one thread (1500 steps of one arm, the machine shared with other runs), so ~42 x 30 s = "
-    "21 min on one core, ~11-15 min on 2 idle cores (up to ~20 min with every grid extended). "
+    "steps (batch 64, one layer, d_model 64) per arm, 42 in all. Probe: 10 ms of CPU time per "
+    "step on one thread (300 steps of each kind, data and evaluation included; "
+    "time.process_time, because the machine was shared: wall time was 3x that), so 42 x 15 s "
+    "= ~11 min of CPU, ~6 min on 2 idle cores (~9 min with every grid extended). "
     "Command: attnlab experiment relative_offset --seed 0"
 )
 SETUP = [
