@@ -15,7 +15,7 @@ better than a decoder-only model of the same pairs.
 The decoder-only model gets twice the layers of each half of the encoder-decoder and a
 feed-forward width solved so that the two parameter counts agree (:func:`matched_d_ff`; the
 table reports both counts). Two generated tasks (:mod:`attnlab.data.tasks`): reversal of 4-12
-letters and addition of two 1-5 digit numbers (the sum as written, most significant digit
+letters and addition of two 1-3 digit numbers (the sum as written, most significant digit
 first, so the carries must be worked out from the right before the first output digit).
 
 Every (task, architecture) arm is gated (:func:`attnlab.lab.kit.gating.train_gated`): a
@@ -72,7 +72,7 @@ from attnlab.models import build_model
 
 TASKS: dict[str, ReverseTask | AdditionTask] = {
     "reversal": ReverseTask(min_len=4, max_len=12, alphabet=string.ascii_lowercase[:16]),
-    "addition": AdditionTask(min_digits=1, max_digits=5),
+    "addition": AdditionTask(min_digits=1, max_digits=3),
 }
 ARCHS = ("encoder-decoder", "decoder-only")
 SEP = "|"  # the decoder-only separator, a character of no task's alphabet
@@ -319,7 +319,7 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
         claim=CLAIM,
         source="000 'Transformer Encoder-Decoder'",
         setup=[
-            "Tasks: reversal of 4-12 letters (16-letter alphabet); addition 'a+b' of 1-5 digit "
+            "Tasks: reversal of 4-12 letters (16-letter alphabet); addition 'a+b' of 1-3 digit "
             "numbers, the sum as written. One character per token, one vocabulary for both.",
             f"Encoder-decoder: {HALF_LAYERS} + {HALF_LAYERS} pre-norm layers, d_model "
             f"{D_MODEL}, {HEADS} heads, d_ff {D_FF}, learned positions. Decoder-only: "
