@@ -57,7 +57,14 @@ from attnlab.lab.kit.report import (
 from attnlab.lab.kit.seeds import bands, start_seeds
 
 KINDS = ("learned", "sinusoidal", "rotary", "alibi", "none")
-MULTIPLES = (1, 2, 4, 8)  # evaluation lengths, in units of the training length T
+MULTIPLES = (1, 2, 4, 8)
+STYLES = (
+    ("o", "-", 9),
+    ("s", "--", 7),
+    ("D", "-.", 6),
+    ("^", ":", 8),
+    ("v", "-", 5),
+)  # evaluation lengths, in units of the training length T
 SIZE = {
     False: LMSize(context=64, d_model=64, n_layers=2, n_heads=4, batch=32, steps=3000, warmup=100),
     True: LMSize(context=16, d_model=32, n_layers=2, n_heads=4, batch=16, steps=30, warmup=5),
@@ -251,13 +258,17 @@ def _figure(gated: dict[str, Gated], m: dict[str, Any], out_dir: Path) -> Figure
     ax = fig.axes[0]
     ax.set_xticks(m["lengths"], [str(x) for x in m["lengths"]])
     ax.minorticks_off()
+    for line, (marker, dash, size) in zip(ax.get_lines(), STYLES):  # the kinds' lines, in order
+        line.set(marker=marker, linestyle=dash, markersize=size, fillstyle="none")
+    ax.legend(fontsize=8)
     return save_chart(
         fig,
         out_dir,
         "extrapolation.png",
         "Validation bits/char against the evaluation window (log x; the dashed line is the "
         "training length T), one line per position scheme at its chosen learning rate: mean "
-        "over seeds with a min-max band.",
+        "over seeds with a min-max band; each line has its own marker and dash, so lines that "
+        "coincide stay visible.",
     )
 
 
