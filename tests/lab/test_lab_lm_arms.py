@@ -58,3 +58,6 @@ def test_checks_let_the_seed_spread_decide():
     assert judged([unresolved, unresolved]) == "no effect resolved"
     assert judged([held, unresolved]) == "mixed"
     assert judged([worse("w", low, high), unresolved]) == "did not hold"
+    # a predicted 'no difference' that held does not turn unresolved differences into 'mixed'
+    assert judged([unresolved, alike("a", mid, low)]) == "no effect resolved"
+    assert judged([unresolved, alike("a", high, low)]) == "did not hold"

@@ -76,7 +76,10 @@ COST = (
     "to score the four lengths. Each kind trains 3 sweep rates and 2 more seeds at 3000 steps "
     "and the first seed at 6000 (7 x 3000 steps), ~8 x 3000 with one grid extension: 5 x 24000 "
     "steps x 34 ms ~ 68 min of CPU, ~34 min on both cores; ~38 min if every kind extends its "
-    "grid twice."
+    "grid twice. Convergence risk, from single-seed probes: the sinusoidal arm (lr 1e-2) fell "
+    "from 2.57 to 2.40 bits/char between 1500 and 3000 steps, an ALiBi arm at T = 32 from 2.62 "
+    "to 2.52 between 3000 and 6000; a doubling that still moves more than the tolerance makes "
+    "the verdict inconclusive (numbers kept), and the 60-minute cap allows no longer budget."
 )
 CLAIM = (
     "As the (validation-set's) input sequence gets longer, current position methods "
@@ -239,6 +242,7 @@ def _setup(m: dict[str, Any], quick: bool) -> list[str]:
         f"{', '.join(str(n) for n in m['lengths'])} characters; every position of every window "
         "is scored.",
         SWEEPS[quick].describe(f"{size.steps} steps"),
+        "'none' (NoPE) is gated and drawn like the others; no check of the claim rests on it.",
         f"Runs: one torch thread each, two at a time (this run: {m['threads']} thread(s) in "
         "the parent process).",
     ]

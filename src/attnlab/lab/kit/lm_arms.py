@@ -197,6 +197,7 @@ class Check:
     what: str
     state: str
     detail: str
+    difference: bool = True  # the claim predicts a difference (False: it predicts none)
 
     def row(self) -> dict[str, str]:
         return {"check": self.what, "outcome": self.state, "numbers": self.detail}
@@ -221,18 +222,23 @@ def worse(what: str, a: list[float], b: list[float]) -> Check:
 def not_worse(what: str, a: list[float], b: list[float]) -> Check:
     """Predicted: ``a`` is no worse than ``b``: did not hold only when ``a``'s seed range lies
     wholly above ``b``'s."""
-    return Check(what, NOT_HELD if min(a) > max(b) else HELD, _means(a, b))
+    return Check(what, NOT_HELD if min(a) > max(b) else HELD, _means(a, b), difference=False)
 
 
 def alike(what: str, a: list[float], b: list[float]) -> Check:
     """Predicted: no difference ("nearly identical"): held when the seed ranges overlap."""
-    return Check(what, NOT_HELD if resolved(a, b) else HELD, _means(a, b))
+    return Check(what, NOT_HELD if resolved(a, b) else HELD, _means(a, b), difference=False)
 
 
 def judged(checks: list[Check]) -> str:
     """The verdict word of a claim's checks: held / did not hold / mixed by which held; "no
-    effect resolved" when none held and every one that did not was unresolved."""
+    effect resolved" when every predicted difference lies inside the seed spread and no other
+    check failed (a check that predicts no difference, held, does not make that "mixed")."""
     held = [c.state == HELD for c in checks]
+    differences = [c for c in checks if c.difference]
+    others_held = all(c.state == HELD for c in checks if not c.difference)
+    if differences and all(c.state == UNRESOLVED for c in differences) and others_held:
+        return "no effect resolved"
     if not any(held) and all(c.state == UNRESOLVED for c in checks):
         return "no effect resolved"
     return verdict_of(held)
