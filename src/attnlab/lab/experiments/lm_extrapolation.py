@@ -13,7 +13,7 @@ the position scheme (``ModelConfig.positional``): learned, sinusoidal, rotary, A
 characters and is scored, as Press et al. do, by *non-overlapping* evaluation: the same stretch
 of validation text cut into windows of T, 2T, 4T and 8T characters, every position of every
 window scored. A longer window gives its later characters more context, so a model that
-extrapolates gets *better* with length (Press et al. section 4: the "early token curse" of short
+extrapolates gets *better* with length (what Press et al. call the "early token curse" of short
 windows); one that does not gets worse.
 
 Every model is built with max_len = 8T. The learned arm's table therefore has rows for positions
