@@ -1,0 +1,279 @@
+"""Experiment ``lm_extrapolation``: a char LM trained on length T, scored at 1x-8x T (Press et al.
+2022, Fig. 1; 004 "Position representations").
+
+Press et al. 2022 (Fig. 1): "as the (validation-set's) input sequence gets longer (x-axis),
+current position methods (sinusoidal, rotary, and T5) show degraded perplexity (y-axis, lower is
+better), but our method (ALiBi) does not." 004 (eq. 15-16): learned position vectors suit a known
+maximum index; "in the case where unseen index can occur in test time, a pre-defined function
+might be preferred" -- the sinusoids.
+
+Five arms of one decoder-only character LM (:mod:`attnlab.lab.kit.lm_arms`), differing only in
+the position scheme (``ModelConfig.positional``): learned, sinusoidal, rotary, ALiBi and none
+(NoPE: a causal model can still count the keys it sees). Every arm trains on windows of T
+characters and is scored, as Press et al. do, by *non-overlapping* evaluation: the same stretch
+of validation text cut into windows of T, 2T, 4T and 8T characters, every position of every
+window scored. A longer window gives its later characters more context, so a model that
+extrapolates gets *better* with length (what Press et al. call the "early token curse" of short
+windows); one that does not gets worse.
+
+Every model is built with max_len = 8T. The learned arm's table therefore has rows for positions
+T+1 .. 8T, but they only ever hold their random initialisation: no gradient reaches a row that is
+never looked up, and embeddings get no weight decay. Its long-window scores measure what a table
+of untrained rows does, which is the note's point ("unseen index").
+
+Shapes: N windows, B batch, T training length, L evaluation length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from attnlab.lab.kit.charts import save_chart, seeds_chart
+from attnlab.lab.kit.gating import Gated, gate_arms, sweep_rows
+from attnlab.lab.kit.lm_arms import (
+    SWEEPS,
+    Check,
+    LMSize,
+    competence,
+    count_baselines,
+    judged,
+    not_worse,
+    train_arm,
+    worse,
+)
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import bands, spread_text, start_seeds
+from attnlab.lab.kit.verdict import gated_fields
+
+KINDS = ("learned", "sinusoidal", "rotary", "alibi", "none")
+MULTIPLES = (1, 2, 4, 8)
+STYLES = (
+    ("o", "-", 9),
+    ("s", "--", 7),
+    ("D", "-.", 6),
+    ("^", ":", 8),
+    ("v", "-", 5),
+)  # evaluation lengths, in units of the training length T
+SIZE = {
+    False: LMSize(context=64, d_model=64, n_layers=2, n_heads=4, batch=32, steps=3000, warmup=100),
+    True: LMSize(context=16, d_model=32, n_layers=2, n_heads=4, batch=16, steps=30, warmup=5),
+}
+COST = (
+    "Full run: `attnlab experiment lm_extrapolation --seed 0 --data ../shared/data`. Estimate "
+    "for 2 idle cores from a single-thread probe (27 Nov 2026, CPU time of 20 training steps "
+    "per kind, so the machine's load does not count): 32-36 ms per step for every kind and ~2 s "
+    "to score the four lengths. Each kind trains 3 sweep rates and 2 more seeds at 3000 steps "
+    "and the first seed at 6000 (7 x 3000 steps), ~8 x 3000 with one grid extension: 5 x 24000 "
+    "steps x 34 ms ~ 68 min of CPU, ~34 min on both cores; ~38 min if every kind extends its "
+    "grid twice. Convergence: single-seed probes of this recipe (lr 1e-2, seed 0) put the "
+    "ALiBi arm at 2.51 bits/char after 3000 steps and 2.40 after 6000 (the sinusoidal arm at "
+    "2.57 after 1500, 2.40 after 3000), a change above the 0.072 tolerance: at the budget the "
+    "60-minute cap affords, the doubling is expected to miss and the verdict to read "
+    "inconclusive, with the numbers kept."
+)
+CLAIM = (
+    "As the (validation-set's) input sequence gets longer, current position methods "
+    "(sinusoidal, rotary, and T5) show degraded perplexity, but our method [ALiBi] does not. "
+    "(004:) Learned embedding is well suited if the maximum value of the index is known. "
+    "Otherwise, in the case where unseen index can occur in test time, a pre-defined function "
+    "might be preferred."
+)
+SOURCE = (
+    "Press et al. 2022, 'Train Short, Test Long', Fig. 1 caption; 004 'Position "
+    "representations' (eq. 15-16)"
+)
+FINDINGS = [
+    "The learned table's rows past T are untrained (random initialisation): its long-window "
+    "numbers say what unseen indices cost a learned table, not what a trained longer table "
+    "would do.",
+    "Non-overlapping evaluation scores every position of each window: at 1x the average "
+    "prediction sees T/2 characters of context, at 8x about 4T, so a scheme that extrapolates "
+    "improves with length.",
+]
+
+
+def train_job(job: tuple) -> dict[str, Any]:
+    """One position kind at one rate, ``scale`` x the budget, one seed (gating's job): bits/char
+    at the training length and at every multiple of it."""
+    kind, lr, scale, seed, quick, data = job
+    size = SIZE[quick]
+    lengths = tuple(m * size.context for m in MULTIPLES)
+    return train_arm({"positional": kind}, lr, scale, seed, quick, data, size, lengths)
+
+
+def measure(quick: bool, seed: int, data: Path | None) -> dict[str, Any]:
+    """Every position kind gated (rate swept on the first seed, 3 seeds, doubling) and scored
+    at every evaluation length; plain numbers, no prose."""
+    seeds = start_seeds(seed, quick)
+    size = SIZE[quick]
+    gated = gate_arms(train_job, KINDS, SWEEPS[quick], seeds, quick, data, cost=lambda j: j[2])
+    return {
+        "seeds": seeds,
+        "size": asdict(size),
+        "lengths": [m * size.context for m in MULTIPLES],
+        **count_baselines(quick, size.context, data),
+        "gated": {kind: asdict(g) for kind, g in gated.items()},
+        "threads": torch.get_num_threads(),
+    }
+
+
+def _bpc(g: Gated, i: int) -> list[float]:
+    """Bits/char of every seed at the i-th evaluation length."""
+    return [r["bpc"][i] for r in g.runs]
+
+
+def checks(gated: dict[str, Gated]) -> list[Check]:
+    """The claim's checks at every longer length (2x .. 8x), each against the seed spread:
+    ALiBi not worse than at 1x; sinusoidal and rotary worse than at 1x (Press et al.);
+    sinusoidal better than learned (004)."""
+    out = []
+    for i, m in enumerate(MULTIPLES[1:], start=1):
+        base = {k: _bpc(gated[k], 0) for k in KINDS}
+        at = {k: _bpc(gated[k], i) for k in KINDS}
+        out += [
+            not_worse(f"ALiBi at {m}x no worse than at 1x", at["alibi"], base["alibi"]),
+            worse(f"sinusoidal at {m}x worse than at 1x", at["sinusoidal"], base["sinusoidal"]),
+            worse(f"rotary at {m}x worse than at 1x", at["rotary"], base["rotary"]),
+            worse(f"learned worse than sinusoidal at {m}x (004)", at["learned"], at["sinusoidal"]),
+        ]
+    return out
+
+
+def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
+    """The report of :func:`measure`'s numbers: tables, figure, gate and verdict."""
+    m = measured
+    gated = {k: Gated(**v) for k, v in m["gated"].items()}
+    found = checks(gated)
+    reason = _reason(gated, m, found)
+    steps = m["size"]["steps"]
+    gates = [competence(k, g, SWEEPS[quick], steps, m["bigram"]) for k, g in gated.items()]
+    return Report(
+        name="lm_extrapolation",
+        title="Train short, test long: char-LM bits/char at 1x-8x the training length",
+        claim=CLAIM,
+        source=SOURCE,
+        setup=_setup(m, quick),
+        thresholds=THRESHOLDS,
+        tables=[
+            Table("bits/char by evaluation length (mean (min-max) over seeds)", _rows(gated, m)),
+            Table("checks of the claim (seed ranges deciding)", [c.row() for c in found]),
+            Table("learning-rate sweep (first seed)", sweep_rows(gated, str)),
+        ],
+        figures=[_figure(gated, m, out_dir)],
+        **gated_fields(judged(found), reason, gates, m["seeds"], quick, arms=list(KINDS)),
+        per_seed={
+            k: {str(n): _bpc(g, i) for i, n in enumerate(m["lengths"])} for k, g in gated.items()
+        },  # fmt: skip
+        metrics={
+            "bpc": {k: bands([r["bpc"] for r in g.runs])[0] for k, g in gated.items()},
+            "lengths": m["lengths"],
+            "unigram": m["unigram"],
+            "bigram": m["bigram"],
+        },
+        findings=FINDINGS,
+    )
+
+
+THRESHOLDS = [
+    Threshold(
+        "ALiBi extrapolates",
+        "bits/char at 2x, 4x and 8x T not above its 1x value (seed ranges deciding)",
+        "Press et al. 2022, Fig. 1: ALiBi's perplexity does not degrade as the input gets longer",
+    ),
+    Threshold(
+        "sinusoidal and rotary do not",
+        "bits/char at 2x, 4x and 8x T above their 1x value, seed ranges apart",
+        "Press et al. 2022, Fig. 1: 'sinusoidal, rotary, and T5 show degraded perplexity'",
+    ),
+    Threshold(
+        "a pre-defined function is preferred for unseen indices",
+        "sinusoidal below learned at 2x, 4x and 8x T, seed ranges apart",
+        "004 'Position representations': 'in the case where unseen index can occur in test "
+        "time, a pre-defined function might be preferred'",
+    ),
+]
+
+
+def _reason(gated: dict[str, Gated], m: dict[str, Any], found: list[Check]) -> str:
+    last = len(MULTIPLES) - 1
+    text = "; ".join(
+        f"{k} {spread_text(_bpc(g, 0))} -> {spread_text(_bpc(g, last))}" for k, g in gated.items()
+    )
+    held = sum(c.state == "held" for c in found)
+    unresolved = sum(c.state == "unresolved" for c in found)
+    return (
+        f"validation bits/char at 1x -> {MULTIPLES[-1]}x the training length "
+        f"(T = {m['lengths'][0]}, mean (min-max) over {len(m['seeds'])} seed(s)): {text}. "
+        f"{held} of {len(found)} checks held, {unresolved} unresolved (inside the seed spread)."
+    )
+
+
+def _rows(gated: dict[str, Gated], m: dict[str, Any]) -> list[dict[str, Any]]:
+    rows = []
+    for kind, g in gated.items():
+        row: dict[str, Any] = {"positions": kind, "lr": g.chosen}
+        row |= {f"{n} ({k}x)": spread_text(_bpc(g, i))
+                for i, (n, k) in enumerate(zip(m["lengths"], MULTIPLES))}  # fmt: skip
+        row["train bits/char"] = spread_text(g.values("train"))
+        rows.append(row)
+    return rows
+
+
+def _setup(m: dict[str, Any], quick: bool) -> list[str]:
+    size = LMSize(**m["size"])
+    lines = [
+        f"Text: {m['source']}; vocabulary {m['vocab']} characters; the last 10% of the text "
+        f"is validation. Count baselines: unigram {m['unigram']:.3f}, bigram "
+        f"{m['bigram']:.3f} bits/char.",
+        f"Model: {size.describe()}; {size.steps} steps; max_len {m['lengths'][-1]} for every "
+        "arm (8T), so a learned table has rows it never trains.",
+        "Evaluation (Press et al.'s non-overlapping evaluation): the same stretch of validation "
+        f"text ({m['lengths'][-1]}-character multiples) cut into windows of "
+        f"{', '.join(str(n) for n in m['lengths'])} characters; every position of every window "
+        "is scored.",
+        SWEEPS[quick].describe(f"{size.steps} steps"),
+        "'none' (NoPE) is gated and drawn like the others; no check of the claim rests on it.",
+        f"Runs: one torch thread each, two at a time (this run: {m['threads']} thread(s) in "
+        "the parent process).",
+    ]
+    return lines if quick else [*lines, COST]
+
+
+def _figure(gated: dict[str, Gated], m: dict[str, Any], out_dir: Path) -> FigureRef:
+    n = len(m["seeds"])
+    fig = seeds_chart(
+        {k: (m["lengths"], [r["bpc"] for r in g.runs]) for k, g in gated.items()},
+        xlabel="evaluation length (characters; log scale)",
+        ylabel="validation bits/char",
+        title=f"train on T = {m['lengths'][0]}, test longer ({n} seed{'s' if n > 1 else ''})",
+        logx=True,
+        vline=m["lengths"][0],
+    )
+    ax = fig.axes[0]
+    ax.set_xticks(m["lengths"], [str(x) for x in m["lengths"]])
+    ax.minorticks_off()
+    for line, (marker, dash, size) in zip(ax.get_lines(), STYLES):  # the kinds' lines, in order
+        line.set(marker=marker, linestyle=dash, markersize=size, fillstyle="none")
+    ax.legend(fontsize=8)
+    return save_chart(
+        fig,
+        out_dir,
+        "extrapolation.png",
+        "Validation bits/char against the evaluation window (log x; the dashed line is the "
+        "training length T), one line per position scheme at its chosen learning rate: mean "
+        "over seeds with a min-max band; each line has its own marker and dash, so lines that "
+        "coincide stay visible.",
+    )
+
+
+@experiment("lm_extrapolation", notes="004 'Position representations'; Press et al. 2022")
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
+    """A char LM trained on windows of T characters and scored on windows of 2T-8T: ALiBi does
+    not degrade, sinusoidal and rotary positions do (Press et al. 2022, Fig. 1), and a
+    pre-defined function (sinusoids) beats a learned table when unseen indices occur (004)."""
+    return write_up(measure(quick, seed, data), out_dir, quick)
