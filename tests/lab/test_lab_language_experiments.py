@@ -21,6 +21,8 @@ from attnlab.lab import run_experiment
 from attnlab.lab.experiments import char_lm, long_range, sampling, translation
 from attnlab.lab.kit import char_models, copy_task
 from attnlab.lab.kit.corpus import generated_text, text_windows, unigram_bigram, windows
+from attnlab.lab.kit.fit import FitConfig, fit
+from attnlab.lab.kit.seq2seq import masked_seq2seq_loss, pair_batch, teacher_forced_hits
 from attnlab.lab.kit.verdict import VERDICTS
 from attnlab.models import build_model
 from attnlab.train import greedy_decode
@@ -47,15 +49,15 @@ def test_teacher_forced_exact_match_equals_greedy_decoding(name):
     pairs = ReverseTask(min_len=3, max_len=7, alphabet=long_range.ALPHABET).make_pairs(40, seed=1)
     torch.manual_seed(0)
     model = build_model(long_range.model_config(name, tok.vocab_size, 16, quick=True))
-    batch = long_range.make_batch(pairs, tok)
+    batch = pair_batch(pairs, tok)
     # Make some rows right: train a little so the comparison is not all-False.
-    long_range.fit(
+    fit(
         model,
         tuple(batch),
-        long_range.masked_seq2seq_loss,
-        long_range.FitConfig(steps=30, batch_size=40, lr=1e-2, warmup_steps=1),
+        masked_seq2seq_loss,
+        FitConfig(steps=30, batch_size=40, lr=1e-2, warmup_steps=1),
     )
-    _, hits = long_range.score(model, batch)
+    _, hits = teacher_forced_hits(model, batch)
     outputs = greedy_decode(
         model, batch.src, batch.src_mask, bos_id=tok.bos_id, eos_id=tok.eos_id, max_new_tokens=12
     )
@@ -260,7 +262,7 @@ def test_synthetic_pairs_agree_in_gender_and_translate_consistently():
 def test_translation_names_missing_files(tmp_path):
     (tmp_path / "train.de").write_text("Hallo\n")
     with pytest.raises(DataError, match="train.en.*test_2016_flickr.de"):
-        translation.load_multi30k(tmp_path)
+        translation.prepare_data(False, 0, tmp_path, tmp_path / "work", write=False)
 
 
 def test_model_configs_are_valid():

@@ -1,5 +1,5 @@
-"""attnlab.lab.kit.seq2seq: trimming a batch changes no number, chunked scores agree, Multi30k's
-missing files are named."""
+"""attnlab.lab.kit.seq2seq: trimming a batch changes no number, chunked scores agree with the
+untrimmed argmax, Multi30k's missing files are named."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from attnlab.config import ModelConfig
-from attnlab.data import CharTokenizer
+from attnlab.data import CharTokenizer, Seq2SeqBatch
 from attnlab.errors import DataError
 from attnlab.lab.kit.seq2seq import (
     greedy_texts,
@@ -17,6 +17,7 @@ from attnlab.lab.kit.seq2seq import (
     read_multi30k,
     seq2seq_eval_loss,
     teacher_forced,
+    teacher_forced_hits,
     trimmed,
 )
 from attnlab.models import build_model
@@ -55,6 +56,21 @@ def test_trimming_changes_neither_loss_nor_scores(setup):
         seq2seq_eval_loss(model, batch), abs=1e-6
     )
     assert teacher_forced(model, batch, chunk=1) == pytest.approx(teacher_forced(model, batch))
+
+
+def test_teacher_forced_hits_match_the_untrimmed_argmax_and_give_the_scores(setup):
+    tok, model, batch = setup
+    wide = _padded(batch, 12)
+    with torch.no_grad():
+        src, src_mask, tgt_in, tgt_out, tgt_mask = wide
+        logits = model(src, tgt_in, src_mask=src_mask, tgt_mask=tgt_mask).logits
+    right = (logits.argmax(-1) == tgt_out) & tgt_mask  # (N, 12), the reference
+    tokens, exact = teacher_forced_hits(model, Seq2SeqBatch(*wide), chunk=3)
+    assert tokens.shape == (len(PAIRS), 12) and torch.equal(tokens, right)
+    assert torch.equal(exact, (right | ~tgt_mask).all(dim=1))
+    token, whole = teacher_forced(model, batch)
+    assert token == pytest.approx(float(right.sum() / tgt_mask.sum()))
+    assert whole == pytest.approx(float(exact.float().mean()))
 
 
 def test_greedy_texts_gives_one_translation_per_source(setup):

@@ -11,9 +11,11 @@ Every arm at every length is gated alike (:func:`arm_job`): a bracketed learning
 (:mod:`attnlab.lab.kit.gating`) and a step doubling. The plain LSTMs, whose failure is the claim,
 get the same sweep and doubling as the attention arms.
 
-Exact match is computed by teacher forcing: the argmax at every target position equals the
-reference, which holds exactly when greedy decoding reproduces the reference (induction over
-positions), at the cost of one forward pass.
+Exact match is computed by teacher forcing (:func:`attnlab.lab.kit.seq2seq.teacher_forced_hits`):
+the argmax at every target position equals the reference, which holds exactly when greedy
+decoding reproduces the reference (induction over positions), at the cost of one forward pass.
+The loss is the kit's masked seq2seq loss (004 eq. 1); every reversal at one length has the same
+source and target length, so trimming a batch to its longest pair leaves it as it is.
 
 Shapes: N examples, B batch, S source length, T target length, D d_model, H heads.
 """
@@ -26,21 +28,19 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from torch import nn
 
 from attnlab.config import ModelConfig
-from attnlab.data import CharTokenizer, ReverseTask, collate_pairs, encode_pairs
-from attnlab.data.batching import Seq2SeqBatch
+from attnlab.data import CharTokenizer, ReverseTask
 from attnlab.lab.kit.charts import dodged, integer_xticks, save_chart, seeds_chart
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.gating import bracketed_sweep
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
 from attnlab.lab.kit.seeds import resolved, run_jobs, seed_list, spread, spread_text
+from attnlab.lab.kit.seq2seq import masked_seq2seq_loss, pair_batch, teacher_forced_hits
 from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate, gated_fields, verdict_of
 from attnlab.models import build_model
-from attnlab.train.objectives import correct_predictions
 from attnlab.viz import attention_maps, plot_alignment, plot_attention
 
 MODELS = {
@@ -74,37 +74,6 @@ def model_config(name: str, vocab_size: int, max_len: int, quick: bool) -> Model
         rnn_attention="additive" if name == "bahdanau" else "none",
         reverse_source=name == "lstm",
     )
-
-
-def make_batch(pairs: list[tuple[str, str]], tok: CharTokenizer) -> Seq2SeqBatch:
-    """Strings -> one padded batch (src, src_mask, tgt_in, tgt_out, tgt_mask)."""
-    return collate_pairs(encode_pairs(pairs, tok), tok.pad_id, tok.bos_id, tok.eos_id)
-
-
-def masked_seq2seq_loss(model: nn.Module, batch: tuple[Tensor, ...]) -> Tensor:
-    """Mean -log p(y_l | y_{<l}, x) over real target tokens; padding masked on both sides."""
-    src, src_mask, tgt_in, tgt_out, tgt_mask = batch
-    logits = model(src, tgt_in, src_mask=src_mask, tgt_mask=tgt_mask).logits  # (B, T, V)
-    targets = tgt_out.masked_fill(~tgt_mask, -100)  # (B, T)
-    return F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
-
-
-@torch.no_grad()
-def score(model: nn.Module, batch: Seq2SeqBatch, chunk: int = 250) -> tuple[Tensor, Tensor]:
-    """Teacher-forced hits: per target token (N, T) (False at padding) and whole targets (N,).
-
-    A whole target is right under teacher forcing exactly when greedy decoding reproduces it.
-    """
-    model.eval()
-    tokens, exact = [], []
-    for i in range(0, batch.src.size(0), chunk):
-        part = Seq2SeqBatch(*(t[i : i + chunk] for t in batch))
-        logits = model(
-            part.src, part.tgt_in, src_mask=part.src_mask, tgt_mask=part.tgt_mask
-        ).logits  # (B, T, V)
-        tokens.append((logits.argmax(-1) == part.tgt_out) & part.tgt_mask)  # (B, T)
-        exact.append(correct_predictions(logits, part, "seq2seq"))  # (B,)
-    return torch.cat(tokens), torch.cat(exact)
 
 
 LENGTHS = (8, 16, 32)  # full size; 48 (in earlier reports) no longer fits the gated budget
@@ -206,11 +175,11 @@ def one_run(
     torch.manual_seed(seed)
     model = build_model(model_config(name, tok.vocab_size, length + 1, quick))
     cfg = fit_config(name, quick, lr, scale)
-    result = fit(model, tuple(make_batch(train, tok)), masked_seq2seq_loss, cfg, seed=seed)
+    result = fit(model, tuple(pair_batch(train, tok)), masked_seq2seq_loss, cfg, seed=seed)
     with torch.no_grad():
         model.eval()
-        val_loss = float(masked_seq2seq_loss(model, tuple(make_batch(val, tok))))
-    tokens, exact = score(model, make_batch(test, tok))
+        val_loss = float(masked_seq2seq_loss(model, pair_batch(val, tok)))
+    tokens, exact = teacher_forced_hits(model, pair_batch(test, tok))
     hits = tokens[:, :length].float()  # (N, T) without <eos>
     return model, {
         "val_loss": val_loss if not result.diverged else math.inf,

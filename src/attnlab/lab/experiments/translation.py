@@ -64,8 +64,7 @@ from typing import Any
 import numpy as np
 
 from attnlab.config import ModelConfig
-from attnlab.data import read_parallel
-from attnlab.errors import DataError, UserError
+from attnlab.errors import UserError
 from attnlab.generate import GenerationConfig, generate_seq2seq
 from attnlab.lab.kit.charts import save_chart, seeds_chart
 from attnlab.lab.kit.datasets import MULTI30K, dataset
@@ -74,6 +73,7 @@ from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
 from attnlab.lab.kit.resume import check_same_code
 from attnlab.lab.kit.seeds import bands, run_jobs, spread, spread_text, start_seeds
+from attnlab.lab.kit.seq2seq import read_multi30k
 from attnlab.lab.kit.verdict import Competence, outcome
 from attnlab.runtime import cpu_has_native_bf16
 from attnlab.train import RunConfig, TrainConfig, TrainingDiverged, train
@@ -81,7 +81,6 @@ from attnlab.viz import attention_maps, plot_alignment, plot_attention, read_met
 from attnlab.viz.figure import new_figure
 
 WORK_DIR = Path("runs") / "experiments" / "translation" / "matched"  # full run's checkpoints
-SPLITS = {"train": "train", "val": "val", "test": "test_2016_flickr"}
 REFERENCE_BLEU = {"transformer": 36.5, "bahdanau": 28.1, "lstm": 13.8}  # tutorials, lc tok.
 BEAMS = 5
 VAL_SENTENCES = 256  # the fixed validation subset of the learning curves (full size)
@@ -245,24 +244,6 @@ def train_config(quick: bool, seed: int, data: Path, **changes: Any) -> TrainCon
 
 
 # Data ----------------------------------------------------------------------------------------
-def load_multi30k(data_dir: Path) -> dict[str, list[tuple[str, str]]]:
-    """(German, English) pairs of the train, val and test splits of a Multi30k-style directory."""
-    missing = [
-        f"{stem}.{lang}"
-        for stem in SPLITS.values()
-        for lang in ("de", "en")
-        if not (data_dir / f"{stem}.{lang}").is_file()
-    ]
-    if missing:
-        raise DataError(
-            f"the translation data directory {str(data_dir)!r} lacks {', '.join(missing)}; it "
-            "needs line-aligned train.de/train.en, val.de/val.en and test_2016_flickr.de/.en "
-            "(Multi30k), or run the experiment quick (quick=True) on generated pairs",
-            fields=("quick",),
-        )
-    return {k: read_parallel(data_dir / f"{s}.de", data_dir / f"{s}.en") for k, s in SPLITS.items()}
-
-
 NOUNS = (("Mann", "man", "m"), ("Frau", "woman", "f"), ("Kind", "child", "n"),
          ("Hund", "dog", "m"), ("Katze", "cat", "f"), ("Junge", "boy", "m"),
          ("Mädchen", "girl", "n"))  # fmt: skip
@@ -431,7 +412,7 @@ def prepare_data(
                 "its quick form on synthetic pairs",
                 fields=("data",),
             )
-        splits = load_multi30k(folder)
+        splits = read_multi30k(folder)
         if quick:  # a small slice of the real data
             splits = {
                 "train": splits["train"][:400],

@@ -56,19 +56,28 @@ def masked_seq2seq_loss(model: nn.Module, batch: Sequence[Tensor]) -> Tensor:
 
 
 @torch.no_grad()
-def teacher_forced(model: nn.Module, batch: Seq2SeqBatch, chunk: int = 250) -> tuple[float, float]:
-    """(per-token accuracy, exact match) of the argmax under teacher forcing. A whole target is
-    right under teacher forcing exactly when greedy decoding reproduces it."""
+def teacher_forced_hits(
+    model: nn.Module, batch: Seq2SeqBatch, chunk: int = 250
+) -> tuple[Tensor, Tensor]:
+    """Hits of the argmax under teacher forcing: per target token (N, T) (False at padding) and
+    whole targets (N,). A whole target is right under teacher forcing exactly when greedy
+    decoding reproduces it."""
     model.eval()
-    hits, real, exact = 0, 0, 0
+    tokens = torch.zeros_like(batch.tgt_mask, dtype=torch.bool)  # (N, T)
+    exact = []
     for i in range(0, batch.src.size(0), chunk):
         part = trimmed([t[i : i + chunk] for t in batch])
         logits = model(part.src, part.tgt_in, src_mask=part.src_mask, tgt_mask=part.tgt_mask)
-        right = (logits.logits.argmax(-1) == part.tgt_out) & part.tgt_mask  # (B, T)
-        hits += int(right.sum())
-        real += int(part.tgt_mask.sum())
-        exact += int((right | ~part.tgt_mask).all(dim=1).sum())
-    return hits / real, exact / batch.src.size(0)
+        right = (logits.logits.argmax(-1) == part.tgt_out) & part.tgt_mask  # (B, T')
+        tokens[i : i + chunk, : right.size(1)] = right
+        exact.append((right | ~part.tgt_mask).all(dim=1))  # (B,)
+    return tokens, torch.cat(exact)
+
+
+def teacher_forced(model: nn.Module, batch: Seq2SeqBatch, chunk: int = 250) -> tuple[float, float]:
+    """(per-token accuracy, exact match) of :func:`teacher_forced_hits` over the batch."""
+    tokens, exact = teacher_forced_hits(model, batch, chunk)
+    return int(tokens.sum()) / int(batch.tgt_mask.sum()), int(exact.sum()) / batch.src.size(0)
 
 
 @torch.no_grad()
