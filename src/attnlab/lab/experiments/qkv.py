@@ -1,0 +1,252 @@
+"""Experiment ``qkv``: does self-attention need learned query, key and value projections, or does
+001's parameter-free form do (001 "Basic Self-Attention", "1. Queries, Keys and Values"; 000
+"The key-query-value self-attention mechanism")?
+
+    parameter-free (001)   w'_ij = x_i^T x_j / sqrt(d),  y_i = sum_j softmax_j(w'_ij) x_j
+    learned (001, 000)     w'_ij = (W_q x_i)^T (W_k x_j) / sqrt(d),  y_i = sum_j w_ij W_v x_j
+
+001's argument: "each input vector must play all three roles" -- query, key and value -- and the
+projections let it "modify the incoming vectors to suit the three roles they must play". One
+consequence is exact: without projections the scores are a Gram matrix, symmetric and positive
+semi-definite, and x_i^T x_j <= (|x_i|^2 + |x_j|^2) / 2, so a query can prefer another key over
+itself only by pointing at a longer vector, and two tokens can never both prefer each other: a
+causal query's weight drifts to its own position.
+
+Arms: the lab's character LM (:mod:`attnlab.lab.kit.char_ablation`) with attention that has
+``ModelConfig(qkv_proj=False)`` (q = k = v = x) or the usual fused [W_q | W_k | W_v], at 1 head
+(001's setting) and 4 heads (head h reads the slice h of x as its query, key and value); no W^O
+in any arm (``out_proj=False``), so the two arms of a head count differ by W_q, W_k, W_v alone.
+Pre-norm: the attention reads LN(x), whose gain g is shared by query, key and value (a diagonal,
+symmetric map: the Gram structure stays). Every arm, the parameter-free ones (whose failure is
+the claim) included, gets the same learning-rate sweep (bracketed) and step doubling.
+
+Checks: (1) at each head count, validation loss with learned projections below the
+parameter-free arm, seed ranges apart; (2) the mechanism, at 1 head: the self-weight (mean A_tt
+of a query on its own position, t >= 1, held-out windows) of the parameter-free arm above the
+learned arm's, seed ranges apart.
+
+Shapes: B batch, T context, D d_model, H heads.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from attnlab.lab.kit import char_ablation as ca
+from attnlab.lab.kit.charts import bar_chart, save_chart
+from attnlab.lab.kit.registry import experiment
+from attnlab.lab.kit.report import (
+    FigureRef,
+    Report,
+    Table,
+    Threshold,
+    gated_fields,
+    resolved,
+    spread,
+    spread_text,
+    verdict_of,
+)
+
+HEADS = {True: (1,), False: (1, 4)}
+FORMS = ("learned Q, K, V", "q = k = v = x")
+
+
+def _name(form: str, heads: int) -> str:
+    return f"{form}, {heads} head{'s' if heads > 1 else ''}"
+
+
+def arms(quick: bool) -> list[ca.Variant]:
+    return [
+        ca.Variant(
+            _name(form, h),
+            (("n_heads", h), ("out_proj", False))
+            + ((("qkv_proj", False),) if form == FORMS[1] else ()),
+        )
+        for h in HEADS[quick]
+        for form in FORMS
+    ]
+
+
+CLAIM = (
+    "Every input vector x_i is used in three different ways in the self attention operation [...] "
+    "These roles are often called the query, the key and the value. In the basic self-attention "
+    "we've seen so far, each input vector must play all three roles. We make its life a little "
+    "easier by deriving new vectors for each role, by applying a linear transformation to the "
+    "original input vector. [...] This gives the self-attention layer some controllable "
+    "parameters, and allows it to modify the incoming vectors to suit the three roles they must "
+    "play. (001)\n"
+    "The use of matrices K, Q, V intuitively allow us to use different views of the x_i for the "
+    "different roles of key, query, and value. (000)"
+)
+SOURCE = (
+    "001 'Basic Self-Attention' and 'Self-Attention in Transformers: 1. Queries, Keys and "
+    "Values'; 000 'The key-query-value self-attention mechanism'"
+)
+THRESHOLDS = [
+    Threshold(
+        "learned projections help ('makes its life a little easier')",
+        "validation loss with W_q, W_k, W_v below q = k = v = x, seed ranges apart, at 1 and 4 "
+        "heads",
+        "001 '1. Queries, Keys and Values' (no number given: ranges apart is the lab's bar)",
+    ),
+    Threshold(
+        "without projections a query leans on itself ('each input vector must play all three "
+        "roles')",
+        "self-weight (mean A_tt, t >= 1) of q = k = v = x above learned, seed ranges apart, 1 head",
+        "001 'Basic Self-Attention' (w'_ij = x_i^T x_j; x_i^T x_j <= (|x_i|^2 + |x_j|^2) / 2 "
+        "by Cauchy-Schwarz)",
+    ),
+]
+COST = (
+    "Full run: `attnlab experiment qkv --seed 0 --data ../shared/data`. Estimate for 2 idle "
+    "cores from a single-thread probe (27 Nov 2026, CPU time of 40 training steps, machine "
+    "shared): 15.0 and 13.5 ms per step at 1 head (learned, parameter-free), about the same at "
+    "4 heads. Each arm trains 3 sweep rates, 2 more seeds and a doubling on all 3 seeds (11 x "
+    "1500 steps; up to 13 x with two grid extensions): 16-19 min of CPU, about 8-10 min on both "
+    "cores."
+)
+
+
+def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
+    """Every (form, head count) gated and trained on every seed (plain numbers, no prose)."""
+    m = ca.measure_arms(arms(quick), quick, seed, data)
+    m["heads"] = list(HEADS[quick])
+    return m
+
+
+def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
+    g = ca.gated_runs(m)
+    return [
+        {
+            "arm": name,
+            "parameters": ca.values(m, name, "params")[0],
+            "lr": g[name].chosen,
+            "validation loss (nats/char)": spread_text(ca.values(m, name, "val")),
+            "training loss": spread_text(ca.values(m, name, "train")),
+            "self-weight A_tt": spread_text(ca.values(m, name, "self_weight")),
+        }
+        for name in m["arms"]
+    ]
+
+
+def _checks(m: dict[str, Any]) -> tuple[list[bool], list[bool], str]:
+    """(checks, whether each predicted difference is resolved at all, reason)."""
+    checks, split, parts = [], [], []
+    for h in m["heads"]:
+        learned, free = (ca.values(m, _name(f, h), "val") for f in FORMS)
+        checks.append(max(learned) < min(free))
+        split.append(resolved(learned, free))
+        parts.append(
+            f"{h} head(s): validation loss {spread_text(learned)} learned vs "
+            f"{spread_text(free)} parameter-free"
+        )
+    h = m["heads"][0]
+    learned, free = (ca.values(m, _name(f, h), "self_weight") for f in FORMS)
+    checks.append(min(free) > max(learned))
+    split.append(resolved(learned, free))
+    reason = (
+        f"mean (min-max) over {len(m['seeds'])} seed(s): " + "; ".join(parts)
+        + f" (nats/char); at {h} head(s) a query puts {spread_text(free)} of its weight on its "
+        f"own position without projections and {spread_text(learned)} with them (uniform "
+        f"causal attention: {ca.uniform_self_weight():.3f})."
+    )  # fmt: skip
+    return checks, split, reason
+
+
+def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
+    n = len(m["seeds"])
+
+    def bars(key: str) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
+        per = {a: ca.values(m, a, key) for a in m["arms"]}
+        return {a: spread(v)["mean"] for a, v in per.items()}, {
+            a: (min(v), max(v)) for a, v in per.items()
+        }
+
+    loss, loss_err = bars("val")
+    weight, weight_err = bars("self_weight")
+    return [
+        save_chart(
+            bar_chart(
+                loss,
+                ylabel="validation loss (nats/char)",
+                errors=loss_err,
+                title=f"learned vs parameter-free attention ({n} seed(s), min-max bars)",
+                reference=m["bigram"],
+                reference_label="add-one bigram",
+            ),
+            out_dir,
+            "loss.png",
+            "Validation loss per arm at its chosen rate (mean over seeds, min-max error bars); "
+            "dashed: the add-one bigram baseline.",
+        ),  # fmt: skip
+        save_chart(
+            bar_chart(
+                weight,
+                ylabel="mean attention on its own position, A_tt",
+                errors=weight_err,
+                title="self-weight of a query (held-out windows)",
+                reference=ca.uniform_self_weight(),
+                reference_label="uniform causal",
+            ),
+            out_dir,
+            "self_weight.png",
+            "The mean weight a query puts on its own position (t >= 1, every layer and head; "
+            "mean over seeds, min-max error bars); dashed: uniform causal attention.",
+        ),  # fmt: skip
+        ca.curve_figure(
+            m,
+            m["arms"],
+            out_dir,
+            "training.png",
+            f"Training loss (running mean of {ca.SMOOTH} steps) of every arm at its chosen rate "
+            "(mean over seeds, min-max band); dashed: the bigram baseline.",
+            "training loss, learned vs parameter-free attention",
+        ),
+    ]
+
+
+def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
+    """The report of :func:`measure`'s numbers: tables, figures, the gated verdict."""
+    checks, split, reason = _checks(m)
+    verdict = "no effect resolved" if not any(split) else verdict_of(checks)
+    setup = [
+        *ca.setup_lines(m, quick),
+        "Arms: attention with learned W_q, W_k, W_v or with q = k = v = x "
+        f"(ModelConfig(qkv_proj=False)), at {' and '.join(map(str, m['heads']))} head(s); no W^O "
+        "in any arm (out_proj=False); the rest of the block (pre-norm, residuals, ReLU "
+        "feed-forward of width 4 d_model) is the same.",
+        "Self-weight: mean attention weight A_tt of query t >= 1 on its own position over every "
+        f"layer and head of {ca.N_WEIGHTS} held-out windows.",
+    ]
+    return Report(
+        name="qkv",
+        title="Queries, keys and values: learned projections vs parameter-free self-attention",
+        claim=CLAIM,
+        source=SOURCE,
+        setup=setup if quick else [*setup, COST],
+        thresholds=THRESHOLDS,
+        tables=[
+            Table("per arm (mean (min-max) over seeds)", _rows(m)),
+            Table("learning-rate sweep (first seed)", ca.sweep_table_rows(m)),
+        ],
+        figures=_figures(m, out_dir),
+        **gated_fields(verdict, reason, ca.competence(m, quick), m["seeds"], quick, m["arms"]),
+        per_seed={
+            "val": {a: ca.values(m, a, "val") for a in m["arms"]},
+            "self_weight": {a: ca.values(m, a, "self_weight") for a in m["arms"]},
+        },
+        metrics={
+            "params": {a: ca.values(m, a, "params")[0] for a in m["arms"]},
+            "uniform_self_weight": ca.uniform_self_weight(),
+            "checks": checks,
+        },
+    )
+
+
+@experiment("qkv", notes="001 'Basic Self-Attention', 'Queries, Keys and Values'; 000")
+def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Report:
+    """Self-attention needs learned query, key and value projections: without them (001's
+    parameter-free form, q = k = v = x) each vector must play all three roles, a query leans on
+    its own position, and the character LM ends at a higher validation loss."""
+    return write_up(measure(quick, seed, data), out_dir, quick)
