@@ -75,11 +75,13 @@ THRESHOLDS = [
     ),
 ]
 COST = (
-    "Full run: `attnlab experiment ffn_width --seed 0 --data ../shared/data`. Estimate for 2 idle "
-    "cores from a single-thread probe (27 Nov 2026, CPU time of 40 training steps, machine "
-    "shared): 9.7, 12.2, 14.2 and 17.0 ms per step for d_ff = 0, 1, 2 and 4 d_model. Each arm "
-    "trains 3 sweep rates, 2 more seeds and a doubling on all 3 seeds (11 x 1500 steps; up to "
-    "13 x with two grid extensions): 14.6-17.2 min of CPU, about 8-9 min on both cores."
+    "Full run: `attnlab experiment ffn_width --seed 0 --data ../shared/data`. Estimate for 2 "
+    "idle cores from a single-thread probe (27 Nov 2026: CPU time, time.process_time, of 40 "
+    "training steps of each arm on tinyshakespeare, the machine shared with other jobs): 9.7, "
+    "12.2, 14.2 and 17.0 ms per step for d_ff = 0, 1, 2 and 4 d_model; each arm trains 7 x "
+    "4000 steps (3 sweep rates, 2 more seeds, a doubling of 8000 steps on the first seed; 9 x "
+    "with two grid extensions): 25-32 min of CPU, about 13-16 min on both cores, plus ~10 % "
+    "for evaluation and process start-up."
 )
 
 

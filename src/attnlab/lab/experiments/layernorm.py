@@ -82,11 +82,12 @@ THRESHOLDS = [
 ]
 COST = (
     "Full run: `attnlab experiment layernorm --seed 0 --data ../shared/data`. Estimate for 2 "
-    "idle cores from a single-thread probe (27 Nov 2026, CPU time of 40 training steps, machine "
-    "shared): 17.0 and 16.1 ms per step at 2 layers, 46.4 and 43.3 ms at 6 layers (with and "
-    "without norms). Each arm trains 3 sweep rates, 2 more seeds and a doubling on all 3 seeds "
-    "(11 x 1500 steps; up to 13 x with two grid extensions): 34-40 min of CPU, about 17-20 min "
-    "on both cores (the 6-layer runs start first)."
+    "idle cores from a single-thread probe (27 Nov 2026: CPU time, time.process_time, of 40 "
+    "training steps of each arm on tinyshakespeare, the machine shared with other jobs): 17.0 "
+    "and 16.1 ms per step at 2 layers, 46.4 and 43.3 ms at 6 layers (with and without norms); "
+    "each arm trains 7 x 4000 steps (3 sweep rates, 2 more seeds, a doubling of 8000 steps on "
+    "the first seed; 9 x with two grid extensions): 57-74 min of CPU, about 29-37 min on both "
+    "cores (the 6-layer runs start first), plus ~10 % for evaluation and process start-up."
 )
 
 

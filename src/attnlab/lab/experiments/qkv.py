@@ -100,11 +100,12 @@ THRESHOLDS = [
 ]
 COST = (
     "Full run: `attnlab experiment qkv --seed 0 --data ../shared/data`. Estimate for 2 idle "
-    "cores from a single-thread probe (27 Nov 2026, CPU time of 40 training steps, machine "
-    "shared): 15.0 and 13.5 ms per step at 1 head (learned, parameter-free), about the same at "
-    "4 heads. Each arm trains 3 sweep rates, 2 more seeds and a doubling on all 3 seeds (11 x "
-    "1500 steps; up to 13 x with two grid extensions): 16-19 min of CPU, about 8-10 min on both "
-    "cores."
+    "cores from a single-thread probe (27 Nov 2026: CPU time, time.process_time, of 40 "
+    "training steps of each arm on tinyshakespeare, the machine shared with other jobs): 14.7 "
+    "and 12.7 ms per step at 1 head, 15.7 and 13.7 ms at 4 heads (learned, parameter-free); "
+    "each arm trains 7 x 4000 steps (3 sweep rates, 2 more seeds, a doubling of 8000 steps on "
+    "the first seed; 9 x with two grid extensions): 27-34 min of CPU, about 13-17 min on both "
+    "cores, plus ~10 % for evaluation and process start-up."
 )
 
 
