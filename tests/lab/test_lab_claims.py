@@ -25,12 +25,13 @@ def test_harness_counts_steps_and_self_weight():
     assert {"qkv", "ffn_width", "layernorm"} <= set(discover())
 
 
-def _check_gated(report, measured):
+def _check_gated(report, measured, extra=(), extra_steps=0):
     """Every compared arm has a criterion with a swept rate and a doubling; thresholds quoted."""
-    assert report.arms == measured["arms"] == [c.arm for c in report.competence]
+    assert report.arms == [*measured["arms"], *extra] == [c.arm for c in report.competence]
     for c in report.competence:
         assert c.lr is not None and len(c.lr.grid) >= 2 and c.lr.chosen in c.lr.grid
-        assert c.doubling is not None and c.doubling.steps == measured["steps"]
+        steps = extra_steps if c.arm in extra else measured["steps"]
+        assert c.doubling is not None and c.doubling.steps == steps
         assert c.doubling.seeds == [0]
     assert report.thresholds and all(t.source and t.value for t in report.thresholds)
     assert report.verdict in ("held", "did not hold", "mixed", "no effect resolved", "inconclusive")
@@ -50,7 +51,8 @@ def _no_training(job):
 def test_qkv_quick_report(tmp_path, monkeypatch):
     measured = qkv.measure(True, 0, None)
     report = qkv.write_up(measured, tmp_path, True)
-    _check_gated(report, measured)
+    copy_arms = [f"copy task: {f}" for f in qkv.FORMS]
+    _check_gated(report, measured, copy_arms, measured["copy_steps"])
     params = report.metrics["params"]
     # the arms differ by W_q, W_k, W_v (and their biases) alone, in each of the 2 layers
     assert params["learned Q, K, V, 1 head"] - params["q = k = v = x, 1 head"] == 2 * (
@@ -58,7 +60,10 @@ def test_qkv_quick_report(tmp_path, monkeypatch):
     )
     free = report.per_seed["self_weight"]["q = k = v = x, 1 head"]
     assert all(w > ca.uniform_self_weight() for w in free)  # x_i . x_i dominates its row
-    assert {f.file for f in report.figures} == {"loss.png", "self_weight.png", "training.png"}
+    files = {"loss.png", "self_weight.png", "copy.png", "training.png"}
+    assert {f.file for f in report.figures} == files
+    copy = report.per_seed["copy_accuracy"]
+    assert all(0.0 <= a <= 1.0 for accs in copy.values() for a in accs)
     assert all((tmp_path / f.file).is_file() for f in report.figures)
     _rerenders(qkv, measured, report, tmp_path, monkeypatch)
 

@@ -23,20 +23,33 @@ the claim) included, gets the same learning-rate sweep (bracketed) and step doub
 Checks: (1) at each head count, validation loss with learned projections below the
 parameter-free arm, seed ranges apart; (2) the mechanism, at 1 head: the self-weight (mean A_tt
 of a query on its own position, t >= 1, held-out windows) of the parameter-free arm above the
-learned arm's, seed ranges apart.
+learned arm's, seed ranges apart; (3) the copy task (:mod:`attnlab.lab.kit.copy_task`), where
+the copy of x_k must attend to x_{k+1} -- a token unlike the query, found by the key *after* the
+earlier x_k (an induction head, which needs W_q != W_k): per-token accuracy with learned
+projections above the parameter-free arm, seed ranges apart. Both copy arms are gated alike
+(criterion: twice a uniform guess, a swept rate, the doubling).
 
 Shapes: B batch, T context, D d_model, H heads.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+import torch
+
+from attnlab.config import ModelConfig
 from attnlab.lab.kit import char_ablation as ca
 from attnlab.lab.kit.charts import bar_chart, save_chart
+from attnlab.lab.kit.copy_task import FIRST_SYMBOL, copy_accuracy, copy_examples, copy_loss
+from attnlab.lab.kit.fit import FitConfig, fit
+from attnlab.lab.kit.gating import Gated, Sweep, gate_arms, sweep_rows
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import (
+    Competence,
     FigureRef,
     Report,
     Table,
@@ -47,9 +60,31 @@ from attnlab.lab.kit.report import (
     spread_text,
     verdict_of,
 )
+from attnlab.lab.kit.seeds import start_seeds
+from attnlab.models import build_model
 
 HEADS = {True: (1,), False: (1, 4)}
 FORMS = ("learned Q, K, V", "q = k = v = x")
+# The copy task (kit.copy_task): "<bos> x_1 .. x_n | x_1 .. x_n <eos>", n <= COPY_N_MAX distinct
+# symbols; at the copy of x_k the model must attend to x_{k+1}, a token unlike the query.
+COPY_N_MAX, COPY_SYMBOLS = 8, 16
+COPY_STEPS = {True: 30, False: 3000}
+COPY_FLOOR = 2 / COPY_SYMBOLS  # competence: twice a uniform guess over the symbols
+COPY_SWEEP = Sweep(
+    grid=(1e-3, 3e-3, 1e-2),
+    tolerance=0.02,
+    metric="validation copy error (1 - per-token accuracy)",
+    metric_key="error",
+    doubling_seeds=1,
+)
+QUICK_COPY_SWEEP = Sweep(
+    grid=(1e-3, 3e-3), tolerance=0.02, metric=COPY_SWEEP.metric, metric_key="error",
+    max_extensions=1,
+)  # fmt: skip
+
+
+def _copy_name(form: str) -> str:
+    return f"copy task: {form}"
 
 
 def _name(form: str, heads: int) -> str:
@@ -97,6 +132,12 @@ THRESHOLDS = [
         "001 'Basic Self-Attention' (w'_ij = x_i^T x_j; x_i^T x_j <= (|x_i|^2 + |x_j|^2) / 2 "
         "by Cauchy-Schwarz)",
     ),
+    Threshold(
+        "a query must find a token unlike itself (the copy task's x_{k+1})",
+        "copy accuracy with W_q, W_k, W_v above q = k = v = x, seed ranges apart",
+        "001 '1. Queries, Keys and Values' (a vector is compared as a query and as a key in "
+        "different roles); no number given: ranges apart is the lab's bar",
+    ),
 ]
 COST = (
     "Full run: `attnlab experiment qkv --seed 0 --data ../shared/data`. Estimate for 2 idle "
@@ -109,11 +150,70 @@ COST = (
 )
 
 
+def _copy_split(seed: int, quick: bool) -> tuple[tuple[torch.Tensor, ...], ...]:
+    """(train, validation) copy examples of one seed: (ids (N, T), targets (N, T - 1)) each."""
+    rng = np.random.default_rng([seed, 7])
+
+    def make(n: int) -> tuple[torch.Tensor, ...]:
+        return copy_examples(n, rng.integers(1, COPY_N_MAX + 1, n), COPY_SYMBOLS, rng)
+
+    return make(2000 if quick else 20000), make(400)
+
+
+def copy_job(job: tuple) -> dict[str, Any]:
+    """One form on the copy task at a rate for ``scale`` x the steps (a gate_arms job): a
+    2-layer decoder, d_model 64, 4 heads, no W^O; its validation per-token copy accuracy."""
+    form, lr, scale, seed, quick, _ = job
+    train, val = _copy_split(seed, quick)
+    torch.manual_seed(seed)
+    cfg = ModelConfig(kind="decoder_lm", vocab_size=FIRST_SYMBOL + COPY_SYMBOLS, d_model=64,
+                      n_heads=4, n_layers=2, max_len=2 * COPY_N_MAX + 3, out_proj=False,
+                      qkv_proj=form == FORMS[0])  # fmt: skip
+    model = build_model(cfg)
+    n = COPY_STEPS[quick] * scale
+    fit_cfg = FitConfig(steps=n, batch_size=64, lr=lr, warmup_steps=n // 10, min_lr=lr / 10)
+    result = fit(model, train, copy_loss, fit_cfg, seed=seed)
+    accuracy = 0.0 if result.diverged else copy_accuracy(model, *val)[0]
+    return {"error": 1.0 - accuracy, "accuracy": accuracy, "self_weight": ca.self_weight(
+        model, val[0][:, :-1])}  # fmt: skip
+
+
 def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
-    """Every (form, head count) gated and trained on every seed (plain numbers, no prose)."""
+    """Every (form, head count) on the character LM and both forms on the copy task, gated and
+    trained on every seed (plain numbers, no prose)."""
     m = ca.measure_arms(arms(quick), quick, seed, data)
     m["heads"] = list(HEADS[quick])
+    sweep = QUICK_COPY_SWEEP if quick else COPY_SWEEP
+    copy = gate_arms(copy_job, FORMS, sweep, start_seeds(seed, quick), quick, None)
+    m["copy"] = {_copy_name(f): asdict(g) for f, g in copy.items()}
+    m["copy_steps"] = COPY_STEPS[quick]
     return m
+
+
+def _copy_competence(m: dict[str, Any], quick: bool) -> list[Competence]:
+    """Both forms on the copy task: above twice a uniform guess on every seed (it learned
+    something of the task), at a swept rate, with the doubling of the copy error."""
+    sweep = QUICK_COPY_SWEEP if quick else COPY_SWEEP
+    return [
+        Competence(
+            name,
+            "validation per-token copy accuracy at least twice a uniform guess over the "
+            f"{COPY_SYMBOLS} symbols",
+            COPY_FLOOR,
+            g.values("accuracy"),
+            lr=g.learning_rate(sweep),
+            doubling=g.doubling(sweep, m["copy_steps"]),
+        )
+        for name, g in _copy_runs(m).items()
+    ]
+
+
+def _copy_runs(m: dict[str, Any]) -> dict[str, Gated]:
+    return {name: Gated(**g) for name, g in m["copy"].items()}
+
+
+def _copy_values(m: dict[str, Any], form: str, key: str) -> list[float]:
+    return [r[key] for r in m["copy"][_copy_name(form)]["runs"]]
 
 
 def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -146,11 +246,15 @@ def _checks(m: dict[str, Any]) -> tuple[list[bool], list[bool], str]:
     learned, free = (ca.values(m, _name(f, h), "self_weight") for f in FORMS)
     checks.append(min(free) > max(learned))
     split.append(resolved(learned, free))
+    copied, unprojected = (_copy_values(m, f, "accuracy") for f in FORMS)
+    checks.append(min(copied) > max(unprojected))
+    split.append(resolved(copied, unprojected))
     reason = (
         f"mean (min-max) over {len(m['seeds'])} seed(s): " + "; ".join(parts)
         + f" (nats/char); at {h} head(s) a query puts {spread_text(free)} of its weight on its "
         f"own position without projections and {spread_text(learned)} with them (uniform "
-        f"causal attention: {ca.uniform_self_weight():.3f})."
+        f"causal attention: {ca.uniform_self_weight():.3f}); the copy task's per-token accuracy "
+        f"is {spread_text(copied)} learned vs {spread_text(unprojected)} parameter-free."
     )  # fmt: skip
     return checks, split, reason
 
@@ -166,6 +270,9 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
 
     loss, loss_err = bars("val")
     weight, weight_err = bars("self_weight")
+    copy_acc = {f: _copy_values(m, f, "accuracy") for f in FORMS}
+    copy = {f: spread(v)["mean"] for f, v in copy_acc.items()}
+    copy_err = {f: (min(v), max(v)) for f, v in copy_acc.items()}
     return [
         save_chart(
             bar_chart(
@@ -195,6 +302,20 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
             "The mean weight a query puts on its own position (t >= 1, every layer and head; "
             "mean over seeds, min-max error bars); dashed: uniform causal attention.",
         ),  # fmt: skip
+        save_chart(
+            bar_chart(
+                copy,
+                ylabel="validation per-token copy accuracy",
+                errors=copy_err,
+                title=f"copy task ({n} seed(s), min-max bars)",
+                reference=1 / COPY_SYMBOLS,
+                reference_label="uniform guess",
+            ),
+            out_dir,
+            "copy.png",
+            "Copy task: per-token accuracy on the copy half at each arm's chosen rate (mean over "
+            "seeds, min-max error bars); dashed: a uniform guess over the symbols.",
+        ),  # fmt: skip
         ca.curve_figure(
             m,
             m["arms"],
@@ -207,10 +328,8 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
     ]
 
 
-def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
-    """The report of :func:`measure`'s numbers: tables, figures, the gated verdict."""
-    checks, split, reason = _checks(m)
-    verdict = "no effect resolved" if not any(split) else verdict_of(checks)
+def _setup(m: dict[str, Any], quick: bool) -> list[str]:
+    n = m["copy_steps"]
     setup = [
         *ca.setup_lines(m, quick),
         "Arms: attention with learned W_q, W_k, W_v or with q = k = v = x "
@@ -219,23 +338,56 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
         "feed-forward of width 4 d_model) is the same.",
         "Self-weight: mean attention weight A_tt of query t >= 1 on its own position over every "
         f"layer and head of {ca.N_WEIGHTS} held-out windows.",
+        f"Copy task: '<bos> x_1 .. x_n | x_1 .. x_n <eos>', n in 1..{COPY_N_MAX} distinct symbols "
+        f"of {COPY_SYMBOLS}, loss and accuracy on the copy half (teacher-forced): at the copy of "
+        "x_k the model must attend to x_{k+1}, a token unlike itself (an induction head: "
+        "a query matches the key *after* its earlier occurrence). 2-layer decoder, d_model 64, "
+        f"4 heads, no W^O, learned positions; AdamW, {n} steps of 64, warm-up {n // 10} then "
+        "cosine to lr/10; 20000 training and 400 validation sequences per seed.",
+        (QUICK_COPY_SWEEP if quick else COPY_SWEEP).describe(f"{n} steps") + " (copy task)",
     ]
+    return setup if quick else [*setup, COST]
+
+
+def _copy_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        {
+            "arm": name,
+            "lr": g.chosen,
+            "validation copy accuracy": spread_text(g.values("accuracy")),
+            "self-weight A_tt": spread_text(g.values("self_weight")),
+        }
+        for name, g in _copy_runs(m).items()
+    ]
+
+
+def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
+    """The report of :func:`measure`'s numbers: tables, figures, the gated verdict."""
+    checks, split, reason = _checks(m)
+    verdict = "no effect resolved" if not any(split) else verdict_of(checks)
+    competence = ca.competence(m, quick) + _copy_competence(m, quick)
+    compared = m["arms"] + list(m["copy"])
     return Report(
         name="qkv",
         title="Queries, keys and values: learned projections vs parameter-free self-attention",
         claim=CLAIM,
         source=SOURCE,
-        setup=setup if quick else [*setup, COST],
+        setup=_setup(m, quick),
         thresholds=THRESHOLDS,
         tables=[
-            Table("per arm (mean (min-max) over seeds)", _rows(m)),
-            Table("learning-rate sweep (first seed)", ca.sweep_table_rows(m)),
+            Table("character LM, per arm (mean (min-max) over seeds)", _rows(m)),
+            Table("copy task, per arm (mean (min-max) over seeds)", _copy_rows(m)),
+            Table(
+                "learning-rate sweep (first seed)",
+                ca.sweep_table_rows(m) + sweep_rows(_copy_runs(m), str),
+            ),
         ],
         figures=_figures(m, out_dir),
-        **gated_fields(verdict, reason, ca.competence(m, quick), m["seeds"], quick, m["arms"]),
+        **gated_fields(verdict, reason, competence, m["seeds"], quick, compared),
         per_seed={
             "val": {a: ca.values(m, a, "val") for a in m["arms"]},
             "self_weight": {a: ca.values(m, a, "self_weight") for a in m["arms"]},
+            "copy_accuracy": {n: g.values("accuracy") for n, g in _copy_runs(m).items()},
         },
         metrics={
             "params": {a: ca.values(m, a, "params")[0] for a in m["arms"]},
