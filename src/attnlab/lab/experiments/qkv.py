@@ -142,11 +142,13 @@ THRESHOLDS = [
 COST = (
     "Full run: `attnlab experiment qkv --seed 0 --data ../shared/data`. Estimate for 2 idle "
     "cores from a single-thread probe (27 Nov 2026: CPU time, time.process_time, of 40 "
-    "training steps of each arm on tinyshakespeare, the machine shared with other jobs): 14.7 "
-    "and 12.7 ms per step at 1 head, 15.7 and 13.7 ms at 4 heads (learned, parameter-free); "
-    "each arm trains 7 x 4000 steps (3 sweep rates, 2 more seeds, a doubling of 8000 steps on "
-    "the first seed; 9 x with two grid extensions): 27-34 min of CPU, about 13-17 min on both "
-    "cores, plus ~10 % for evaluation and process start-up."
+    "training steps of each arm on tinyshakespeare and 1500 steps of each copy-task arm, the "
+    "machine shared with other jobs): 14.7 and 12.7 ms per step at 1 head, 15.7 and 13.7 ms "
+    "at 4 heads, 18.9 and 15.5 ms on the copy task (learned, parameter-free). Each "
+    "character-LM arm trains 7 x 4000 steps (3 sweep rates, 2 more seeds, a doubling of 8000 "
+    "steps on the first seed; 9 x with two grid extensions), each copy arm 7 x 3000: 39-50 "
+    "min of CPU, about 20-25 min on both cores, plus ~10 % for evaluation and process "
+    "start-up."
 )
 
 
@@ -355,7 +357,7 @@ def _copy_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
             "arm": name,
             "lr": g.chosen,
             "validation copy accuracy": spread_text(g.values("accuracy")),
-            "self-weight A_tt": spread_text(g.values("self_weight")),
+            "self-weight A_tt (every position, padding too)": spread_text(g.values("self_weight")),
         }
         for name, g in _copy_runs(m).items()
     ]
