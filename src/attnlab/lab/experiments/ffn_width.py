@@ -79,8 +79,8 @@ COST = (
     "idle cores from a single-thread probe (27 Nov 2026: CPU time, time.process_time, of 40 "
     "training steps of each arm on tinyshakespeare, the machine shared with other jobs): 9.7, "
     "12.2, 14.2 and 17.0 ms per step for d_ff = 0, 1, 2 and 4 d_model; each arm trains 7 x "
-    "4000 steps (3 sweep rates, 2 more seeds, a doubling of 8000 steps on the first seed; 9 x "
-    "with two grid extensions): 25-32 min of CPU, about 13-16 min on both cores, plus ~10 % "
+    "5000 steps (3 sweep rates, 2 more seeds, a doubling of 10000 steps on the first seed; 9 "
+    "x with two grid extensions): 31-40 min of CPU, about 16-20 min on both cores, plus ~10 % "
     "for evaluation and process start-up."
 )
 

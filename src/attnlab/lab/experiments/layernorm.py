@@ -85,9 +85,10 @@ COST = (
     "idle cores from a single-thread probe (27 Nov 2026: CPU time, time.process_time, of 40 "
     "training steps of each arm on tinyshakespeare, the machine shared with other jobs): 17.0 "
     "and 16.1 ms per step at 2 layers, 46.4 and 43.3 ms at 6 layers (with and without norms); "
-    "each arm trains 7 x 4000 steps (3 sweep rates, 2 more seeds, a doubling of 8000 steps on "
-    "the first seed; 9 x with two grid extensions): 57-74 min of CPU, about 29-37 min on both "
-    "cores (the 6-layer runs start first), plus ~10 % for evaluation and process start-up."
+    "each arm trains 7 x 5000 steps (3 sweep rates, 2 more seeds, a doubling of 10000 steps "
+    "on the first seed; 9 x with two grid extensions): 72-92 min of CPU, about 36-46 min on "
+    "both cores (the 6-layer runs start first), plus ~10 % for evaluation and process "
+    "start-up: 40-51 min."
 )
 
 
