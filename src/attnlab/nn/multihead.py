@@ -213,8 +213,9 @@ class SelfAttention(MultiHeadBase):
 
     def qkv(self, x: Tensor) -> Tensor:
         """[Q | K | V] = X [W_q | W_k | W_v] (one matmul), or [X | X | X] without projections
-        (``qkv_proj=False``: q_i = k_i = v_i = x_i, 001 "Basic Self-Attention"): (B, T, width)."""
-        return self.qkv_proj(x) if self.qkv_proj is not None else x.repeat(1, 1, 3)
+        (``qkv_proj=False``: q_i = k_i = v_i = x_i, 001 "Basic Self-Attention"): x (..., D) ->
+        (..., width), for (B, T, D) and the engine's packed rows (N, D) alike."""
+        return self.qkv_proj(x) if self.qkv_proj is not None else torch.cat([x, x, x], dim=-1)
 
     @property
     def rotates(self) -> bool:
