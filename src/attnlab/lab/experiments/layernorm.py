@@ -44,8 +44,12 @@ NORMS = ("LayerNorm", "no norm")
 NEAR_BEST = 0.1  # nats/char: a swept rate within this of the arm's best "trains" (stability)
 
 
+def _layers(depth: int) -> str:
+    return f"{depth} layer{'s' if depth > 1 else ''}"
+
+
 def _name(norm: str, depth: int) -> str:
-    return f"{norm}, {depth} layer{'s' if depth > 1 else ''}"
+    return f"{norm}, {_layers(depth)}"
 
 
 def arms(quick: bool) -> list[ca.Variant]:
@@ -155,7 +159,7 @@ def _checks(m: dict[str, Any]) -> tuple[list[bool], list[bool], str]:
         checks += [max(val[0]) < min(val[1]), max(speed[0]) < min(speed[1])]
         split += [resolved(*val), resolved(*speed)]
         parts.append(
-            f"{d} layers: validation loss {spread_text(val[0])} with LayerNorm vs "
+            f"{_layers(d)}: validation loss {spread_text(val[0])} with LayerNorm vs "
             f"{spread_text(val[1])} without, steps to the bigram baseline "
             f"{spread_text(speed[0])} vs {spread_text(speed[1])}"
         )
@@ -173,10 +177,10 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
             [_name(n, d) for n in NORMS],
             out_dir,
             f"training_{d}_layers.png",
-            f"{d} layers: training loss (running mean of {ca.SMOOTH} steps) with and without "
+            f"{_layers(d)}: training loss (running mean of {ca.SMOOTH} steps) with and without "
             "LayerNorm, each at its chosen rate (mean over seeds, min-max band); dashed: the "
             "bigram baseline the speed check counts steps to.",
-            f"LayerNorm on and off, {d} layers",
+            f"LayerNorm on and off, {_layers(d)}",
         )
         for d in m["depths"]
     ]
