@@ -18,20 +18,17 @@ from pathlib import Path
 import pytest
 
 from attnlab.lab.kit.index import INDEX_FILE, index_text, staleness
-from attnlab.lab.kit.provenance import behaviour_tree, code_hash, reached_modules
+from attnlab.lab.kit.provenance import behaviour_tree, code_hash, reached_modules, uses
 from attnlab.lab.kit.registry import discover
-from attnlab.lab.kit.report import (
+from attnlab.lab.kit.report import Report, Table
+from attnlab.lab.kit.seeds import overlap, resolved, spread_text
+from attnlab.lab.kit.verdict import (
     VERDICTS,
     Competence,
     Doubling,
     LearningRate,
-    Report,
-    Table,
     gate,
     gated_fields,
-    overlap,
-    resolved,
-    spread_text,
     ungated,
 )
 
@@ -231,17 +228,36 @@ def test_the_behaviour_hash_ignores_wording_and_typing_but_not_code():
     assert behaviour_tree(plain) != behaviour_tree(changed)
 
 
-def test_an_experiment_hash_covers_its_module_the_kit_and_the_library_it_reaches():
+def test_an_experiment_hash_covers_its_module_and_the_code_it_uses():
     modules = reached_modules("attnlab.lab.experiments.order")
     assert "attnlab.lab.experiments.order" in modules
     assert {"attnlab.lab.kit.report", "attnlab.lab.kit.fit", "attnlab.nn.attention"} <= set(modules)
-    assert not any(
-        m.startswith("attnlab.lab.experiments.") and m.endswith("heads") for m in modules
-    )
+    # build_model imports its model families by name, on demand: they count
+    assert {"attnlab.models.build", "attnlab.models.encoder"} <= set(modules)
+    # another experiment (named by the registry to discover it) and code order never uses do not
+    others = [m for m in modules if m.startswith("attnlab.lab.experiments.")]
+    assert others == ["attnlab.lab.experiments.order"]
+    assert not {"attnlab.interop.gemma", "attnlab.train.loop", "attnlab.cli"} & set(modules)
     assert (
         code_hash("attnlab.lab.experiments.order").digest
         != code_hash("attnlab.lab.experiments.heads").digest
     )
+
+
+def test_a_name_from_a_package_uses_the_module_that_defines_it():
+    import ast
+
+    def used(source: str, name: str = "attnlab.lab.kit.example") -> set[str]:
+        return uses(name, ast.parse(source), is_package=False)
+
+    assert used("from attnlab.models import build_model") == {"attnlab.models.build"}
+    assert used("from attnlab.models import lm") == {"attnlab.models.lm"}  # a submodule
+    assert used("import attnlab.nn.masks") == {"attnlab.nn.masks"}
+    assert used("from . import charts") == {"attnlab.lab.kit.charts"}  # relative
+    assert used("def f():\n    from attnlab.config import ModelConfig") == {"attnlab.config"}
+    assert used("M = 'attnlab.models.rnn_lm'") == {"attnlab.models.rnn_lm"}
+    assert "attnlab.bench.runner" in used("m = f'attnlab.bench.{name}'")
+    assert used("x = 'attnlab is a library'") == set()
 
 
 def test_staleness_names_why():

@@ -15,6 +15,7 @@ from attnlab.lab.experiments.heads import (
     GAIN,
     OFFSETS,
     PLATEAU,
+    SADDLE,
     SETTINGS,
     _targets,
     attention_flops,
@@ -72,6 +73,9 @@ def test_plateau_check_needs_a_flat_loss_a_flat_accuracy_and_to_be_off_the_saddl
     # the loss still falls, or the claim's quantity still rises: not converged
     assert not converged({8: _run(low + 2 * PLATEAU, 0.15), 16: _run(low, 0.16)}, 8, False)
     assert not converged({8: _run(low, 0.15), 16: _run(low, 0.15 + 2 * GAIN)}, 8, False)
+    # the earlier full run's creep, 0.08 nats per doubling, is a curve still falling
+    assert PLATEAU <= 0.03
+    assert not converged({8: _run(low + 0.08, 0.15), 16: _run(low, 0.15)}, 8, False)
     # flat on the one-relation saddle (one read-out at chance): not converged either
     assert not converged({8: _run(level, 1 / 64), 16: _run(level - 0.01, 1 / 64)}, 8, False)
 
@@ -111,16 +115,23 @@ def test_quick_heads_run(tmp_path, monkeypatch):
         "plateau" in loss.criterion and "plateau" in acc.criterion and "saddle" in saddle.criterion
     )
     assert all(c.in_verdict and not c.higher_is_better for c in (loss, acc, saddle))
-    assert saddle.threshold == one_relation_level(quick=True) - PLATEAU
+    assert saddle.threshold == one_relation_level(quick=True) - SADDLE
     assert "right" in four.criterion and four.in_verdict
     assert [c.in_verdict for c in report.competence[4:]] == [False, False]
     assert len(report.per_seed["one_head_loss_drop"]) == 1 and report.seeds == [0]
-    # the ladder: 120 and 240 steps, 480 (the cap) when the check at 120 -> 240 fails
+    # the ladder: 120 and 240 steps, then 480 and 960 (the cap) while the check fails
     (steps,) = report.per_seed["one_head_steps"]
     ladder = report.table(
         "the 1-head attention-only arm, per seed and budget (test accuracy; the "
         "drop and the rise from half the steps are the plateau check)"
     ).rows
-    assert [r["steps"] for r in ladder] == [120, 240, 480][: [240, 480].index(steps) + 2]
+    rungs = [120 * 2**k for k in range(heads.DOUBLINGS + 1)]
+    assert [r["steps"] for r in ladder] == rungs[: rungs.index(steps) + 1]
+    budgets = measured["ladder"][0]
+    for short in rungs[: rungs.index(steps) - 1]:  # every earlier check failed: extended
+        assert not converged(budgets, short, quick=True)
+    if steps < rungs[-1]:  # stopped before the cap only because the check passed
+        assert converged(budgets, steps // 2, quick=True) and loss.doubling.converged
+    assert loss.doubling.tolerance == PLATEAU and str(rungs[-1]) in loss.criterion
     assert ladder[-1]["loss drop from half the steps"] == report.per_seed["one_head_loss_drop"][0]
     assert (tmp_path / "heads" / "learning.png").is_file()

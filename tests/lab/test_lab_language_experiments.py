@@ -21,7 +21,7 @@ from attnlab.lab import run_experiment
 from attnlab.lab.experiments import char_lm, long_range, sampling, translation
 from attnlab.lab.kit import char_models, copy_task
 from attnlab.lab.kit.corpus import generated_text, text_windows, unigram_bigram, windows
-from attnlab.lab.kit.report import VERDICTS
+from attnlab.lab.kit.verdict import VERDICTS
 from attnlab.models import build_model
 from attnlab.train import greedy_decode
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from attnlab.lab.experiments import long_range
-from attnlab.lab.kit.report import VERDICTS
+from attnlab.lab.kit.verdict import VERDICTS
 
 
 @pytest.fixture(scope="module")

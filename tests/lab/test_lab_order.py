@@ -15,7 +15,7 @@ from attnlab.lab.experiments.order import (
     make_sentences,
     swap_nouns,
 )
-from attnlab.lab.kit.report import LearningRate
+from attnlab.lab.kit.verdict import LearningRate
 
 
 def test_swap_exchanges_subject_and_object_only():

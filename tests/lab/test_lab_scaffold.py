@@ -23,9 +23,9 @@ from attnlab.lab.kit.fit import (
     fit_classifier,
     lm_loss,
 )
-from attnlab.lab.kit.report import Competence, outcome
 from attnlab.lab.kit.seeds import run_arms, run_jobs, start_seeds
 from attnlab.lab.kit.tasks import TaskData, counting
+from attnlab.lab.kit.verdict import Competence, outcome
 from attnlab.models import build_model
 
 

@@ -25,23 +25,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from attnlab.lab.kit.charts import bar_chart, save_chart
+from attnlab.lab.kit.charts import save_chart, seeds_bars
 from attnlab.lab.kit.fit import FitConfig, accuracy, fit_classifier
-from attnlab.lab.kit.gating import bracketed_lr
+from attnlab.lab.kit.gating import train_gated
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    LearningRate,
-    Report,
-    Table,
-    Threshold,
-    outcome,
-    spread,
-    spread_text,
-)
-from attnlab.lab.kit.seeds import run_jobs, start_seeds
+from attnlab.lab.kit.report import Report, Table, Threshold
+from attnlab.lab.kit.seeds import run_jobs, spread, spread_text, start_seeds
 from attnlab.lab.kit.tasks import TaskData, counting, kv_lookup
+from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate, outcome
 from attnlab.models import build_model
 
 VARIANTS = (
@@ -158,45 +149,37 @@ def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
     steps = 20 if quick else 1000
     workers = 1 if quick else 2
     keys = [(t, sh, v) for t in TASKS for sh, _, _ in SHAPES for v, _, _ in VARIANTS]
-    first = [(s, *k, LR, steps, quick) for s in seeds for k in keys if k not in COMPARED]
-    first += [(seeds[0], *k, lr, steps, quick) for k in COMPARED for lr in LRS]
-    done = run_jobs(train_job, first, workers)
-    lrs: dict[Key, LearningRate] = {}
-    sweeps: dict[Key, dict[float, float]] = {}
-    for key in COMPARED:
-
-        def score(rates: list[float], key: Key = key) -> dict[float, float]:
-            todo = [(seeds[0], *key, lr, steps, quick) for lr in rates]
-            done.update(run_jobs(train_job, [j for j in todo if j not in done], workers))
-            return {j[4]: done[j]["valid accuracy"] for j in todo}
-
-        lrs[key], sweeps[key] = bracketed_lr(
-            score, LRS, chosen_on=f"validation accuracy, seed {seeds[0]}", higher_is_better=True
-        )
-    final = [(s, *k, lrs[k].chosen, steps, quick) for k in COMPARED for s in seeds[1:]]
-    final += [(seeds[0], *k, lrs[k].chosen, 2 * steps, quick) for k in COMPARED]
-    done.update(run_jobs(train_job, final, workers, cost=lambda job: job[5]))
-
-    def rate(key: Key) -> float:
-        return lrs[key].chosen if key in lrs else LR
-
+    fixed = [(s, *k, LR, steps, quick) for s in seeds for k in keys if k not in COMPARED]
+    done = run_jobs(train_job, fixed, workers)
+    gated = train_gated(
+        train_job,
+        COMPARED,
+        lambda k, lr, n, s: _job(s, k, lr, n, quick),
+        lambda r: r["valid accuracy"],
+        grid=LRS,
+        steps=steps,
+        seeds=seeds,
+        higher_is_better=True,
+        workers=workers,
+        chosen_on=f"validation accuracy, seed {seeds[0]}",
+        step=LRS[1] / LRS[0],
+    )
+    runs = {
+        k: [done[_job(s, k, LR, steps, quick)] for s in seeds] for k in keys if k not in COMPARED
+    }
+    runs.update(gated.per)
     return {
         "seeds": seeds,
         "steps": steps,
-        "runs": {
-            " / ".join(k): [done[_job(s, k, rate(k), steps, quick)] for s in seeds] for k in keys
-        },
+        "runs": {" / ".join(k): runs[k] for k in keys},
         "lr": {
             " / ".join(k): {"chosen": v.chosen, "grid": v.grid, "chosen_on": v.chosen_on}
-            for k, v in lrs.items()
+            for k, v in gated.lr.items()
         },
-        "sweep": {" / ".join(k): {str(r): a for r, a in v.items()} for k, v in sweeps.items()},
-        "double": {
-            " / ".join(k): done[_job(seeds[0], k, lrs[k].chosen, 2 * steps, quick)][
-                "final train loss"
-            ]
-            for k in COMPARED
+        "sweep": {
+            " / ".join(k): {str(r): a for r, a in v.items()} for k, v in gated.sweeps.items()
         },
+        "double": {" / ".join(k): d["final train loss"] for k, d in gated.double.items()},
     }
 
 
@@ -262,11 +245,10 @@ def _figure(m: dict[str, Any], out_dir: Path) -> Any:
             f"{'lookup' if task == LOOKUP else 'count'}, {shape.split(',')[0]}, {short[variant]}"
         )
     return save_chart(
-        bar_chart(
-            {labels[k]: spread(a)["mean"] for k, a in accs.items()},
+        seeds_bars(
+            {labels[k]: a for k, a in accs.items()},
             ylabel="test accuracy",
             title=f"soft vs hard attention ({len(m['seeds'])} seed(s), min-max bars)",
-            errors={labels[k]: (min(a), max(a)) for k, a in accs.items()},
         ),
         out_dir,
         "accuracy.png",

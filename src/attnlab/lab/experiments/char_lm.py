@@ -35,17 +35,9 @@ from attnlab.lab.kit import char_models
 from attnlab.lab.kit.char_models import count_baselines, split_text, train_char_lm
 from attnlab.lab.kit.charts import save_chart, seeds_chart
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    outcome,
-    spread,
-    spread_text,
-)
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, outcome
 
 PROMPTS = ("KING:\n", "The ", "And ")
 MARGIN = 0.25  # bits/char below the bigram on every seed: "held"
@@ -139,19 +131,7 @@ def _sweep_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _competence(m: dict[str, Any]) -> list[Competence]:
-    runs = m["runs"]
-    return [
-        Competence(
-            char_models.ARM,
-            "training bits/char (mean of the last 50 steps) below the bigram baseline's "
-            "validation bits/char",
-            m["baselines"]["bigram"],
-            [r["train"] / math.log(2) for r in _per(m)],
-            higher_is_better=False,
-            lr=runs.lr[char_models.ARM],
-            doubling=char_models.doubling(runs),
-        )
-    ]
+    return [char_models.competence(m["runs"], m["baselines"]["bigram"])]
 
 
 def loss_figure(m: dict[str, Any], out_dir: Path) -> FigureRef:

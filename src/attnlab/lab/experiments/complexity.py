@@ -38,17 +38,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from attnlab.lab.kit.charts import line_chart, save_chart, seeds_chart
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import gated_fields, verdict_of
 from attnlab.nn.attention import scaled_dot_product_attention
 
 

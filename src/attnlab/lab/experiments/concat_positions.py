@@ -58,27 +58,16 @@ from attnlab.lab.kit.copy_task import (
 )
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    FigureRef,
-    LearningRate,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import run_jobs, start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, run_jobs, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate, gated_fields, verdict_of
 from attnlab.nn.positional import ConcatPositions
 
 ARMS = {"added": "sinusoidal", "concatenated": "concat", "concatenated, unit": "concat"}
 COMPARED = ("added", "concatenated")
 TASKS = ("copy", "permute")
 THRESHOLD = 0.99
-N_PERMUTE = 12
+N_MAX = 12  # the longest sequence: copy n in 1..N_MAX, permute n = N_MAX (quick: 6)
 LRS = (1e-3, 3e-3, 1e-2)  # peak lrs swept for each compared arm and task, on every seed
 REFERENCE_LR = 3e-3  # the raw-sinusoid reference arm is not swept
 MAX_EXTRA = 2  # an edge choice extends an arm's grid by up to this many rates (x3 each)
@@ -122,7 +111,7 @@ def permuted_examples(
 
 
 def task_data(task: str, quick: bool, seed: int) -> dict:
-    n_max = 6 if quick else 12
+    n_max = 6 if quick else N_MAX
     n_symbols = 2 * n_max + 8
     rng = np.random.default_rng(seed)
     n_train = 2000 if quick else 20000

@@ -49,19 +49,9 @@ from attnlab.lab.kit.copy_task import (
 from attnlab.lab.kit.fit import FitConfig, eval_loss, fit
 from attnlab.lab.kit.gating import bracketed_sweep
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    LearningRate,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread,
-    spread_text,
-)
-from attnlab.lab.kit.seeds import bands, run_jobs, start_seeds
+from attnlab.lab.kit.report import Report, Table, Threshold
+from attnlab.lab.kit.seeds import bands, resolved, run_jobs, spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate, gated_fields
 from attnlab.viz import attention_maps, plot_attention
 
 # Compared in the verdict: the notes' three, then the two modern relative schemes (ALiBi: Press

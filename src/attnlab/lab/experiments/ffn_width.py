@@ -25,16 +25,9 @@ from typing import Any
 from attnlab.lab.kit import char_ablation as ca
 from attnlab.lab.kit.charts import integer_xticks, save_chart, seeds_chart
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread_text,
-    verdict_of,
-)
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, spread_text
+from attnlab.lab.kit.verdict import gated_fields, verdict_of
 
 D_MODEL = 64  # the kit's character LM
 MULTIPLES = (0, 1, 2, 4)  # d_ff / d_model; 0 = no feed-forward sublayer

@@ -36,24 +36,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from attnlab.generate import GenerationConfig, generate
-from attnlab.lab.kit.charts import bar_chart, curves_chart, save_chart
+from attnlab.lab.kit.charts import curves_chart, save_chart, seeds_bars
 from attnlab.lab.kit.corpus import char_lm_config, text_windows, unigram_bigram
 from attnlab.lab.kit.fit import FitConfig, eval_loss, fit, lm_loss
 from attnlab.lab.kit.gating import Gated, Sweep, gate_arms, sweep_rows
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, gated_fields, verdict_of
 from attnlab.models import build_model
 
 ARMS = ("masked", "unmasked")
@@ -67,13 +57,7 @@ SWEEP = Sweep(
     max_extensions=2,
     doubling_seeds=3,
 )
-QUICK_SWEEP = Sweep(
-    grid=(1e-3, 3e-3),
-    tolerance=0.05,
-    metric=SWEEP.metric,
-    metric_key="val teacher-forced",
-    max_extensions=1,
-)
+QUICK_SWEEP = SWEEP.quick(grid=(1e-3, 3e-3))
 COST = (
     "Full run: `attnlab experiment future_mask --seed 0 --data ../shared/data`. Estimate for "
     "2 idle cores, from a single-thread probe (27 Nov 2026: 86 ms per training step, ~2 s of "
@@ -244,15 +228,7 @@ def _competence(m: dict[str, Any], gated: dict[str, Gated], sweep: Sweep) -> lis
     steps = gated["masked"].runs[0]["steps"]
     threshold = {"masked": m["bigram"], "unmasked": UNMASKED_TARGET}
     return [
-        Competence(
-            a,
-            CRITERIA[a][0],
-            threshold[a],
-            gated[a].values(CRITERIA[a][1]),
-            higher_is_better=False,
-            lr=gated[a].learning_rate(sweep),
-            doubling=gated[a].doubling(sweep, steps),
-        )
+        gated[a].competence(a, CRITERIA[a][0], threshold[a], sweep, steps, CRITERIA[a][1], False)
         for a in ARMS
     ]
 
@@ -343,11 +319,10 @@ def _figures(
             "min-max band): without the mask the model can read the character it must predict.",
         ),
         save_chart(
-            bar_chart(
-                {k: spread(v)["mean"] for k, v in bars.items()},
+            seeds_bars(
+                bars,
                 ylabel="nats per character",
                 title="loss seen in training vs loss when generating",
-                errors={k: (min(v), max(v)) for k, v in bars.items()},
                 reference=m["bigram"],
                 reference_label=f"bigram counts ({m['bigram']:.2f})",
             ),

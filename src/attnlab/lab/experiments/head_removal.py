@@ -35,20 +35,11 @@ from attnlab.config import ModelConfig
 from attnlab.lab.kit.charts import save_chart, seeds_chart
 from attnlab.lab.kit.corpus import text_windows, unigram_bigram
 from attnlab.lab.kit.fit import FitConfig, eval_loss, fit, lm_loss
-from attnlab.lab.kit.gating import bracketed_lr
+from attnlab.lab.kit.gating import recorded_competence, train_gated
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    LearningRate,
-    Report,
-    Table,
-    Threshold,
-    outcome,
-    spread,
-    spread_text,
-)
-from attnlab.lab.kit.seeds import bands, run_jobs, start_seeds
+from attnlab.lab.kit.report import Report, Table, Threshold
+from attnlab.lab.kit.seeds import bands, spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, outcome
 from attnlab.models import build_model
 
 TOLERANCE = 0.05  # nats per character: a removal "without significant loss" raises it by less
@@ -56,6 +47,7 @@ SHARE = 0.20  # Michel et al.: 20 % of heads prunable on WMT (40 % on BERT)
 SHARE_BERT = 0.40
 LRS = (1e-3, 3e-3, 1e-2)  # the LM's sweep on the first seed (one extension past an edge)
 MAX_EXTENSIONS = 1  # keeps the full run inside its hour
+ARM = "character LM"  # the one compared arm
 STEPS = 1500
 COST = (
     "Full run: `PYTHONPATH=src python -m attnlab experiment head_removal --data ../shared/data` "
@@ -223,52 +215,43 @@ def measure(quick: bool, seed: int, data: Path | None) -> dict[str, Any]:
     workers = 1 if quick else 2
     train, val, chars, source = text_windows(quick, 32 if quick else 64, data)
     _, bigram = unigram_bigram(train, val, len(chars))
-    done: dict[tuple, dict] = {}
-
-    def sweep(lrs: list[float]) -> dict[float, float]:
-        jobs = [(seeds[0], lr, steps, True, quick, data) for lr in lrs]
-        done.update(run_jobs(train_job, jobs, workers))
-        return {lr: done[(seeds[0], lr, steps, True, quick, data)]["val"] for lr in lrs}
-
-    lr, scores = bracketed_lr(
-        sweep,
-        LRS,
+    runs = train_gated(
+        train_job,
+        [ARM],
+        lambda _, lr, n, s: (s, lr, n, n == steps, quick, data),  # the doubling: no analysis
+        _val,
+        grid=LRS,
+        steps=steps,
+        seeds=seeds,
+        higher_is_better=False,
+        workers=workers,
         chosen_on=f"held-out validation loss, seed {seeds[0]}",
-        max_extensions=MAX_EXTENSIONS,
+        step=LRS[1] / LRS[0],
+        max_extra=MAX_EXTENSIONS,
     )
-    rest = [(s, lr.chosen, steps, True, quick, data) for s in seeds[1:]]
-    double = (seeds[0], lr.chosen, 2 * steps, False, quick, data)
-    done.update(run_jobs(train_job, [double, *rest], workers, cost=lambda job: job[2]))
-    runs = [done[(s, lr.chosen, steps, True, quick, data)] for s in seeds]
     return {
         "seeds": seeds,
         "steps": steps,
         "source": source,
         "bigram": bigram,
-        "lr": {"chosen": lr.chosen, "grid": lr.grid, "chosen_on": lr.chosen_on},
-        "sweep": {str(k): v for k, v in scores.items()},
-        "double": [done[double]["val"]],
-        "runs": runs,
+        **runs.record(ARM, _val),
     }
 
 
+def _val(run: dict[str, Any]) -> float:
+    return run["val"]
+
+
 def _competence(m: dict[str, Any]) -> Competence:
-    runs = m["runs"]
-    return Competence(
-        "character LM",
+    return recorded_competence(
+        m,
+        ARM,
         "held-out validation loss (nats/char) below the bigram baseline",
         m["bigram"],
-        [r["val"] for r in runs],
-        higher_is_better=False,
-        lr=LearningRate(**m["lr"]),
-        doubling=Doubling(
-            m["steps"],
-            [runs[0]["val"]],
-            m["double"],
-            TOLERANCE,
-            m["seeds"][:1],
-            "held-out validation loss (nats/char)",
-        ),
+        [_val(r) for r in m["runs"]],
+        value=_val,
+        tolerance=TOLERANCE,
+        metric="held-out validation loss (nats/char)",
     )
 
 
@@ -392,7 +375,7 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
             Table(f"learning-rate sweep (seed {seeds[0]})", sweep_rows),
         ],
         figures=figures,
-        **outcome(checks, reason, competence, seeds, quick, arms=["character LM"]),
+        **outcome(checks, reason, competence, seeds, quick, arms=[ARM]),
         per_seed=n,
         metrics={
             "curve_mean": bands([r["curve score"] for r in runs])[0],

@@ -46,23 +46,13 @@ from torch import Tensor, nn
 
 from attnlab import inspect
 from attnlab.config import ModelConfig
-from attnlab.lab.kit.charts import bar_chart, save_chart, seeds_chart
+from attnlab.lab.kit.charts import save_chart, seeds_bars, seeds_chart
 from attnlab.lab.kit.fit import FitConfig, fit, lm_loss
-from attnlab.lab.kit.gating import bracketed_lr
+from attnlab.lab.kit.gating import recorded_competence, train_gated
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    LearningRate,
-    Report,
-    Table,
-    Threshold,
-    outcome,
-    resolved,
-    spread,
-    spread_text,
-)
-from attnlab.lab.kit.seeds import run_jobs, start_seeds
+from attnlab.lab.kit.report import Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, outcome
 from attnlab.models import build_model
 
 BOS = 0
@@ -419,30 +409,25 @@ def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
     seeds = start_seeds(seed, quick)
     steps = 40 if quick else STEPS
     workers = 1 if quick else 2
-    done: dict[tuple, dict] = {}
-
-    def sweep(lrs: list[float]) -> dict[float, float]:
-        jobs = [(seeds[0], lr, steps, True, quick) for lr in lrs]
-        done.update(run_jobs(train_job, jobs, workers))
-        return {lr: done[(seeds[0], lr, steps, True, quick)]["valid"] for lr in lrs}
-
-    lr, scores = bracketed_lr(
-        sweep,
-        LRS,
+    runs = train_gated(
+        train_job,
+        [ARM],
+        lambda _, lr, n, s: (s, lr, n, n == steps, quick),  # the doubling run is not analysed
+        _valid,
+        grid=LRS,
+        steps=steps,
+        seeds=seeds,
+        higher_is_better=False,
+        workers=workers,
         chosen_on=f"repeat loss on validation sequences, seed {seeds[0]}",
-        max_extensions=MAX_EXTENSIONS,
+        step=LRS[1] / LRS[0],
+        max_extra=MAX_EXTENSIONS,
     )
-    rest = [(s, lr.chosen, steps, True, quick) for s in seeds[1:]]
-    double = (seeds[0], lr.chosen, 2 * steps, False, quick)
-    done.update(run_jobs(train_job, [double, *rest], workers, cost=lambda job: job[2]))
-    return {
-        "seeds": seeds,
-        "steps": steps,
-        "lr": {"chosen": lr.chosen, "grid": lr.grid, "chosen_on": lr.chosen_on},
-        "sweep": {str(k): v for k, v in scores.items()},
-        "double": [done[double]["valid"]],
-        "runs": [done[(s, lr.chosen, steps, True, quick)] for s in seeds],
-    }
+    return {"seeds": seeds, "steps": steps, **runs.record(ARM, _valid)}
+
+
+def _valid(run: dict[str, Any]) -> float:
+    return run["valid"]
 
 
 def removed_fraction(loss: float | None, clean: float, first: float) -> float | None:
@@ -464,22 +449,15 @@ def _cell(value: float | None) -> float | str:
 
 
 def _competence(m: dict[str, Any]) -> Competence:
-    runs = m["runs"]
-    return Competence(
+    return recorded_competence(
+        m,
         ARM,
         "loss on the repeated half (nats), test sequences",
         REPEAT_LOSS,
-        [r["repeat"] for r in runs],
-        higher_is_better=False,
-        lr=LearningRate(**m["lr"]),
-        doubling=Doubling(
-            m["steps"],
-            [runs[0]["valid"]],
-            m["double"],
-            TOLERANCE,
-            m["seeds"][:1],
-            "repeat loss on validation sequences (nats)",
-        ),
+        [r["repeat"] for r in m["runs"]],
+        value=_valid,
+        tolerance=TOLERANCE,
+        metric="repeat loss on validation sequences (nats)",
     )
 
 
@@ -713,11 +691,10 @@ def _figures(m: dict[str, Any], gone: dict[str, Any], out_dir: Path) -> list:
             "training (mean over seeds, min-max band), on the same steps as the loss.",
         ),
         save_chart(
-            bar_chart(
-                {k: spread(v)["mean"] for k, v in per_head.items()},
+            seeds_bars(
+                per_head,
                 ylabel="induction score",
                 title="attention to the token after the previous occurrence (mean over seeds)",
-                errors={k: (min(v), max(v)) for k, v in per_head.items()},
                 reference=SCORE,
                 reference_label=f"threshold {SCORE}",
             ),
@@ -735,11 +712,10 @@ def _figures(m: dict[str, Any], gone: dict[str, Any], out_dir: Path) -> list:
             "back to no context (mean over seeds, min-max band).",
         ),
         save_chart(
-            bar_chart(
-                {k: spread(v)["mean"] for k, v in bars.items()},
+            seeds_bars(
+                bars,
                 ylabel="fraction of the in-context gain removed",
                 title="ablation and path patching",
-                errors={k: (min(v), max(v)) for k, v in bars.items()},
                 reference=1.0,
                 reference_label="1 = no context",
             ),

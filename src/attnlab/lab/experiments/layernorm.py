@@ -28,16 +28,9 @@ from typing import Any
 
 from attnlab.lab.kit import char_ablation as ca
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread_text,
-    verdict_of,
-)
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, spread_text
+from attnlab.lab.kit.verdict import gated_fields, verdict_of
 
 DEPTHS = {True: (1, 2), False: (2, 6)}
 NORMS = ("LayerNorm", "no norm")

@@ -36,21 +36,9 @@ from attnlab.lab.kit.charts import dodged, integer_xticks, save_chart, seeds_cha
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.gating import bracketed_sweep
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    FigureRef,
-    LearningRate,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import run_jobs, seed_list
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, run_jobs, seed_list, spread, spread_text
+from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate, gated_fields, verdict_of
 from attnlab.models import build_model
 from attnlab.train.objectives import correct_predictions
 from attnlab.viz import attention_maps, plot_alignment, plot_attention

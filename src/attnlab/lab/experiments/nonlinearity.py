@@ -22,8 +22,18 @@ nonlinearity. The experiment separates the two:
 The gate (docs/experiments/README.md) covers all 8 arms (4 variants x 2 tasks), the fixed-weight
 no-FFN arms (whose failure is the claim) too: each arm's rate is swept on the first seed and
 chosen on a validation draw (:func:`attnlab.lab.kit.gating.train_gated`), its steps doubled on
-the first seed; test accuracy is reported. Without the FFN an arm is held to what an affine model
-learns from its training set -- the class prior -- and to the doubling, never to failing.
+the first seed; test accuracy is reported. Without the FFN an arm is held to what its affine
+model class learns on its own training set, never to failing: an affine stack's logits include
+the head's bias, so at its optimum its training cross-entropy is at most the entropy of the
+training set's class prior, H(prior) (the bias alone reaches it); the criterion is training
+cross-entropy <= H(prior) + PRIOR_TOLERANCE on every seed. (Accuracy against the majority rate,
+the earlier criterion, is no measure of this: a model at the prior's optimum scores the
+validation draw's share of the training majority class, which sampling moves by more than any
+small margin.) The softmax no-FFN stack contains the affine one (zero queries give fixed uniform
+weights), so it is held to the same bound. Convergence: an arm whose validation cross-entropy
+still moves by more than the tolerance when its steps double gets its steps doubled again
+(:func:`train_gated`'s ``settled``/``max_doublings``), up to MAX_DOUBLINGS times; the other
+seeds run at the arm's final budget, and an arm still moving at the cap fails its gate.
 
 Shapes: B batch, T length, D d_model, H heads.
 """
@@ -42,20 +52,10 @@ from attnlab.lab.kit.charts import bar_chart, save_chart
 from attnlab.lab.kit.fit import FitConfig, accuracy, fit_classifier
 from attnlab.lab.kit.gating import train_gated
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, spread, spread_text, start_seeds
 from attnlab.lab.kit.tasks import TaskData
+from attnlab.lab.kit.verdict import Competence, gated_fields, verdict_of
 from attnlab.models.base import ModelOutput
 from attnlab.nn import FeedForward, LearnedPositions, SelfAttention
 
@@ -193,12 +193,16 @@ LRS = (1e-3, 3e-3, 1e-2)  # swept per arm on the first seed; extended past an ed
 MAX_EXTRA = {True: 1, False: 2}  # extensions past a grid edge
 TOLERANCE = 0.02  # step doubling: validation cross-entropy (nats) may move at most this much
 LEARNS = 0.99  # with the FFN: validation accuracy on the training distribution
-PRIOR_MARGIN = 0.02  # without the FFN: at least the training set's class prior, less this
+PRIOR_TOLERANCE = 0.005  # without the FFN: training cross-entropy <= H(training prior) + this
+MAX_DOUBLINGS = {True: 1, False: 4}  # step extension: an unsettled arm's steps double this often
 FAILS_MARGIN = 0.1  # "cannot learn": test accuracy below the majority rate plus this
 COST = (
-    "Full run: 8 arms x 3 learning rates (+ up to 2 extensions each) on seed 0, seeds 1 and 2 "
-    "at the chosen rates, seed 0 again at 2x steps: about 56-72 runs of ~10 s-equivalents "
-    "each (1500 steps, d_model 32) on 2 workers, an estimated 5-7 minutes on 2 idle cores. "
+    "Full run: 8 arms x 3 learning rates (+ up to 2 extensions each) at 1500 steps on seed 0, "
+    "seed 0 again at 2x steps (and 4x ... 32x for an arm still moving: at most 4 more "
+    "doublings, fresh runs), seeds 1 and 2 at each arm's final steps (up to 24000). Estimate "
+    "from the per-run times of a one-thread run (1.7-7.3 ms per step by arm on an idle core; "
+    "~36 ms per step summed over the 8 arms) x the steps, on 2 workers: ~4 min when no arm "
+    "extends, ~14 min when one softmax arm runs to the cap, ~45 min if all 8 did. "
     "Command: attnlab experiment nonlinearity --out docs/experiments/nonlinearity"
 )
 SETUP = [
@@ -213,11 +217,16 @@ SETUP = [
     "accuracy (a separate draw of the training distribution, never the test set); the other "
     "seeds at that rate; step doubling on the first seed: the validation cross-entropy may "
     f"move at most {TOLERANCE} nats (an accuracy at chance flips with the majority class, the "
-    "loss of a converged arm does not).",
+    "loss of a converged arm does not). An arm that moves more gets its steps doubled again "
+    f"(a fresh run at twice the steps, up to {MAX_DOUBLINGS[False]} times in the full run, "
+    f"{MAX_DOUBLINGS[True]} in the quick form); the other seeds run at the arm's final steps.",
     f"Competence: with the FFN, validation accuracy >= {LEARNS}; without it (fixed or softmax "
-    "weights) the arm must learn at least what an affine model learns from its training set, "
-    f"the class prior (>= the training majority rate - {PRIOR_MARGIN}), and be converged by "
-    "the doubling: a failure at the plateau counts, one that more training removes does not.",
+    "weights) the arm must reach what its affine model class reaches on its own training set: "
+    "training cross-entropy (whole training set, eval mode) at most the entropy of the "
+    f"training class prior + {PRIOR_TOLERANCE} nats (the head's bias alone reaches H(prior), "
+    "so an affine model at its optimum is at or below it; the tolerance is a quarter of the "
+    "doubling's, room for an optimizer at the end of its cosine schedule); and be converged "
+    "by the doubling: a failure at the plateau counts, one that more training removes does not.",
     "Affine gap: max |f((X1+X2)/2) - (f(X1)+f(X2))/2| over 32 pairs of embedded test "
     "inputs in float64 (0 = the network is one affine map of its embeddings).",
 ]
@@ -234,6 +243,14 @@ THRESHOLDS = [
         f"test accuracy < majority rate + {FAILS_MARGIN} on every seed",
         "000 'Elementwise nonlinearity' ('Is this good enough?'): one linear map cannot "
         "compute XOR (Minsky & Papert 1969); the margin is the lab's bar",
+    ),
+    Threshold(
+        "competence without the FFN: the arm reached its affine class's optimum",
+        f"training cross-entropy <= H(training class prior) + {PRIOR_TOLERANCE} nats on every "
+        "seed, and the validation cross-entropy moves <= "
+        f"{TOLERANCE} nats when the steps double",
+        "lab rule (docs/experiments/README.md): an affine model with a bias reaches the "
+        "prior's entropy; the tolerances are the lab's",
     ),
     Threshold(
         "with the FFN it learns",
@@ -269,6 +286,8 @@ def train_job(job: tuple[str, str, bool, float, int, int, bool]) -> dict[str, fl
     return {
         "val": accuracy(model, val.ids, val.labels),
         "val loss": validation_loss(model, val),
+        "train loss": validation_loss(model, train),
+        "prior entropy": prior_entropy(train),
         "test": test_acc,
         "prior": train.majority_rate(),
         "test majority": test.majority_rate(),
@@ -283,6 +302,14 @@ def validation_loss(model: nn.Module, data: TaskData) -> float:
     """Mean cross-entropy (nats) of the model's class logits on ``data``, in eval mode."""
     model.eval()
     return float(F.cross_entropy(model(data.ids).logits, data.labels))
+
+
+def prior_entropy(data: TaskData) -> float:
+    """H(prior) = -sum_c p_c log p_c (nats) of the labels' class shares: the cross-entropy of
+    the best input-independent prediction, which an affine model's bias alone reaches."""
+    p = torch.bincount(data.labels, minlength=data.n_classes).double() / len(data.labels)
+    p = p[p > 0]
+    return float(-(p * p.log()).sum())
 
 
 def _collapse_rows(seed: int) -> list[dict[str, Any]]:
@@ -305,8 +332,14 @@ def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
         train_job, ARMS, lambda arm, lr, n, s: (*arm, lr, n, s, quick), lambda r: r["val"],
         grid=LRS, steps=steps, seeds=seeds, higher_is_better=True, workers=1 if quick else 2,
         chosen_on="validation accuracy, first seed", max_extra=MAX_EXTRA[quick],
+        settled=_settled, max_doublings=MAX_DOUBLINGS[quick],
     )  # fmt: skip
     return {"collapse": _collapse_rows(seed), "seeds": seeds, "steps": steps, "runs": runs}
+
+
+def _settled(at: dict[str, float], twice: dict[str, float]) -> bool:
+    """The step doubling's rule: validation cross-entropy moved by at most TOLERANCE."""
+    return abs(twice["val loss"] - at["val loss"]) <= TOLERANCE
 
 
 def _values(m: dict[str, Any], arm: tuple, key: str) -> list[float]:
@@ -317,18 +350,19 @@ def _competence(m: dict[str, Any]) -> list[Competence]:
     """Every arm: validation accuracy on every seed at its swept rate, converged by doubling."""
     out = []
     for arm in ARMS:
-        vals = _values(m, arm, "val")
         if arm[2]:
-            what, threshold = "validation accuracy (training distribution)", LEARNS
+            what, threshold, higher = "validation accuracy (training distribution)", LEARNS, True
+            vals = _values(m, arm, "val")
         else:
-            prior = min(_values(m, arm, "prior"))
-            what = f"validation accuracy, at least the training class prior - {PRIOR_MARGIN}"
-            threshold = round(prior - PRIOR_MARGIN, 4)
+            what = ("training cross-entropy above the entropy of the training class prior "
+                    "(nats; an affine model's optimum is <= 0)")  # fmt: skip
+            threshold, higher = PRIOR_TOLERANCE, False
+            vals = [r["train loss"] - r["prior entropy"] for r in m["runs"].per[arm]]
         doubling = m["runs"].doubling(
             arm, lambda r: r["val loss"], TOLERANCE, "validation cross-entropy (nats)"
         )
-        out.append(Competence(arm_name(arm), what, threshold, vals, lr=m["runs"].lr[arm],
-                              doubling=doubling))  # fmt: skip
+        out.append(Competence(arm_name(arm), what, threshold, vals, higher_is_better=higher,
+                              lr=m["runs"].lr[arm], doubling=doubling))  # fmt: skip
     return out
 
 
@@ -341,6 +375,7 @@ def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
                 "task": arm[0],
                 "model": arm_name(arm).rsplit(", ", 1)[0],
                 "lr": m["runs"].lr[arm].chosen,
+                "steps": m["runs"].steps_of(arm),
                 "test accuracy": spread(test)["mean"],
                 "min-max": spread_text(test),
                 "majority class (test)": spread(_values(m, arm, "test majority"))["mean"],
@@ -357,6 +392,15 @@ def _sweep_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"arm": arm_name(a), "lr": r, "validation accuracy (first seed)": v,
              "chosen": r == runs.lr[a].chosen}
             for a in ARMS for r, v in sorted(runs.sweeps[a].items())]  # fmt: skip
+
+
+def _ladder_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
+    """The first seed's runs at the chosen rate, per budget: the step doubling and, where the
+    validation cross-entropy still moved, its extension."""
+    runs = m["runs"]
+    return [{"arm": arm_name(a), "steps": n, "validation cross-entropy": r["val loss"],
+             "validation accuracy": r["val"], "training cross-entropy": r["train loss"]}
+            for a in ARMS for n, r in sorted(runs.ladder[a].items())]  # fmt: skip
 
 
 def _fails(m: dict[str, Any], attention: str) -> bool:
@@ -458,7 +502,8 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
         setup=[
             *SETUP,
             f"[cls] + {LENGTH} symbols from {{a, b}}; {n_train} training / {n_val} validation / "
-            f"{n_test} test examples per seed; {m['steps']} steps.",
+            f"{n_test} test examples per seed; {m['steps']} steps, more where the doubling "
+            "extended an arm (column 'steps' of table (b)).",
             *([] if quick else [COST]),
         ],
         thresholds=THRESHOLDS,
@@ -466,6 +511,11 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
             Table("(a) stacked attention vs the collapsed single map", m["collapse"]),
             Table("(b) learning with and without the feed-forward net", _rows(m)),
             Table("learning-rate sweep (first seed)", _sweep_rows(m)),
+            Table(
+                f"step doubling at the chosen rate (first seed; an arm whose validation "
+                f"cross-entropy moved by more than {TOLERANCE} nats doubled again)",
+                _ladder_rows(m),
+            ),
         ],
         figures=_figures(m, out_dir),
         **gated_fields(

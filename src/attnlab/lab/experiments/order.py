@@ -31,23 +31,14 @@ import torch
 from torch import Tensor
 
 from attnlab.config import ModelConfig
-from attnlab.lab.kit.charts import bar_chart, heatmap_panels, save_chart
+from attnlab.lab.kit.charts import heatmap_panels, save_chart, seeds_bars
 from attnlab.lab.kit.fit import FitConfig, accuracy, fit_classifier
 from attnlab.lab.kit.gating import train_gated
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    Doubling,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import Report, Table, Threshold
+from attnlab.lab.kit.seeds import spread, spread_text, start_seeds
 from attnlab.lab.kit.tasks import TaskData
+from attnlab.lab.kit.verdict import Competence, Doubling, gated_fields, verdict_of
 from attnlab.models import build_model
 
 NOUNS = ("oven", "bread", "cat", "dog", "chef", "girl", "boy", "king", "river", "table")
@@ -284,13 +275,12 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list:
     n = len(m["seeds"])
     figures = [
         save_chart(
-            bar_chart(
-                {k: spread(v)["mean"] for k, v in tests.items()},
+            seeds_bars(
+                tests,
                 ylabel="test accuracy",
                 title=f"predict the subject ({n} seed{'s' if n > 1 else ''}, min-max bars)",
                 reference=0.5,
                 reference_label="best possible without order (1/2)",
-                errors={k: (min(v), max(v)) for k, v in tests.items()},
             ),  # fmt: skip
             out_dir,
             "accuracy.png",

@@ -33,17 +33,9 @@ from attnlab.config import ModelConfig
 from attnlab.lab.kit.charts import save_chart, seeds_chart
 from attnlab.lab.kit.fit import lm_loss
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import bands, seed_list
+from attnlab.lab.kit.report import Report, Table, Threshold
+from attnlab.lab.kit.seeds import bands, resolved, seed_list, spread, spread_text
+from attnlab.lab.kit.verdict import gated_fields, verdict_of
 from attnlab.models import build_model
 from attnlab.runtime import load_average
 

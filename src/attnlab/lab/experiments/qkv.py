@@ -48,19 +48,9 @@ from attnlab.lab.kit.copy_task import FIRST_SYMBOL, copy_accuracy, copy_examples
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.gating import Gated, Sweep, gate_arms, sweep_rows
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import resolved, spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, gated_fields, verdict_of
 from attnlab.models import build_model
 
 HEADS = {True: (1,), False: (1, 4)}
@@ -78,10 +68,7 @@ COPY_SWEEP = Sweep(
     metric_key="error",
     doubling_seeds=1,
 )
-QUICK_COPY_SWEEP = Sweep(
-    grid=(1e-3, 3e-3), tolerance=0.02, metric=COPY_SWEEP.metric, metric_key="error",
-    max_extensions=1,
-)  # fmt: skip
+QUICK_COPY_SWEEP = COPY_SWEEP.quick(grid=(1e-3, 3e-3))
 
 
 def _copy_name(form: str) -> str:
@@ -197,16 +184,12 @@ def _copy_competence(m: dict[str, Any], quick: bool) -> list[Competence]:
     """Both forms on the copy task: above twice a uniform guess on every seed (it learned
     something of the task), at a swept rate, with the doubling of the copy error."""
     sweep = QUICK_COPY_SWEEP if quick else COPY_SWEEP
+    criterion = (
+        f"validation per-token copy accuracy at least twice a uniform guess over the "
+        f"{COPY_SYMBOLS} symbols"
+    )
     return [
-        Competence(
-            name,
-            "validation per-token copy accuracy at least twice a uniform guess over the "
-            f"{COPY_SYMBOLS} symbols",
-            COPY_FLOOR,
-            g.values("accuracy"),
-            lr=g.learning_rate(sweep),
-            doubling=g.doubling(sweep, m["copy_steps"]),
-        )
+        g.competence(name, criterion, COPY_FLOOR, sweep, m["copy_steps"], key="accuracy")
         for name, g in _copy_runs(m).items()
     ]
 

@@ -39,28 +39,24 @@ from matplotlib.ticker import MaxNLocator
 from torch import nn
 
 from attnlab.lab.kit.charts import save_chart, seeds_chart
-from attnlab.lab.kit.corpus import char_lm_config, text_windows, unigram_bigram
+from attnlab.lab.kit.corpus import (
+    LEARNED_FREQUENCIES,
+    UNIGRAM_MARGIN,
+    char_lm_config,
+    text_windows,
+    unigram_bigram,
+)
 from attnlab.lab.kit.fit import FitConfig, block_grad_norms, eval_loss, fit, lm_loss
 from attnlab.lab.kit.gating import Gated, Sweep, gate_arms, sweep_rows
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    gated_fields,
-    resolved,
-    spread_text,
-    verdict_of,
-)
-from attnlab.lab.kit.seeds import bands, start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import bands, resolved, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, gated_fields, verdict_of
 from attnlab.models import build_model
 from attnlab.nn.blocks import BlockOutput, CausalBlock
 
 ARMS = ("with residuals", "without residuals")
 CONTEXT = 32
-UNIGRAM_MARGIN = 0.05  # nats/char above the add-one unigram entropy still counts as learned
 GAP = 0.1  # nats/char: the smallest validation-loss gap read as "clearly worse"
 SWEEP = Sweep(
     grid=(3e-4, 1e-3, 3e-3),
@@ -71,9 +67,7 @@ SWEEP = Sweep(
     max_extensions=2,
     doubling_seeds=3,
 )
-QUICK_SWEEP = Sweep(
-    grid=(1e-3, 3e-3), tolerance=0.05, metric=SWEEP.metric, metric_key="val", max_extensions=1
-)
+QUICK_SWEEP = SWEEP.quick(grid=(1e-3, 3e-3))
 COST = (
     "Full run: `attnlab experiment residual --seed 0 --data ../shared/data`. Estimate for 2 "
     "idle cores, from a single-thread probe of the training step (27 Nov 2026: 10, 20, 31, 52 "
@@ -234,16 +228,8 @@ def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
 
 
 def _competence(label: str, g: Gated, sweep: Sweep, m: dict[str, Any]) -> Competence:
-    return Competence(
-        label,
-        "validation loss (nats/char) at most the unigram entropy + "
-        f"{UNIGRAM_MARGIN:g} (the training learned the character frequencies)",
-        m["unigram"] + UNIGRAM_MARGIN,
-        g.values("val"),
-        higher_is_better=False,
-        lr=g.learning_rate(sweep),
-        doubling=g.doubling(sweep, m["steps"]),
-    )
+    threshold = m["unigram"] + UNIGRAM_MARGIN
+    return g.competence(label, LEARNED_FREQUENCIES, threshold, sweep, m["steps"], "val", False)
 
 
 def _verdict(m: dict[str, Any], val: dict[str, list[float]]) -> tuple[str, str]:

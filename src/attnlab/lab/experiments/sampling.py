@@ -39,8 +39,9 @@ from attnlab.lab.kit import char_models
 from attnlab.lab.kit.char_models import count_baselines, split_text, train_char_lm
 from attnlab.lab.kit.charts import save_chart
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import Competence, Report, Table, Threshold, outcome, spread_text
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import Report, Table, Threshold
+from attnlab.lab.kit.seeds import spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, outcome
 from attnlab.viz.figure import new_figure
 
 STRATEGIES: dict[str, dict[str, Any]] = {
@@ -272,19 +273,7 @@ def _checks(m: dict[str, Any]) -> dict[str, bool]:
 
 
 def _competence(m: dict[str, Any]) -> list[Competence]:
-    runs = m["runs"]
-    return [
-        Competence(
-            char_models.ARM,
-            "training bits/char (mean of the last 50 steps) below the bigram baseline's "
-            "validation bits/char",
-            m["bigram"],
-            [r["train"] / math.log(2) for r in runs.per[char_models.ARM]],
-            higher_is_better=False,
-            lr=runs.lr[char_models.ARM],
-            doubling=char_models.doubling(runs),
-        )
-    ]
+    return [char_models.competence(m["runs"], m["bigram"])]
 
 
 def _reason(m: dict[str, Any], checks: dict[str, bool], vals: dict) -> str:

@@ -35,17 +35,10 @@ from attnlab.lab.kit.charts import curves_chart, line_chart, save_chart
 from attnlab.lab.kit.fit import FitConfig, fit_classifier
 from attnlab.lab.kit.gating import Gated, Sweep, gate_arms, sweep_rows
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    outcome,
-    spread_text,
-)
-from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.seeds import spread_text, start_seeds
 from attnlab.lab.kit.tasks import kv_lookup
+from attnlab.lab.kit.verdict import Competence, outcome
 from attnlab.models import build_model
 
 DIMS = (8, 16, 32, 64, 128, 256, 512, 1024)
@@ -108,9 +101,7 @@ SWEEP = Sweep(
     max_extensions=2,
     doubling_seeds=3,
 )
-QUICK_SWEEP = Sweep(
-    grid=(2e-3, 4e-3), tolerance=0.02, metric=SWEEP.metric, metric_key="error", max_extensions=1
-)
+QUICK_SWEEP = SWEEP.quick(grid=(2e-3, 4e-3))
 COST = (
     "Full run: `attnlab experiment scaling --seed 0`. Estimate for 2 idle cores, from a "
     "single-thread probe of the training step (27 Nov 2026: 16 ms per step): each of the 4 "
@@ -256,14 +247,11 @@ def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
 
 def _competence(label: str, g: Gated, sweep: Sweep, n_steps: int) -> Competence:
     scaled = label.startswith("scaled")
-    return Competence(
-        label,
-        "test accuracy on the training distribution"
-        + ("" if scaled else ", above chance (it learned beyond guessing)"),
-        SCALED_TARGET if scaled else CHANCE,
-        g.values("accuracy"),
-        lr=g.learning_rate(sweep),
-        doubling=g.doubling(sweep, n_steps),
+    criterion = "test accuracy on the training distribution" + (
+        "" if scaled else ", above chance (it learned beyond guessing)"
+    )
+    return g.competence(
+        label, criterion, SCALED_TARGET if scaled else CHANCE, sweep, n_steps, "accuracy"
     )
 
 

@@ -32,7 +32,9 @@ every (seed, arm) run checkpoints into ``runs/experiments/translation/matched/se
 interrupt it (Ctrl-C, or ``timeout -s INT 85m attnlab experiment translation``, which signals
 the whole process group), each running arm saves, and the same command later resumes every
 arm from its checkpoint and only reloads finished ones, so the full run can be made in pieces
-across sessions. Each model is then decoded on ``test_2016_flickr`` with greedy search and beam
+across sessions -- by one code: the work directory is stamped with the code hash of the first
+piece and a later piece under changed code stops with an error (:mod:`attnlab.lab.kit.resume`).
+Each model is then decoded on ``test_2016_flickr`` with greedy search and beam
 search (5 beams) and scored with sacreBLEU:
 
     BLEU      sacrebleu.corpus_bleu(hyps, [refs]): detokenised, cased, 13a tokenisation (standard)
@@ -69,17 +71,10 @@ from attnlab.lab.kit.charts import save_chart, seeds_chart
 from attnlab.lab.kit.datasets import MULTI30K, dataset
 from attnlab.lab.kit.gating import ArmRuns, train_gated
 from attnlab.lab.kit.registry import experiment
-from attnlab.lab.kit.report import (
-    Competence,
-    FigureRef,
-    Report,
-    Table,
-    Threshold,
-    outcome,
-    spread,
-    spread_text,
-)
-from attnlab.lab.kit.seeds import bands, run_jobs, start_seeds
+from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.resume import check_same_code
+from attnlab.lab.kit.seeds import bands, run_jobs, spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence, outcome
 from attnlab.runtime import cpu_has_native_bf16
 from attnlab.train import RunConfig, TrainConfig, TrainingDiverged, train
 from attnlab.viz import attention_maps, plot_alignment, plot_attention, read_metrics
@@ -602,6 +597,7 @@ def measure(quick: bool, seed: int, data: Path | None, out_dir: Path) -> dict[st
     source length), and the first seed's attention maps. ``out_dir`` holds a quick run's work."""
     seeds = start_seeds(seed, quick)
     root = out_dir / "work" if quick else WORK_DIR
+    check_same_code(root, __name__)  # every piece of a resumed run trained by the same code
     splits = {s: prepare_data(quick, s, data, root / f"seed{s}") for s in seeds}[seeds[0]]
     runs = gated_runs(quick, root, data, seeds)
     sources = [s for s, _ in splits["test"]]

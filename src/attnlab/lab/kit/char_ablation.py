@@ -34,11 +34,18 @@ from torch import nn
 
 from attnlab.config import ModelConfig
 from attnlab.lab.kit.charts import save_chart, seeds_chart
-from attnlab.lab.kit.corpus import char_lm_config, text_windows, unigram_bigram
+from attnlab.lab.kit.corpus import (
+    LEARNED_FREQUENCIES,
+    UNIGRAM_MARGIN,
+    char_lm_config,
+    text_windows,
+    unigram_bigram,
+)
 from attnlab.lab.kit.fit import FitConfig, eval_loss, fit, lm_loss
 from attnlab.lab.kit.gating import Gated, Sweep, gate_arms, sweep_rows
-from attnlab.lab.kit.report import Competence, FigureRef
+from attnlab.lab.kit.report import FigureRef
 from attnlab.lab.kit.seeds import start_seeds
+from attnlab.lab.kit.verdict import Competence
 from attnlab.models import build_model
 
 CONTEXT = 32  # characters a window feeds the model (T)
@@ -46,7 +53,6 @@ BATCH = 32
 N_VAL = 512  # validation windows scored
 N_WEIGHTS = 64  # held-out windows the self-weight is measured on
 SMOOTH = 20  # running mean of the training loss (steps) for curves and steps-to-target
-UNIGRAM_MARGIN = 0.05  # nats/char above the add-one unigram entropy still counts as learned
 # A probe of the 2-layer arm at lr 3e-3 (seed 0, tinyshakespeare): doubling 1500 -> 3000 steps
 # moved the validation loss by 0.11 nats/char, 4000 -> 8000 by 0.048 (the tolerance's edge).
 STEPS = {True: 30, False: 5000}
@@ -59,9 +65,7 @@ SWEEP = Sweep(
     max_extensions=2,
     doubling_seeds=1,  # the first seed: three would not fit layernorm's 60 minutes
 )
-QUICK_SWEEP = Sweep(
-    grid=(1e-3, 3e-3), tolerance=0.05, metric=SWEEP.metric, metric_key="val", max_extensions=1
-)
+QUICK_SWEEP = SWEEP.quick(grid=(1e-3, 3e-3))
 
 
 @dataclass(frozen=True)
@@ -168,16 +172,10 @@ def competence(m: dict[str, Any], quick: bool) -> list[Competence]:
     """Every arm: validation loss at most the unigram entropy + margin on every seed, at its
     swept rate, with its step doubling."""
     sweep = sweep_of(quick)
+    threshold = m["unigram"] + UNIGRAM_MARGIN
     return [
-        Competence(
-            name,
-            "validation loss (nats/char) at most the unigram entropy + "
-            f"{UNIGRAM_MARGIN:g} (the training learned the character frequencies)",
-            m["unigram"] + UNIGRAM_MARGIN,
-            g.values("val"),
-            higher_is_better=False,
-            lr=g.learning_rate(sweep),
-            doubling=g.doubling(sweep, m["steps"]),
+        g.competence(
+            name, LEARNED_FREQUENCIES, threshold, sweep, m["steps"], higher_is_better=False
         )
         for name, g in gated_runs(m).items()
     ]

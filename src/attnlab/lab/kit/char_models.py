@@ -26,7 +26,7 @@ from attnlab.errors import UserError
 from attnlab.lab.kit.corpus import generated_text
 from attnlab.lab.kit.datasets import SHAKESPEARE, dataset
 from attnlab.lab.kit.gating import ArmRuns, train_gated
-from attnlab.lab.kit.report import Doubling
+from attnlab.lab.kit.verdict import Competence, Doubling
 from attnlab.train import RunConfig, TrainConfig, train
 from attnlab.train.report import METRICS_FILE, read_metrics
 
@@ -197,3 +197,18 @@ def gated_char_lm(quick: bool, seeds: list[int], data: Path | None, out_dir: Pat
 def doubling(runs: ArmRuns) -> Doubling:
     """The char LM's step doubling on the validation loss (nats/char), first seed."""
     return runs.doubling(ARM, lambda r: r["val"], TOLERANCE, "validation loss (nats/char)")
+
+
+def competence(runs: ArmRuns, bigram_bits: float) -> Competence:
+    """The char LM's competence (both language experiments): its training bits/char below the
+    bigram baseline's validation bits/char on every seed, at the swept rate, steps doubled."""
+    return Competence(
+        ARM,
+        "training bits/char (mean of the last 50 steps) below the bigram baseline's "
+        "validation bits/char",
+        bigram_bits,
+        [r["train"] / math.log(2) for r in runs.per[ARM]],
+        higher_is_better=False,
+        lr=runs.lr[ARM],
+        doubling=doubling(runs),
+    )

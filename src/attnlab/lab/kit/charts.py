@@ -10,13 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from attnlab.lab.kit.report import FigureRef
-from attnlab.lab.kit.seeds import bands
-from attnlab.viz.figure import as_array, check_tokens, label_axis, new_figure, save_figure
+from attnlab.lab.kit.seeds import bands, spread
+from attnlab.viz.figure import as_array, check_tokens, new_figure, save_figure
 
 
 def line_chart(
@@ -34,18 +36,17 @@ def line_chart(
 ) -> Figure:
     """One line per ``label -> (xs, ys)``; ``bands[label] = (lows, highs)`` shades the spread
     over seeds (min-max) around that line. ``hline`` / ``vline`` draw a dashed grey guide at
-    that y / x (a baseline, a threshold, the longest training length)."""
+    that y / x (a baseline, a threshold, the longest training length).
+
+    Series that coincide (several arms at accuracy 1) stay visible: each later series is drawn
+    thinner, with a smaller marker of its own shape and its own dash pattern
+    (:func:`series_style`), so the earlier ones show around and between it. Integer x values
+    (layers, head counts, lengths) get integer ticks only."""
     fig = new_figure(6.4, 4.2)
     ax = fig.subplots()
-    for label, (xs, ys) in series.items():
-        (line,) = ax.plot(
-            list(xs),
-            list(ys),
-            label=label,
-            linewidth=1.5,
-            marker="o" if markers and len(xs) <= 30 else None,
-            markersize=4,
-        )
+    for k, (label, (xs, ys)) in enumerate(series.items()):
+        dots = markers and len(xs) <= 30
+        (line,) = ax.plot(list(xs), list(ys), label=label, **series_style(k, len(series), dots))
         if bands and label in bands:
             lo, hi = bands[label]
             ax.fill_between(
@@ -57,6 +58,8 @@ def line_chart(
         ax.axvline(vline, color="gray", linestyle="--", linewidth=1)
     if logx:
         ax.set_xscale("log", base=2)
+    elif all(float(x).is_integer() for xs, _ in series.values() for x in xs):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # layers, heads, bins: no 2.5
     if logy:
         ax.set_yscale("log")
     ax.set_xlabel(xlabel)
@@ -65,6 +68,25 @@ def line_chart(
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     return fig
+
+
+LINESTYLES = ("-", (0, (5, 2)), (0, (3, 1, 1, 1)), (0, (1, 1)))  # solid, dash, dash-dot, dot
+MARKERS = ("o", "s", "^", "D", "v", "P", "X")
+
+
+def series_style(k: int, n: int, markers: bool) -> dict[str, Any]:
+    """Line and marker style of series ``k`` of ``n``: the first drawn widest with the largest
+    marker, each later one narrower and smaller, with its own marker shape and dash pattern
+    (with markers; long curves stay solid), so coinciding series do not hide each other."""
+    shrink = k / max(1, n - 1)  # 0 for the first series, 1 for the last
+    style: dict[str, Any] = {"linewidth": 2.6 - 1.4 * shrink}
+    if markers:
+        style |= {
+            "marker": MARKERS[k % len(MARKERS)],
+            "markersize": 8.0 - 4.5 * shrink,
+            "linestyle": LINESTYLES[k % len(LINESTYLES)],
+        }
+    return style
 
 
 def seeds_chart(
@@ -113,6 +135,13 @@ def _running_mean(ys: list[float], smooth: int) -> list[float]:
         sum(ys[max(0, i - k + 1) : i + 1]) / len(ys[max(0, i - k + 1) : i + 1])
         for i in range(len(ys))
     ]
+
+
+def seeds_bars(per_seed: Mapping[str, Sequence[float]], **options: Any) -> Figure:
+    """:func:`bar_chart` of per-seed values: each bar the mean over seeds, its error bar the
+    seeds' min-max range; ``options`` are bar_chart's (ylabel, title, reference, ...)."""
+    means = {k: spread(list(v))["mean"] for k, v in per_seed.items()}
+    return bar_chart(means, errors={k: (min(v), max(v)) for k, v in per_seed.items()}, **options)
 
 
 def bar_chart(
@@ -196,21 +225,41 @@ def heatmap_panels(
     cmap: str = "viridis",
 ) -> Figure:
     """Side-by-side heatmaps, each ``(weights (T, S), query tokens, key tokens, panel title)``,
-    on one colour scale from 0 to the largest weight (e.g. attention on two sentences)."""
+    on one colour scale from 0 to the largest weight (e.g. attention on two sentences).
+
+    Every row and column is labelled (none thinned out): the panels grow with the token count
+    (about 0.15 inch per label), so a reader can name each cell."""
     arrays = [as_array(w, "weights") for w, _, _, _ in panels]
     vmax = max(max(float(a.max()) for a in arrays), 1e-12)
-    fig = new_figure(3.6 * len(panels) + 1.2, 3.9)
+    cols_max = max(a.shape[1] for a in arrays)
+    rows_max = max(a.shape[0] for a in arrays)
+    fig = new_figure(
+        max(3.6, 0.15 * cols_max + 1.0) * len(panels) + 1.2, max(3.9, 0.15 * rows_max + 1.4)
+    )
     axes = fig.subplots(1, len(panels), squeeze=False)[0]
     image = None
     for ax, a, (_, rows, cols, sub) in zip(axes, arrays, panels):
         image = ax.imshow(a, cmap=cmap, vmin=0.0, vmax=vmax, aspect="auto", interpolation="nearest")
-        label_axis(ax, "y", check_tokens(rows, a.shape[0], "query tokens"), a.shape[0])
-        label_axis(ax, "x", check_tokens(cols, a.shape[1], "key tokens"), a.shape[1])
+        _label_every(ax, check_tokens(rows, a.shape[0], "query tokens"), "y")
+        _label_every(ax, check_tokens(cols, a.shape[1], "key tokens"), "x")
         ax.set_title(sub, fontsize=9)
     assert image is not None  # panels is not empty
     fig.colorbar(image, ax=list(axes), label="attention weight", shrink=0.9)
     fig.suptitle(title, fontsize=10)
     return fig
+
+
+def _label_every(ax: Axes, tokens: list[str] | None, axis: str) -> None:
+    """A tick label on every cell of a heatmap axis (x labels longer than 2 characters turned
+    upright); the font shrinks gently as the count grows."""
+    if tokens is None:
+        return
+    size = max(5.0, min(9.0, 11.0 - len(tokens) / 8))
+    if axis == "x":
+        upright = max(len(t) for t in tokens) > 2 or len(tokens) > 24
+        ax.set_xticks(range(len(tokens)), tokens, rotation=90 if upright else 0, fontsize=size)
+    else:
+        ax.set_yticks(range(len(tokens)), tokens, fontsize=size)
 
 
 def dodged(xs: Sequence[float], k: int, n: int, share: float = 0.012) -> list[float]:

@@ -126,6 +126,13 @@ def text_windows(
     return windows(ids[:cut], context), windows(ids[cut:], context), chars, source
 
 
+UNIGRAM_MARGIN = 0.05  # nats/char above the add-one unigram entropy still counts as learned
+LEARNED_FREQUENCIES = (  # a char LM's competence criterion against the unigram entropy + margin
+    f"validation loss (nats/char) at most the unigram entropy + {UNIGRAM_MARGIN:g} (the "
+    "training learned the character frequencies)"
+)
+
+
 def unigram_bigram(train: Tensor, val: Tensor, vocab: int) -> tuple[float, float]:
     """Validation nats/char of add-one unigram and bigram counts from the training windows."""
     flat, vflat = train.flatten(), val.flatten()

@@ -172,15 +172,6 @@ def lm_loss(model: nn.Module, batch: Batch) -> Tensor:
     return F.cross_entropy(logits.reshape(-1, logits.size(-1)), ids[:, 1:].reshape(-1))
 
 
-def seq2seq_loss(model: nn.Module, batch: Batch) -> Tensor:
-    """batch = (src (B, S), tgt_in (B, T), tgt_out (B, T)); targets of -100 are ignored."""
-    src, tgt_in, tgt_out = batch
-    logits = model(src, tgt_in).logits  # (B, T, V)
-    return F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)), tgt_out.reshape(-1), ignore_index=-100
-    )
-
-
 @torch.no_grad()
 def eval_loss(model: nn.Module, data: Sequence[Tensor], loss_fn: LossFn) -> float:
     """``loss_fn(model, data)`` on all rows at once, in eval mode, without gradients."""

@@ -1,5 +1,5 @@
 """Gating an arm: a bracketed learning-rate sweep and a step doubling (the rule of
-:mod:`attnlab.lab.kit.report`), run for many arms at once through the process pool.
+:mod:`attnlab.lab.kit.verdict`), run for many arms at once through the process pool.
 
 For every arm the same procedure, whatever the claim predicts for it:
 
@@ -15,9 +15,12 @@ For every arm the same procedure, whatever the claim predicts for it:
    :attr:`Sweep.doubling_seeds` seeds (the first ones); converged when the metric moves by at most
    :attr:`Sweep.tolerance` on each.
 
-Two more shapes share the choice and the extension rule: :func:`bracketed_sweep`, one arm's sweep
-run by run (for an experiment that already runs each arm as one job), and :func:`train_gated`, the
-gate for a job function of the experiment's own shape and a score that may be higher-is-better.
+Other shapes share the choice and the extension rule: :func:`train_gated`, the whole gate for a
+job function of the experiment's own shape and a score that may be higher-is-better (one arm or
+many; :meth:`ArmRuns.record` and :func:`recorded_competence` keep an arm's gate as plain data);
+:func:`bracketed_lr`, one arm's sweep a round of rates at a time, and :func:`bracketed_sweep`, the
+same run by run, keeping each rate's result (for an experiment that runs the seeds and doubling
+itself).
 
 A training job of :func:`gate_arms` is the tuple ``(arm, lr, scale, seed, quick, data)``: ``arm``
 the experiment's own (hashable) arm key, ``scale`` 1 or 2 (the step multiplier of the doubling),
@@ -29,12 +32,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from attnlab.lab.kit.report import Doubling, LearningRate
 from attnlab.lab.kit.seeds import run_jobs
+from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate
 
 Job = tuple[Any, float, int, int, bool, Any]  # (arm, lr, scale, seed, quick, data)
 
@@ -69,6 +72,11 @@ class Sweep:
     def tie_width(self) -> float:
         return self.tolerance if self.tie is None else self.tie
 
+    def quick(self, grid: tuple[float, ...], max_extensions: int = 1) -> Sweep:
+        """The quick (CI-sized) form of this sweep: the same metric, tolerance and extension
+        factor on ``grid``, at most ``max_extensions`` added rates, the doubling on one seed."""
+        return replace(self, grid=grid, max_extensions=max_extensions, doubling_seeds=1)
+
 
 @dataclass
 class Gated:
@@ -102,6 +110,28 @@ class Gated:
     def values(self, key: str) -> list[Any]:
         """``key`` of every seed's run at the chosen rate."""
         return [r[key] for r in self.runs]
+
+    def competence(
+        self,
+        arm: str,
+        criterion: str,
+        threshold: float,
+        sweep: Sweep,
+        steps: int,
+        key: str | None = None,
+        higher_is_better: bool = True,
+    ) -> Competence:
+        """The arm's :class:`Competence`: ``criterion`` against ``threshold`` on every seed's
+        ``key`` (default: the sweep's metric), with the sweep's rate and the step doubling."""
+        return Competence(
+            arm,
+            criterion,
+            threshold,
+            self.values(key or sweep.metric_key),
+            higher_is_better=higher_is_better,
+            lr=self.learning_rate(sweep),
+            doubling=self.doubling(sweep, steps),
+        )
 
 
 def choose(scores: dict[float, float], tie: float) -> float:
@@ -242,19 +272,15 @@ def bracketed_sweep(
     one rate past the edge holding the choice (``step`` times further), at most ``max_extra``
     times; ``score(result)`` is the number to minimise. The runs are kept for reuse (the chosen
     rate's run is the first seed's result)."""
-    if len(grid) < 2:
-        raise ValueError(f"a sweep needs at least 2 rates to bracket a choice, got {list(grid)}")
-    rule = Sweep(tuple(float(g) for g in grid), tolerance=tie, metric=chosen_on, factor=step,
-                 max_extensions=max_extra, tie=tie)  # fmt: skip
     runs: dict[float, R] = {}
-    scores: dict[float, float] = {}
-    lr: float | None = None
-    for lr in sorted(rule.grid):
-        runs[lr] = train(lr)
-        scores[lr] = float(score(runs[lr]))
-    while (lr := _edge_extension(scores, rule)) is not None:
-        runs[lr] = train(lr)
-        scores[lr] = float(score(runs[lr]))
+
+    def trained(rates: list[float]) -> dict[float, float]:
+        runs.update({lr: train(lr) for lr in rates})
+        return {lr: score(runs[lr]) for lr in rates}
+
+    _, scores = bracketed_lr(
+        trained, grid, chosen_on=chosen_on, max_extensions=max_extra, factor=step, tie=tie
+    )
     return SweepRuns(runs, scores, chosen_on, tie)
 
 
@@ -272,12 +298,58 @@ class ArmRuns:
     double: dict[Any, Any]
     steps: int
     seeds: list[int]
+    arm_steps: dict[Any, int] = field(default_factory=dict)  # an arm's steps, when extended
+    ladder: dict[Any, dict[int, Any]] = field(default_factory=dict)  # first seed: steps -> result
+
+    def steps_of(self, arm: Hashable) -> int:
+        """The steps ``per[arm]`` ran (``steps`` unless the doubling extended them)."""
+        return self.arm_steps.get(arm, self.steps)
 
     def doubling(self, arm: Hashable, value: Callable[[Any], float], tolerance: float,
                  metric: str) -> Doubling:  # fmt: skip
         """The arm's :class:`Doubling` on the first seed, ``value`` read from each result."""
-        return Doubling(self.steps, [value(self.per[arm][0])], [value(self.double[arm])],
+        return Doubling(self.steps_of(arm), [value(self.per[arm][0])], [value(self.double[arm])],
                         tolerance, self.seeds[:1], metric)  # fmt: skip
+
+    def record(self, arm: Hashable, value: Callable[[Any], float]) -> dict[str, Any]:
+        """One arm's runs as plain data for ``measure()`` (JSON-ready): ``lr`` (the chosen rate,
+        its grid, what chose it), ``sweep`` (rate -> score), ``double`` (the first seed's
+        ``value`` at twice the steps) and ``runs`` (one result per seed). With ``steps`` and
+        ``seeds`` beside them, :func:`recorded_competence` rebuilds the arm's gate from it."""
+        lr = self.lr[arm]
+        return {
+            "lr": {"chosen": lr.chosen, "grid": lr.grid, "chosen_on": lr.chosen_on},
+            "sweep": {str(k): v for k, v in self.sweeps[arm].items()},
+            "double": [value(self.double[arm])],
+            "runs": self.per[arm],
+        }
+
+
+def recorded_competence(
+    m: dict[str, Any],
+    arm: str,
+    criterion: str,
+    threshold: float,
+    values: list[float],
+    *,
+    value: Callable[[Any], float],
+    tolerance: float,
+    metric: str,
+    higher_is_better: bool = False,
+) -> Competence:
+    """The :class:`Competence` of the arm :meth:`ArmRuns.record` stored in ``m`` (beside
+    ``steps`` and ``seeds``): ``values`` (one per seed) against ``threshold``, the recorded rate,
+    and the doubling of the first seed's ``value`` (``metric``, moving by at most ``tolerance``)."""
+    first = [value(m["runs"][0])]
+    return Competence(
+        arm,
+        criterion,
+        threshold,
+        values,
+        higher_is_better=higher_is_better,
+        lr=LearningRate(**m["lr"]),
+        doubling=Doubling(m["steps"], first, m["double"], tolerance, m["seeds"][:1], metric),
+    )
 
 
 def train_gated(
@@ -294,6 +366,8 @@ def train_gated(
     chosen_on: str,
     step: float = 3.0,
     max_extra: int = 2,
+    settled: Callable[[Any, Any], bool] | None = None,
+    max_doublings: int = 0,
 ) -> ArmRuns:
     """The gate's rule for a job function of the experiment's own shape: ``job(arm, lr, steps,
     seed)`` is the picklable job of ``fn`` (a module-level function, run through
@@ -301,7 +375,14 @@ def train_gated(
     validation number of a result, higher or lower is better) run here, so they may be closures.
     ``grid`` is one grid for every arm, or a grid per arm (``{arm: rates}``). All arms' rates
     run as one batch per round, extensions as :func:`gate_arms` makes them (the choice is the
-    best score, no tie width); then the other seeds and the first seed at twice the steps."""
+    best score, no tie width); then the first seed at twice the steps (the longest jobs, so they
+    start first) and the other seeds.
+
+    Step extension (``settled`` given, ``max_doublings`` > 0): the first seed runs at the
+    chosen rate at S = ``steps`` and 2S; while ``settled(result at S, result at 2S)`` is False
+    the arm's budget doubles (S -> 2S, a fresh run at 4S), at most ``max_doublings`` times; the
+    other seeds then run at the arm's final S (:meth:`ArmRuns.steps_of`), and ``double`` is the
+    first seed at 2S -- a still-unsettled arm at the cap shows as an unconverged doubling."""
     sign = -1.0 if higher_is_better else 1.0
     rules = {
         a: Sweep(tuple(float(r) for r in (grid[a] if isinstance(grid, Mapping) else grid)),
@@ -323,16 +404,41 @@ def train_gated(
         more = {a: _edge_extension(tried[a], rules[a]) for a in arms}
         rates = {a: [] if r is None else [r] for a, r in more.items()}
     chosen = {a: choose(tried[a], 0.0) for a in arms}
-    run([job(a, chosen[a], steps, s) for a in arms for s in seeds[1:]]
-        + [job(a, chosen[a], 2 * steps, first) for a in arms])  # fmt: skip
+    budget = dict.fromkeys(arms, steps)
+    if settled is not None and max_doublings > 0:  # the first seed's ladder, arms in step
+        run([job(a, chosen[a], 2 * steps, first) for a in arms])
+
+        def open_(a: Any) -> bool:
+            at, twice = (results[job(a, chosen[a], n, first)] for n in (budget[a], 2 * budget[a]))
+            return budget[a] < steps * 2**max_doublings and not settled(at, twice)
+
+        while todo := [a for a in arms if open_(a)]:
+            run([job(a, chosen[a], 4 * budget[a], first) for a in todo])
+            budget.update({a: 2 * budget[a] for a in todo})
+    run([job(a, chosen[a], 2 * budget[a], first) for a in arms]
+        + [job(a, chosen[a], budget[a], s) for a in arms for s in seeds[1:]])  # fmt: skip
     return ArmRuns(
         lr={a: LearningRate(chosen[a], sorted(tried[a]), chosen_on=chosen_on) for a in arms},
         sweeps={a: {r: sign * v for r, v in tried[a].items()} for a in arms},
-        per={a: [results[job(a, chosen[a], steps, s)] for s in seeds] for a in arms},
-        double={a: results[job(a, chosen[a], 2 * steps, first)] for a in arms},
+        per={a: [results[job(a, chosen[a], budget[a], s)] for s in seeds] for a in arms},
+        double={a: results[job(a, chosen[a], 2 * budget[a], first)] for a in arms},
         steps=steps,
         seeds=list(seeds),
+        arm_steps={a: n for a, n in budget.items() if n != steps},
+        ladder={
+            a: {n: results[job(a, chosen[a], n, first)] for n in _rungs(steps, budget[a])}
+            for a in arms
+        },  # fmt: skip
     )
+
+
+def _rungs(steps: int, last: int) -> list[int]:
+    """The first seed's budgets of an arm whose ladder ends at ``last``: steps, 2 steps, ...,
+    2 last."""
+    rungs = [steps]
+    while rungs[-1] < 2 * last:
+        rungs.append(2 * rungs[-1])
+    return rungs
 
 
 # -- one arm, a round of rates at a time ---------------------------------------------------------
@@ -345,20 +451,24 @@ def bracketed_lr(
     chosen_on: str,
     higher_is_better: bool = False,
     max_extensions: int = 2,
+    factor: float | None = None,
+    tie: float = 0.0,
 ) -> tuple[LearningRate, dict[float, float]]:
     """One arm's sweep a round at a time: ``score(rates)`` trains and scores a round (the
     caller may run its rates in parallel); an edge choice adds one rate beyond that edge at the
-    grid's own ratio (1e-3, 3e-3, 1e-2 extends to 3e-2 or 3e-4), at most ``max_extensions``
-    times. A diverged run (non-finite score) counts as the worst. Returns the
-    :class:`LearningRate` and every rate's score."""
+    grid's own ratio (1e-3, 3e-3, 1e-2 extends to 3e-2 or 3e-4) or ``factor``, at most
+    ``max_extensions`` times; scores within ``tie`` of the best are tied (:func:`choose`). A
+    diverged run (non-finite score) counts as the worst. Returns the :class:`LearningRate` and
+    every rate's score."""
     rates = sorted(float(g) for g in grid)
     if len(rates) < 2:
-        raise ValueError(f"a learning-rate sweep needs at least 2 rates, got {rates}")
+        raise ValueError(f"a sweep needs at least 2 rates to bracket a choice, got {rates}")
     sign = -1.0 if higher_is_better else 1.0
-    rule = Sweep(tuple(rates), tolerance=0.0, metric=chosen_on, factor=rates[1] / rates[0],
-                 max_extensions=max_extensions, tie=0.0)  # fmt: skip
+    rule = Sweep(tuple(rates), tolerance=tie, metric=chosen_on,
+                 factor=factor if factor is not None else rates[1] / rates[0],
+                 max_extensions=max_extensions, tie=tie)  # fmt: skip
     scores = {float(r): float(v) for r, v in score(rates).items()}
     while (new := _edge_extension({r: sign * v for r, v in scores.items()}, rule)) is not None:
         scores.update({float(r): float(v) for r, v in score([new]).items()})
-    chosen = choose({r: sign * v for r, v in scores.items()}, 0.0)
+    chosen = choose({r: sign * v for r, v in scores.items()}, tie)
     return LearningRate(chosen, sorted(scores), chosen_on=chosen_on), scores

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from attnlab.checkpoint.atomic import atomic_write_text
-from attnlab.lab.kit.report import DATA_FILE, VERDICT_MEANINGS, format_cell
+from attnlab.lab.kit.report import DATA_FILE, format_cell
+from attnlab.lab.kit.verdict import VERDICT_MEANINGS
 
 INDEX_FILE = "README.md"
 
@@ -69,10 +70,10 @@ def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = 
         "error bars, and a difference inside the spread is called so. Fewer than 3 seeds: "
         "inconclusive.",
         "- **Provenance.** Each report records its command, seeds, machine, load, wall time and a "
-        "hash of the code it ran (its experiment module, the lab kit and every attnlab module "
-        "they import, wording and typing aside). A report whose code changed since is marked "
-        "**stale** below until it is rerun. `--quick` runs the same code CI-sized (one seed, "
-        "never a verdict to rely on).",
+        "hash of the code it ran (its experiment module and every attnlab module it uses, of the "
+        "lab kit and the library, found through its imports; wording and typing aside). A report "
+        "whose code changed since is marked **stale** below until it is rerun. `--quick` runs "
+        "the same code CI-sized (one seed, never a verdict to rely on).",
         "",
         "| experiment | notes | verdict | competence | seeds | why | wall time | command |",
         "|---|---|---|---|---|---|---|---|",

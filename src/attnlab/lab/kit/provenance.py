@@ -1,26 +1,42 @@
-"""Which code a report ran: a hash of the experiment's module, the lab kit and every attnlab
-module they import, so a committed report whose code has changed since it ran is seen as stale.
+"""Which code a report ran: a hash of the experiment's module and every attnlab module it uses
+(the lab kit's and the library's), so a committed report whose code has changed since it ran is
+seen as stale.
 
 The hash covers the code's behaviour, not its wording: each module's syntax tree with docstrings,
 comments, type annotations, ``typing.cast`` wrappers, ``assert`` statements and
 ``if TYPE_CHECKING:`` blocks removed (:func:`behaviour_tree`). A change of documentation or typing
 alone leaves a report current; any other change to code the experiment reaches makes it stale.
-The modules are found statically, from the ``import attnlab...`` and ``from attnlab... import``
-statements of the experiment module and, recursively, of every attnlab module they name (a
-package's ``__init__`` included); the whole lab kit is always included.
+
+The modules are found from the imports, starting at the experiment module (:func:`uses`):
+
+- ``import attnlab.x`` and ``from attnlab import x`` (a module) use module ``attnlab.x``;
+- ``from attnlab.x import f`` (a function or class) uses the module that *defines* ``f``
+  (``f.__module__``), not every module the package ``attnlab.x`` re-exports: a package's
+  ``__init__`` is a list of names, and following all of them would make a change anywhere in
+  the package stale every report that uses one of its functions. Any other object (a constant)
+  counts as a use of ``attnlab.x`` and all it imports;
+- a module named in a string (``"attnlab.models.lm"``: ``build_model`` imports its model
+  families on demand) or by an f-string prefix (``f"attnlab.bench.{name}"``: every module of
+  that package) counts as imported.
+
+Each used module's imports are followed in turn, imports inside functions included.
 """
 
 from __future__ import annotations
 
 import ast
 import hashlib
+import importlib
 import importlib.util
+import inspect
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 ROOT = "attnlab"
-KIT = "attnlab.lab.kit"
+EXPERIMENTS = "attnlab.lab.experiments"
+MODULE_NAME = re.compile(r"attnlab(\.[A-Za-z_][A-Za-z0-9_]*)+")
 
 
 @dataclass(frozen=True)
@@ -43,9 +59,34 @@ def module_file(name: str) -> Path | None:
     return Path(spec.origin)
 
 
-def imported_modules(name: str, tree: ast.AST, is_package: bool) -> set[str]:
-    """The attnlab modules a module's code names in its imports (at any depth of the tree, so
-    imports inside functions count too)."""
+def _defining_module(base: str, name: str) -> str:
+    """The module ``from base import name`` uses: the submodule ``base.name`` if there is one,
+    else the module that defines the function or class ``name`` (``base`` for anything else)."""
+    sub = f"{base}.{name}"
+    if module_file(sub) is not None:
+        return sub
+    try:
+        obj = getattr(importlib.import_module(base), name)
+    except (ImportError, AttributeError):
+        return base
+    owner = getattr(obj, "__module__", None)
+    defined = inspect.isfunction(obj) or inspect.isclass(obj)
+    if defined and isinstance(owner, str) and owner.split(".")[0] == ROOT and module_file(owner):
+        return owner
+    return base
+
+
+def _package_modules(package: str) -> set[str]:
+    """Every module of ``package`` (for an f-string import such as ``f"attnlab.bench.{name}"``)."""
+    init = module_file(package)
+    if init is None or init.name != "__init__.py":
+        return set()
+    return {f"{package}.{p.stem}" for p in init.parent.glob("*.py") if p.stem != "__init__"}
+
+
+def uses(name: str, tree: ast.AST, is_package: bool) -> set[str]:
+    """The attnlab modules a module's code uses through its imports (at any depth of the tree,
+    so imports inside functions count too), by the rules of this module's docstring."""
     found: set[str] = set()
     package = name if is_package else name.rpartition(".")[0]
     for node in ast.walk(tree):
@@ -57,10 +98,18 @@ def imported_modules(name: str, tree: ast.AST, is_package: bool) -> set[str]:
                 parts = package.split(".")
                 parts = parts[: len(parts) - (node.level - 1)]
                 base = ".".join(parts + ([base] if base else []))
-            if base.split(".")[0] != ROOT:
-                continue
-            found.add(base)
-            found.update(f"{base}.{a.name}" for a in node.names)  # maybe submodules
+            if base.split(".")[0] == ROOT:
+                found.update(_defining_module(base, a.name) for a in node.names)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if MODULE_NAME.fullmatch(node.value) and module_file(node.value) is not None:
+                found.add(node.value)
+        elif isinstance(node, ast.JoinedStr) and node.values:
+            head = node.values[0]
+            if isinstance(head, ast.Constant) and isinstance(head.value, str):
+                prefix = head.value
+                if prefix.endswith(".") and MODULE_NAME.fullmatch(prefix[:-1]):
+                    found.update(_package_modules(prefix[:-1]))
+    found.discard(name)
     return found
 
 
@@ -126,31 +175,30 @@ def behaviour_tree(source: str) -> str:
 
 @cache
 def _module(name: str) -> tuple[Path, frozenset[str], str] | None:
-    """(file, attnlab modules it imports, behaviour tree) of module ``name``; None if not a
+    """(file, attnlab modules it uses, behaviour tree) of module ``name``; None if not a
     module. Cached: one process reads each file once however many experiments reach it."""
     path = module_file(name)
     if path is None:
         return None
     source = path.read_text(encoding="utf-8")
-    imports = imported_modules(name, ast.parse(source), path.name == "__init__.py")
-    return path, frozenset(imports), behaviour_tree(source)
+    used = uses(name, ast.parse(source), path.name == "__init__.py")
+    return path, frozenset(used), behaviour_tree(source)
 
 
 def reached_modules(module: str) -> dict[str, Path]:
-    """{name: file} of ``module``, the lab kit and every attnlab module reached through imports."""
-    kit = _module(KIT)
-    start = {module, KIT}
-    if kit is not None:
-        start.update(f"{KIT}.{p.stem}" for p in kit[0].parent.glob("*.py") if p.stem[0] != "_")
+    """{name: file} of ``module`` and every attnlab module it uses, directly or through others."""
     files: dict[str, Path] = {}
-    todo = sorted(start)
+    todo = [module]
     while todo:
         name = todo.pop()
-        info = None if name in files else _module(name)
+        # No experiment uses another (an import-linter contract); the registry names their
+        # package only to discover them.
+        other = name != module and (name == EXPERIMENTS or name.startswith(EXPERIMENTS + "."))
+        info = None if name in files or other else _module(name)
         if info is None:
             continue
         files[name] = info[0]
-        todo.extend(info[1] - set(files))
+        todo.extend(sorted(info[1] - set(files)))
     return dict(sorted(files.items()))
 
 

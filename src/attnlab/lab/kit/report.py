@@ -9,31 +9,8 @@ command that produced it, the wall time and the machine, then :meth:`Report.writ
 next to the PNG figures the experiment saved into OUT. A quick (CI-sized) report refuses to
 overwrite a full-size one, so a ``--quick`` run can never clobber the committed results.
 
-The competence gate (the rule of docs/experiments/README.md): a comparison between arms says
-something about the claim only if every compared arm learned its own training distribution. Each
-experiment names its compared arms (:attr:`Report.arms`) and states, per arm, a
-:class:`Competence` criterion measured on every seed (e.g. ">= 0.99 per-token accuracy on the
-training lengths"), shown
-
-- at a learning rate **bracketed** by the arm's sweep (:class:`LearningRate`: the chosen rate has
-  a tried rate on each side; a choice at a grid edge extends the grid), and
-- by **step doubling** (:class:`Doubling`: doubling the training steps changes the arm's metric
-  by less than a stated tolerance, so the arm has reached what its recipe can reach).
-
-An arm whose failure is the claim gets the same sweep and doubling as the winner. A full-size
-report whose compared arm misses its criterion, lacks its sweep or doubling, or has no criterion
-at all carries the verdict "inconclusive" (:func:`gate` builds it; :class:`Report` refuses
-anything else) and says which arm missed what, keeping the numbers the comparison would have
-rested on.
-
-A criterion measures whether the arm learned its *training setup*, never the outcome the claim
-predicts for it. Where an arm's failure is the finding (one attention head on a task that needs
-two), its criterion is convergence itself -- the doubling -- so a failure at the plateau counts,
-and a failure that more training would remove makes the verdict inconclusive.
-
-Verdict words, one meaning each (:data:`VERDICTS`): **held**, **did not hold**, **mixed** (some of
-the claim's checks held, others did not), **no effect resolved** (the difference the claim
-predicts lies inside the seed spread), **inconclusive** (an arm failed its gate, or too few seeds).
+The verdict a report carries is drawn by :mod:`attnlab.lab.kit.verdict` (the verdict words and the
+competence gate); a report refuses a verdict the gate would not allow.
 """
 
 from __future__ import annotations
@@ -50,16 +27,9 @@ import torch
 
 from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.errors import UserError
+from attnlab.lab.kit.verdict import VERDICTS, Competence, missed
 from attnlab.runtime import cpu_model, load_average
 
-VERDICTS = ("held", "did not hold", "mixed", "no effect resolved", "inconclusive")
-VERDICT_MEANINGS = {
-    "held": "every check of the claim held",
-    "did not hold": "no check of the claim held",
-    "mixed": "some of the claim's checks held, others did not",
-    "no effect resolved": "the difference the claim predicts lies inside the seed spread",
-    "inconclusive": "an arm failed its competence gate, or fewer than 3 seeds back the numbers",
-}
 REPORT_FILE = "README.md"
 DATA_FILE = "report.json"
 
@@ -103,258 +73,6 @@ class Threshold:
     what: str  # e.g. "share of heads removable at <= 1 BLEU loss"
     value: str  # e.g. ">= 20 % (WMT), >= 40 % (BERT)"
     source: str  # e.g. "Michel et al. 2019, Fig. 1 and section 3.2"
-
-
-@dataclass
-class LearningRate:
-    """The learning rate an arm was compared at and the sweep it was chosen from: ``bracketed``
-    when a tried rate lies on each side of the chosen one (an edge choice says the best rate may
-    lie outside the grid: extend it). A single-rate grid is bracketed only when ``fixed`` gives
-    the reason the rate is not the arm's to choose (e.g. a paper's recipe reproduced as is)."""
-
-    chosen: float
-    grid: list[float]
-    chosen_on: str = ""  # what picked it, e.g. "validation loss, seed 0"
-    fixed: str = ""  # why no sweep applies (then the grid is the one rate)
-    bracketed: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.grid = sorted(float(g) for g in self.grid)
-        self.chosen = float(self.chosen)
-        below = any(g < self.chosen for g in self.grid)
-        above = any(g > self.chosen for g in self.grid)
-        self.bracketed = (below and above) or (bool(self.fixed) and self.grid == [self.chosen])
-
-    def describe(self) -> str:
-        grid = ", ".join(f"{g:g}" for g in self.grid)
-        if self.fixed:
-            return f"lr {self.chosen:g} fixed ({self.fixed})"
-        edge = "" if self.bracketed else " (at the grid's edge: not bracketed)"
-        return f"lr {self.chosen:g} of {{{grid}}}{edge}"
-
-
-@dataclass
-class Doubling:
-    """Step doubling: the arm's metric after ``steps`` and after ``2 * steps`` training steps
-    (same recipe, the schedule stretched), per seed in ``seeds``; converged when every seed's
-    change is at most ``tolerance``."""
-
-    steps: int
-    at_steps: list[float]
-    at_double: list[float]
-    tolerance: float
-    seeds: list[int]
-    metric: str = ""  # e.g. "validation loss (nats)"
-    converged: bool = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.at_steps = [float(v) for v in self.at_steps]
-        self.at_double = [float(v) for v in self.at_double]
-        changes = [abs(b - a) for a, b in zip(self.at_steps, self.at_double)]
-        self.converged = (
-            bool(changes)
-            and len(self.at_steps) == len(self.at_double) == len(self.seeds)
-            and all(math.isfinite(c) and c <= self.tolerance for c in changes)
-        )
-
-    def describe(self) -> str:
-        pairs = ", ".join(f"{a:.4g} -> {b:.4g}" for a, b in zip(self.at_steps, self.at_double))
-        return (
-            f"{self.metric or 'metric'} {self.steps} -> {2 * self.steps} steps: {pairs} "
-            f"(tolerance {self.tolerance:g})"
-        )
-
-
-@dataclass
-class Competence:
-    """One arm's competence criterion on its own training distribution, measured per seed.
-
-    ``passed`` is True when every seed meets the threshold (a criterion met on average but
-    missed by one seed is missed: that seed's arm is not competent)."""
-
-    arm: str
-    criterion: str  # what is measured, on which data, e.g. "copy accuracy on n <= 16"
-    threshold: float
-    values: list[float]  # one per seed, in the order of Report.seeds
-    higher_is_better: bool = True
-    in_verdict: bool = True  # False: a reference arm, reported but not compared in the verdict
-    lr: LearningRate | None = None  # the sweep the arm's rate was chosen from
-    doubling: Doubling | None = None  # the step-doubling check of convergence
-    met: bool = field(init=False)  # the threshold, on every seed
-    passed: bool = field(init=False)  # met, and (where given) bracketed and converged
-
-    def __post_init__(self) -> None:
-        self.values = [float(v) for v in self.values]
-        if isinstance(self.lr, dict):
-            self.lr = LearningRate(**{k: v for k, v in self.lr.items() if k != "bracketed"})
-        if isinstance(self.doubling, dict):
-            self.doubling = Doubling(**{k: v for k, v in self.doubling.items() if k != "converged"})
-        ok = [
-            math.isfinite(v)
-            and (v >= self.threshold if self.higher_is_better else v <= self.threshold)
-            for v in self.values
-        ]
-        self.met = bool(ok) and all(ok)
-        self.passed = (
-            self.met
-            and (self.lr is None or self.lr.bracketed)
-            and (self.doubling is None or self.doubling.converged)
-        )
-
-    @property
-    def gated(self) -> bool:
-        """Whether the full rule applies: a bracketed rate and a step doubling are both given."""
-        return self.lr is not None and self.doubling is not None
-
-    def describe(self) -> str:
-        sign = ">=" if self.higher_is_better else "<="
-        measured = spread_text(self.values)
-        text = f"{self.arm}: {self.criterion} {sign} {self.threshold:g}, measured {measured}"
-        if self.lr is not None and not self.lr.bracketed:
-            text += f"; {self.lr.describe()}"
-        if self.doubling is not None and not self.doubling.converged:
-            text += f"; not converged: {self.doubling.describe()}"
-        return text
-
-
-def missed(competence: list[Competence]) -> list[Competence]:
-    """The criteria of compared arms that were missed (threshold, bracket or doubling)."""
-    return [c for c in competence if c.in_verdict and not c.passed]
-
-
-def ungated(arms: list[str], competence: list[Competence]) -> list[str]:
-    """The compared arms the full rule does not cover, each with what it lacks: no criterion at
-    all, or no criterion that carries both a learning-rate sweep and a step doubling."""
-    criteria: dict[str, list[Competence]] = {}
-    for c in competence:
-        if c.in_verdict:
-            criteria.setdefault(c.arm, []).append(c)
-    gaps = []
-    for arm in arms:
-        if arm not in criteria:
-            gaps.append(f"{arm} (no competence criterion)")
-        elif not any(c.gated for c in criteria[arm]):
-            gaps.append(f"{arm} (no learning-rate sweep with step doubling)")
-    return gaps
-
-
-MIN_SEEDS = 3  # a full-size verdict rests on at least this many seeds
-
-
-def gate(
-    verdict: str,
-    reason: str,
-    competence: list[Competence],
-    n_seeds: int | None = None,
-    min_seeds: int = MIN_SEEDS,
-    arms: list[str] | None = None,
-) -> tuple[str, str]:
-    """(verdict, reason) after the competence gate: "inconclusive" when a compared arm missed a
-    criterion, when ``arms`` (the compared arms) is given and one of them is not fully gated
-    (:func:`ungated`), or when ``n_seeds`` is given and fewer than ``min_seeds`` seeds back the
-    numbers; the arms are named and the comparison's numbers kept for the reader."""
-    failed = missed(competence)
-    if failed:
-        names = "; ".join(c.describe() for c in failed)
-        n_arms = len({c.arm for c in failed})  # an arm may miss more than one criterion
-        return (
-            "inconclusive",
-            f"no verdict: {n_arms} arm(s) missed {len(failed)} competence "
-            f"{'criterion' if len(failed) == 1 else 'criteria'} on their own training "
-            f"distribution ({names}). "
-            f"The comparison would have read: {reason}",
-        )
-    gaps = ungated(arms, competence) if arms is not None else []
-    if gaps:
-        return (
-            "inconclusive",
-            f"no verdict: {len(gaps)} compared arm(s) not shown competent by a bracketed "
-            f"learning rate and step doubling: {'; '.join(gaps)}. The numbers read: {reason}",
-        )
-    if n_seeds is not None and n_seeds < min_seeds:
-        return (
-            "inconclusive",
-            f"no verdict: {n_seeds} seed(s), fewer than the {min_seeds} a verdict needs. "
-            f"The numbers read: {reason}",
-        )
-    return verdict, reason
-
-
-def verdict_of(checks: list[bool]) -> str:
-    """ "held" when every check passed, "did not hold" when none did, else "mixed"."""
-    return "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
-
-
-def resolved(a: list[float], b: list[float]) -> bool:
-    """Whether a difference between two arms' per-seed values is resolved: their seed ranges do
-    not overlap. A claim whose predicted difference is not resolved reads "no effect resolved"."""
-    return not overlap(a, b)
-
-
-def gated_fields(
-    verdict: str,
-    reason: str,
-    competence: list[Competence],
-    seeds: list[int],
-    quick: bool,
-    arms: list[str] | None = None,
-) -> dict[str, Any]:
-    """The :class:`Report` fields of a run's outcome: verdict and reason after :func:`gate` (a
-    full-size run needs MIN_SEEDS seeds and, when ``arms`` names the compared arms, every one of
-    them fully gated; a quick run one seed and the thresholds), with the competence checks, the
-    compared arms and the seeds they rest on."""
-    min_seeds = 1 if quick else MIN_SEEDS
-    verdict, reason = gate(
-        verdict,
-        reason,
-        competence,
-        n_seeds=len(seeds),
-        min_seeds=min_seeds,
-        arms=None if quick else arms,
-    )
-    return {
-        "verdict": verdict,
-        "verdict_reason": reason,
-        "competence": competence,
-        "seeds": seeds,
-        "arms": list(arms or []),
-    }
-
-
-def outcome(
-    checks: list[bool],
-    reason: str,
-    competence: list[Competence],
-    seeds: list[int],
-    quick: bool,
-    arms: list[str] | None = None,
-) -> dict[str, Any]:
-    """:func:`gated_fields` for the usual verdict: the claim's checks, one bool each, read by
-    :func:`verdict_of` (held / did not hold / mixed), then gated."""
-    return gated_fields(verdict_of(checks), reason, competence, seeds, quick, arms)
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    """mean, min and max of per-seed values."""
-    vals = [float(v) for v in values]
-    if not vals:
-        return {"mean": math.nan, "min": math.nan, "max": math.nan}
-    return {"mean": sum(vals) / len(vals), "min": min(vals), "max": max(vals)}
-
-
-def spread_text(values: list[float], digits: int = 3) -> str:
-    """``mean (min-max)`` over seeds, e.g. ``0.93 (0.91-0.95)``; a single value alone."""
-    s = spread(values)
-    if len(values) == 1:
-        return f"{s['mean']:.{digits}g}"
-    return f"{s['mean']:.{digits}g} ({s['min']:.{digits}g}-{s['max']:.{digits}g})"
-
-
-def overlap(a: list[float], b: list[float]) -> bool:
-    """True when the seed ranges [min, max] of ``a`` and ``b`` overlap: a difference between
-    them lies inside the spread and a verdict resting on it must say so."""
-    sa, sb = spread(a), spread(b)
-    return not (sa["max"] < sb["min"] or sb["max"] < sa["min"])
 
 
 @dataclass
@@ -402,7 +120,7 @@ class Report:
             raise ValueError(
                 f"verdict {self.verdict!r} drawn while arm(s) "
                 f"{', '.join(c.arm for c in failed)} missed their competence criterion; "
-                "the verdict must be 'inconclusive' (use attnlab.lab.kit.report.gate)"
+                "the verdict must be 'inconclusive' (use attnlab.lab.kit.verdict.gate)"
             )
 
     def table(self, caption: str) -> Table:
@@ -491,10 +209,6 @@ class Report:
         check_may_write(out, self.quick)
         atomic_write_text(out / DATA_FILE, self.to_json())
         return atomic_write_text(out / REPORT_FILE, self.to_markdown())
-
-
-def _without(d: dict, key: str) -> dict:
-    return {k: v for k, v in d.items() if k != key}
 
 
 def check_may_write(out: Path, quick: bool) -> None:

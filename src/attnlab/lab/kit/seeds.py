@@ -1,6 +1,6 @@
 """Seeds, spread and parallel runs for the experiments.
 
-Every headline number of a full-size report comes from :data:`~attnlab.lab.kit.report.MIN_SEEDS`
+Every headline number of a full-size report comes from :data:`MIN_SEEDS`
 seeds (``seed, seed + 1, ...``); a quick run uses one. Independent seeded runs go to a process
 pool, one single-threaded run per core (:func:`run_jobs`): the results do not depend on which
 process ran a job or in which order, because each job seeds itself.
@@ -8,6 +8,7 @@ process ran a job or in which order, because each job seeds itself.
 
 from __future__ import annotations
 
+import math
 import multiprocessing
 import os
 from collections.abc import Callable, Hashable, Sequence
@@ -16,7 +17,36 @@ from typing import Any
 
 import torch
 
-from attnlab.lab.kit.report import MIN_SEEDS, spread
+MIN_SEEDS = 3  # a full-size verdict rests on at least this many seeds
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """mean, min and max of per-seed values."""
+    vals = [float(v) for v in values]
+    if not vals:
+        return {"mean": math.nan, "min": math.nan, "max": math.nan}
+    return {"mean": sum(vals) / len(vals), "min": min(vals), "max": max(vals)}
+
+
+def spread_text(values: list[float], digits: int = 3) -> str:
+    """``mean (min-max)`` over seeds, e.g. ``0.93 (0.91-0.95)``; a single value alone."""
+    s = spread(values)
+    if len(values) == 1:
+        return f"{s['mean']:.{digits}g}"
+    return f"{s['mean']:.{digits}g} ({s['min']:.{digits}g}-{s['max']:.{digits}g})"
+
+
+def overlap(a: list[float], b: list[float]) -> bool:
+    """True when the seed ranges [min, max] of ``a`` and ``b`` overlap: a difference between
+    them lies inside the spread and a verdict resting on it must say so."""
+    sa, sb = spread(a), spread(b)
+    return not (sa["max"] < sb["min"] or sb["max"] < sa["min"])
+
+
+def resolved(a: list[float], b: list[float]) -> bool:
+    """Whether a difference between two arms' per-seed values is resolved: their seed ranges do
+    not overlap. A claim whose predicted difference is not resolved reads "no effect resolved"."""
+    return not overlap(a, b)
 
 
 def seed_list(seed: int, quick: bool, n: int = MIN_SEEDS) -> list[int]:
