@@ -87,3 +87,22 @@ def test_switches_are_config_choices_with_clear_errors():
     with pytest.raises(ConfigValueError, match="norm"):
         ModelConfig(**TINY, norm="off")
     assert ModelConfig(**TINY, ffn="none").ffn == "none"
+
+
+def test_parameter_free_classifier_on_the_engine_equals_the_plain_form():
+    """The engine's packed rows (N, D) get q = k = v = x as the plain (B, T, D) form does."""
+    import copy
+
+    from attnlab.fast import accelerate
+    from attnlab.fast.packing import GROUP_ROWS
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(kind="classifier", vocab_size=40, d_model=16, n_heads=2, n_layers=2,
+                      n_classes=3, max_len=24, pooling="mean", qkv_proj=False)  # fmt: skip
+    plain = build_model(cfg).double().eval()
+    fast = accelerate(copy.deepcopy(plain)).eval()
+    lengths = torch.randint(1, 21, (3 * GROUP_ROWS,), generator=torch.Generator().manual_seed(3))
+    mask = torch.arange(int(lengths.max()))[None, :] < lengths[:, None]  # (B, T) True = real
+    ids = torch.randint(3, 40, mask.shape, generator=torch.Generator().manual_seed(4))
+    want = plain(ids, key_padding_mask=mask).logits
+    torch.testing.assert_close(fast(ids, key_padding_mask=mask).logits, want)

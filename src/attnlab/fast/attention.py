@@ -143,7 +143,7 @@ class FastSelfAttention(_PackedOutput, SelfAttention):
         packing = route.packing
         if positions is None:
             positions = default_positions(packing.length, 0, x.device)  # (T,)
-        qkv = self.qkv(x)  # (N, 3 H*Dh)
+        qkv = self.qkv(x[None])[0]  # (N, D) as one batch row -> (N, 3 H*Dh)
         per_group = []
         for g, q, k, v in zip(packing.groups, *grouped_heads(qkv, packing, 3, self.n_heads)):
             if self.q_norm is not None and self.k_norm is not None:  # q, k, v: (b, H, T_g, Dh)
