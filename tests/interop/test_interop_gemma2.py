@@ -14,9 +14,9 @@ import torch
 from attnlab.errors import ConfigError
 from attnlab.interop.family import REGISTRY, check_exportable
 from attnlab.interop.gemma import gemma_config_to_model_config
-from attnlab.interop.pretrained import from_hf_model, load_pretrained, save_pretrained
+from attnlab.interop.pretrained import from_hf_model, load_pretrained
 from attnlab.models import build_model
-from hf_dirs import SMALL_LLAMA, bigger_weights, greedy_pair
+from hf_dirs import SMALL_LLAMA, assert_export_round_trip, greedy_pair, hf_causal_lm, redraw
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -45,16 +45,8 @@ CASES = {
 
 
 def hf_gemma2(case: str, seed: int = 0):
-    torch.manual_seed(seed)
-    cfg = transformers.Gemma2Config(**{**BASE, **CASES[case]})
-    hf = transformers.Gemma2ForCausalLM(cfg).eval()
-    bigger_weights(hf, 0.2)  # away from near-ties in argmax
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "norm" in name:  # Gemma initialises w = 0 (gain 1); make every gain matter
-                p.normal_(0.0, 0.3)
-            elif name.endswith("bias"):
-                p.normal_(0.0, 0.2)
+    hf = hf_causal_lm("Gemma2", {**BASE, **CASES[case]}, seed)
+    redraw(hf, norm_std=0.3, bias_std=0.2)
     return hf
 
 
@@ -101,18 +93,9 @@ def _same_weights(model, cfg):
 @pytest.mark.parametrize("case", list(CASES))
 def test_export_round_trip_loads_in_transformers_with_equal_logits(case, tmp_path):
     hf = hf_gemma2(case)
-    ours = from_hf_model(hf)
-    save_pretrained(ours, tmp_path / "out")
-    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
-    assert type(again) is transformers.Gemma2ForCausalLM
+    assert hf.config.model_type == "gemma2"
+    again = assert_export_round_trip(hf, tmp_path / "out", _ids(15, 4, b=1), **TOL)
     assert again.config.layer_types == hf.config.layer_types
-    ids = _ids(15, 4, b=1)
-    with torch.no_grad():
-        torch.testing.assert_close(again(ids).logits, hf(ids).logits, **TOL)
-    back = load_pretrained(tmp_path / "out")
-    assert back.config == ours.cfg and back.model_type == "gemma2"
-    with torch.no_grad():
-        torch.testing.assert_close(back.model(ids).logits, ours(ids).logits, rtol=0, atol=0)
 
 
 def test_a_config_json_without_caps_or_layer_types_means_transformers_defaults():
