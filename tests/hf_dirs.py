@@ -67,6 +67,17 @@ def greedy_pair(hf, ours, prompts: torch.Tensor, n: int) -> tuple[list, list]:
     return want, generate(ours, prompts.tolist(), gen).tokens
 
 
+def assert_logits_and_greedy_equal(hf, ours, ids: torch.Tensor, **tol) -> torch.Tensor:
+    """attnlab's copy ``ours`` of ``hf`` gives ``hf``'s logits on ``ids`` (B, T) within ``tol``
+    and the same 12 greedy tokens after each ``ids[:, :10]``; returns ours' logits (B, T, V)."""
+    with torch.no_grad():
+        logits = ours(ids).logits
+        torch.testing.assert_close(logits, hf(ids).logits, **tol)
+    want, got = greedy_pair(hf, ours, ids[:, :10], 12)
+    assert got == want
+    return logits
+
+
 def bigger_weights(model: torch.nn.Module, std: float = 0.3) -> None:
     """Larger than the usual 0.02 init so greedy choices are never near-ties."""
     with torch.no_grad():

@@ -12,7 +12,13 @@ import torch
 from attnlab.errors import ConfigError
 from attnlab.interop.gemma import gemma_config_to_model_config
 from attnlab.interop.pretrained import from_hf_model
-from hf_dirs import SMALL_LLAMA, assert_export_round_trip, greedy_pair, hf_causal_lm, redraw
+from hf_dirs import (
+    SMALL_LLAMA,
+    assert_export_round_trip,
+    assert_logits_and_greedy_equal,
+    hf_causal_lm,
+    redraw,
+)
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -35,19 +41,11 @@ def hf_gemma(case: str, seed: int = 0):
 def test_logits_and_greedy_continuations_equal_transformers(case):
     hf = hf_gemma(case)
     ours = from_hf_model(hf)
-    cfg = ours.cfg
-    assert (cfg.norm_placement, cfg.ffn, cfg.embed_scale, cfg.qk_norm) == (
-        "sandwich",
-        "geglu",
-        True,
-        True,
-    )
-    assert cfg.attn_window == (5 if case == "sliding_untied" else None)
+    block = (ours.cfg.norm_placement, ours.cfg.ffn, ours.cfg.embed_scale, ours.cfg.qk_norm)
+    assert block == ("sandwich", "geglu", True, True)
+    assert ours.cfg.attn_window == (5 if case == "sliding_untied" else None)
     ids = torch.randint(3, 97, (2, 24), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        torch.testing.assert_close(ours(ids).logits, hf(ids).logits, **TOL)
-    want, got = greedy_pair(hf, ours, ids[:, :10], 12)
-    assert got == want
+    assert_logits_and_greedy_equal(hf, ours, ids, **TOL)
 
 
 @pytest.mark.parametrize("case", list(CASES))

@@ -16,7 +16,13 @@ from attnlab.interop.family import REGISTRY, check_exportable
 from attnlab.interop.gemma import gemma_config_to_model_config
 from attnlab.interop.pretrained import from_hf_model, load_pretrained
 from attnlab.models import build_model
-from hf_dirs import SMALL_LLAMA, assert_export_round_trip, greedy_pair, hf_causal_lm, redraw
+from hf_dirs import (
+    SMALL_LLAMA,
+    assert_export_round_trip,
+    assert_logits_and_greedy_equal,
+    hf_causal_lm,
+    redraw,
+)
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -50,6 +56,9 @@ def hf_gemma2(case: str, seed: int = 0):
     return hf
 
 
+GEMMA2_BLOCK = ("sandwich", "geglu", True, False)  # norm placement, ffn, embed scale, q/k norm
+
+
 def _ids(t: int, seed: int, b: int = 2) -> torch.Tensor:
     return torch.randint(3, 97, (b, t), generator=torch.Generator().manual_seed(seed))
 
@@ -59,28 +68,20 @@ def test_logits_and_greedy_continuations_equal_transformers(case):
     hf = hf_gemma2(case)
     ours = from_hf_model(hf)
     cfg = ours.cfg
-    assert (cfg.norm_placement, cfg.ffn, cfg.embed_scale, cfg.qk_norm) == (
-        "sandwich",
-        "geglu",
-        True,
-        False,
-    )
+    assert (cfg.norm_placement, cfg.ffn, cfg.embed_scale, cfg.qk_norm) == GEMMA2_BLOCK
     assert cfg.attn_logit_softcap == hf.config.attn_logit_softcapping
     assert cfg.final_logit_softcap == hf.config.final_logit_softcapping
     assert cfg.rope_base == hf.config.rope_parameters["rope_theta"]
     windows = [cfg.layer_window(i) for i in range(cfg.n_layers)]
     assert windows == [WINDOW if t == "sliding_attention" else None for t in hf.config.layer_types]
     ids = _ids(24, 1)  # longer than the window: sliding and full layers differ
+    logits = assert_logits_and_greedy_equal(hf, ours, ids, **TOL)  # 22 tokens: past the window
     with torch.no_grad():
-        logits = ours(ids).logits
-        torch.testing.assert_close(logits, hf(ids).logits, **TOL)
         if case == "alternating_gqa_capped":  # (caps of 50 and 30 barely bend these logits)
             uncapped = cfg.replace(attn_logit_softcap=None, final_logit_softcap=None)
             assert not torch.allclose(_same_weights(ours, uncapped)(ids).logits, logits, **TOL)
         no_windows = cfg.replace(attn_window=None, full_attn_every=None)
         assert not torch.allclose(_same_weights(ours, no_windows)(ids).logits, logits, **TOL)
-    want, got = greedy_pair(hf, ours, ids[:, :10], 12)  # 22 tokens: past the window
-    assert got == want
 
 
 def _same_weights(model, cfg):

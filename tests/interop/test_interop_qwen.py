@@ -11,7 +11,12 @@ import torch
 from attnlab.errors import ConfigError
 from attnlab.interop.llama import llama_config_to_model_config
 from attnlab.interop.pretrained import from_hf_model
-from hf_dirs import SMALL_LLAMA, assert_export_round_trip, greedy_pair, hf_causal_lm
+from hf_dirs import (
+    SMALL_LLAMA,
+    assert_export_round_trip,
+    assert_logits_and_greedy_equal,
+    hf_causal_lm,
+)
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -50,10 +55,7 @@ def test_logits_and_greedy_continuations_equal_transformers(case):
     if "window" in case:
         assert cfg.attn_window == 5
     ids = torch.randint(3, 97, (2, 24), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        torch.testing.assert_close(ours(ids).logits, hf(ids).logits, **TOL)
-    want, got = greedy_pair(hf, ours, ids[:, :10], 12)
-    assert got == want
+    assert_logits_and_greedy_equal(hf, ours, ids, **TOL)
 
 
 @pytest.mark.parametrize("case", ["qwen2_tied_window", "qwen3_bias_window"])
