@@ -148,6 +148,16 @@ def redraw(model: torch.nn.Module, *, norm_std: float = 0.0, bias_std: float = 0
                 p.normal_(0.0, bias_std)
 
 
+def gemma_lm(version: int, config: dict, seed: int = 0):
+    """transformers' Gemma 2 or Gemma 3 (``version``) causal LM of ``config`` (hf_causal_lm) with
+    its biases drawn from N(0, 0.2) and its norm gains' w from N(0, 0.3): Gemma's (1 + w) gains
+    initialise to w = 0, this makes every gain matter."""
+    family, config_family = ("Gemma2", "") if version == 2 else ("Gemma3", "Gemma3Text")
+    hf = hf_causal_lm(family, config, seed, config_family)
+    redraw(hf, norm_std=0.3, bias_std=0.2)
+    return hf
+
+
 def assert_export_round_trip(hf, root: Path, ids: torch.Tensor, **tol) -> object:
     """Export attnlab's copy of ``hf`` to ``root``: transformers must load it as ``hf``'s class
     with ``hf``'s logits on ``ids`` (within ``tol``), and attnlab load it back to the same config,

@@ -12,13 +12,7 @@ import torch
 from attnlab.errors import ConfigError
 from attnlab.interop.gemma import gemma_config_to_model_config
 from attnlab.interop.pretrained import from_hf_model
-from hf_dirs import (
-    SMALL_LLAMA,
-    assert_export_round_trip,
-    assert_logits_and_greedy_equal,
-    hf_causal_lm,
-    redraw,
-)
+from hf_dirs import SMALL_LLAMA, assert_export_round_trip, assert_logits_and_greedy_equal, gemma_lm
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -32,9 +26,7 @@ CASES = {
 
 
 def hf_gemma(case: str, seed: int = 0):
-    hf = hf_causal_lm("Gemma3", {**BASE, **CASES[case]}, seed, "Gemma3Text")
-    redraw(hf, norm_std=0.3)
-    return hf
+    return gemma_lm(3, {**BASE, **CASES[case]}, seed)
 
 
 @pytest.mark.parametrize("case", list(CASES))

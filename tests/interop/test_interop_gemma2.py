@@ -16,13 +16,7 @@ from attnlab.interop.family import REGISTRY, check_exportable
 from attnlab.interop.gemma import gemma_config_to_model_config
 from attnlab.interop.pretrained import from_hf_model, load_pretrained
 from attnlab.models import build_model
-from hf_dirs import (
-    SMALL_LLAMA,
-    assert_export_round_trip,
-    assert_logits_and_greedy_equal,
-    hf_causal_lm,
-    redraw,
-)
+from hf_dirs import SMALL_LLAMA, assert_export_round_trip, assert_logits_and_greedy_equal, gemma_lm
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -51,9 +45,7 @@ CASES = {
 
 
 def hf_gemma2(case: str, seed: int = 0):
-    hf = hf_causal_lm("Gemma2", {**BASE, **CASES[case]}, seed)
-    redraw(hf, norm_std=0.3, bias_std=0.2)
-    return hf
+    return gemma_lm(2, {**BASE, **CASES[case]}, seed)
 
 
 GEMMA2_BLOCK = ("sandwich", "geglu", True, False)  # norm placement, ffn, embed scale, q/k norm
