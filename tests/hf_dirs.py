@@ -67,6 +67,17 @@ def greedy_pair(hf, ours, prompts: torch.Tensor, n: int) -> tuple[list, list]:
     return want, generate(ours, prompts.tolist(), gen).tokens
 
 
+def assert_logits_and_greedy_equal(hf, ours, ids: torch.Tensor, **tol) -> torch.Tensor:
+    """attnlab's copy ``ours`` of ``hf`` gives ``hf``'s logits on ``ids`` (B, T) within ``tol``
+    and the same 12 greedy tokens after each ``ids[:, :10]``; returns ours' logits (B, T, V)."""
+    with torch.no_grad():
+        logits = ours(ids).logits
+        torch.testing.assert_close(logits, hf(ids).logits, **tol)
+    want, got = greedy_pair(hf, ours, ids[:, :10], 12)
+    assert got == want
+    return logits
+
+
 def bigger_weights(model: torch.nn.Module, std: float = 0.3) -> None:
     """Larger than the usual 0.02 init so greedy choices are never near-ties."""
     with torch.no_grad():
@@ -111,3 +122,58 @@ def gpt2_dir(root: Path, transformers) -> tuple[Path, object]:
 
 def write_json(path: Path, data: dict) -> None:
     path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def hf_causal_lm(family: str, config: dict, seed: int = 0, config_family: str = ""):
+    """transformers' ``{family}ForCausalLM`` of ``{config_family or family}Config(**config)``,
+    seeded, in eval mode, its matrices drawn larger than the init (``bigger_weights``: away from
+    near-ties in argmax). Each family's test then draws the norm gains and biases its own way."""
+    import transformers
+
+    torch.manual_seed(seed)
+    cfg = getattr(transformers, f"{config_family or family}Config")(**config)
+    hf = getattr(transformers, f"{family}ForCausalLM")(cfg).eval()
+    bigger_weights(hf, 0.2)
+    return hf
+
+
+def redraw(model: torch.nn.Module, *, norm_std: float = 0.0, bias_std: float = 0.0) -> None:
+    """Draw ``model``'s norm gains from N(0, norm_std) (Gemma's w of a (1 + w) gain initialises
+    to 0: this makes every gain matter) and its biases from N(0, bias_std); 0 leaves them be."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if norm_std and "norm" in name:
+                p.normal_(0.0, norm_std)
+            elif bias_std and name.endswith("bias"):
+                p.normal_(0.0, bias_std)
+
+
+def gemma_lm(version: int, config: dict, seed: int = 0):
+    """transformers' Gemma 2 or Gemma 3 (``version``) causal LM of ``config`` (hf_causal_lm) with
+    its biases drawn from N(0, 0.2) and its norm gains' w from N(0, 0.3): Gemma's (1 + w) gains
+    initialise to w = 0, this makes every gain matter."""
+    family, config_family = ("Gemma2", "") if version == 2 else ("Gemma3", "Gemma3Text")
+    hf = hf_causal_lm(family, config, seed, config_family)
+    redraw(hf, norm_std=0.3, bias_std=0.2)
+    return hf
+
+
+def assert_export_round_trip(hf, root: Path, ids: torch.Tensor, **tol) -> object:
+    """Export attnlab's copy of ``hf`` to ``root``: transformers must load it as ``hf``'s class
+    with ``hf``'s logits on ``ids`` (within ``tol``), and attnlab load it back to the same config,
+    model type and bit-identical logits. Returns transformers' reload for further checks."""
+    import transformers
+
+    from attnlab.interop.pretrained import from_hf_model, load_pretrained, save_pretrained
+
+    ours = from_hf_model(hf)
+    save_pretrained(ours, root)
+    again = transformers.AutoModelForCausalLM.from_pretrained(root).eval()
+    assert type(again) is type(hf)
+    with torch.no_grad():
+        torch.testing.assert_close(again(ids).logits, hf(ids).logits, **tol)
+    back = load_pretrained(root)
+    assert back.config == ours.cfg and back.model_type == hf.config.model_type
+    with torch.no_grad():
+        torch.testing.assert_close(back.model(ids).logits, ours(ids).logits, rtol=0, atol=0)
+    return again

@@ -6,6 +6,7 @@ import numpy as np
 import torch
 
 from attnlab import reference as ref
+from attnlab.config import ModelConfig
 
 
 def to_np(t: torch.Tensor) -> np.ndarray:
@@ -27,3 +28,33 @@ def attn_params(attn) -> dict:
         out[f"W{name}"] = ref.split_heads_weights(to_np(wi.T), h)
         out[f"b{name}"] = ref.split_heads_weights(to_np(bi), h)
     return out
+
+
+def block_params(block, cfg: ModelConfig | None = None) -> dict:
+    """A Transformer block's weights as ``ref.encoder_block`` / ``ref.decoder_block`` take them:
+    self- (and cross-) attention, the feed-forward W1, b1, W2, b2 and every norm's gain (and
+    bias), with ``cfg``'s activation, norm kind and eps (default ModelConfig(): ReLU, LayerNorm,
+    eps 1e-5)."""
+    cfg = cfg or ModelConfig()
+    params = {
+        "self_attn": attn_params(block.self_attn),
+        "ffn": {
+            "W1": to_np(block.ffn.up.weight.T),
+            "b1": to_np(block.ffn.up.bias),
+            "W2": to_np(block.ffn.down.weight.T),
+            "b2": to_np(block.ffn.down.bias),
+            "activation": cfg.activation,
+        },
+        "eps": cfg.norm_eps,
+        "norm": "layer" if cfg.norm == "layernorm" else "rms",
+    }
+    norms = ["self_attn_norm", "ffn_norm"]
+    if hasattr(block, "cross_attn"):
+        params["cross_attn"] = attn_params(block.cross_attn)
+        norms.append("cross_attn_norm")
+    for name in norms:
+        norm = getattr(block, name)
+        params[name] = {"gain": to_np(norm.weight)}
+        if getattr(norm, "bias", None) is not None:
+            params[name]["bias"] = to_np(norm.bias)
+    return params

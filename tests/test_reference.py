@@ -464,28 +464,33 @@ def _ffn_params(layer) -> dict:
     }
 
 
-def _randomise_norms(module: torch.nn.Module) -> None:
+def _torch_block(cls, d: int, h: int, d_ff: int, norm_first: bool) -> tuple[torch.nn.Module, dict]:
+    """A float64 torch.nn.TransformerEncoderLayer or TransformerDecoderLayer (``cls``) with random
+    norm gains and biases, and its weights as ``ref.encoder_block`` / ``ref.decoder_block`` take
+    them (the decoder's norm1, norm2, norm3 sit before self-, cross-attention and the FFN)."""
+    layer = cls(
+        d, h, d_ff, dropout=0.0, batch_first=True, norm_first=norm_first, dtype=torch.float64
+    ).eval()
     with torch.no_grad():
-        for m in module.modules():
+        for m in layer.modules():
             if isinstance(m, torch.nn.LayerNorm):
                 m.weight.normal_()
                 m.bias.normal_()
+    params = {"self_attn": _mha_params(layer.self_attn), "ffn": _ffn_params(layer)}
+    sites = ["self_attn", "ffn"]
+    if hasattr(layer, "multihead_attn"):
+        params["cross_attn"] = _mha_params(layer.multihead_attn)
+        sites.insert(1, "cross_attn")
+    for i, site in enumerate(sites, 1):
+        params[f"{site}_norm"] = _norm_params(getattr(layer, f"norm{i}"))
+    params["eps"] = layer.norm1.eps
+    return layer, params
 
 
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_encoder_block_matches_torch(norm_first):
     D, H, Ff, N = 8, 2, 16, 5
-    layer = torch.nn.TransformerEncoderLayer(
-        D, H, Ff, dropout=0.0, batch_first=True, norm_first=norm_first, dtype=torch.float64
-    ).eval()
-    _randomise_norms(layer)
-    params = {
-        "self_attn": _mha_params(layer.self_attn),
-        "ffn": _ffn_params(layer),
-        "self_attn_norm": _norm_params(layer.norm1),
-        "ffn_norm": _norm_params(layer.norm2),
-        "eps": layer.norm1.eps,
-    }
+    layer, params = _torch_block(torch.nn.TransformerEncoderLayer, D, H, Ff, norm_first)
     x = torch.randn(1, N, D, dtype=torch.float64)
     mask = ref.causal_mask(N)
     with torch.no_grad():
@@ -497,19 +502,7 @@ def test_encoder_block_matches_torch(norm_first):
 @pytest.mark.parametrize("norm_first", [True, False])
 def test_decoder_block_matches_torch(norm_first):
     D, H, Ff, T, S = 8, 2, 16, 4, 6
-    layer = torch.nn.TransformerDecoderLayer(
-        D, H, Ff, dropout=0.0, batch_first=True, norm_first=norm_first, dtype=torch.float64
-    ).eval()
-    _randomise_norms(layer)
-    params = {
-        "self_attn": _mha_params(layer.self_attn),
-        "cross_attn": _mha_params(layer.multihead_attn),
-        "ffn": _ffn_params(layer),
-        "self_attn_norm": _norm_params(layer.norm1),
-        "cross_attn_norm": _norm_params(layer.norm2),
-        "ffn_norm": _norm_params(layer.norm3),
-        "eps": layer.norm1.eps,
-    }
+    layer, params = _torch_block(torch.nn.TransformerDecoderLayer, D, H, Ff, norm_first)
     x = torch.randn(1, T, D, dtype=torch.float64)
     memory = torch.randn(1, S, D, dtype=torch.float64)
     self_mask = ref.causal_mask(T)

@@ -11,8 +11,8 @@ import torch
 
 from attnlab.errors import ConfigError
 from attnlab.interop.gemma import gemma_config_to_model_config
-from attnlab.interop.pretrained import from_hf_model, load_pretrained, save_pretrained
-from hf_dirs import SMALL_LLAMA, bigger_weights, greedy_pair
+from attnlab.interop.pretrained import from_hf_model
+from hf_dirs import SMALL_LLAMA, assert_export_round_trip, assert_logits_and_greedy_equal, gemma_lm
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -26,50 +26,26 @@ CASES = {
 
 
 def hf_gemma(case: str, seed: int = 0):
-    torch.manual_seed(seed)
-    cfg = transformers.Gemma3TextConfig(**{**BASE, **CASES[case]})
-    hf = transformers.Gemma3ForCausalLM(cfg).eval()
-    bigger_weights(hf, 0.2)  # away from near-ties in argmax
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "norm" in name:  # Gemma initialises w = 0 (gain 1); make every gain matter
-                p.normal_(0.0, 0.3)
-    return hf
+    return gemma_lm(3, {**BASE, **CASES[case]}, seed)
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_and_greedy_continuations_equal_transformers(case):
     hf = hf_gemma(case)
     ours = from_hf_model(hf)
-    cfg = ours.cfg
-    assert (cfg.norm_placement, cfg.ffn, cfg.embed_scale, cfg.qk_norm) == (
-        "sandwich",
-        "geglu",
-        True,
-        True,
-    )
-    assert cfg.attn_window == (5 if case == "sliding_untied" else None)
+    block = (ours.cfg.norm_placement, ours.cfg.ffn, ours.cfg.embed_scale, ours.cfg.qk_norm)
+    assert block == ("sandwich", "geglu", True, True)
+    assert ours.cfg.attn_window == (5 if case == "sliding_untied" else None)
     ids = torch.randint(3, 97, (2, 24), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        torch.testing.assert_close(ours(ids).logits, hf(ids).logits, **TOL)
-    want, got = greedy_pair(hf, ours, ids[:, :10], 12)
-    assert got == want
+    assert_logits_and_greedy_equal(hf, ours, ids, **TOL)
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_export_round_trip_loads_in_transformers_with_equal_logits(case, tmp_path):
     hf = hf_gemma(case)
-    ours = from_hf_model(hf)
-    save_pretrained(ours, tmp_path / "out")
-    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
-    assert type(again) is transformers.Gemma3ForCausalLM
+    assert hf.config.model_type == "gemma3_text"
     ids = torch.randint(3, 97, (1, 15), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        torch.testing.assert_close(again(ids).logits, hf(ids).logits, **TOL)
-    back = load_pretrained(tmp_path / "out")
-    assert back.config == ours.cfg and back.model_type == "gemma3_text"
-    with torch.no_grad():
-        torch.testing.assert_close(back.model(ids).logits, ours(ids).logits, rtol=0, atol=0)
+    assert_export_round_trip(hf, tmp_path / "out", ids, **TOL)
 
 
 def test_what_attnlab_does_not_hold_is_refused_together():

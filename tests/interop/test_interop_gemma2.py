@@ -14,9 +14,9 @@ import torch
 from attnlab.errors import ConfigError
 from attnlab.interop.family import REGISTRY, check_exportable
 from attnlab.interop.gemma import gemma_config_to_model_config
-from attnlab.interop.pretrained import from_hf_model, load_pretrained, save_pretrained
+from attnlab.interop.pretrained import from_hf_model, load_pretrained
 from attnlab.models import build_model
-from hf_dirs import SMALL_LLAMA, bigger_weights, greedy_pair
+from hf_dirs import SMALL_LLAMA, assert_export_round_trip, assert_logits_and_greedy_equal, gemma_lm
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -45,17 +45,10 @@ CASES = {
 
 
 def hf_gemma2(case: str, seed: int = 0):
-    torch.manual_seed(seed)
-    cfg = transformers.Gemma2Config(**{**BASE, **CASES[case]})
-    hf = transformers.Gemma2ForCausalLM(cfg).eval()
-    bigger_weights(hf, 0.2)  # away from near-ties in argmax
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if "norm" in name:  # Gemma initialises w = 0 (gain 1); make every gain matter
-                p.normal_(0.0, 0.3)
-            elif name.endswith("bias"):
-                p.normal_(0.0, 0.2)
-    return hf
+    return gemma_lm(2, {**BASE, **CASES[case]}, seed)
+
+
+GEMMA2_BLOCK = ("sandwich", "geglu", True, False)  # norm placement, ffn, embed scale, q/k norm
 
 
 def _ids(t: int, seed: int, b: int = 2) -> torch.Tensor:
@@ -67,28 +60,20 @@ def test_logits_and_greedy_continuations_equal_transformers(case):
     hf = hf_gemma2(case)
     ours = from_hf_model(hf)
     cfg = ours.cfg
-    assert (cfg.norm_placement, cfg.ffn, cfg.embed_scale, cfg.qk_norm) == (
-        "sandwich",
-        "geglu",
-        True,
-        False,
-    )
+    assert (cfg.norm_placement, cfg.ffn, cfg.embed_scale, cfg.qk_norm) == GEMMA2_BLOCK
     assert cfg.attn_logit_softcap == hf.config.attn_logit_softcapping
     assert cfg.final_logit_softcap == hf.config.final_logit_softcapping
     assert cfg.rope_base == hf.config.rope_parameters["rope_theta"]
     windows = [cfg.layer_window(i) for i in range(cfg.n_layers)]
     assert windows == [WINDOW if t == "sliding_attention" else None for t in hf.config.layer_types]
     ids = _ids(24, 1)  # longer than the window: sliding and full layers differ
+    logits = assert_logits_and_greedy_equal(hf, ours, ids, **TOL)  # 22 tokens: past the window
     with torch.no_grad():
-        logits = ours(ids).logits
-        torch.testing.assert_close(logits, hf(ids).logits, **TOL)
         if case == "alternating_gqa_capped":  # (caps of 50 and 30 barely bend these logits)
             uncapped = cfg.replace(attn_logit_softcap=None, final_logit_softcap=None)
             assert not torch.allclose(_same_weights(ours, uncapped)(ids).logits, logits, **TOL)
         no_windows = cfg.replace(attn_window=None, full_attn_every=None)
         assert not torch.allclose(_same_weights(ours, no_windows)(ids).logits, logits, **TOL)
-    want, got = greedy_pair(hf, ours, ids[:, :10], 12)  # 22 tokens: past the window
-    assert got == want
 
 
 def _same_weights(model, cfg):
@@ -101,18 +86,9 @@ def _same_weights(model, cfg):
 @pytest.mark.parametrize("case", list(CASES))
 def test_export_round_trip_loads_in_transformers_with_equal_logits(case, tmp_path):
     hf = hf_gemma2(case)
-    ours = from_hf_model(hf)
-    save_pretrained(ours, tmp_path / "out")
-    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
-    assert type(again) is transformers.Gemma2ForCausalLM
+    assert hf.config.model_type == "gemma2"
+    again = assert_export_round_trip(hf, tmp_path / "out", _ids(15, 4, b=1), **TOL)
     assert again.config.layer_types == hf.config.layer_types
-    ids = _ids(15, 4, b=1)
-    with torch.no_grad():
-        torch.testing.assert_close(again(ids).logits, hf(ids).logits, **TOL)
-    back = load_pretrained(tmp_path / "out")
-    assert back.config == ours.cfg and back.model_type == "gemma2"
-    with torch.no_grad():
-        torch.testing.assert_close(back.model(ids).logits, ours(ids).logits, rtol=0, atol=0)
 
 
 def test_a_config_json_without_caps_or_layer_types_means_transformers_defaults():

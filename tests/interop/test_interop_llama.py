@@ -11,8 +11,8 @@ import torch
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.generate import GenerationConfig, generate
 from attnlab.interop.llama import llama_config_to_model_config
-from attnlab.interop.pretrained import from_hf_model, load_pretrained, save_pretrained
-from hf_dirs import SMALL_LLAMA, bigger_weights, llama_bpe
+from attnlab.interop.pretrained import from_hf_model, load_pretrained
+from hf_dirs import SMALL_LLAMA, assert_export_round_trip, hf_causal_lm, llama_bpe, redraw
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -31,18 +31,9 @@ CASES = {
 
 
 def hf_llama(case: str, cls=None, seed: int = 0, **extra):
-    torch.manual_seed(seed)
-    config_cls = transformers.MistralConfig if cls == "mistral" else transformers.LlamaConfig
-    model_cls = (
-        transformers.MistralForCausalLM if cls == "mistral" else transformers.LlamaForCausalLM
-    )
-    cfg = config_cls(**{**SMALL_LLAMA, **CASES.get(case, {}), **extra})
-    hf = model_cls(cfg).eval()
-    bigger_weights(hf, 0.2)  # away from near-ties in argmax
-    with torch.no_grad():
-        for name, p in hf.named_parameters():
-            if name.endswith("bias"):
-                p.normal_(0.0, 0.2)
+    family = "Mistral" if cls == "mistral" else "Llama"
+    hf = hf_causal_lm(family, {**SMALL_LLAMA, **CASES.get(case, {}), **extra}, seed)
+    redraw(hf, bias_std=0.2)
     return hf
 
 
@@ -106,15 +97,9 @@ def test_left_padded_greedy_and_beam_continuations_equal_generate(case, beams):
 
 def test_export_round_trip_loads_in_transformers_with_equal_logits(tmp_path):
     hf = hf_llama("gqa")
-    ours = from_hf_model(hf)
-    save_pretrained(ours, tmp_path / "out")
-    again = transformers.LlamaForCausalLM.from_pretrained(tmp_path / "out").eval()
     ids = torch.randint(3, 97, (1, 15), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        torch.testing.assert_close(again(ids).logits, hf(ids).logits, rtol=0, atol=0)
-    back = load_pretrained(tmp_path / "out").model
-    with torch.no_grad():
-        torch.testing.assert_close(back(ids).logits, ours(ids).logits, rtol=0, atol=0)
+    again = assert_export_round_trip(hf, tmp_path / "out", ids, rtol=0, atol=0)
+    assert type(again) is transformers.LlamaForCausalLM
 
 
 def test_a_saved_directory_with_its_tokenizer_generates_from_text(tmp_path):

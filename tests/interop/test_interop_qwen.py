@@ -10,8 +10,13 @@ import torch
 
 from attnlab.errors import ConfigError
 from attnlab.interop.llama import llama_config_to_model_config
-from attnlab.interop.pretrained import from_hf_model, load_pretrained, save_pretrained
-from hf_dirs import SMALL_LLAMA, bigger_weights, greedy_pair
+from attnlab.interop.pretrained import from_hf_model
+from hf_dirs import (
+    SMALL_LLAMA,
+    assert_export_round_trip,
+    assert_logits_and_greedy_equal,
+    hf_causal_lm,
+)
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -30,10 +35,7 @@ CASES = {
 
 def hf_qwen(case: str, seed: int = 0):
     family, extra = CASES[case]
-    torch.manual_seed(seed)
-    cfg = getattr(transformers, f"{family}Config")(**{**SMALL_LLAMA, **extra})
-    hf = getattr(transformers, f"{family}ForCausalLM")(cfg).eval()
-    bigger_weights(hf, 0.2)  # away from near-ties in argmax
+    hf = hf_causal_lm(family, {**SMALL_LLAMA, **extra}, seed)
     with torch.no_grad():
         for name, p in hf.named_parameters():
             if name.endswith("bias") or "_norm" in name:  # non-trivial biases and norm gains
@@ -53,26 +55,14 @@ def test_logits_and_greedy_continuations_equal_transformers(case):
     if "window" in case:
         assert cfg.attn_window == 5
     ids = torch.randint(3, 97, (2, 24), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        torch.testing.assert_close(ours(ids).logits, hf(ids).logits, **TOL)
-    want, got = greedy_pair(hf, ours, ids[:, :10], 12)
-    assert got == want
+    assert_logits_and_greedy_equal(hf, ours, ids, **TOL)
 
 
 @pytest.mark.parametrize("case", ["qwen2_tied_window", "qwen3_bias_window"])
 def test_export_round_trip_loads_in_transformers_with_equal_logits(case, tmp_path):
     hf = hf_qwen(case)
-    ours = from_hf_model(hf)
-    save_pretrained(ours, tmp_path / "out")
-    again = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
-    assert type(again) is type(hf)
     ids = torch.randint(3, 97, (1, 15), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        torch.testing.assert_close(again(ids).logits, hf(ids).logits, rtol=0, atol=0)
-    back = load_pretrained(tmp_path / "out")
-    assert back.config == ours.cfg and back.model_type == hf.config.model_type
-    with torch.no_grad():
-        torch.testing.assert_close(back.model(ids).logits, ours(ids).logits, rtol=0, atol=0)
+    assert_export_round_trip(hf, tmp_path / "out", ids, rtol=0, atol=0)
 
 
 def test_mixed_sliding_and_full_layers_are_refused():

@@ -8,6 +8,7 @@ import torch
 from attnlab.lab.experiments import future_mask
 from attnlab.lab.experiments.future_mask import make_model, prefix_loss
 from attnlab.lab.kit.fit import eval_loss, lm_loss
+from lab_write_up import write_up_without_training
 
 
 def test_masked_model_prefix_loss_equals_teacher_forced_loss():
@@ -34,14 +35,10 @@ def test_future_mask_quick_report(tmp_path, monkeypatch):
     assert report.metrics["unigram"] > report.metrics["bigram"] > 0
     continuations = report.table("continuations of validation prompts (seed 0)").rows
     assert len(continuations) == 8 and all(r["continuation"] for r in continuations)
-    monkeypatch.setattr(future_mask, "gate_arms", _no_training)
-    monkeypatch.setattr(future_mask, "train_job", _no_training)
-    again = future_mask.write_up(measured, tmp_path / "again", True)
+    again = write_up_without_training(
+        monkeypatch, future_mask, measured, tmp_path / "again", "gate_arms", "train_job"
+    )
     assert again.verdict_reason == report.verdict_reason
-
-
-def _no_training(*args, **kwargs):
-    raise AssertionError("write_up must not train")
 
 
 def test_verdict_words():

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from attnlab.lab.experiments import lm_extrapolation as exp
+from lab_write_up import write_up_without_training
 
 
 def test_lm_extrapolation_quick_report(tmp_path, monkeypatch):
@@ -27,12 +28,8 @@ def test_lm_extrapolation_quick_report(tmp_path, monkeypatch):
     assert len(checks) == 4 * (len(exp.MULTIPLES) - 1)
     assert (tmp_path / "extrapolation.png").is_file()
     # write_up re-renders the measured numbers without training anything
-    monkeypatch.setattr(exp, "train_job", _no_training)
-    monkeypatch.setattr(exp, "train_arm", _no_training)
-    again = exp.write_up(measured, tmp_path / "again", True)
+    again = write_up_without_training(
+        monkeypatch, exp, measured, tmp_path / "again", "train_job", "train_arm"
+    )
     assert again.verdict_reason == report.verdict_reason
     assert again.tables[0].rows == report.tables[0].rows
-
-
-def _no_training(*args, **kwargs):
-    raise AssertionError("write_up must not train")

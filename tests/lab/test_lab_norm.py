@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 from attnlab.lab.experiments import norm
+from lab_write_up import write_up_without_training
 
 
 def test_quick_norm_run(tmp_path, monkeypatch):
@@ -43,12 +44,8 @@ def _check_every_training_arm_is_gated(report):
 
 
 def _check_write_up_renders_without_training(measured, tmp_path, monkeypatch):
-    monkeypatch.setattr(norm, "train_job", _no_training)
-    monkeypatch.setattr(norm, "gate_arms", _no_training)
-    again = norm.write_up(measured, tmp_path / "again", True)
+    again = write_up_without_training(
+        monkeypatch, norm, measured, tmp_path / "again", "train_job", "gate_arms"
+    )
     assert (tmp_path / "again" / "training.png").is_file()
     assert "post-norm's |grad W1|" in again.verdict_reason
-
-
-def _no_training(*args, **kwargs):
-    raise AssertionError("write_up must not train")

@@ -7,6 +7,7 @@ import torch
 
 from attnlab.lab.experiments import residual
 from attnlab.lab.experiments.residual import layer_outputs, make_model, position_probe
+from lab_write_up import write_up_without_training
 
 
 def test_residual_switch_and_position_probe():
@@ -38,10 +39,7 @@ def test_residual_quick_report(tmp_path, monkeypatch):
     assert len(probe) == 5 and probe[0] > 0.9  # learned positions are readable from the embedding
     assert (tmp_path / "depth.png").is_file() and (tmp_path / "position_probe.png").is_file()
     # write_up re-renders the measured numbers without training anything
-    monkeypatch.setattr(residual, "train_job", _no_training)
-    again = residual.write_up(measured, tmp_path / "again", True)
+    again = write_up_without_training(
+        monkeypatch, residual, measured, tmp_path / "again", "train_job"
+    )
     assert again.verdict_reason == report.verdict_reason
-
-
-def _no_training(job):
-    raise AssertionError("write_up must not train")

@@ -9,6 +9,7 @@ import torch
 from attnlab.lab import run_experiment
 from attnlab.lab.experiments import scaling
 from attnlab.lab.experiments.scaling import DIMS, logit_variance, saturation, slope
+from lab_write_up import write_up_without_training
 
 
 def test_helpers_on_known_cases():
@@ -40,8 +41,6 @@ def _check_every_arm_is_gated(report):
 
 
 def _check_write_up_renders_without_training(tmp_path, monkeypatch):
-    monkeypatch.setattr(scaling, "gate_arms", _no_training)
-    monkeypatch.setattr(scaling, "train_job", _no_training)
     measured = {**scaling.measure_logits(True, 0), "seeds": [0], "steps": 15, "gated": {}}
     fake = {
         "scores": {1e-3: 0.0, 2e-3: 0.0, 4e-3: 0.1},
@@ -55,7 +54,9 @@ def _check_write_up_renders_without_training(tmp_path, monkeypatch):
     measured["gated"] = {
         f"{s}, init {i}": fake for s in ("scaled", "unscaled") for i in scaling.INITS
     }
-    report = scaling.write_up(measured, tmp_path / "again", True)
+    report = write_up_without_training(
+        monkeypatch, scaling, measured, tmp_path / "again", "gate_arms", "train_job"
+    )
     assert report.verdict == "mixed"  # the logits' checks held, the training difference did not
     assert (tmp_path / "again" / "variance.png").is_file()
 
@@ -70,10 +71,6 @@ _RUN = {
     "error": 0.0,
     "diverged": False,
 }
-
-
-def _no_training(*args, **kwargs):
-    raise AssertionError("write_up must not train")
 
 
 def _check_variance_grows_like_d_k_without_scaling_and_stays_near_one_with_it(report):

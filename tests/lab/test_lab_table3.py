@@ -8,6 +8,7 @@ import math
 
 from attnlab.lab.experiments import table3 as exp
 from attnlab.lab.kit.lm_arms import LMSize
+from lab_write_up import write_up_without_training
 
 
 def test_table3_arms_keep_width_and_vary_one_setting():
@@ -35,11 +36,7 @@ def test_table3_quick_report(tmp_path, monkeypatch):
     checks = report.table("checks of each row against the base (seed ranges deciding)").rows
     assert [r["check"][:3] for r in checks] == ["(A)", "(A)", "(B)", "(B)", "(E)"]
     assert (tmp_path / "heads.png").is_file() and (tmp_path / "rows.png").is_file()
-    monkeypatch.setattr(exp, "train_job", _no_training)
-    monkeypatch.setattr(exp, "train_arm", _no_training)
-    again = exp.write_up(measured, tmp_path / "again", True)
+    again = write_up_without_training(
+        monkeypatch, exp, measured, tmp_path / "again", "train_job", "train_arm"
+    )
     assert again.verdict_reason == report.verdict_reason
-
-
-def _no_training(*args, **kwargs):
-    raise AssertionError("write_up must not train")

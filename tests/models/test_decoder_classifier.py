@@ -18,7 +18,7 @@ from attnlab import reference as ref
 from attnlab.config import ModelConfig
 from attnlab.models import Classifier, DecoderClassifier, DecoderLM, LanguageModel, build_model
 from attnlab.models.decoder_classifier import last_real_position
-from oracle_params import attn_params, to_np
+from oracle_params import block_params, to_np
 
 V, D, H, C = 13, 8, 2, 3
 
@@ -54,19 +54,7 @@ def test_matches_the_reference_on_each_rows_real_prefix():
             + to_np(model.embed.pos_enc.table.weight)[:n]
         )
         for block in model.blocks:
-            params = {
-                "self_attn": attn_params(block.self_attn),
-                "ffn": {
-                    "W1": to_np(block.ffn.up.weight.T),
-                    "b1": to_np(block.ffn.up.bias),
-                    "W2": to_np(block.ffn.down.weight.T),
-                    "b2": to_np(block.ffn.down.bias),
-                },
-                "eps": 1e-5,
-            }
-            for name in ("self_attn_norm", "ffn_norm"):
-                norm = getattr(block, name)
-                params[name] = {"gain": to_np(norm.weight), "bias": to_np(norm.bias)}
+            params = block_params(block, model.cfg)
             x = ref.encoder_block(x, params, mask=ref.causal_mask(n), norm_first=True)
         norm = model.final_norm
         h = ref.layer_norm(x, to_np(norm.weight), to_np(norm.bias), eps=1e-5)  # (n, D)

@@ -21,7 +21,7 @@ from attnlab.models import (
     TransformerEncoderDecoder,
     build_model,
 )
-from oracle_params import attn_params, to_np
+from oracle_params import block_params, to_np
 
 TOL64 = {"rtol": 1e-10, "atol": 1e-10}
 TOL32 = {"rtol": 1e-5, "atol": 1e-5}
@@ -155,27 +155,6 @@ def test_embed_scale_multiplies_by_sqrt_d_model():
 # --------------------------------------------------------------------------- end-to-end oracle
 
 
-def _block_params(block) -> dict:
-    ffn = block.ffn
-    params = {
-        "self_attn": attn_params(block.self_attn),
-        "ffn": {
-            "W1": to_np(ffn.up.weight.T),
-            "b1": to_np(ffn.up.bias),
-            "W2": to_np(ffn.down.weight.T),
-            "b2": to_np(ffn.down.bias),
-        },
-        "eps": 1e-5,
-    }
-    for name in ("self_attn_norm", "cross_attn_norm", "ffn_norm"):
-        if hasattr(block, name):
-            norm = getattr(block, name)
-            params[name] = {"gain": to_np(norm.weight), "bias": to_np(norm.bias)}
-    if hasattr(block, "cross_attn"):
-        params["cross_attn"] = attn_params(block.cross_attn)
-    return params
-
-
 def _embed(embeddings, ids: torch.Tensor) -> np.ndarray:
     """x_i = E w_i + P_i, with a learned table P (000) or the sinusoids PE(i) (004 eq. 16)."""
     tok = to_np(embeddings.tok_emb.weight)[ids.numpy()]
@@ -196,7 +175,7 @@ def test_decoder_lm_matches_reference_end_to_end(placement, positional):
     x = _embed(lm.embed, ids[0])
     for block in lm.blocks:
         x = ref.encoder_block(
-            x, _block_params(block), mask=ref.causal_mask(4), norm_first=placement == "pre"
+            x, block_params(block), mask=ref.causal_mask(4), norm_first=placement == "pre"
         )
     logits = _final(lm.final_norm, x) @ to_np(lm.lm_head.weight.T)
     np.testing.assert_allclose(to_np(lm(ids).logits[0]), logits, **TOL64)
@@ -208,14 +187,14 @@ def test_encoder_decoder_and_classifier_match_reference_end_to_end():
     src_real = _real([3], 4)
     memory = _embed(model.encoder.embed, src[0])
     for block in model.encoder.stack.blocks:
-        memory = ref.encoder_block(memory, _block_params(block), mask=to_np(src_real[0]))
+        memory = ref.encoder_block(memory, block_params(block), mask=to_np(src_real[0]))
     memory = _final(model.encoder.stack.final_norm, memory)
     y = _embed(model.tgt_embed, tgt[0])
     for block in model.blocks:
         y = ref.decoder_block(
             y,
             memory,
-            _block_params(block),
+            block_params(block),
             self_mask=ref.causal_mask(3),
             cross_mask=to_np(src_real[0]),
         )
@@ -225,7 +204,7 @@ def test_encoder_decoder_and_classifier_match_reference_end_to_end():
 
     clf = EncoderClassifier(_cfg("classifier", n_layers=1, pooling="mean")).double().eval()
     h = _embed(clf.encoder.embed, src[0])
-    h = ref.encoder_block(h, _block_params(clf.encoder.stack.blocks[0]), mask=to_np(src_real[0]))
+    h = ref.encoder_block(h, block_params(clf.encoder.stack.blocks[0]), mask=to_np(src_real[0]))
     pooled = _final(clf.encoder.stack.final_norm, h)[:3].mean(0)
     expected = pooled @ to_np(clf.head.weight.T) + to_np(clf.head.bias)
     np.testing.assert_allclose(

@@ -19,7 +19,7 @@ from attnlab.config import ModelConfig
 from attnlab.models import TransformerEncoderDecoder
 from attnlab.models.layers import make_causal_block, make_decoder_block, make_encoder_block
 from attnlab.nn.masks import causal_mask
-from oracle_params import attn_params, to_np
+from oracle_params import block_params, to_np
 
 TOL64 = {"rtol": 1e-10, "atol": 1e-10}
 TOL32 = {"rtol": 1e-5, "atol": 1e-5}
@@ -203,31 +203,6 @@ def test_encoder_decoder_stacks_match_torch_transformer(placement):
 # --------------------------------------------------------------------------- vs NumPy oracle
 
 
-def _block_params(block, cfg: ModelConfig) -> dict:
-    params = {
-        "self_attn": attn_params(block.self_attn),
-        "ffn": {
-            "W1": to_np(block.ffn.up.weight.T),
-            "b1": to_np(block.ffn.up.bias),
-            "W2": to_np(block.ffn.down.weight.T),
-            "b2": to_np(block.ffn.down.bias),
-            "activation": cfg.activation,
-        },
-        "eps": cfg.norm_eps,
-        "norm": "layer" if cfg.norm == "layernorm" else "rms",
-    }
-    norms = ["self_attn_norm", "ffn_norm"]
-    if hasattr(block, "cross_attn"):
-        params["cross_attn"] = attn_params(block.cross_attn)
-        norms.append("cross_attn_norm")
-    for name in norms:
-        norm = getattr(block, name)
-        params[name] = {"gain": to_np(norm.weight)}
-        if getattr(norm, "bias", None) is not None:
-            params[name]["bias"] = to_np(norm.bias)
-    return params
-
-
 VARIANTS = {
     "pre": {},
     "post": {"placement": "post"},
@@ -243,7 +218,7 @@ def test_encoder_block_matches_reference(variant):
     x = torch.randn(B, T, D, dtype=torch.float64)
     real = _real([T, 3], T)
     got = block(x, real[:, None, None, :]).x
-    params = _block_params(block, cfg)
+    params = block_params(block, cfg)
     for b in range(B):
         expected = ref.encoder_block(
             to_np(x[b]), params, mask=to_np(real[b]), norm_first=cfg.norm_placement == "pre"
@@ -255,7 +230,7 @@ def test_causal_block_matches_reference_encoder_block_with_future_mask():
     cfg = _cfg()
     block = _randomise(make_causal_block(cfg, None)).double().eval()
     x = torch.randn(1, T, D, dtype=torch.float64)
-    expected = ref.encoder_block(to_np(x[0]), _block_params(block, cfg), mask=ref.causal_mask(T))
+    expected = ref.encoder_block(to_np(x[0]), block_params(block, cfg), mask=ref.causal_mask(T))
     np.testing.assert_allclose(to_np(block(x).x[0]), expected, **TOL64)
 
 
@@ -268,7 +243,7 @@ def test_decoder_block_matches_reference(variant):
     got = block(
         x, memory, self_mask=tgt_real[:, None, None, :], cross_mask=src_real[:, None, None, :]
     ).x
-    params = _block_params(block, cfg)
+    params = block_params(block, cfg)
     for b in range(B):
         expected = ref.decoder_block(
             to_np(x[b]),

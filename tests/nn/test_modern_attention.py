@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from attnlab import reference as ref
+from attnlab.bench.modern import LLAMA_BLOCK
 from attnlab.config import ModelConfig
 from attnlab.generate import GenerationConfig, generate
 from attnlab.models import build_model
@@ -27,15 +28,7 @@ VARIANTS = {
     "mqa": dict(n_kv_heads=1),
     "alibi": dict(positional="alibi"),
     "window": dict(attn_window=3),
-    "llama": dict(
-        n_kv_heads=2,
-        positional="rotary",
-        norm="rmsnorm",
-        ffn="swiglu",
-        activation="silu",
-        bias=False,
-        tie_embeddings=False,
-    ),
+    "llama": dict(n_kv_heads=2, **LLAMA_BLOCK),
     "alibi_gqa_window": dict(positional="alibi", n_kv_heads=1, attn_window=4),
     # Gemma 2: sliding layers alternating with full ones, soft-capped attention and output logits
     "gemma2": dict(

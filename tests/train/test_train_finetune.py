@@ -36,16 +36,25 @@ def text(tmp_path_factory):
     return path
 
 
-def train(capsys, init, text, out, *extra):
-    argv = ["train", "--init-from", str(init), "--text", str(text), "--out", str(out)]
-    argv += ["--steps", "4", "--batch-size", "4", "--context-len", "16", "--lr", "3e-3"]
-    argv += ["--warmup-steps", "1", "--lr-schedule", "constant", "--eval-every", "0"]
-    argv += ["--eval-batches", "1", "--save-every", "2", "--no-progress", "--no-plots"]
-    argv += ["--device", "cpu", "--examples", "0", *extra]
-    code = main(argv)
+# The flags every fine-tuning run here shares: small batches, one warm-up step, quiet, on the CPU.
+QUIET = ["--batch-size", "4", "--warmup-steps", "1", "--eval-every", "0", "--no-progress"]
+QUIET += ["--no-plots", "--device", "cpu", "--examples", "0"]
+
+
+def fine_tune(capsys, init, data: list[str], out, *extra) -> str:
+    """``attnlab train --init-from init`` on ``data`` (e.g. ["--text", FILE]) into ``out`` with
+    the QUIET flags and ``extra`` (later flags win); asserts it succeeds, returns its stdout."""
+    code = main(["train", "--init-from", str(init), *data, "--out", str(out), *QUIET, *extra])
     out_text, err = capsys.readouterr()
     assert code == 0, err
     return out_text
+
+
+def train(capsys, init, text, out, *extra):
+    """A 4-step language-model fine-tune on ``text``, saved every 2 steps; returns stdout."""
+    flags = ["--steps", "4", "--context-len", "16", "--lr", "3e-3", "--lr-schedule", "constant"]
+    flags += ["--eval-batches", "1", "--save-every", "2"]
+    return fine_tune(capsys, init, ["--text", str(text)], out, *flags, *extra)
 
 
 def export_hf(run, out):
@@ -165,18 +174,7 @@ def test_fine_tune_a_bert_classifier_and_export_it(tmp_path, capsys):
     torch.manual_seed(0)
     transformers.BertForMaskedLM(cfg).save_pretrained(pre)
     labels = labelled_file(tmp_path / "labels.csv")
-    argv = [
-        "train",
-        "--init-from",
-        str(pre),
-        "--labels",
-        str(labels),
-        "--out",
-        str(tmp_path / "run"),
-    ]
-    argv += ["--steps", "3", "--batch-size", "4", "--warmup-steps", "1", "--eval-every", "0"]
-    argv += ["--no-progress", "--no-plots", "--device", "cpu", "--examples", "0"]
-    assert main(argv) == 0, capsys.readouterr().err
+    fine_tune(capsys, pre, ["--labels", str(labels)], tmp_path / "run", "--steps", "3")
     tuned = load_checkpoint(tmp_path / "run")
     assert tuned.config.kind == "classifier" and tuned.config.n_classes == 2
     exported = export_hf(tmp_path / "run", tmp_path / "export")
@@ -198,14 +196,9 @@ def labelled_file(path):
 
 
 def classify(capsys, init, labels, out, *extra):
-    argv = ["train", "--init-from", str(init), "--labels", str(labels), "--out", str(out)]
-    argv += ["--steps", "8", "--batch-size", "4", "--lr", "3e-3", "--warmup-steps", "1"]
-    argv += ["--lr-schedule", "constant", "--eval-every", "0", "--save-every", "4"]
-    argv += ["--log-every", "1", "--no-progress", "--no-plots", "--device", "cpu"]
-    argv += ["--examples", "0", *extra]
-    code = main(argv)
-    assert code == 0, capsys.readouterr().err
-    capsys.readouterr()
+    """An 8-step classifier fine-tune on ``labels``, saved every 4 steps, logging every step."""
+    flags = ["--steps", "8", "--lr", "3e-3", "--lr-schedule", "constant", "--save-every", "4"]
+    fine_tune(capsys, init, ["--labels", str(labels)], out, *flags, "--log-every", "1", *extra)
 
 
 @pytest.mark.parametrize("family", ["gpt2", "llama"])

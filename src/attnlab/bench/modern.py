@@ -38,6 +38,15 @@ from attnlab.interop.pretrained import from_hf_model
 from attnlab.models import build_model
 
 KV_HEADS = (6, 3, 2, 1)
+# Llama's block as ModelConfig fields: rotary positions, RMSNorm, SwiGLU, no biases, untied head.
+LLAMA_BLOCK: dict[str, Any] = dict(
+    positional="rotary",
+    norm="rmsnorm",
+    ffn="swiglu",
+    activation="silu",
+    bias=False,
+    tie_embeddings=False,
+)
 
 
 def llama_shape(tiny: bool) -> dict[str, Any]:
@@ -48,17 +57,7 @@ def llama_shape(tiny: bool) -> dict[str, Any]:
 
 
 def modern_config(n_kv_heads: int, tiny: bool):
-    return ModelConfig(
-        kind="decoder_lm",
-        n_kv_heads=n_kv_heads,
-        positional="rotary",
-        norm="rmsnorm",
-        ffn="swiglu",
-        activation="silu",
-        bias=False,
-        tie_embeddings=False,
-        **llama_shape(tiny),
-    )
+    return ModelConfig(kind="decoder_lm", n_kv_heads=n_kv_heads, **LLAMA_BLOCK, **llama_shape(tiny))
 
 
 def kv_bytes_per_token(model, batch: int, length: int) -> float:

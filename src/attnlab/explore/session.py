@@ -493,14 +493,12 @@ class Session(Predictions):
             if self.recurrent_alignment or not self.sites:
                 raise ExploreError("The neuron view needs a Transformer head (q_i · k_j).")
             chosen = self._chosen(site, layer, head)
-            path, module = self._module(chosen)
             axes = self._axes(chosen.site, inputs)
             i = fields.whole("query", query, 0, len(axes["rows"]) - 1)
             j = fields.whole("key", key, 0, len(axes["cols"]) - 1)
-            rec = self._record(inputs, heads).seen[path]
-            names = probes.step_names(path, module, ("Q", "K", "scores", "scaled", "A"))
-            with self.ablated(heads):
-                cache = probes.replay(self.model, path, module, rec, names)
+            path, module, _, cache = self._replay(
+                chosen, inputs, heads, ("Q", "K", "scores", "scaled", "A")
+            )
         rotary = f"{path}.Q_rot" in cache
         q = cache[f"{path}.Q_rot" if rotary else f"{path}.Q"][0, chosen.head, i]  # (Dk,)
         k = cache[f"{path}.K_rot" if rotary else f"{path}.K"][0, chosen.head, j]  # (Dk,)
@@ -528,6 +526,24 @@ class Session(Predictions):
 
     def _module(self, head: Head) -> tuple[str, MultiHeadBase]:
         return {s.name: s for s in self.sites}[head.site].modules[head.layer]
+
+    def _replay(
+        self,
+        chosen: Head,
+        inputs: dict[str, list[int]],
+        heads: list[Head],
+        steps: tuple[str, ...],
+    ) -> tuple[str, MultiHeadBase, probes.Recorded, inspect.ActivationCache]:
+        """``chosen``'s attention module run again alone on what it received in the recorded
+        pass of ``inputs`` (``heads`` switched off), capturing its ``steps``: the module's path,
+        the module, its recorded inputs and the cache."""
+        path, module = self._module(chosen)
+        rec = self._record(inputs, heads).seen[path]
+        with self.ablated(heads):
+            cache = probes.replay(
+                self.model, path, module, rec, probes.step_names(path, module, steps)
+            )
+        return path, module, rec, cache
 
     def _record(self, inputs: dict[str, list[int]], heads: list[Head]) -> Pass:
         """One forward pass of ``inputs`` with ``heads`` switched off, up to the last attention
@@ -585,11 +601,7 @@ class Session(Predictions):
             if not self.sites:
                 raise ExploreError("This model has no attention to walk through.")
             chosen = self._chosen(site, layer, head)
-            path, module = self._module(chosen)
-            names = probes.step_names(path, module)
-            rec = self._record(inputs, heads).seen[path]
-            with self.ablated(heads):
-                cache = probes.replay(self.model, path, module, rec, names)
+            path, module, rec, cache = self._replay(chosen, inputs, heads, probes.STEP_NAMES)
             steps = probes.cached_steps(module, path, rec, cache)
             axes = self._axes(chosen.site, inputs)
             result = {
