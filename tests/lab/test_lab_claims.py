@@ -35,7 +35,7 @@ def _check_gated(report, measured, extra=(), extra_steps=0):
         assert c.doubling.seeds == [0]
     assert report.thresholds and all(t.source and t.value for t in report.thresholds)
     assert report.verdict in ("held", "did not hold", "mixed", "no effect resolved", "inconclusive")
-    checks = report.table("checks of the claim (seed ranges deciding)").rows
+    checks = report.table(la.CHECKS).rows
     assert checks and all(r["outcome"] in (la.HELD, la.NOT_HELD, la.UNRESOLVED) for r in checks)
 
 

@@ -24,7 +24,7 @@ def test_lm_extrapolation_quick_report(tmp_path, monkeypatch):
     for kind in exp.KINDS:  # scored at every length: a perplexity, finite and above 1
         loss = report.metrics["loss"][kind]
         assert len(loss) == len(lengths) and all(math.isfinite(v) and math.exp(v) > 1 for v in loss)
-    checks = report.table("checks of the claim (seed ranges deciding)").rows
+    checks = report.table(la.CHECKS).rows
     assert len(checks) == 4 * (len(exp.MULTIPLES) - 1)
     assert (tmp_path / "extrapolation.png").is_file()
     # write_up re-renders the measured numbers without training anything

@@ -33,7 +33,7 @@ def test_table3_quick_report(tmp_path, monkeypatch):
     assert len({params[a] for a in names if a.startswith("(A)")} | {params[exp.BASE]}) == 1
     assert all(params[a] < params[exp.BASE] for a in names if a.startswith("(B)"))
     assert all(math.isfinite(v) and math.exp(v) > 1 for v in report.metrics["val"].values())
-    checks = report.table("checks of each row against the base (seed ranges deciding)").rows
+    checks = report.table(la.CHECKS).rows
     assert [r["check"][:3] for r in checks] == ["(A)", "(A)", "(B)", "(B)", "(E)"]
     assert (tmp_path / "heads.png").is_file() and (tmp_path / "rows.png").is_file()
     monkeypatch.setattr(la, "train_job", _no_training)

@@ -24,11 +24,10 @@ from typing import Any
 
 from attnlab.lab.kit import lm_arms as la
 from attnlab.lab.kit.charts import integer_xticks, save_chart, seeds_chart
-from attnlab.lab.kit.lm_arms import UNIT, Check, judged, worse
+from attnlab.lab.kit.lm_arms import UNIT, Check, worse
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
 from attnlab.lab.kit.seeds import spread_text
-from attnlab.lab.kit.verdict import gated_fields
 
 MULTIPLES = (0, 1, 2, 4)  # d_ff / d_model; 0 = no feed-forward sublayer
 
@@ -72,12 +71,13 @@ THRESHOLDS = [
 ]
 COST = (
     "Full run: `attnlab experiment ffn_width --seed 0 --data ../shared/data`. Estimate for 2 "
-    "idle cores from a single-thread probe (27 Nov 2026: CPU time, time.process_time, of 40 "
-    "training steps of each arm on tinyshakespeare, the machine shared with other jobs): 9.7, "
-    "12.2, 14.2 and 17.0 ms per step for d_ff = 0, 1, 2 and 4 d_model; each arm trains 7 x "
-    "5000 steps (3 sweep rates, 2 more seeds, a doubling of 10000 steps on the first seed; 9 "
-    "x with two grid extensions): 31-40 min of CPU, about 16-20 min on both cores, plus ~10 % "
-    "for evaluation and process start-up."
+    "idle cores from a single-thread probe (27 Nov 2026, kit.lm_arms recipe: CPU time, "
+    "time.process_time, of 50 and 250 training steps of each arm on tinyshakespeare, the "
+    "difference over 200 steps, the machine shared with other jobs, so +-30 %: the same arm "
+    "measured 13-20 ms in different experiments): 11.3, 13.8, 16.4 and 19.9 ms per step for "
+    "d_ff = 0, 1, 2 and 4 d_model (61.4 ms summed). Each arm trains 7 x 5000 steps (3 sweep "
+    "rates, 2 more seeds, a doubling of 10000 steps on the first seed; 8 x with one grid "
+    "extension, 9 x with two): 36-46 min of CPU: about 18-23 min on both cores."
 )
 
 
@@ -154,7 +154,6 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     found, reason = _checks(m)
     d = la.size_of(m).d_model
     setup = [
-        *la.setup_lines(m, quick),
         "Arms: d_ff = 0 (no feed-forward sublayer, ModelConfig(ffn='none')), 1, 2 and 4 x "
         f"d_model = {', '.join(str(k * d) for k in MULTIPLES)}; nothing else changes.",
     ]
@@ -163,16 +162,16 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
         title="Feed-forward width: what the FFN buys the character LM",
         claim=CLAIM,
         source=SOURCE,
-        setup=setup if quick else [*setup, COST],
         thresholds=THRESHOLDS,
-        tables=[
-            Table("per width (mean (min-max) over seeds)", _rows(m)),
-            Table("checks of the claim (seed ranges deciding)", [c.row() for c in found]),
-            Table("learning-rate sweep (first seed)", la.sweep_table_rows(m)),
-        ],
         figures=_figures(m, out_dir),
-        **gated_fields(
-            judged(found), reason, la.competence(m, quick), m["seeds"], quick, m["arms"]
+        **la.report_fields(
+            m,
+            quick,
+            found,
+            reason,
+            setup=setup,
+            cost=COST,
+            tables=[Table("per width (mean (min-max) over seeds)", _rows(m))],
         ),
         per_seed={"val": {a: la.values(m, a, "val") for a in m["arms"]}},
         metrics={

@@ -27,11 +27,10 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.lab.kit import lm_arms as la
-from attnlab.lab.kit.lm_arms import UNIT, Check, judged, worse
+from attnlab.lab.kit.lm_arms import UNIT, Check, worse
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
 from attnlab.lab.kit.seeds import spread_text
-from attnlab.lab.kit.verdict import gated_fields
 
 DEPTHS = {True: (1, 2), False: (2, 6)}
 NORMS = ("LayerNorm", "no norm")
@@ -80,13 +79,14 @@ THRESHOLDS = [
 ]
 COST = (
     "Full run: `attnlab experiment layernorm --seed 0 --data ../shared/data`. Estimate for 2 "
-    "idle cores from a single-thread probe (27 Nov 2026: CPU time, time.process_time, of 40 "
-    "training steps of each arm on tinyshakespeare, the machine shared with other jobs): 17.0 "
-    "and 16.1 ms per step at 2 layers, 46.4 and 43.3 ms at 6 layers (with and without norms); "
-    "each arm trains 7 x 5000 steps (3 sweep rates, 2 more seeds, a doubling of 10000 steps "
-    "on the first seed; 9 x with two grid extensions): 72-92 min of CPU, about 36-46 min on "
-    "both cores (the 6-layer runs start first), plus ~10 % for evaluation and process "
-    "start-up: 40-51 min."
+    "idle cores from a single-thread probe (27 Nov 2026, kit.lm_arms recipe: CPU time, "
+    "time.process_time, of 50 and 250 training steps of each arm on tinyshakespeare, the "
+    "difference over 200 steps, the machine shared with other jobs, so +-30 %: the same arm "
+    "measured 13-20 ms in different experiments): 20.5 and 19.0 ms per step at 2 layers, 49.3 "
+    "and 44.7 at 6 layers (with and without norms; 133.5 ms summed). Each arm trains 7 x 5000 "
+    "steps (3 sweep rates, 2 more seeds, a doubling of 10000 steps on the first seed; 8 x "
+    "with one grid extension, 9 x with two): 78-100 min of CPU: about 39-50 min on both cores "
+    "(the 6-layer doublings, ~8 min each, start first)."
 )
 
 
@@ -186,7 +186,6 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     """The report of :func:`measure`'s numbers: tables, figures, the gated verdict."""
     found, reason = _checks(m)
     setup = [
-        *la.setup_lines(m, quick),
         f"Arms: with LayerNorm (before each sublayer and after the last block) and without any "
         f"norm (ModelConfig(norm='none')), at {' and '.join(map(str, m['depths']))} layers.",
         f"Loss spike: the largest rise of the running-mean training loss ({la.SMOOTH} steps) "
@@ -197,16 +196,16 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
         title="LayerNorm on and off: speed, stability and final loss of the character LM",
         claim=CLAIM,
         source=SOURCE,
-        setup=setup if quick else [*setup, COST],
         thresholds=THRESHOLDS,
-        tables=[
-            Table("per arm (mean (min-max) over seeds)", _rows(m)),
-            Table("checks of the claim (seed ranges deciding)", [c.row() for c in found]),
-            Table("learning-rate sweep (first seed)", la.sweep_table_rows(m)),
-        ],
         figures=_figures(m, out_dir),
-        **gated_fields(
-            judged(found), reason, la.competence(m, quick), m["seeds"], quick, m["arms"]
+        **la.report_fields(
+            m,
+            quick,
+            found,
+            reason,
+            setup=setup,
+            cost=COST,
+            tables=[Table("per arm (mean (min-max) over seeds)", _rows(m))],
         ),
         per_seed={
             "val": {a: la.values(m, a, "val") for a in m["arms"]},

@@ -47,11 +47,11 @@ from attnlab.lab.kit.charts import bar_chart, save_chart
 from attnlab.lab.kit.copy_task import FIRST_SYMBOL, copy_accuracy, copy_examples, copy_loss
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.gating import Gated, Sweep, gate_arms, sweep_rows
-from attnlab.lab.kit.lm_arms import UNIT, Check, judged, worse
+from attnlab.lab.kit.lm_arms import UNIT, Check, worse
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
 from attnlab.lab.kit.seeds import spread, spread_text, start_seeds
-from attnlab.lab.kit.verdict import Competence, gated_fields
+from attnlab.lab.kit.verdict import Competence
 from attnlab.models import build_model
 
 HEADS = {True: (1,), False: (1, 4)}
@@ -70,10 +70,6 @@ COPY_SWEEP = Sweep(
     doubling_seeds=1,
 )
 QUICK_COPY_SWEEP = COPY_SWEEP.quick(grid=(1e-3, 3e-3))
-
-
-def _copy_name(form: str) -> str:
-    return f"copy task: {form}"
 
 
 def _name(form: str, heads: int) -> str:
@@ -130,14 +126,15 @@ THRESHOLDS = [
 ]
 COST = (
     "Full run: `attnlab experiment qkv --seed 0 --data ../shared/data`. Estimate for 2 idle "
-    "cores from a single-thread probe (27 Nov 2026: CPU time, time.process_time, of 40 "
-    "training steps of each arm on tinyshakespeare and 1500 steps of each copy-task arm, the "
-    "machine shared with other jobs): 14.7 and 12.7 ms per step at 1 head, 15.7 and 13.7 ms "
-    "at 4 heads, 18.9 and 15.5 ms on the copy task (learned, parameter-free). Each "
-    "character-LM arm trains 7 x 5000 steps (3 sweep rates, 2 more seeds, a doubling of 10000 "
-    "steps on the first seed; 9 x with two grid extensions), each copy arm 7 x 4000: 49-63 "
-    "min of CPU, about 25-32 min on both cores, plus ~10 % for evaluation and process "
-    "start-up."
+    "cores from a single-thread probe (27 Nov 2026, kit.lm_arms recipe: CPU time, "
+    "time.process_time, of 50 and 250 training steps of each arm on tinyshakespeare, the "
+    "difference over 200 steps, the machine shared with other jobs, so +-30 %: the same arm "
+    "measured 13-20 ms in different experiments): 16.7 and 13.5 ms per step at 1 head, 15.3 "
+    "and 12.2 at 4 heads (learned, parameter-free); the copy task arms (unchanged: 18.9 and "
+    "15.5 ms per step, an earlier probe) train 7 x 4000 steps. Each character-LM arm trains "
+    "7 x 5000 steps (3 sweep rates, 2 more seeds, a doubling of 10000 steps on the first "
+    "seed; 8 x with one grid extension, 9 x with two): 34-43 min of CPU for the character "
+    "LM and 16-21 for the copy task: about 25-32 min on both cores."
 )
 
 
@@ -176,7 +173,7 @@ def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
     m["heads"] = list(HEADS[quick])
     sweep = QUICK_COPY_SWEEP if quick else COPY_SWEEP
     copy = gate_arms(copy_job, FORMS, sweep, start_seeds(seed, quick), quick, None)
-    m["copy"] = {_copy_name(f): asdict(g) for f, g in copy.items()}
+    m["copy"] = {f"copy task: {f}": asdict(g) for f, g in copy.items()}
     m["copy_steps"] = COPY_STEPS[quick]
     return m
 
@@ -200,7 +197,7 @@ def _copy_runs(m: dict[str, Any]) -> dict[str, Gated]:
 
 
 def _copy_values(m: dict[str, Any], form: str, key: str) -> list[float]:
-    return [r[key] for r in m["copy"][_copy_name(form)]["runs"]]
+    return [r[key] for r in m["copy"][f"copy task: {form}"]["runs"]]
 
 
 def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -318,8 +315,7 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
 
 def _setup(m: dict[str, Any], quick: bool) -> list[str]:
     n = m["copy_steps"]
-    setup = [
-        *la.setup_lines(m, quick),
+    return [
         "Arms: attention with learned W_q, W_k, W_v or with q = k = v = x "
         f"(ModelConfig(qkv_proj=False)), at {' and '.join(map(str, m['heads']))} head(s); no W^O "
         "in any arm (out_proj=False); the rest of the block (pre-norm, residuals, ReLU "
@@ -334,7 +330,6 @@ def _setup(m: dict[str, Any], quick: bool) -> list[str]:
         "cosine to lr/10; 20000 training and 400 validation sequences per seed.",
         (QUICK_COPY_SWEEP if quick else COPY_SWEEP).describe(f"{n} steps") + " (copy task)",
     ]
-    return setup if quick else [*setup, COST]
 
 
 def _copy_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -352,26 +347,27 @@ def _copy_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
 def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     """The report of :func:`measure`'s numbers: tables, figures, the gated verdict."""
     found, reason = _checks(m)
-    competence = la.competence(m, quick) + _copy_competence(m, quick)
-    compared = m["arms"] + list(m["copy"])
+    copy_sweeps = sweep_rows(_copy_runs(m), str)
     return Report(
         name="qkv",
         title="Queries, keys and values: learned projections vs parameter-free self-attention",
         claim=CLAIM,
         source=SOURCE,
-        setup=_setup(m, quick),
         thresholds=THRESHOLDS,
-        tables=[
-            Table("character LM, per arm (mean (min-max) over seeds)", _rows(m)),
-            Table("copy task, per arm (mean (min-max) over seeds)", _copy_rows(m)),
-            Table("checks of the claim (seed ranges deciding)", [c.row() for c in found]),
-            Table(
-                "learning-rate sweep (first seed)",
-                la.sweep_table_rows(m) + sweep_rows(_copy_runs(m), str),
-            ),
-        ],
         figures=_figures(m, out_dir),
-        **gated_fields(judged(found), reason, competence, m["seeds"], quick, compared),
+        **la.report_fields(
+            m,
+            quick,
+            found,
+            reason,
+            setup=_setup(m, quick),
+            cost=COST,
+            tables=[
+                Table("character LM, per arm (mean (min-max) over seeds)", _rows(m)),
+                Table("copy task, per arm (mean (min-max) over seeds)", _copy_rows(m)),
+            ],
+            more=(_copy_competence(m, quick), copy_sweeps),
+        ),  # fmt: skip
         per_seed={
             "val": {a: la.values(m, a, "val") for a in m["arms"]},
             "self_weight": {a: la.values(m, a, "self_weight") for a in m["arms"]},
