@@ -87,14 +87,11 @@ def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
 
 
 def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
-    g, d = la.gated_runs(m), la.size_of(m).d_model
+    d = la.size_of(m).d_model
     return [
         {
-            "arm": a,
+            **la.arm_row(m, a),
             "d_ff": k * d,
-            "parameters": la.values(m, a, "params")[0],
-            "lr": g[a].chosen,
-            f"validation loss ({UNIT})": spread_text(la.values(m, a, "val")),
             "training loss": spread_text(la.values(m, a, "train")),
         }
         for k, a in zip(MULTIPLES, m["arms"])
@@ -157,29 +154,17 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
         "Arms: d_ff = 0 (no feed-forward sublayer, ModelConfig(ffn='none')), 1, 2 and 4 x "
         f"d_model = {', '.join(str(k * d) for k in MULTIPLES)}; nothing else changes.",
     ]
-    return Report(
-        name="ffn_width",
-        title="Feed-forward width: what the FFN buys the character LM",
-        claim=CLAIM,
-        source=SOURCE,
-        thresholds=THRESHOLDS,
-        figures=_figures(m, out_dir),
-        **la.report_fields(
-            m,
-            quick,
-            found,
-            reason,
-            setup=setup,
-            cost=COST,
-            tables=[Table("per width (mean (min-max) over seeds)", _rows(m))],
-        ),
+    table = Table("per width (mean (min-max) over seeds)", _rows(m))
+    return la.arm_report(
+        PAPER, m, quick, (found, reason), setup, [table], figures=_figures(m, out_dir),
         per_seed={"val": {a: la.values(m, a, "val") for a in m["arms"]}},
-        metrics={
-            "params": {a: la.values(m, a, "params")[0] for a in m["arms"]},
-            "unigram": m["unigram"],
-            "bigram": m["bigram"],
-        },
-    )
+        metrics={"params": {a: la.values(m, a, "params")[0] for a in m["arms"]},
+                 "unigram": m["unigram"], "bigram": m["bigram"]},
+    )  # fmt: skip
+
+
+PAPER = la.Paper("ffn_width", "Feed-forward width: what the FFN buys the character LM", CLAIM,
+                 SOURCE, THRESHOLDS, COST)  # fmt: skip
 
 
 @experiment("ffn_width", notes="000 'Elementwise nonlinearity'; 003 FFNN; 004")

@@ -128,13 +128,9 @@ def _breadth(m: dict[str, Any], arm: str) -> str:
 
 
 def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
-    g = la.gated_runs(m)
     return [
         {
-            "arm": name,
-            "parameters": la.values(m, name, "params")[0],
-            "lr": g[name].chosen,
-            f"validation loss ({UNIT})": spread_text(la.values(m, name, "val")),
+            **la.arm_row(m, name),
             "steps to the bigram baseline": spread_text(_speed(m, name)),
             "largest loss spike": spread_text(_spikes(m, name)),
             f"swept rates within {NEAR_BEST:g} of the best (seed 0)": _breadth(m, name),
@@ -191,32 +187,20 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
         f"Loss spike: the largest rise of the running-mean training loss ({la.SMOOTH} steps) "
         f"above its running minimum after warm-up ({la.size_of(m).warmup} steps).",
     ]
-    return Report(
-        name="layernorm",
-        title="LayerNorm on and off: speed, stability and final loss of the character LM",
-        claim=CLAIM,
-        source=SOURCE,
-        thresholds=THRESHOLDS,
-        figures=_figures(m, out_dir),
-        **la.report_fields(
-            m,
-            quick,
-            found,
-            reason,
-            setup=setup,
-            cost=COST,
-            tables=[Table("per arm (mean (min-max) over seeds)", _rows(m))],
-        ),
+    table = Table("per arm (mean (min-max) over seeds)", _rows(m))
+    return la.arm_report(
+        PAPER, m, quick, (found, reason), setup, [table], figures=_figures(m, out_dir),
         per_seed={
             "val": {a: la.values(m, a, "val") for a in m["arms"]},
             "steps_to_bigram": {a: _speed(m, a) for a in m["arms"]},
         },
-        metrics={
-            "unigram": m["unigram"],
-            "bigram": m["bigram"],
-            "checks": [c.state for c in found],
-        },
-    )
+        metrics={"unigram": m["unigram"], "bigram": m["bigram"],
+                 "checks": [c.state for c in found]},
+    )  # fmt: skip
+
+
+PAPER = la.Paper("layernorm", "LayerNorm on and off: speed, stability and final loss of the "
+                 "character LM", CLAIM, SOURCE, THRESHOLDS, COST)  # fmt: skip
 
 
 @experiment("layernorm", notes="000 'Layer Norm'; 003 'Layer Normalization'; 004 eq. 17")

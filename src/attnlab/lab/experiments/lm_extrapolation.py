@@ -117,14 +117,14 @@ def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     found = checks(gated)
     reason = _reason(gated, m, found)
     rows = Table(f"{UNIT} by evaluation length (mean (min-max) over seeds)", _rows(gated, m))
-    return Report(
-        name="lm_extrapolation",
-        title="Train short, test long: char-LM loss at 1x-8x the training length",
-        claim=CLAIM,
-        source=SOURCE,
-        thresholds=THRESHOLDS,
-        figures=[_figure(gated, m, out_dir)],
-        **la.report_fields(m, quick, found, reason, setup=_setup(m), cost=COST, tables=[rows]),
+    return la.arm_report(
+        PAPER,
+        m,
+        quick,
+        (found, reason),
+        _setup(m),
+        [rows],
+        figures=[_figure(gated, m, out_dir)],  # fmt: skip
         per_seed={
             k: {str(n): _loss(g, i) for i, n in enumerate(m["lengths"])} for k, g in gated.items()
         },  # fmt: skip
@@ -220,6 +220,10 @@ def _figure(gated: dict[str, Gated], m: dict[str, Any], out_dir: Path) -> Figure
         "over seeds with a min-max band; each line has its own marker and dash, so lines that "
         "coincide stay visible.",
     )
+
+
+PAPER = la.Paper("lm_extrapolation", "Train short, test long: char-LM loss at 1x-8x the "
+                 "training length", CLAIM, SOURCE, THRESHOLDS, COST)  # fmt: skip
 
 
 @experiment("lm_extrapolation", notes="004 'Position representations'; Press et al. 2022")

@@ -201,13 +201,9 @@ def _copy_values(m: dict[str, Any], form: str, key: str) -> list[float]:
 
 
 def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
-    g = la.gated_runs(m)
     return [
         {
-            "arm": name,
-            "parameters": la.values(m, name, "params")[0],
-            "lr": g[name].chosen,
-            f"validation loss ({UNIT})": spread_text(la.values(m, name, "val")),
+            **la.arm_row(m, name),
             "training loss": spread_text(la.values(m, name, "train")),
             "self-weight A_tt": spread_text(la.values(m, name, "self_weight")),
         }
@@ -347,27 +343,19 @@ def _copy_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
 def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     """The report of :func:`measure`'s numbers: tables, figures, the gated verdict."""
     found, reason = _checks(m)
-    copy_sweeps = sweep_rows(_copy_runs(m), str)
-    return Report(
-        name="qkv",
-        title="Queries, keys and values: learned projections vs parameter-free self-attention",
-        claim=CLAIM,
-        source=SOURCE,
-        thresholds=THRESHOLDS,
+    tables = [
+        Table("character LM, per arm (mean (min-max) over seeds)", _rows(m)),
+        Table("copy task, per arm (mean (min-max) over seeds)", _copy_rows(m)),
+    ]
+    return la.arm_report(
+        PAPER,
+        m,
+        quick,
+        (found, reason),
+        _setup(m, quick),
+        tables,
         figures=_figures(m, out_dir),
-        **la.report_fields(
-            m,
-            quick,
-            found,
-            reason,
-            setup=_setup(m, quick),
-            cost=COST,
-            tables=[
-                Table("character LM, per arm (mean (min-max) over seeds)", _rows(m)),
-                Table("copy task, per arm (mean (min-max) over seeds)", _copy_rows(m)),
-            ],
-            more=(_copy_competence(m, quick), copy_sweeps),
-        ),  # fmt: skip
+        more=(_copy_competence(m, quick), sweep_rows(_copy_runs(m), str)),
         per_seed={
             "val": {a: la.values(m, a, "val") for a in m["arms"]},
             "self_weight": {a: la.values(m, a, "self_weight") for a in m["arms"]},
@@ -379,6 +367,10 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
             "checks": [c.state for c in found],
         },
     )
+
+
+PAPER = la.Paper("qkv", "Queries, keys and values: learned projections vs parameter-free "
+                 "self-attention", CLAIM, SOURCE, THRESHOLDS, COST)  # fmt: skip
 
 
 @experiment("qkv", notes="001 'Basic Self-Attention', 'Queries, Keys and Values'; 000")

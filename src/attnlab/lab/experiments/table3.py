@@ -154,16 +154,14 @@ def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     found = checks(size, vals)
     reason = _reason(found, m)
     rows = Table(f"validation {UNIT} per arm (mean (min-max) over seeds)", _rows(gated, m))
-    return Report(
-        name="table3",
-        title="Vaswani et al. Table 3 rows (A), (B), (E) on a character LM",
-        claim=CLAIM,
-        source=SOURCE,
-        thresholds=THRESHOLDS,
-        figures=_figures(gated, size, m, out_dir),
-        **la.report_fields(
-            m, quick, found, reason, setup=_setup(m, size), cost=COST, tables=[rows]
-        ),
+    return la.arm_report(
+        PAPER,
+        m,
+        quick,
+        (found, reason),
+        _setup(m, size),
+        [rows],
+        figures=_figures(gated, size, m, out_dir),  # fmt: skip
         per_seed={"val": vals},
         metrics={
             "val": {a: spread(v)["mean"] for a, v in vals.items()},
@@ -247,6 +245,10 @@ def _figures(
                    "the y axis is cut to the arms' range, so compare the bars' tops, not their "
                    "lengths."),
     ]  # fmt: skip
+
+
+PAPER = la.Paper("table3", "Vaswani et al. Table 3 rows (A), (B), (E) on a character LM", CLAIM,
+                 SOURCE, THRESHOLDS, COST)  # fmt: skip
 
 
 @experiment("table3", notes="000 'Multi-head Self-Attention'; 004 eq. 13; Vaswani et al. 2017")
