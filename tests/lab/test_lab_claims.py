@@ -1,6 +1,6 @@
 """The notes' untested claims (issue 33, item 6), quick forms: ``qkv`` (001), ``ffn_width``
 (000, 003) and ``layernorm`` (000, 003, 004) on the shared char-LM harness
-(:mod:`attnlab.lab.kit.char_ablation`). Each: every arm gated (a swept rate and a step doubling),
+(:mod:`attnlab.lab.kit.lm_arms`). Each: every arm gated (a swept rate and a step doubling),
 thresholds with their sources, measure() and write_up() separate, and a number that must hold."""
 
 from __future__ import annotations
@@ -11,16 +11,17 @@ import math
 import pytest
 
 from attnlab.lab.experiments import ffn_width, layernorm, qkv
-from attnlab.lab.kit import char_ablation as ca
+from attnlab.lab.kit import lm_arms as la
 from attnlab.lab.kit.registry import discover
+from lab_write_up import no_training
 
-D = 64  # the kit's d_model
+D = la.SIZE[True].d_model  # the quick recipe's d_model
 
 
 def test_harness_counts_steps_and_self_weight():
-    assert ca.steps_to([3.0] * 25 + [1.0] * 25, 2.0, window=4) == 27.0  # steps 24-27: 3, 3, 1, 1
-    assert math.isinf(ca.steps_to([3.0] * 50, 2.0))
-    assert ca.uniform_self_weight(2) == 0.5  # query 1 sees 2 keys
+    assert la.steps_to([3.0] * 25 + [1.0] * 25, 2.0, window=4) == 27.0  # steps 24-27: 3, 3, 1, 1
+    assert math.isinf(la.steps_to([3.0] * 50, 2.0))
+    assert la.uniform_self_weight(2) == 0.5  # query 1 sees 2 keys
     assert layernorm.spike([2.0] * 30 + [1.0] * 30 + [1.5] * 30, 0) == pytest.approx(0.5)
     assert {"qkv", "ffn_width", "layernorm"} <= set(discover())
 
@@ -30,22 +31,20 @@ def _check_gated(report, measured, extra=(), extra_steps=0):
     assert report.arms == [*measured["arms"], *extra] == [c.arm for c in report.competence]
     for c in report.competence:
         assert c.lr is not None and len(c.lr.grid) >= 2 and c.lr.chosen in c.lr.grid
-        steps = extra_steps if c.arm in extra else measured["steps"]
+        steps = extra_steps if c.arm in extra else la.size_of(measured).steps
         assert c.doubling is not None and c.doubling.steps == steps
         assert c.doubling.seeds == [0]
     assert report.thresholds and all(t.source and t.value for t in report.thresholds)
     assert report.verdict in ("held", "did not hold", "mixed", "no effect resolved", "inconclusive")
+    checks = report.table(la.CHECKS).rows
+    assert checks and all(r["outcome"] in (la.HELD, la.NOT_HELD, la.UNRESOLVED) for r in checks)
 
 
 def _rerenders(module, measured, report, tmp_path, monkeypatch):
     """write_up renders the same report from the measured numbers alone, training nothing."""
-    monkeypatch.setattr(ca, "train_job", _no_training)
+    monkeypatch.setattr(la, "train_job", no_training)
     again = module.write_up(copy.deepcopy(measured), tmp_path / "again", True)
     assert again.verdict_reason == report.verdict_reason and again.tables == report.tables
-
-
-def _no_training(job):
-    raise AssertionError("write_up must not train")
 
 
 def test_qkv_quick_report(tmp_path, monkeypatch):
@@ -59,7 +58,9 @@ def test_qkv_quick_report(tmp_path, monkeypatch):
         3 * D * D + 3 * D
     )
     free = report.per_seed["self_weight"]["q = k = v = x, 1 head"]
-    assert all(w > ca.uniform_self_weight() for w in free)  # x_i . x_i dominates its row
+    assert all(
+        w > la.uniform_self_weight(la.SIZE[True].context) for w in free
+    )  # x_i . x_i dominates its row
     files = {"loss.png", "self_weight.png", "copy.png", "training.png"}
     assert {f.file for f in report.figures} == files
     copy = report.per_seed["copy_accuracy"]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import math
 
 from attnlab.lab.experiments import lm_extrapolation as exp
-from lab_write_up import write_up_without_training
+from attnlab.lab.kit import lm_arms as la
+from lab_write_up import no_training
 
 
 def test_lm_extrapolation_quick_report(tmp_path, monkeypatch):
@@ -17,19 +18,18 @@ def test_lm_extrapolation_quick_report(tmp_path, monkeypatch):
     for c in report.competence:  # every kind, the ones whose failure is the claim too
         assert c.lr is not None and len(c.lr.grid) >= 2 and c.lr.chosen in c.lr.grid
         assert c.doubling is not None and c.doubling.seeds == [0]
-        assert c.doubling.steps == exp.SIZE[True].steps
+        assert c.doubling.steps == la.SIZE[True].steps
     assert len(report.thresholds) == 3 and all(t.source for t in report.thresholds)
     lengths = report.metrics["lengths"]
-    assert lengths == [m * exp.SIZE[True].context for m in exp.MULTIPLES]
+    assert lengths == [m * la.SIZE[True].context for m in exp.MULTIPLES]
     for kind in exp.KINDS:  # scored at every length: a perplexity, finite and above 1
-        bpc = report.metrics["bpc"][kind]
-        assert len(bpc) == len(lengths) and all(math.isfinite(b) and 2**b > 1 for b in bpc)
-    checks = report.table("checks of the claim (seed ranges deciding)").rows
+        loss = report.metrics["loss"][kind]
+        assert len(loss) == len(lengths) and all(math.isfinite(v) and math.exp(v) > 1 for v in loss)
+    checks = report.table(la.CHECKS).rows
     assert len(checks) == 4 * (len(exp.MULTIPLES) - 1)
     assert (tmp_path / "extrapolation.png").is_file()
     # write_up re-renders the measured numbers without training anything
-    again = write_up_without_training(
-        monkeypatch, exp, measured, tmp_path / "again", "train_job", "train_arm"
-    )
+    monkeypatch.setattr(la, "train_job", no_training)
+    again = exp.write_up(measured, tmp_path / "again", True)
     assert again.verdict_reason == report.verdict_reason
     assert again.tables[0].rows == report.tables[0].rows

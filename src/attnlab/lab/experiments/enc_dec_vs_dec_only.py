@@ -46,10 +46,10 @@ from attnlab.data import AdditionTask, CharTokenizer, ReverseTask
 from attnlab.lab.kit.charts import bar_chart, save_chart
 from attnlab.lab.kit.copy_task import copy_accuracy, copy_loss
 from attnlab.lab.kit.fit import FitConfig, eval_loss, fit
-from attnlab.lab.kit.gating import train_gated
+from attnlab.lab.kit.loss_gate import first_doubling, gated_by_loss, sweep_rows
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
-from attnlab.lab.kit.seeds import resolved, spread, spread_text, start_seeds
+from attnlab.lab.kit.seeds import resolved, spread, spread_text
 from attnlab.lab.kit.seq2seq import (
     concatenated,
     masked_seq2seq_loss,
@@ -57,7 +57,7 @@ from attnlab.lab.kit.seq2seq import (
     seq2seq_eval_loss,
     teacher_forced,
 )
-from attnlab.lab.kit.verdict import Competence, Doubling, gated_fields
+from attnlab.lab.kit.verdict import Competence, gated_fields
 from attnlab.models import build_model
 
 TASKS: dict[str, ReverseTask | AdditionTask] = {
@@ -194,27 +194,12 @@ def tasks(quick: bool) -> tuple[str, ...]:
     return QUICK_TASKS if quick else tuple(TASKS)
 
 
-def _job(arm: str, lr: float, steps: int, seed: int) -> tuple[str, float, int, int]:
-    return (arm, lr, steps, seed)
-
-
 def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
     """Every arm gated and trained on every seed. ``data`` is unused (the tasks are generated)."""
-    runs = train_gated(
-        partial(train_job, quick=quick),
-        arm_names(quick),
-        _job,
-        lambda r: float(r["val_loss"]),
-        grid=LRS[quick],
-        steps=STEPS[quick],
-        seeds=start_seeds(seed, quick),
-        higher_is_better=False,
-        workers=1 if quick else 2,
-        chosen_on="validation loss (target tokens), seed 0",
-    )
-    return {"arms": arm_names(quick), "tasks": list(tasks(quick)), "seeds": runs.seeds,
-            "steps": runs.steps, "lr": runs.lr, "sweeps": runs.sweeps, "per": runs.per,
-            "double": runs.double}  # fmt: skip
+    runs = gated_by_loss(partial(train_job, quick=quick), arm_names(quick), quick, seed,
+                         grid=LRS[quick], steps=STEPS[quick],
+                         chosen_on="validation loss (target tokens), seed 0")  # fmt: skip
+    return {**runs, "tasks": list(tasks(quick))}
 
 
 # Write-up ----------------------------------------------------------------------------------------
@@ -224,8 +209,7 @@ def competence(m: dict[str, Any]) -> list[Competence]:
     for arm in m["arms"]:
         vals = [r["val_token"] for r in m["per"][arm]]
         metric = "validation per-token accuracy"
-        doubling = Doubling(m["steps"], [vals[0]], [m["double"][arm]["val_token"]], TOLERANCE,
-                            m["seeds"][:1], metric)  # fmt: skip
+        doubling = first_doubling(m, arm, "val_token", TOLERANCE, metric)
         out.append(Competence(arm, metric + " (no floor: convergence is the criterion)", 0.0,
                               vals, lr=m["lr"][arm], doubling=doubling))  # fmt: skip
     return out
@@ -275,14 +259,6 @@ def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _sweep_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        {"arm": a, "lr": lr, "validation loss (seed 0)": v, "chosen": lr == m["lr"][a].chosen}
-        for a in m["arms"]
-        for lr, v in sorted(m["sweeps"][a].items())
-    ]
-
-
 def _figure(m: dict[str, Any], out_dir: Path) -> FigureRef:
     values = {arm: spread([r["exact"] for r in m["per"][arm]]) for arm in m["arms"]}
     fig = bar_chart(
@@ -326,7 +302,7 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
         thresholds=THRESHOLDS,
         tables=[
             Table("results per arm (mean (min-max) over seeds)", rows),
-            Table("learning-rate sweep (seed 0)", _sweep_rows(m)),
+            Table("learning-rate sweep (seed 0)", sweep_rows(m, m["arms"])),
         ],
         figures=[_figure(m, out_dir)],
         **gated_fields(word, reason, competence(m), m["seeds"], quick, arms=list(m["arms"])),

@@ -5,7 +5,7 @@ Network (FFNN)"; 004 "Point-wise feed-forward network").
     h_FF = W2 ReLU(W1 h + b1) + b2,   W1: (d_ff, d), W2: (d, d_ff)      (000)
 
 000 puts d_ff = 5d ("substantially larger than ... d"), 003 "2-8x larger than d". The arms are the
-lab's 2-layer character LM (:mod:`attnlab.lab.kit.char_ablation`) with d_ff = 0 (no feed-forward
+lab's 2-layer character LM (:mod:`attnlab.lab.kit.lm_arms`) with d_ff = 0 (no feed-forward
 sublayer: ``ModelConfig(ffn="none")``), 1, 2 and 4 x d_model, nothing else changed. Every arm,
 the one without an FFN (whose failure is the claim) included, gets the same learning-rate sweep
 (bracketed) and step doubling; its criterion is the training's own (it learned the character
@@ -22,14 +22,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from attnlab.lab.kit import char_ablation as ca
+from attnlab.lab.kit import lm_arms as la
 from attnlab.lab.kit.charts import integer_xticks, save_chart, seeds_chart
+from attnlab.lab.kit.lm_arms import UNIT, Check, worse
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
-from attnlab.lab.kit.seeds import resolved, spread_text
-from attnlab.lab.kit.verdict import gated_fields, verdict_of
+from attnlab.lab.kit.seeds import spread_text
 
-D_MODEL = 64  # the kit's character LM
 MULTIPLES = (0, 1, 2, 4)  # d_ff / d_model; 0 = no feed-forward sublayer
 
 
@@ -37,10 +36,13 @@ def _name(k: int) -> str:
     return "no FFN" if k == 0 else f"d_ff = {k} d_model"
 
 
-ARMS = [
-    ca.Variant(_name(k), (("ffn", "none"),) if k == 0 else (("d_ff", k * D_MODEL),))
-    for k in MULTIPLES
-]
+def arms(quick: bool) -> list[la.Arm]:
+    d = la.SIZE[quick].d_model
+    return [
+        la.Arm(_name(k), (("ffn", "none"),) if k == 0 else (("d_ff", k * d),)) for k in MULTIPLES
+    ]
+
+
 CLAIM = (
     "In practice, after a layer of self-attention, it's common to apply feed-forward network "
     "independently to each word representation [...] where often, W_1 in R^{5d x d}, and W_2 in "
@@ -69,59 +71,59 @@ THRESHOLDS = [
 ]
 COST = (
     "Full run: `attnlab experiment ffn_width --seed 0 --data ../shared/data`. Estimate for 2 "
-    "idle cores from a single-thread probe (27 Nov 2026: CPU time, time.process_time, of 40 "
-    "training steps of each arm on tinyshakespeare, the machine shared with other jobs): 9.7, "
-    "12.2, 14.2 and 17.0 ms per step for d_ff = 0, 1, 2 and 4 d_model; each arm trains 7 x "
-    "5000 steps (3 sweep rates, 2 more seeds, a doubling of 10000 steps on the first seed; 9 "
-    "x with two grid extensions): 31-40 min of CPU, about 16-20 min on both cores, plus ~10 % "
-    "for evaluation and process start-up."
+    "idle cores from a single-thread probe (27 Nov 2026, kit.lm_arms recipe: CPU time, "
+    "time.process_time, of 50 and 250 training steps of each arm on tinyshakespeare, the "
+    "difference over 200 steps, the machine shared with other jobs, so +-30 %: the same arm "
+    "measured 13-20 ms in different experiments): 11.3, 13.8, 16.4 and 19.9 ms per step for "
+    "d_ff = 0, 1, 2 and 4 d_model (61.4 ms summed). Each arm trains 7 x 5000 steps (3 sweep "
+    "rates, 2 more seeds, a doubling of 10000 steps on the first seed; 8 x with one grid "
+    "extension, 9 x with two): 36-46 min of CPU: about 18-23 min on both cores."
 )
 
 
 def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
     """Every width gated and trained on every seed (plain numbers, no prose)."""
-    return ca.measure_arms(ARMS, quick, seed, data)
+    return la.measure_arms(arms(quick), quick, seed, data)
 
 
 def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
-    g = ca.gated_runs(m)
+    d = la.size_of(m).d_model
     return [
         {
-            "arm": a.name,
-            "d_ff": k * D_MODEL,
-            "parameters": ca.values(m, a.name, "params")[0],
-            "lr": g[a.name].chosen,
-            "validation loss (nats/char)": spread_text(ca.values(m, a.name, "val")),
-            "training loss": spread_text(ca.values(m, a.name, "train")),
+            **la.arm_row(m, a),
+            "d_ff": k * d,
+            "training loss": spread_text(la.values(m, a, "train")),
         }
-        for k, a in zip(MULTIPLES, ARMS)
+        for k, a in zip(MULTIPLES, m["arms"])
     ]
 
 
-def _verdict(m: dict[str, Any]) -> tuple[str, str]:
-    val = {a.name: ca.values(m, a.name, "val") for a in ARMS}
+def _checks(m: dict[str, Any]) -> tuple[list[Check], str]:
+    """The claim's two checks, the seed spread deciding, and the verdict's reason."""
+    val = {a: la.values(m, a, "val") for a in m["arms"]}
     none, one, four = val[_name(0)], val[_name(1)], val[_name(4)]
-    helps = resolved(four, none) and max(four) < min(none)
-    wider = resolved(four, one) and max(four) < min(one)
+    found = [
+        worse("the FFN helps: no FFN above d_ff = 4 d_model", none, four),
+        worse("width helps: d_ff = 1 d_model above 4 d_model", one, four),
+    ]
     reason = (
-        f"validation loss (nats/char, mean (min-max) over {len(m['seeds'])} seed(s)): "
+        f"validation loss ({UNIT}, mean (min-max) over {len(m['seeds'])} seed(s)): "
         + ", ".join(f"{a} {spread_text(v)}" for a, v in val.items())
         + f" (bigram baseline {m['bigram']:.3f}, unigram {m['unigram']:.3f})."
     )
-    if not resolved(four, none) and not resolved(four, one):  # both inside the seed spread
-        return "no effect resolved", reason
-    return verdict_of([helps, wider]), reason
+    return found, reason
 
 
 def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
-    widths = [k * D_MODEL for k in MULTIPLES]
+    d = la.size_of(m).d_model
+    widths = [k * d for k in MULTIPLES]
     n = len(m["seeds"])
-    per_seed = [[ca.values(m, a.name, "val")[i] for a in ARMS] for i in range(n)]
+    per_seed = [[la.values(m, a, "val")[i] for a in m["arms"]] for i in range(n)]
     fig = seeds_chart(
         {"validation loss": (widths, per_seed)},
         xlabel="d_ff (0 = no feed-forward sublayer)",
-        ylabel="validation loss (nats/char)",
-        title=f"feed-forward width, d_model {D_MODEL} ({n} seed(s))",
+        ylabel=f"validation loss ({UNIT})",
+        title=f"feed-forward width, d_model {d} ({n} seed(s))",
         hline=m["bigram"],
     )
     integer_xticks(fig, widths)
@@ -132,12 +134,12 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
         "Validation loss at each arm's chosen learning rate against the feed-forward width "
         "(mean over seeds, min-max band); dashed: the add-one bigram baseline.",
     )
-    curves = ca.curve_figure(
+    curves = la.curve_figure(
         m,
-        [a.name for a in ARMS],
+        m["arms"],
         out_dir,
         "training.png",
-        f"Training loss (running mean of {ca.SMOOTH} steps) of every width at its chosen rate "
+        f"Training loss (running mean of {la.SMOOTH} steps) of every width at its chosen rate "
         "(mean over seeds, min-max band); dashed: the bigram baseline.",
         "training loss by feed-forward width",
     )
@@ -146,32 +148,23 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
 
 def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     """The report of :func:`measure`'s numbers: tables, figures, the gated verdict."""
-    verdict, reason = _verdict(m)
+    found, reason = _checks(m)
+    d = la.size_of(m).d_model
     setup = [
-        *ca.setup_lines(m, quick),
         "Arms: d_ff = 0 (no feed-forward sublayer, ModelConfig(ffn='none')), 1, 2 and 4 x "
-        f"d_model = {', '.join(str(k * D_MODEL) for k in MULTIPLES)}; nothing else changes.",
+        f"d_model = {', '.join(str(k * d) for k in MULTIPLES)}; nothing else changes.",
     ]
-    return Report(
-        name="ffn_width",
-        title="Feed-forward width: what the FFN buys the character LM",
-        claim=CLAIM,
-        source=SOURCE,
-        setup=setup if quick else [*setup, COST],
-        thresholds=THRESHOLDS,
-        tables=[
-            Table("per width (mean (min-max) over seeds)", _rows(m)),
-            Table("learning-rate sweep (first seed)", ca.sweep_table_rows(m)),
-        ],
-        figures=_figures(m, out_dir),
-        **gated_fields(verdict, reason, ca.competence(m, quick), m["seeds"], quick, m["arms"]),
-        per_seed={"val": {a.name: ca.values(m, a.name, "val") for a in ARMS}},
-        metrics={
-            "params": {a.name: ca.values(m, a.name, "params")[0] for a in ARMS},
-            "unigram": m["unigram"],
-            "bigram": m["bigram"],
-        },
-    )
+    table = Table("per width (mean (min-max) over seeds)", _rows(m))
+    return la.arm_report(
+        PAPER, m, quick, (found, reason), setup, [table], figures=_figures(m, out_dir),
+        per_seed={"val": {a: la.values(m, a, "val") for a in m["arms"]}},
+        metrics={"params": {a: la.values(m, a, "params")[0] for a in m["arms"]},
+                 "unigram": m["unigram"], "bigram": m["bigram"]},
+    )  # fmt: skip
+
+
+PAPER = la.Paper("ffn_width", "Feed-forward width: what the FFN buys the character LM", CLAIM,
+                 SOURCE, THRESHOLDS, COST)  # fmt: skip
 
 
 @experiment("ffn_width", notes="000 'Elementwise nonlinearity'; 003 FFNN; 004")

@@ -4,7 +4,7 @@ loss -- for the character LM (000 "Layer Norm"; 003 "Layer Normalization"; 004 e
     LN(a) = g (a - mu) / sqrt(sigma^2 + eps) + b    (004 eq. 17, with Ba et al.'s g, b)
     pre-norm block   h = h + f(LN(h))  for f = self-attention, then feed-forward
 
-Arms: the lab's pre-norm character LM (:mod:`attnlab.lab.kit.char_ablation`) with its norms
+Arms: the lab's pre-norm character LM (:mod:`attnlab.lab.kit.lm_arms`) with its norms
 (before each sublayer and after the last block) and without any (``ModelConfig(norm="none")``:
 h = h + f(h)), at 2 and 6 layers. Every arm, the norm-free ones (whose failure is the claim)
 included, gets the same learning-rate sweep (bracketed) and step doubling; its criterion is the
@@ -26,11 +26,11 @@ import math
 from pathlib import Path
 from typing import Any
 
-from attnlab.lab.kit import char_ablation as ca
+from attnlab.lab.kit import lm_arms as la
+from attnlab.lab.kit.lm_arms import UNIT, Check, worse
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
-from attnlab.lab.kit.seeds import resolved, spread_text
-from attnlab.lab.kit.verdict import gated_fields, verdict_of
+from attnlab.lab.kit.seeds import spread_text
 
 DEPTHS = {True: (1, 2), False: (2, 6)}
 NORMS = ("LayerNorm", "no norm")
@@ -45,9 +45,9 @@ def _name(norm: str, depth: int) -> str:
     return f"{norm}, {_layers(depth)}"
 
 
-def arms(quick: bool) -> list[ca.Variant]:
+def arms(quick: bool) -> list[la.Arm]:
     return [
-        ca.Variant(_name(n, d), () if n == "LayerNorm" else (("norm", "none"),), d)
+        la.Arm(_name(n, d), () if n == "LayerNorm" else (("norm", "none"),), d)
         for d in DEPTHS[quick]
         for n in NORMS
     ]
@@ -79,19 +79,20 @@ THRESHOLDS = [
 ]
 COST = (
     "Full run: `attnlab experiment layernorm --seed 0 --data ../shared/data`. Estimate for 2 "
-    "idle cores from a single-thread probe (27 Nov 2026: CPU time, time.process_time, of 40 "
-    "training steps of each arm on tinyshakespeare, the machine shared with other jobs): 17.0 "
-    "and 16.1 ms per step at 2 layers, 46.4 and 43.3 ms at 6 layers (with and without norms); "
-    "each arm trains 7 x 5000 steps (3 sweep rates, 2 more seeds, a doubling of 10000 steps "
-    "on the first seed; 9 x with two grid extensions): 72-92 min of CPU, about 36-46 min on "
-    "both cores (the 6-layer runs start first), plus ~10 % for evaluation and process "
-    "start-up: 40-51 min."
+    "idle cores from a single-thread probe (27 Nov 2026, kit.lm_arms recipe: CPU time, "
+    "time.process_time, of 50 and 250 training steps of each arm on tinyshakespeare, the "
+    "difference over 200 steps, the machine shared with other jobs, so +-30 %: the same arm "
+    "measured 13-20 ms in different experiments): 20.5 and 19.0 ms per step at 2 layers, 49.3 "
+    "and 44.7 at 6 layers (with and without norms; 133.5 ms summed). Each arm trains 7 x 5000 "
+    "steps (3 sweep rates, 2 more seeds, a doubling of 10000 steps on the first seed; 8 x "
+    "with one grid extension, 9 x with two): 78-100 min of CPU: about 39-50 min on both cores "
+    "(the 6-layer doublings, ~8 min each, start first)."
 )
 
 
 def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
     """Every (norm, depth) gated and trained on every seed (plain numbers, no prose)."""
-    m = ca.measure_arms(arms(quick), quick, seed, data)
+    m = la.measure_arms(arms(quick), quick, seed, data)
     m["depths"] = list(DEPTHS[quick])
     return m
 
@@ -99,24 +100,24 @@ def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
 def spike(losses: list[float], after: int) -> float:
     """The largest rise of the smoothed training loss above its running minimum from step
     ``after`` on (0: the loss never went up again; inf: the run diverged)."""
-    curve = ca.smoothed(losses)
+    curve = la.smoothed(losses)
     if not curve or any(not math.isfinite(v) for v in curve):
         return math.inf
     low, worst = math.inf, 0.0
     for i, v in enumerate(curve):
         low = min(low, v)
-        if i + ca.SMOOTH >= after:
+        if i + la.SMOOTH >= after:
             worst = max(worst, v - low)
     return worst
 
 
 def _speed(m: dict[str, Any], arm: str) -> list[float]:
-    return [ca.steps_to(r["losses"], m["bigram"]) for r in m["gated"][arm]["runs"]]
+    return [la.steps_to(r["losses"], m["bigram"]) for r in m["gated"][arm]["runs"]]
 
 
 def _spikes(m: dict[str, Any], arm: str) -> list[float]:
     runs = m["gated"][arm]["runs"]
-    return [spike(r["losses"], m["steps"] // 10) for r in runs]
+    return [spike(r["losses"], la.size_of(m).warmup) for r in runs]
 
 
 def _breadth(m: dict[str, Any], arm: str) -> str:
@@ -127,13 +128,9 @@ def _breadth(m: dict[str, Any], arm: str) -> str:
 
 
 def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
-    g = ca.gated_runs(m)
     return [
         {
-            "arm": name,
-            "parameters": ca.values(m, name, "params")[0],
-            "lr": g[name].chosen,
-            "validation loss (nats/char)": spread_text(ca.values(m, name, "val")),
+            **la.arm_row(m, name),
             "steps to the bigram baseline": spread_text(_speed(m, name)),
             "largest loss spike": spread_text(_spikes(m, name)),
             f"swept rates within {NEAR_BEST:g} of the best (seed 0)": _breadth(m, name),
@@ -142,15 +139,17 @@ def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _checks(m: dict[str, Any]) -> tuple[list[bool], list[bool], str]:
-    """(checks, whether each predicted difference is resolved at all, reason)."""
-    checks, split, parts = [], [], []
+def _checks(m: dict[str, Any]) -> tuple[list[Check], str]:
+    """The claim's checks at each depth, the seed spread deciding, and the verdict's reason."""
+    found, parts = [], []
     for d in m["depths"]:
         on, off = _name(NORMS[0], d), _name(NORMS[1], d)
-        val = [ca.values(m, a, "val") for a in (on, off)]
+        val = [la.values(m, a, "val") for a in (on, off)]
         speed = [_speed(m, a) for a in (on, off)]
-        checks += [max(val[0]) < min(val[1]), max(speed[0]) < min(speed[1])]
-        split += [resolved(*val), resolved(*speed)]
+        found += [
+            worse(f"{_layers(d)}: validation loss without LayerNorm above with", val[1], val[0]),
+            worse(f"{_layers(d)}: steps to the bigram baseline without above with", *speed[::-1]),
+        ]
         parts.append(
             f"{_layers(d)}: validation loss {spread_text(val[0])} with LayerNorm vs "
             f"{spread_text(val[1])} without, steps to the bigram baseline "
@@ -158,19 +157,19 @@ def _checks(m: dict[str, Any]) -> tuple[list[bool], list[bool], str]:
         )
     reason = (
         f"mean (min-max) over {len(m['seeds'])} seed(s): " + "; ".join(parts)
-        + f" (bigram baseline {m['bigram']:.3f} nats/char)."
+        + f" (bigram baseline {m['bigram']:.3f} {UNIT})."
     )  # fmt: skip
-    return checks, split, reason
+    return found, reason
 
 
 def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
     return [
-        ca.curve_figure(
+        la.curve_figure(
             m,
             [_name(n, d) for n in NORMS],
             out_dir,
             f"training_{d}_layers.png",
-            f"{_layers(d)}: training loss (running mean of {ca.SMOOTH} steps) with and without "
+            f"{_layers(d)}: training loss (running mean of {la.SMOOTH} steps) with and without "
             "LayerNorm, each at its chosen rate (mean over seeds, min-max band); dashed: the "
             "bigram baseline the speed check counts steps to.",
             f"LayerNorm on and off, {_layers(d)}",
@@ -181,34 +180,27 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
 
 def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     """The report of :func:`measure`'s numbers: tables, figures, the gated verdict."""
-    checks, split, reason = _checks(m)
-    verdict = "no effect resolved" if not any(split) else verdict_of(checks)
+    found, reason = _checks(m)
     setup = [
-        *ca.setup_lines(m, quick),
         f"Arms: with LayerNorm (before each sublayer and after the last block) and without any "
         f"norm (ModelConfig(norm='none')), at {' and '.join(map(str, m['depths']))} layers.",
-        f"Loss spike: the largest rise of the running-mean training loss ({ca.SMOOTH} steps) "
-        f"above its running minimum after warm-up ({m['steps'] // 10} steps).",
+        f"Loss spike: the largest rise of the running-mean training loss ({la.SMOOTH} steps) "
+        f"above its running minimum after warm-up ({la.size_of(m).warmup} steps).",
     ]
-    return Report(
-        name="layernorm",
-        title="LayerNorm on and off: speed, stability and final loss of the character LM",
-        claim=CLAIM,
-        source=SOURCE,
-        setup=setup if quick else [*setup, COST],
-        thresholds=THRESHOLDS,
-        tables=[
-            Table("per arm (mean (min-max) over seeds)", _rows(m)),
-            Table("learning-rate sweep (first seed)", ca.sweep_table_rows(m)),
-        ],
-        figures=_figures(m, out_dir),
-        **gated_fields(verdict, reason, ca.competence(m, quick), m["seeds"], quick, m["arms"]),
+    table = Table("per arm (mean (min-max) over seeds)", _rows(m))
+    return la.arm_report(
+        PAPER, m, quick, (found, reason), setup, [table], figures=_figures(m, out_dir),
         per_seed={
-            "val": {a: ca.values(m, a, "val") for a in m["arms"]},
+            "val": {a: la.values(m, a, "val") for a in m["arms"]},
             "steps_to_bigram": {a: _speed(m, a) for a in m["arms"]},
         },
-        metrics={"unigram": m["unigram"], "bigram": m["bigram"], "checks": checks},
-    )
+        metrics={"unigram": m["unigram"], "bigram": m["bigram"],
+                 "checks": [c.state for c in found]},
+    )  # fmt: skip
+
+
+PAPER = la.Paper("layernorm", "LayerNorm on and off: speed, stability and final loss of the "
+                 "character LM", CLAIM, SOURCE, THRESHOLDS, COST)  # fmt: skip
 
 
 @experiment("layernorm", notes="000 'Layer Norm'; 003 'Layer Normalization'; 004 eq. 17")

@@ -7,8 +7,9 @@ better), but our method (ALiBi) does not." 004 (eq. 15-16): learned position vec
 maximum index; "in the case where unseen index can occur in test time, a pre-defined function
 might be preferred" -- the sinusoids.
 
-Five arms of one decoder-only character LM (:mod:`attnlab.lab.kit.lm_arms`), differing only in
-the position scheme (``ModelConfig.positional``): learned, sinusoidal, rotary, ALiBi and none
+Five arms of one decoder-only character LM (:mod:`attnlab.lab.kit.lm_arms`: its recipe, gate and
+nats/char score), differing only in the position scheme (``ModelConfig.positional``): learned,
+sinusoidal, rotary, ALiBi and none
 (NoPE: a causal model can still count the keys it sees). Every arm trains on windows of T
 characters and is scored, as Press et al. do, by *non-overlapping* evaluation: the same stretch
 of validation text cut into windows of T, 2T, 4T and 8T characters, every position of every
@@ -26,55 +27,37 @@ Shapes: N windows, B batch, T training length, L evaluation length.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from attnlab.lab.kit import lm_arms as la
 from attnlab.lab.kit.charts import save_chart, seeds_chart
-from attnlab.lab.kit.gating import Gated, gate_arms, sweep_rows
-from attnlab.lab.kit.lm_arms import (
-    SWEEPS,
-    Check,
-    LMSize,
-    competence,
-    count_baselines,
-    judged,
-    not_worse,
-    train_arm,
-    worse,
-)
+from attnlab.lab.kit.gating import Gated
+from attnlab.lab.kit.lm_arms import UNIT, Arm, Check, not_worse, worse
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
-from attnlab.lab.kit.seeds import bands, spread_text, start_seeds
-from attnlab.lab.kit.verdict import gated_fields
+from attnlab.lab.kit.seeds import bands, spread_text
 
 KINDS = ("learned", "sinusoidal", "rotary", "alibi", "none")
-MULTIPLES = (1, 2, 4, 8)
+MULTIPLES = (1, 2, 4, 8)  # evaluation lengths, in units of the training length T
 STYLES = (
     ("o", "-", 9),
     ("s", "--", 7),
     ("D", "-.", 6),
     ("^", ":", 8),
     ("v", "-", 5),
-)  # evaluation lengths, in units of the training length T
-SIZE = {
-    False: LMSize(context=64, d_model=64, n_layers=2, n_heads=4, batch=32, steps=3000, warmup=100),
-    True: LMSize(context=16, d_model=32, n_layers=2, n_heads=4, batch=16, steps=30, warmup=5),
-}
+)  # the kinds' markers and dashes
+ARMS = [Arm(kind, (("positional", kind),), multiples=MULTIPLES) for kind in KINDS]
 COST = (
     "Full run: `attnlab experiment lm_extrapolation --seed 0 --data ../shared/data`. Estimate "
-    "for 2 idle cores from a single-thread probe (27 Nov 2026, CPU time of 20 training steps "
-    "per kind, so the machine's load does not count): 32-36 ms per step for every kind and ~2 s "
-    "to score the four lengths. Each kind trains 3 sweep rates and 2 more seeds at 3000 steps "
-    "and the first seed at 6000 (7 x 3000 steps), ~8 x 3000 with one grid extension: 5 x 24000 "
-    "steps x 34 ms ~ 68 min of CPU, ~34 min on both cores; ~38 min if every kind extends its "
-    "grid twice. Convergence: single-seed probes of this recipe (lr 1e-2, seed 0) put the "
-    "ALiBi arm at 2.51 bits/char after 3000 steps and 2.40 after 6000 (the sinusoidal arm at "
-    "2.57 after 1500, 2.40 after 3000), a change above the 0.072 tolerance: at the budget the "
-    "60-minute cap affords, the doubling is expected to miss and the verdict to read "
-    "inconclusive, with the numbers kept."
+    "for 2 idle cores from a single-thread probe (27 Nov 2026, kit.lm_arms recipe: CPU time, "
+    "time.process_time, of 50 and 250 training steps of each arm on tinyshakespeare, the "
+    "difference over 200 steps, the machine shared with other jobs, so +-30 %: the same arm "
+    "measured 13-20 ms in different experiments): 12.9, 16.5, 20.5, 18.9 and 19.7 ms per step "
+    "for learned, sinusoidal, rotary, ALiBi and none (88.5 ms summed), ~3 s per run to score "
+    "the four lengths. Each arm trains 7 x 5000 steps (3 sweep rates, 2 more seeds, a "
+    "doubling of 10000 steps on the first seed; 8 x with one grid extension, 9 x with two): "
+    "52-66 min of CPU plus ~2 min of scoring: about 27-35 min on both cores."
 )
 CLAIM = (
     "As the (validation-set's) input sequence gets longer, current position methods "
@@ -97,34 +80,17 @@ FINDINGS = [
 ]
 
 
-def train_job(job: tuple) -> dict[str, Any]:
-    """One position kind at one rate, ``scale`` x the budget, one seed (gating's job): bits/char
-    at the training length and at every multiple of it."""
-    kind, lr, scale, seed, quick, data = job
-    size = SIZE[quick]
-    lengths = tuple(m * size.context for m in MULTIPLES)
-    return train_arm({"positional": kind}, lr, scale, seed, quick, data, size, lengths)
-
-
 def measure(quick: bool, seed: int, data: Path | None) -> dict[str, Any]:
     """Every position kind gated (rate swept on the first seed, 3 seeds, doubling) and scored
     at every evaluation length; plain numbers, no prose."""
-    seeds = start_seeds(seed, quick)
-    size = SIZE[quick]
-    gated = gate_arms(train_job, KINDS, SWEEPS[quick], seeds, quick, data, cost=lambda j: j[2])
-    return {
-        "seeds": seeds,
-        "size": asdict(size),
-        "lengths": [m * size.context for m in MULTIPLES],
-        **count_baselines(quick, size.context, data),
-        "gated": {kind: asdict(g) for kind, g in gated.items()},
-        "threads": torch.get_num_threads(),
-    }
+    m = la.measure_arms(ARMS, quick, seed, data)
+    m["lengths"] = ARMS[0].lengths(la.SIZE[quick].context)
+    return m
 
 
-def _bpc(g: Gated, i: int) -> list[float]:
-    """Bits/char of every seed at the i-th evaluation length."""
-    return [r["bpc"][i] for r in g.runs]
+def _loss(g: Gated, i: int) -> list[float]:
+    """nats/char of every seed at the i-th evaluation length."""
+    return [r["by_length"][i] for r in g.runs]
 
 
 def checks(gated: dict[str, Gated]) -> list[Check]:
@@ -133,8 +99,8 @@ def checks(gated: dict[str, Gated]) -> list[Check]:
     sinusoidal better than learned (004)."""
     out = []
     for i, m in enumerate(MULTIPLES[1:], start=1):
-        base = {k: _bpc(gated[k], 0) for k in KINDS}
-        at = {k: _bpc(gated[k], i) for k in KINDS}
+        base = {k: _loss(gated[k], 0) for k in KINDS}
+        at = {k: _loss(gated[k], i) for k in KINDS}
         out += [
             not_worse(f"ALiBi at {m}x no worse than at 1x", at["alibi"], base["alibi"]),
             worse(f"sinusoidal at {m}x worse than at 1x", at["sinusoidal"], base["sinusoidal"]),
@@ -147,30 +113,23 @@ def checks(gated: dict[str, Gated]) -> list[Check]:
 def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     """The report of :func:`measure`'s numbers: tables, figure, gate and verdict."""
     m = measured
-    gated = {k: Gated(**v) for k, v in m["gated"].items()}
+    gated = la.gated_runs(m)
     found = checks(gated)
     reason = _reason(gated, m, found)
-    steps = m["size"]["steps"]
-    gates = [competence(k, g, SWEEPS[quick], steps, m["bigram"]) for k, g in gated.items()]
-    return Report(
-        name="lm_extrapolation",
-        title="Train short, test long: char-LM bits/char at 1x-8x the training length",
-        claim=CLAIM,
-        source=SOURCE,
-        setup=_setup(m, quick),
-        thresholds=THRESHOLDS,
-        tables=[
-            Table("bits/char by evaluation length (mean (min-max) over seeds)", _rows(gated, m)),
-            Table("checks of the claim (seed ranges deciding)", [c.row() for c in found]),
-            Table("learning-rate sweep (first seed)", sweep_rows(gated, str)),
-        ],
-        figures=[_figure(gated, m, out_dir)],
-        **gated_fields(judged(found), reason, gates, m["seeds"], quick, arms=list(KINDS)),
+    rows = Table(f"{UNIT} by evaluation length (mean (min-max) over seeds)", _rows(gated, m))
+    return la.arm_report(
+        PAPER,
+        m,
+        quick,
+        (found, reason),
+        _setup(m),
+        [rows],
+        figures=[_figure(gated, m, out_dir)],  # fmt: skip
         per_seed={
-            k: {str(n): _bpc(g, i) for i, n in enumerate(m["lengths"])} for k, g in gated.items()
+            k: {str(n): _loss(g, i) for i, n in enumerate(m["lengths"])} for k, g in gated.items()
         },  # fmt: skip
         metrics={
-            "bpc": {k: bands([r["bpc"] for r in g.runs])[0] for k, g in gated.items()},
+            "loss": {k: bands([r["by_length"] for r in g.runs])[0] for k, g in gated.items()},
             "lengths": m["lengths"],
             "unigram": m["unigram"],
             "bigram": m["bigram"],
@@ -182,12 +141,12 @@ def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
 THRESHOLDS = [
     Threshold(
         "ALiBi extrapolates",
-        "bits/char at 2x, 4x and 8x T not above its 1x value (seed ranges deciding)",
+        "loss at 2x, 4x and 8x T not above its 1x value (seed ranges deciding)",
         "Press et al. 2022, Fig. 1: ALiBi's perplexity does not degrade as the input gets longer",
     ),
     Threshold(
         "sinusoidal and rotary do not",
-        "bits/char at 2x, 4x and 8x T above their 1x value, seed ranges apart",
+        "loss at 2x, 4x and 8x T above their 1x value, seed ranges apart",
         "Press et al. 2022, Fig. 1: 'sinusoidal, rotary, and T5 show degraded perplexity'",
     ),
     Threshold(
@@ -202,12 +161,12 @@ THRESHOLDS = [
 def _reason(gated: dict[str, Gated], m: dict[str, Any], found: list[Check]) -> str:
     last = len(MULTIPLES) - 1
     text = "; ".join(
-        f"{k} {spread_text(_bpc(g, 0))} -> {spread_text(_bpc(g, last))}" for k, g in gated.items()
+        f"{k} {spread_text(_loss(g, 0))} -> {spread_text(_loss(g, last))}" for k, g in gated.items()
     )
     held = sum(c.state == "held" for c in found)
     unresolved = sum(c.state == "unresolved" for c in found)
     return (
-        f"validation bits/char at 1x -> {MULTIPLES[-1]}x the training length "
+        f"validation {UNIT} at 1x -> {MULTIPLES[-1]}x the training length "
         f"(T = {m['lengths'][0]}, mean (min-max) over {len(m['seeds'])} seed(s)): {text}. "
         f"{held} of {len(found)} checks held, {unresolved} unresolved (inside the seed spread)."
     )
@@ -217,39 +176,31 @@ def _rows(gated: dict[str, Gated], m: dict[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for kind, g in gated.items():
         row: dict[str, Any] = {"positions": kind, "lr": g.chosen}
-        row |= {f"{n} ({k}x)": spread_text(_bpc(g, i))
+        row |= {f"{n} ({k}x)": spread_text(_loss(g, i))
                 for i, (n, k) in enumerate(zip(m["lengths"], MULTIPLES))}  # fmt: skip
-        row["train bits/char"] = spread_text(g.values("train"))
+        row[f"train {UNIT}"] = spread_text(g.values("train"))
         rows.append(row)
     return rows
 
 
-def _setup(m: dict[str, Any], quick: bool) -> list[str]:
-    size = LMSize(**m["size"])
-    lines = [
-        f"Text: {m['source']}; vocabulary {m['vocab']} characters; the last 10% of the text "
-        f"is validation. Count baselines: unigram {m['unigram']:.3f}, bigram "
-        f"{m['bigram']:.3f} bits/char.",
-        f"Model: {size.describe()}; {size.steps} steps; max_len {m['lengths'][-1]} for every "
-        "arm (8T), so a learned table has rows it never trains.",
+def _setup(m: dict[str, Any]) -> list[str]:
+    return [
+        f"max_len {m['lengths'][-1]} for every arm (8T), so a learned table has rows it never "
+        "trains.",
         "Evaluation (Press et al.'s non-overlapping evaluation): the same stretch of validation "
         f"text ({m['lengths'][-1]}-character multiples) cut into windows of "
         f"{', '.join(str(n) for n in m['lengths'])} characters; every position of every window "
         "is scored.",
-        SWEEPS[quick].describe(f"{size.steps} steps"),
         "'none' (NoPE) is gated and drawn like the others; no check of the claim rests on it.",
-        f"Runs: one torch thread each, two at a time (this run: {m['threads']} thread(s) in "
-        "the parent process).",
     ]
-    return lines if quick else [*lines, COST]
 
 
 def _figure(gated: dict[str, Gated], m: dict[str, Any], out_dir: Path) -> FigureRef:
     n = len(m["seeds"])
     fig = seeds_chart(
-        {k: (m["lengths"], [r["bpc"] for r in g.runs]) for k, g in gated.items()},
+        {k: (m["lengths"], [r["by_length"] for r in g.runs]) for k, g in gated.items()},
         xlabel="evaluation length (characters; log scale)",
-        ylabel="validation bits/char",
+        ylabel=f"validation loss ({UNIT})",
         title=f"train on T = {m['lengths'][0]}, test longer ({n} seed{'s' if n > 1 else ''})",
         logx=True,
         vline=m["lengths"][0],
@@ -264,11 +215,15 @@ def _figure(gated: dict[str, Gated], m: dict[str, Any], out_dir: Path) -> Figure
         fig,
         out_dir,
         "extrapolation.png",
-        "Validation bits/char against the evaluation window (log x; the dashed line is the "
+        f"Validation loss ({UNIT}) against the evaluation window (log x; the dashed line is the "
         "training length T), one line per position scheme at its chosen learning rate: mean "
         "over seeds with a min-max band; each line has its own marker and dash, so lines that "
         "coincide stay visible.",
     )
+
+
+PAPER = la.Paper("lm_extrapolation", "Train short, test long: char-LM loss at 1x-8x the "
+                 "training length", CLAIM, SOURCE, THRESHOLDS, COST)  # fmt: skip
 
 
 @experiment("lm_extrapolation", notes="004 'Position representations'; Press et al. 2022")

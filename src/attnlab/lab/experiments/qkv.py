@@ -12,7 +12,7 @@ semi-definite, and x_i^T x_j <= (|x_i|^2 + |x_j|^2) / 2, so a query can prefer a
 itself only by pointing at a longer vector, and two tokens can never both prefer each other: a
 causal query's weight drifts to its own position.
 
-Arms: the lab's character LM (:mod:`attnlab.lab.kit.char_ablation`) with attention that has
+Arms: the lab's character LM (:mod:`attnlab.lab.kit.lm_arms`) with attention that has
 ``ModelConfig(qkv_proj=False)`` (q = k = v = x) or the usual fused [W_q | W_k | W_v], at 1 head
 (001's setting) and 4 heads (head h reads the slice h of x as its query, key and value); no W^O
 in any arm (``out_proj=False``), so the two arms of a head count differ by W_q, W_k, W_v alone.
@@ -42,15 +42,16 @@ import numpy as np
 import torch
 
 from attnlab.config import ModelConfig
-from attnlab.lab.kit import char_ablation as ca
+from attnlab.lab.kit import lm_arms as la
 from attnlab.lab.kit.charts import bar_chart, save_chart
 from attnlab.lab.kit.copy_task import FIRST_SYMBOL, copy_accuracy, copy_examples, copy_loss
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.gating import Gated, Sweep, gate_arms, sweep_rows
+from attnlab.lab.kit.lm_arms import UNIT, Check, worse
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
-from attnlab.lab.kit.seeds import resolved, spread, spread_text, start_seeds
-from attnlab.lab.kit.verdict import Competence, gated_fields, verdict_of
+from attnlab.lab.kit.seeds import spread, spread_text, start_seeds
+from attnlab.lab.kit.verdict import Competence
 from attnlab.models import build_model
 
 HEADS = {True: (1,), False: (1, 4)}
@@ -71,17 +72,13 @@ COPY_SWEEP = Sweep(
 QUICK_COPY_SWEEP = COPY_SWEEP.quick(grid=(1e-3, 3e-3))
 
 
-def _copy_name(form: str) -> str:
-    return f"copy task: {form}"
-
-
 def _name(form: str, heads: int) -> str:
     return f"{form}, {heads} head{'s' if heads > 1 else ''}"
 
 
-def arms(quick: bool) -> list[ca.Variant]:
+def arms(quick: bool) -> list[la.Arm]:
     return [
-        ca.Variant(
+        la.Arm(
             _name(form, h),
             (("n_heads", h), ("out_proj", False))
             + ((("qkv_proj", False),) if form == FORMS[1] else ()),
@@ -129,14 +126,15 @@ THRESHOLDS = [
 ]
 COST = (
     "Full run: `attnlab experiment qkv --seed 0 --data ../shared/data`. Estimate for 2 idle "
-    "cores from a single-thread probe (27 Nov 2026: CPU time, time.process_time, of 40 "
-    "training steps of each arm on tinyshakespeare and 1500 steps of each copy-task arm, the "
-    "machine shared with other jobs): 14.7 and 12.7 ms per step at 1 head, 15.7 and 13.7 ms "
-    "at 4 heads, 18.9 and 15.5 ms on the copy task (learned, parameter-free). Each "
-    "character-LM arm trains 7 x 5000 steps (3 sweep rates, 2 more seeds, a doubling of 10000 "
-    "steps on the first seed; 9 x with two grid extensions), each copy arm 7 x 4000: 49-63 "
-    "min of CPU, about 25-32 min on both cores, plus ~10 % for evaluation and process "
-    "start-up."
+    "cores from a single-thread probe (27 Nov 2026, kit.lm_arms recipe: CPU time, "
+    "time.process_time, of 50 and 250 training steps of each arm on tinyshakespeare, the "
+    "difference over 200 steps, the machine shared with other jobs, so +-30 %: the same arm "
+    "measured 13-20 ms in different experiments): 16.7 and 13.5 ms per step at 1 head, 15.3 "
+    "and 12.2 at 4 heads (learned, parameter-free); the copy task arms (unchanged: 18.9 and "
+    "15.5 ms per step, an earlier probe) train 7 x 4000 steps. Each character-LM arm trains "
+    "7 x 5000 steps (3 sweep rates, 2 more seeds, a doubling of 10000 steps on the first "
+    "seed; 8 x with one grid extension, 9 x with two): 34-43 min of CPU for the character "
+    "LM and 16-21 for the copy task: about 25-32 min on both cores."
 )
 
 
@@ -164,18 +162,18 @@ def copy_job(job: tuple) -> dict[str, Any]:
     fit_cfg = FitConfig(steps=n, batch_size=64, lr=lr, warmup_steps=n // 10, min_lr=lr / 10)
     result = fit(model, train, copy_loss, fit_cfg, seed=seed)
     accuracy = 0.0 if result.diverged else copy_accuracy(model, *val)[0]
-    return {"error": 1.0 - accuracy, "accuracy": accuracy, "self_weight": ca.self_weight(
+    return {"error": 1.0 - accuracy, "accuracy": accuracy, "self_weight": la.self_weight(
         model, val[0][:, :-1])}  # fmt: skip
 
 
 def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
     """Every (form, head count) on the character LM and both forms on the copy task, gated and
     trained on every seed (plain numbers, no prose)."""
-    m = ca.measure_arms(arms(quick), quick, seed, data)
+    m = la.measure_arms(arms(quick), quick, seed, data)
     m["heads"] = list(HEADS[quick])
     sweep = QUICK_COPY_SWEEP if quick else COPY_SWEEP
     copy = gate_arms(copy_job, FORMS, sweep, start_seeds(seed, quick), quick, None)
-    m["copy"] = {_copy_name(f): asdict(g) for f, g in copy.items()}
+    m["copy"] = {f"copy task: {f}": asdict(g) for f, g in copy.items()}
     m["copy_steps"] = COPY_STEPS[quick]
     return m
 
@@ -199,57 +197,54 @@ def _copy_runs(m: dict[str, Any]) -> dict[str, Gated]:
 
 
 def _copy_values(m: dict[str, Any], form: str, key: str) -> list[float]:
-    return [r[key] for r in m["copy"][_copy_name(form)]["runs"]]
+    return [r[key] for r in m["copy"][f"copy task: {form}"]["runs"]]
 
 
 def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
-    g = ca.gated_runs(m)
     return [
         {
-            "arm": name,
-            "parameters": ca.values(m, name, "params")[0],
-            "lr": g[name].chosen,
-            "validation loss (nats/char)": spread_text(ca.values(m, name, "val")),
-            "training loss": spread_text(ca.values(m, name, "train")),
-            "self-weight A_tt": spread_text(ca.values(m, name, "self_weight")),
+            **la.arm_row(m, name),
+            "training loss": spread_text(la.values(m, name, "train")),
+            "self-weight A_tt": spread_text(la.values(m, name, "self_weight")),
         }
         for name in m["arms"]
     ]
 
 
-def _checks(m: dict[str, Any]) -> tuple[list[bool], list[bool], str]:
-    """(checks, whether each predicted difference is resolved at all, reason)."""
-    checks, split, parts = [], [], []
+def _checks(m: dict[str, Any]) -> tuple[list[Check], str]:
+    """The claim's checks, the seed spread deciding, and the verdict's reason."""
+    found, parts = [], []
     for h in m["heads"]:
-        learned, free = (ca.values(m, _name(f, h), "val") for f in FORMS)
-        checks.append(max(learned) < min(free))
-        split.append(resolved(learned, free))
+        learned, free = (la.values(m, _name(f, h), "val") for f in FORMS)
+        found.append(worse(f"{h} head(s): parameter-free loss above learned", free, learned))
         parts.append(
             f"{h} head(s): validation loss {spread_text(learned)} learned vs "
             f"{spread_text(free)} parameter-free"
         )
     h = m["heads"][0]
-    learned, free = (ca.values(m, _name(f, h), "self_weight") for f in FORMS)
-    checks.append(min(free) > max(learned))
-    split.append(resolved(learned, free))
+    learned, free = (la.values(m, _name(f, h), "self_weight") for f in FORMS)
+    found.append(worse(f"{h} head(s): parameter-free self-weight above learned", free, learned))
     copied, unprojected = (_copy_values(m, f, "accuracy") for f in FORMS)
-    checks.append(min(copied) > max(unprojected))
-    split.append(resolved(copied, unprojected))
+    found.append(worse("copy task: learned accuracy above parameter-free", copied, unprojected))
     reason = (
         f"mean (min-max) over {len(m['seeds'])} seed(s): " + "; ".join(parts)
-        + f" (nats/char); at {h} head(s) a query puts {spread_text(free)} of its weight on its "
+        + f" ({UNIT}); at {h} head(s) a query puts {spread_text(free)} of its weight on its "
         f"own position without projections and {spread_text(learned)} with them (uniform "
-        f"causal attention: {ca.uniform_self_weight():.3f}); the copy task's per-token accuracy "
+        f"causal attention: {_uniform(m):.3f}); the copy task's per-token accuracy "
         f"is {spread_text(copied)} learned vs {spread_text(unprojected)} parameter-free."
     )  # fmt: skip
-    return checks, split, reason
+    return found, reason
+
+
+def _uniform(m: dict[str, Any]) -> float:
+    return la.uniform_self_weight(la.size_of(m).context)
 
 
 def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
     n = len(m["seeds"])
 
     def bars(key: str) -> tuple[dict[str, float], dict[str, tuple[float, float]]]:
-        per = {a: ca.values(m, a, key) for a in m["arms"]}
+        per = {a: la.values(m, a, key) for a in m["arms"]}
         return {a: spread(v)["mean"] for a, v in per.items()}, {
             a: (min(v), max(v)) for a, v in per.items()
         }
@@ -263,7 +258,7 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
         save_chart(
             bar_chart(
                 loss,
-                ylabel="validation loss (nats/char)",
+                ylabel=f"validation loss ({UNIT})",
                 errors=loss_err,
                 title=f"learned vs parameter-free attention ({n} seed(s), min-max bars)",
                 reference=m["bigram"],
@@ -280,7 +275,7 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
                 ylabel="mean attention on its own position, A_tt",
                 errors=weight_err,
                 title="self-weight of a query (held-out windows)",
-                reference=ca.uniform_self_weight(),
+                reference=_uniform(m),
                 reference_label="uniform causal",
             ),
             out_dir,
@@ -302,12 +297,12 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
             "Copy task: per-token accuracy on the copy half at each arm's chosen rate (mean over "
             "seeds, min-max error bars); dashed: a uniform guess over the symbols.",
         ),  # fmt: skip
-        ca.curve_figure(
+        la.curve_figure(
             m,
             m["arms"],
             out_dir,
             "training.png",
-            f"Training loss (running mean of {ca.SMOOTH} steps) of every arm at its chosen rate "
+            f"Training loss (running mean of {la.SMOOTH} steps) of every arm at its chosen rate "
             "(mean over seeds, min-max band); dashed: the bigram baseline.",
             "training loss, learned vs parameter-free attention",
         ),
@@ -316,14 +311,13 @@ def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
 
 def _setup(m: dict[str, Any], quick: bool) -> list[str]:
     n = m["copy_steps"]
-    setup = [
-        *ca.setup_lines(m, quick),
+    return [
         "Arms: attention with learned W_q, W_k, W_v or with q = k = v = x "
         f"(ModelConfig(qkv_proj=False)), at {' and '.join(map(str, m['heads']))} head(s); no W^O "
         "in any arm (out_proj=False); the rest of the block (pre-norm, residuals, ReLU "
         "feed-forward of width 4 d_model) is the same.",
         "Self-weight: mean attention weight A_tt of query t >= 1 on its own position over every "
-        f"layer and head of {ca.N_WEIGHTS} held-out windows.",
+        f"layer and head of {la.N_WEIGHTS} held-out windows.",
         f"Copy task: '<bos> x_1 .. x_n | x_1 .. x_n <eos>', n in 1..{COPY_N_MAX} distinct symbols "
         f"of {COPY_SYMBOLS}, loss and accuracy on the copy half (teacher-forced): at the copy of "
         "x_k the model must attend to x_{k+1}, a token unlike itself (an induction head: "
@@ -332,7 +326,6 @@ def _setup(m: dict[str, Any], quick: bool) -> list[str]:
         "cosine to lr/10; 20000 training and 400 validation sequences per seed.",
         (QUICK_COPY_SWEEP if quick else COPY_SWEEP).describe(f"{n} steps") + " (copy task)",
     ]
-    return setup if quick else [*setup, COST]
 
 
 def _copy_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
@@ -349,38 +342,35 @@ def _copy_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
 
 def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     """The report of :func:`measure`'s numbers: tables, figures, the gated verdict."""
-    checks, split, reason = _checks(m)
-    verdict = "no effect resolved" if not any(split) else verdict_of(checks)
-    competence = ca.competence(m, quick) + _copy_competence(m, quick)
-    compared = m["arms"] + list(m["copy"])
-    return Report(
-        name="qkv",
-        title="Queries, keys and values: learned projections vs parameter-free self-attention",
-        claim=CLAIM,
-        source=SOURCE,
-        setup=_setup(m, quick),
-        thresholds=THRESHOLDS,
-        tables=[
-            Table("character LM, per arm (mean (min-max) over seeds)", _rows(m)),
-            Table("copy task, per arm (mean (min-max) over seeds)", _copy_rows(m)),
-            Table(
-                "learning-rate sweep (first seed)",
-                ca.sweep_table_rows(m) + sweep_rows(_copy_runs(m), str),
-            ),
-        ],
+    found, reason = _checks(m)
+    tables = [
+        Table("character LM, per arm (mean (min-max) over seeds)", _rows(m)),
+        Table("copy task, per arm (mean (min-max) over seeds)", _copy_rows(m)),
+    ]
+    return la.arm_report(
+        PAPER,
+        m,
+        quick,
+        (found, reason),
+        _setup(m, quick),
+        tables,
         figures=_figures(m, out_dir),
-        **gated_fields(verdict, reason, competence, m["seeds"], quick, compared),
+        more=(_copy_competence(m, quick), sweep_rows(_copy_runs(m), str)),
         per_seed={
-            "val": {a: ca.values(m, a, "val") for a in m["arms"]},
-            "self_weight": {a: ca.values(m, a, "self_weight") for a in m["arms"]},
+            "val": {a: la.values(m, a, "val") for a in m["arms"]},
+            "self_weight": {a: la.values(m, a, "self_weight") for a in m["arms"]},
             "copy_accuracy": {n: g.values("accuracy") for n, g in _copy_runs(m).items()},
         },
         metrics={
-            "params": {a: ca.values(m, a, "params")[0] for a in m["arms"]},
-            "uniform_self_weight": ca.uniform_self_weight(),
-            "checks": checks,
+            "params": {a: la.values(m, a, "params")[0] for a in m["arms"]},
+            "uniform_self_weight": _uniform(m),
+            "checks": [c.state for c in found],
         },
     )
+
+
+PAPER = la.Paper("qkv", "Queries, keys and values: learned projections vs parameter-free "
+                 "self-attention", CLAIM, SOURCE, THRESHOLDS, COST)  # fmt: skip
 
 
 @experiment("qkv", notes="001 'Basic Self-Attention', 'Queries, Keys and Values'; 000")

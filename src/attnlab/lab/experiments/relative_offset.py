@@ -43,10 +43,10 @@ from torch import Tensor, nn
 from attnlab.config import ModelConfig
 from attnlab.lab.kit.charts import dodged, integer_xticks, line_chart, save_chart
 from attnlab.lab.kit.fit import FitConfig, fit
-from attnlab.lab.kit.gating import train_gated
+from attnlab.lab.kit.loss_gate import first_doubling, gated_by_loss, sweep_rows
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
-from attnlab.lab.kit.seeds import bands, resolved, spread, spread_text, start_seeds
+from attnlab.lab.kit.seeds import bands, resolved, spread, spread_text
 from attnlab.lab.kit.verdict import Competence, Doubling, outcome
 from attnlab.models import build_model
 from attnlab.nn.positional import sinusoidal_table
@@ -232,35 +232,13 @@ def arm_names(quick: bool) -> list[str]:
     return [f"{kind} k={k}" for kind in KINDS for k in OFFSETS_K[quick]]
 
 
-def _job(arm: str, lr: float, steps: int, seed: int) -> tuple[str, float, int, int]:
-    return (arm, lr, steps, seed)
-
-
 def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
     """The exact check for every (d, k); every arm gated and trained on every seed. ``data`` is
     unused (the task is generated)."""
-    runs = train_gated(
-        partial(train_job, quick=quick),
-        arm_names(quick),
-        _job,
-        lambda r: float(r["val_loss"]),
-        grid=LRS[quick],
-        steps=STEPS[quick],
-        seeds=start_seeds(seed, quick),
-        higher_is_better=False,
-        workers=1 if quick else 2,
-        chosen_on="validation loss at the training positions, seed 0",
-    )
-    return {
-        "exact": [exact_check(d, k) for d in EXACT_D for k in EXACT_K],
-        "arms": arm_names(quick),
-        "seeds": runs.seeds,
-        "steps": runs.steps,
-        "lr": runs.lr,
-        "sweeps": runs.sweeps,
-        "per": runs.per,
-        "double": runs.double,
-    }
+    runs = gated_by_loss(partial(train_job, quick=quick), arm_names(quick), quick, seed,
+                         grid=LRS[quick], steps=STEPS[quick],
+                         chosen_on="validation loss at the training positions, seed 0")  # fmt: skip
+    return {"exact": [exact_check(d, k) for d in EXACT_D for k in EXACT_K], **runs}
 
 
 # Write-up ----------------------------------------------------------------------------------------
@@ -286,9 +264,8 @@ def competence(m: dict[str, Any]) -> list[Competence]:
 
 
 def _doubling(m: dict[str, Any], arm: str) -> Doubling:
-    first, double = m["per"][arm][0]["val_acc"], m["double"][arm]["val_acc"]
     what = "validation accuracy at the training positions"
-    return Doubling(m["steps"], [first], [double], TOLERANCE, m["seeds"][:1], what)
+    return first_doubling(m, arm, "val_acc", TOLERANCE, what)
 
 
 def verdict(m: dict[str, Any]) -> tuple[list[bool], str]:
@@ -330,14 +307,6 @@ def _result_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
         )["mean"]
         rows.append(row)
     return rows
-
-
-def _sweep_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        {"arm": a, "lr": lr, "validation loss (seed 0)": v, "chosen": lr == m["lr"][a].chosen}
-        for a in m["arms"]
-        for lr, v in sorted(m["sweeps"][a].items())
-    ]
 
 
 def _figure(m: dict[str, Any], out_dir: Path) -> FigureRef:
@@ -385,7 +354,7 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
         tables=[
             Table("exact: PE(n + k) = M_k PE(n) in float64", m["exact"]),
             Table("accuracy by window start (mean (min-max) over seeds)", _result_rows(m)),
-            Table("learning-rate sweep (seed 0)", _sweep_rows(m)),
+            Table("learning-rate sweep (seed 0)", sweep_rows(m, m["arms"])),
         ],
         figures=[_figure(m, out_dir)],
         **outcome(checks, reason, competence(m), m["seeds"], quick, arms=list(m["arms"])),

@@ -45,10 +45,10 @@ from attnlab.errors import UserError
 from attnlab.lab.kit.charts import bar_chart, save_chart, seeds_chart
 from attnlab.lab.kit.datasets import MULTI30K, dataset
 from attnlab.lab.kit.fit import FitConfig, fit
-from attnlab.lab.kit.gating import train_gated
+from attnlab.lab.kit.loss_gate import first_doubling, gated_by_loss, sweep_rows
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
-from attnlab.lab.kit.seeds import resolved, spread, spread_text, start_seeds
+from attnlab.lab.kit.seeds import resolved, spread, spread_text
 from attnlab.lab.kit.seq2seq import (
     greedy_texts,
     masked_seq2seq_loss,
@@ -56,7 +56,7 @@ from attnlab.lab.kit.seq2seq import (
     read_multi30k,
     seq2seq_eval_loss,
 )
-from attnlab.lab.kit.verdict import Competence, Doubling, gated_fields
+from attnlab.lab.kit.verdict import Competence, gated_fields
 from attnlab.models import build_model
 
 ARMS = {"as written": False, "reversed": True}  # arm -> reverse_source
@@ -197,28 +197,13 @@ def train_job(job: tuple[str, float, int, int], quick: bool, data: Path | None) 
     return out
 
 
-def _job(arm: str, lr: float, steps: int, seed: int) -> tuple[str, float, int, int]:
-    return (arm, lr, steps, seed)
-
-
 def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
     """Both arms gated and trained on every seed (``data``: the folder holding multi30k/)."""
     raw_splits(quick, data)  # a missing dataset fails here, before any training
-    runs = train_gated(
-        partial(train_job, quick=quick, data=data),
-        list(ARMS),
-        _job,
-        lambda r: float(r["val_loss"]),
-        grid=LRS[quick],
-        steps=STEPS[quick],
-        seeds=start_seeds(seed, quick),
-        higher_is_better=False,
-        workers=1 if quick else 2,
-        chosen_on="validation loss per target token, seed 0",
-    )
-    return {"data": "multi30k" if dataset(data, MULTI30K) else "copy task", "seeds": runs.seeds,
-            "steps": runs.steps, "lr": runs.lr, "sweeps": runs.sweeps, "per": runs.per,
-            "double": runs.double}  # fmt: skip
+    runs = gated_by_loss(partial(train_job, quick=quick, data=data), list(ARMS), quick, seed,
+                         grid=LRS[quick], steps=STEPS[quick],
+                         chosen_on="validation loss per target token, seed 0")  # fmt: skip
+    return {"data": "multi30k" if dataset(data, MULTI30K) else "copy task", **runs}
 
 
 # Write-up ------------------------------------------------------------------------------------
@@ -228,8 +213,7 @@ def competence(m: dict[str, Any]) -> list[Competence]:
     out = []
     for arm in ARMS:
         runs = m["per"][arm]
-        doubling = Doubling(m["steps"], [runs[0]["val_bleu"]], [m["double"][arm]["val_bleu"]],
-                            TOLERANCE, m["seeds"][:1], "validation BLEU (greedy)")  # fmt: skip
+        doubling = first_doubling(m, arm, "val_bleu", TOLERANCE, "validation BLEU (greedy)")
         out.append(Competence(arm, "validation loss per target token (below the targets' "
                               "unigram entropy)", runs[0]["entropy"],
                               [r["val_loss"] for r in runs], higher_is_better=False,
@@ -278,14 +262,6 @@ def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
-def _sweep_rows(m: dict[str, Any]) -> list[dict[str, Any]]:
-    return [
-        {"arm": a, "lr": lr, "validation loss (seed 0)": v, "chosen": lr == m["lr"][a].chosen}
-        for a in ARMS
-        for lr, v in sorted(m["sweeps"][a].items())
-    ]
-
-
 def _figures(m: dict[str, Any], out_dir: Path) -> list[FigureRef]:
     n = len(m["seeds"])
     curves = {
@@ -331,7 +307,7 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
         thresholds=THRESHOLDS,
         tables=[
             Table("results per arm (mean (min-max) over seeds)", _rows(m)),
-            Table("learning-rate sweep (seed 0)", _sweep_rows(m)),
+            Table("learning-rate sweep (seed 0)", sweep_rows(m, list(ARMS))),
         ],
         figures=_figures(m, out_dir),
         **gated_fields(word, reason, competence(m), m["seeds"], quick, arms=list(ARMS)),

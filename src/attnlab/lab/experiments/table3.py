@@ -12,7 +12,7 @@ variant on newstest2013 (perplexity and BLEU):
   base model."
 
 Here the same rows vary a small decoder-only character LM (:mod:`attnlab.lab.kit.lm_arms`;
-base: sinusoidal positions, 4 heads of d_k = d_v = d_model / 4) and score validation bits/char;
+base: sinusoidal positions, 4 heads of d_k = d_v = d_model / 4) and score validation nats/char;
 the multi-head attention of 004 eq. 13 (000 "Multi-head Self-Attention": k heads of d / k, "no
 more expensive than single-head") is what row (A) varies. Each row's arms are compared with the
 base model by their per-seed values, the seed spread deciding: a predicted difference whose seed
@@ -23,51 +23,32 @@ Shapes: N windows, B batch, T context, D d_model, H heads.
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-import torch
-
+from attnlab.lab.kit import lm_arms as la
 from attnlab.lab.kit.charts import bar_chart, save_chart, seeds_chart
-from attnlab.lab.kit.gating import Gated, gate_arms, sweep_rows
-from attnlab.lab.kit.lm_arms import (
-    NOT_HELD,
-    SWEEPS,
-    Check,
-    LMSize,
-    alike,
-    competence,
-    count_baselines,
-    judged,
-    train_arm,
-    worse,
-)
+from attnlab.lab.kit.gating import Gated
+from attnlab.lab.kit.lm_arms import NOT_HELD, UNIT, Arm, Check, LMSize, alike, worse
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
-from attnlab.lab.kit.seeds import spread, start_seeds
+from attnlab.lab.kit.seeds import spread
 from attnlab.lab.kit.seeds import spread_text as st
-from attnlab.lab.kit.verdict import gated_fields
 
-SIZE = {
-    False: LMSize(context=64, d_model=64, n_layers=2, n_heads=4, batch=32, steps=2000, warmup=100),
-    True: LMSize(context=16, d_model=32, n_layers=2, n_heads=4, batch=16, steps=30, warmup=5),
-}
 HEADS = (1, 2, 4, 8, 16)  # row (A)
 KEY_SHRINK = (2, 4)  # row (B): d_k = base d_k / these, h and d_v fixed (Vaswani: 64 -> 32, 16)
 BASE = "base"
 COST = (
-    "Full run: `attnlab experiment table3 --seed 0 --data ../shared/data`. Estimate for 2 idle "
-    "cores from a single-thread probe (27 Nov 2026, CPU time of 20 training steps per arm, so "
-    "the machine's load does not count): 30-36 ms per step for the base, h=1, h=2, (B) and (E) "
-    "arms, 46 ms at h=8 and 57 ms at h=16 (303 ms summed over the 8 arms). Each arm trains 3 "
-    "sweep rates and 2 more seeds at 2000 steps and the first seed at 4000 (7 x 2000 steps), ~8 "
-    "x 2000 with one grid extension: 16000 x 303 ms ~ 81 min of CPU, ~40 min on both cores; "
-    "~46 min if every arm extends its grid twice. Convergence: a single-seed probe of the base "
-    "recipe (sinusoidal, lr 1e-2, seed 0) gave 2.57 bits/char after 1500 steps and 2.40 after "
-    "3000, a change above the 0.072 tolerance: at the budget the 60-minute cap affords, the "
-    "doubling is expected to miss and the verdict to read inconclusive, with the numbers kept "
-    "(Vaswani et al. compare the rows at one fixed budget, 100k steps)."
+    "Full run: `attnlab experiment table3 --seed 0 --data ../shared/data`. Estimate for 2 "
+    "idle cores from a single-thread probe (27 Nov 2026, kit.lm_arms recipe: CPU time, "
+    "time.process_time, of 50 and 250 training steps of each arm on tinyshakespeare, the "
+    "difference over 200 steps, the machine shared with other jobs, so +-30 %: the same arm "
+    "measured 13-20 ms in different experiments): 21.2 ms per step for the base, 17.6, 19.9, "
+    "24.2 and 28.9 at h = 1, 2, 8, 16, 19.5 and 20.3 for (B) d_k = 8 and 4, 19.1 for (E) (171 "
+    "ms summed over the 8 arms). Each arm trains 7 x 5000 steps (3 sweep rates, 2 more seeds, "
+    "a doubling of 10000 steps on the first seed; 8 x with one grid extension, 9 x with two): "
+    "100-128 min of CPU: about 50 min on both cores with no extension, 57 with one per arm, "
+    "and 64 min -- over the 60-minute cap -- if every arm extends its grid twice."
 )
 CLAIM = (
     "In Table 3 rows (A), we vary the number of attention heads and the attention key and value "
@@ -129,27 +110,11 @@ def base_label(size: LMSize) -> str:
     return f"{BASE} (h={size.n_heads}, d_k=d_v={size.d_model // size.n_heads}, sinusoidal)"
 
 
-def train_job(job: tuple) -> dict[str, Any]:
-    """One arm at one rate, ``scale`` x the budget, one seed (gating's job)."""
-    arm, lr, scale, seed, quick, data = job
-    size = SIZE[quick]
-    changes = {"positional": "sinusoidal", **arms(size)[arm]}
-    return train_arm(changes, lr, scale, seed, quick, data, size)
-
-
 def measure(quick: bool, seed: int, data: Path | None) -> dict[str, Any]:
     """Every arm gated (rate swept on the first seed, 3 seeds, doubling); plain numbers."""
-    seeds = start_seeds(seed, quick)
-    size = SIZE[quick]
-    names = list(arms(size))
-    gated = gate_arms(train_job, names, SWEEPS[quick], seeds, quick, data, cost=lambda j: j[2])
-    return {
-        "seeds": seeds,
-        "size": asdict(size),
-        **count_baselines(quick, size.context, data),
-        "gated": {a: asdict(g) for a, g in gated.items()},
-        "threads": torch.get_num_threads(),
-    }
+    changes = arms(la.SIZE[quick]).items()
+    runs = [Arm(a, (("positional", "sinusoidal"), *c.items())) for a, c in changes]
+    return la.measure_arms(runs, quick, seed, data)
 
 
 def _row_a(size: LMSize, vals: dict[str, list[float]]) -> dict[int, list[float]]:
@@ -183,29 +148,20 @@ def checks(size: LMSize, vals: dict[str, list[float]]) -> list[Check]:
 def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
     """The report of :func:`measure`'s numbers: tables, figures, gate and verdict."""
     m = measured
-    size = LMSize(**m["size"])
-    gated = {a: Gated(**v) for a, v in m["gated"].items()}
+    size = la.size_of(m)
+    gated = la.gated_runs(m)
     vals = {a: g.values("val") for a, g in gated.items()}
     found = checks(size, vals)
-    gates = [competence(a, g, SWEEPS[quick], size.steps, m["bigram"]) for a, g in gated.items()]
     reason = _reason(found, m)
-    return Report(
-        name="table3",
-        title="Vaswani et al. Table 3 rows (A), (B), (E) on a character LM",
-        claim=CLAIM,
-        source=SOURCE,
-        setup=_setup(m, size, quick),
-        thresholds=THRESHOLDS,
-        tables=[
-            Table("validation bits/char per arm (mean (min-max) over seeds)", _rows(gated, m)),
-            Table(
-                "checks of each row against the base (seed ranges deciding)",
-                [c.row() for c in found],
-            ),  # fmt: skip
-            Table("learning-rate sweep (first seed)", sweep_rows(gated, str)),
-        ],
-        figures=_figures(gated, size, m, out_dir),
-        **gated_fields(judged(found), reason, gates, m["seeds"], quick, arms=list(gated)),
+    rows = Table(f"validation {UNIT} per arm (mean (min-max) over seeds)", _rows(gated, m))
+    return la.arm_report(
+        PAPER,
+        m,
+        quick,
+        (found, reason),
+        _setup(m, size),
+        [rows],
+        figures=_figures(gated, size, m, out_dir),  # fmt: skip
         per_seed={"val": vals},
         metrics={
             "val": {a: spread(v)["mean"] for a, v in vals.items()},
@@ -219,42 +175,34 @@ def write_up(measured: dict[str, Any], out_dir: Path, quick: bool) -> Report:
 def _reason(found: list[Check], m: dict[str, Any]) -> str:
     parts = "; ".join(f"{c.what}: {c.state} ({c.detail})" for c in found)
     return (
-        f"validation bits/char, mean (min-max) over {len(m['seeds'])} seed(s), the seed "
+        f"validation {UNIT}, mean (min-max) over {len(m['seeds'])} seed(s), the seed "
         f"ranges deciding: {parts}."
     )
 
 
 def _rows(gated: dict[str, Gated], m: dict[str, Any]) -> list[dict[str, Any]]:
-    size = LMSize(**m["size"])
+    size = la.size_of(m)
     base = spread(gated[BASE].values("val"))["mean"]
     return [
         {
             "arm": base_label(size) if a == BASE else a,
             "lr": g.chosen,
             "parameters": g.runs[0]["params"],
-            "val bits/char": st(g.values("val")),
+            f"val {UNIT}": st(g.values("val")),
             "minus base (means)": spread(g.values("val"))["mean"] - base,
-            "train bits/char": st(g.values("train")),
+            f"train {UNIT}": st(g.values("train")),
             "ms/step (wall, mean)": 1000 * spread(g.values("seconds"))["mean"] / size.steps,
         }
         for a, g in gated.items()
     ]
 
 
-def _setup(m: dict[str, Any], size: LMSize, quick: bool) -> list[str]:
-    lines = [
-        f"Text: {m['source']}; vocabulary {m['vocab']} characters; the last 10% of the text is "
-        f"validation (bigram baseline {m['bigram']:.3f} bits/char).",
-        f"Base model: {size.describe()}; {size.steps} steps; sinusoidal positions.",
-        f"Arms: (A) h in {HEADS} with d_k = d_v = {size.d_model}/h; (B) d_k = base d_k / "
-        f"{KEY_SHRINK} at h = {size.n_heads}, d_v kept; (E) learned positions.",
-        "Score: bits/char on non-overlapping validation windows of the training length, every "
-        "position scored.",
-        SWEEPS[quick].describe(f"{size.steps} steps"),
-        f"Runs: one torch thread each, two at a time (this run: {m['threads']} thread(s) in "
-        "the parent process).",
+def _setup(m: dict[str, Any], size: LMSize) -> list[str]:
+    return [
+        f"Base model: sinusoidal positions, {size.n_heads} heads. Arms: (A) h in {HEADS} with "
+        f"d_k = d_v = {size.d_model}/h; (B) d_k = base d_k / {KEY_SHRINK} at h = "
+        f"{size.n_heads}, d_v kept; (E) learned positions.",
     ]
-    return lines if quick else [*lines, COST]
 
 
 def _figures(
@@ -271,7 +219,7 @@ def _figures(
             )
         },  # fmt: skip
         xlabel="heads h (d_k = d_v = d_model / h; log scale)",
-        ylabel="validation bits/char",
+        ylabel=f"validation loss ({UNIT})",
         title=f"row (A): heads at d_model {size.d_model} ({n} seed{'s' if n > 1 else ''})",
         logx=True,
     )
@@ -280,7 +228,7 @@ def _figures(
     labels = {a: base_label(size) if a == BASE else a for a in gated}
     bars = bar_chart(
         {labels[a]: spread(v)["mean"] for a, v in vals.items()},
-        ylabel="validation bits/char",
+        ylabel=f"validation loss ({UNIT})",
         title=f"Table 3 rows on a char LM ({n} seed{'s' if n > 1 else ''}, min-max bars)",
         errors={labels[a]: (min(v), max(v)) for a, v in vals.items()},
     )
@@ -289,13 +237,18 @@ def _figures(
     bars.axes[0].set_ylim(low - 0.2 * (high - low + 1e-3), high + 0.25 * (high - low + 1e-3))
     return [
         save_chart(heads, out_dir, "heads.png",
-                   "Row (A): validation bits/char against the number of heads at fixed d_model "
-                   "(mean over seeds, min-max band), each arm at its chosen learning rate."),
+                   f"Row (A): validation loss ({UNIT}) against the number of heads at fixed "
+                   "d_model (mean over seeds, min-max band), each arm at its chosen learning "
+                   "rate."),
         save_chart(bars, out_dir, "rows.png",
-                   "Every arm's validation bits/char (mean over seeds, min-max error bars); the "
-                   "y axis is cut to the arms' range, so compare the bars' tops, not their "
+                   f"Every arm's validation loss ({UNIT}; mean over seeds, min-max error bars); "
+                   "the y axis is cut to the arms' range, so compare the bars' tops, not their "
                    "lengths."),
     ]  # fmt: skip
+
+
+PAPER = la.Paper("table3", "Vaswani et al. Table 3 rows (A), (B), (E) on a character LM", CLAIM,
+                 SOURCE, THRESHOLDS, COST)  # fmt: skip
 
 
 @experiment("table3", notes="000 'Multi-head Self-Attention'; 004 eq. 13; Vaswani et al. 2017")
