@@ -17,7 +17,7 @@ and reports ``step_muon / step_adamw`` (target <= 1.2 on CUDA at nanoGPT's shake
 shape) and ``opt_muon / opt_muon_per_matrix`` (the batched form must not be slower, on any
 device). The model is attnlab's ``DecoderLM`` with rotary positions and QK-norm (the fast recipe's
 architecture). Device: CUDA when available (bf16 autocast, nanoGPT's 6 x 384 model, context 256,
-batch 64), else the CPU (fp32, the ``fast-char`` preset's 4 x 128 model, context 64, batch 12).
+batch 64), else the CPU (fp32, the ``baseline-char`` preset's 4 x 128 model, context 64, batch 12).
 ``--compile`` compiles the model's forward for the two full-step contenders.
 """
 
@@ -38,7 +38,7 @@ from attnlab.train.optim import build_optimizers
 TARGET_STEP_RATIO = 1.2  # Muon step <= 1.2 x AdamW step (issue 37), on CUDA
 SHAPES = {
     "cuda": LMShape("nanogpt_char", 6, 6, 384, 256, 64),
-    "cpu": LMShape("fast_char", 4, 4, 128, 64, 12),
+    "cpu": LMShape("char_4x128", 4, 4, 128, 64, 12),
 }
 TINY_SHAPE = LMShape("tiny", 2, 2, 32, 16, 2)
 CPU_NOTE = (
