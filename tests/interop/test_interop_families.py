@@ -126,8 +126,9 @@ SPACE = {
 
 
 @st.composite
-def configs(draw, family: str, buildable: bool = False) -> ModelConfig:
-    """A valid tiny ModelConfig: the family's natural shape with 0-4 fields drawn from SPACE."""
+def configs(draw, family: str, buildable: bool = False, min_changes: int = 0) -> ModelConfig:
+    """A valid tiny ModelConfig: the family's natural shape with ``min_changes``-4 fields drawn
+    from SPACE."""
     fields = dict(vocab_size=13, d_model=16, n_heads=draw(st.sampled_from([2, 4])), max_len=16)
     fields["n_layers"] = draw(st.sampled_from([1, 2]))
     fields.update(NATURAL[family])
@@ -135,7 +136,9 @@ def configs(draw, family: str, buildable: bool = False) -> ModelConfig:
         fields["kind"] = draw(st.sampled_from(["classifier", "masked_lm"]))
     elif family != "bert" and draw(st.booleans()):
         fields["kind"] = "decoder_classifier"
-    changed = draw(st.lists(st.sampled_from(sorted(SPACE)), max_size=4, unique=True))
+    changed = draw(
+        st.lists(st.sampled_from(sorted(SPACE)), min_size=min_changes, max_size=4, unique=True)
+    )
     for name in changed:
         value = draw(st.sampled_from(SPACE[name]))
         if name == "ffn_activation":
@@ -272,10 +275,17 @@ def test_exportable_models_load_in_transformers_with_equal_outputs(name, data, t
 
 @pytest.mark.parametrize("name", FAMILIES)
 @given(data=st.data())
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(  # the filter check too: every run still reaches its 30 valid examples (about 1 in 4
+    # draws is an invalid combination or a config the family holds; flaky at the start, 27 Nov)
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 def test_a_refused_export_writes_nothing(name, data, tmp_path_factory):
     family = REGISTRY[name]
-    cfg = data.draw(configs(name, buildable=True))
+    # two or more changed fields: the family's natural shape (no change) always exports, and
+    # drawing it again and again made Hypothesis' filter health check fail for gemma2
+    cfg = data.draw(configs(name, buildable=True, min_changes=2))
     assume(family.lost_fields(cfg))
     try:
         model = build_model(cfg)
