@@ -275,8 +275,8 @@ def test_exportable_models_load_in_transformers_with_equal_outputs(name, data, t
 
 @pytest.mark.parametrize("name", FAMILIES)
 @given(data=st.data())
-@settings(  # the filter check too: every run still reaches its 30 valid examples (about 1 in 4
-    # draws is an invalid combination or a config the family holds; flaky at the start, 27 Nov)
+@settings(  # the filter check too: every run still reaches its 30 valid examples (a quarter to
+    # a half of the draws are invalid combinations or configs the family holds; flaky, 27 Nov)
     max_examples=30,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
