@@ -63,15 +63,16 @@ GAIN = 1.0  # the repeat's loss at least this far below the first copy's (nats)
 REMOVED = 0.5  # ablation "removes the effect": at least half the in-context gain is lost
 COPY = 0.5  # copying control: the substituted token predicted at least this often
 PATHS = ("K", "Q")  # the layer-2 inputs a layer-1 head's output is patched along
-LRS = (3e-4, 1e-3, 3e-3)  # swept on the first seed (one extension past an edge)
-MAX_EXTENSIONS = 1
+LRS = (3e-4, 1e-3, 3e-3)  # swept on the first seed (up to three extensions past an edge)
+MAX_EXTENSIONS = 3
 STEPS = 2000
 ARM = "2-layer attention-only LM"
 COST = (
     "Full run: `PYTHONPATH=src python -m attnlab experiment induction` (no text data: the "
     "sequences are generated). 3 seeds; the learning-rate sweep of 3 rates on seed 0, seeds 1 "
-    "and 2 at the chosen rate, seed 0 again at twice the steps. Estimated ~42 min on 2 idle "
-    "cores (a 2000-step job with its analysis ~10 min; ~52 min if the sweep extends once)."
+    "and 2 at the chosen rate, seed 0 again at twice the steps, two jobs at a time. Estimated "
+    "~10 min on 2 idle cores (a 2000-step job with its analysis ~2-3 min; ~3 min more for "
+    "each rate the sweep adds past an edge, at most 3)."
 )
 THRESHOLDS = [
     Threshold(
