@@ -386,6 +386,23 @@ def test_recipe_suite_trains_both_presets_with_the_real_loop(tmp_path, monkeypat
         )
 
 
+def test_recipe_presets_read_the_same_validation_windows():
+    """fast-char may batch differently from baseline-char, but its evaluations read the same
+    windows (the first eval_batches x batch_size of the split); a different count is flagged."""
+    from attnlab.bench.recipe import configure, protocol, protocol_differences
+    from attnlab.train import RunConfig
+    from attnlab.train.presets import preset_tables
+
+    base, fast = (
+        protocol(configure(RunConfig.from_dict(preset_tables(n)), "t.txt"))
+        for n in ("baseline-char", "fast-char")
+    )
+    assert protocol_differences(base, fast) == []
+    assert protocol_differences(base, {**fast, "val_windows": fast["val_windows"] + 1}) == [
+        "val_windows"
+    ]
+
+
 def test_seq2seq_bench_losses_agree_between_real_only_and_padded_heads():
     """attnlab's timed step (logits at real targets only) computes the padded step's loss."""
     from attnlab.bench.seq2seq_train import TINY_SHAPE, build_seq2seq, contender_loss, padded_loss

@@ -14,7 +14,9 @@ evaluations to ``run_dir/metrics.jsonl`` (``step``, ``val_loss``, ``elapsed_s``,
 we report t(baseline) (= its last evaluation's time), t(fast-char) and the ratio t(fast)/t(base)
 (target <= 0.2). ``elapsed_s`` is the loop's wall clock at that step (earlier evaluations
 included), so time is resolved to each preset's ``eval_every``. The losses are only comparable
-when both presets evaluate alike (same tokenizer, validation split and context length); the
+when both presets evaluate alike (same tokenizer, validation split, context length and number
+of validation windows: evaluation reads the first ``eval_batches x batch_size`` windows of the
+split in order, so 20 batches of 12 and 5 of 48 are the same 240 windows); the
 result says ``comparable: false`` and the target carries a note otherwise. A preset that never
 reaches L* reports ``reached: false``. The runs are not interleaved (each is one long run), so
 the machine's load matters more here: the load average before and after each run is recorded.
@@ -122,9 +124,17 @@ def protocol(run_config) -> dict[str, Any]:
         "val_fraction": t.val_fraction,
         "eval_batches": t.eval_batches,
         "batch_size": t.batch_size,
+        "val_windows": t.eval_batches * t.batch_size,  # the first this many, in order
         "tokenizer": t.tokenizer,
         "eval_every": t.eval_every,
     }
+
+
+def protocol_differences(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """The settings of two :func:`protocol` s that make their validation losses incomparable
+    (batch size and count alone do not: only the windows they read)."""
+    keys = ("context_len", "val_fraction", "val_windows", "tokenizer")
+    return [k for k in keys if a[k] != b[k]]
 
 
 def run(settings, ctx) -> dict[str, Any]:
@@ -172,8 +182,7 @@ def run(settings, ctx) -> dict[str, Any]:
             histories[name] = read_metrics(run_dir / "metrics.jsonl")
             runs[name]["evaluations"] = histories[name]
     result = compare(histories[base_name], histories[fast_name])
-    keys = ("context_len", "val_fraction", "tokenizer")
-    differ = [k for k in keys if protocols[base_name][k] != protocols[fast_name][k]]
+    differ = protocol_differences(protocols[base_name], protocols[fast_name])
     caveat = (
         f"validation losses are measured differently ({', '.join(differ)} differ), so they are "
         "not directly comparable"
