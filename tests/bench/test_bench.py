@@ -389,14 +389,10 @@ def test_recipe_suite_trains_both_presets_with_the_real_loop(tmp_path, monkeypat
 def test_recipe_presets_read_the_same_validation_windows():
     """fast-char may batch differently from baseline-char, but its evaluations read the same
     windows (the first eval_batches x batch_size of the split); a different count is flagged."""
-    from attnlab.bench.recipe import configure, protocol, protocol_differences
-    from attnlab.train import RunConfig
-    from attnlab.train.presets import preset_tables
+    from attnlab.bench.recipe import _train_api, configure, protocol, protocol_differences
 
-    base, fast = (
-        protocol(configure(RunConfig.from_dict(preset_tables(n)), "t.txt"))
-        for n in ("baseline-char", "fast-char")
-    )
+    _, preset = _train_api()  # the suite's own preset resolution
+    base, fast = (protocol(configure(preset(n), "t.txt")) for n in ("baseline-char", "fast-char"))
     assert protocol_differences(base, fast) == []
     assert protocol_differences(base, {**fast, "val_windows": fast["val_windows"] + 1}) == [
         "val_windows"
