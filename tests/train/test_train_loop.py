@@ -246,6 +246,34 @@ def test_the_loss_plot_is_drawn_off_the_loop_and_complete_when_train_returns(tmp
         broken.close()
 
 
+def test_redrawing_the_loss_plot_is_rationed_and_the_last_drawing_is_the_newest(tmp_path):
+    """Drawings may take at most max_share of the plotter's lifetime; requests made meanwhile
+    replace each other and close() draws the newest, so the final loss.png is complete."""
+    import time
+
+    from attnlab.train.report import LossPlotter
+
+    drawn: list[int] = []
+
+    class Slow(LossPlotter):
+        def _draw(self, records):
+            time.sleep(0.05)  # a drawing that takes 50 ms
+            drawn.append(len(records))
+            return b"png"
+
+    plotter = Slow(tmp_path / "loss.png", max_share=0.1)  # so at most one drawing per 0.5 s
+    began = time.perf_counter()
+    for n in range(1, 31):  # a request every 20 ms for 0.6 s: 30 requests
+        plotter.request([{"step": s} for s in range(n)])
+        time.sleep(0.02)
+    plotter.close()
+    lifetime = time.perf_counter() - began
+    assert drawn[-1] == 30  # the newest records, drawn at close
+    assert plotter.drawings == len(drawn)
+    assert 2 <= len(drawn) <= 1 + 0.1 * lifetime / 0.05 + 1  # the ration, plus close's drawing
+    assert (tmp_path / "loss.png").read_bytes() == b"png"
+
+
 def test_a_cpu_run_reports_its_runtime_and_times_its_steps(tmp_path, corpus):
     from attnlab.cli.train_cmd import process_age_s
     from attnlab.train.loop import cuda_matmul_precision

@@ -5,7 +5,8 @@ character-level recipe: 4 layers, 4 heads, width 128, context 64, batch 12, Adam
 0.99, 100 warm-up steps, cosine to 1e-4 over 2000 steps, no dropout, 90/10 split) and then
 ``fast-char`` (tuned for time-to-quality on this CPU) on the same text, one after the other in
 this process, through the training loop users run (``attnlab.train.train``), after a few
-untimed warm-up steps (so the first run does not pay the process's one-off costs). Each run appends
+untimed warm-up steps of each preset (so neither run pays the process's one-off costs: imports,
+kernels first built for its shapes). Each run appends
 evaluations to ``run_dir/metrics.jsonl`` (``step``, ``val_loss``, ``elapsed_s``, ...). With
 
     L* = the baseline's final validation loss,
@@ -153,19 +154,20 @@ def run(settings, ctx) -> dict[str, Any]:
     base_name, fast_name = settings.recipe_presets
     histories, runs = {}, {}
     with tempfile.TemporaryDirectory(prefix="attnlab-recipe-") as tmp:
-        ctx.say("recipe: warm-up (a few untimed steps, so neither run pays one-off costs)")
-        warm = configure(resolve(base_name), os.fspath(text))
-        t = warm.train
-        warm = type(warm)(
-            warm.model,
-            t.replace(
-                steps=min(t.steps, 10),
-                eval_every=0,
-                warmup_steps=min(t.warmup_steps, 10),
-                save_every=0,
-            ),
-        )
-        train(warm, run_dir=Path(tmp) / "warmup", progress=False)
+        ctx.say("recipe: warm-up (a few untimed steps of each, so neither run pays one-off costs)")
+        for name in (base_name, fast_name):
+            warm = configure(resolve(name), os.fspath(text))
+            t = warm.train
+            warm = type(warm)(
+                warm.model,
+                t.replace(
+                    steps=min(t.steps, 10),
+                    eval_every=0,
+                    warmup_steps=min(t.warmup_steps, 10),
+                    save_every=0,
+                ),
+            )
+            train(warm, run_dir=Path(tmp) / f"warmup-{name}", progress=False)
         for name in (base_name, fast_name):
             run_dir = Path(tmp) / name
             cfg = configure(resolve(name), os.fspath(text))
