@@ -370,20 +370,40 @@ def test_recipe_suite_trains_both_presets_with_the_real_loop(tmp_path, monkeypat
 
     tables = {"baseline-char": preset(1e-3), "fast-char": preset(1e-2)}
     monkeypatch.setattr(presets, "RUN_PRESETS", {**presets.RUN_PRESETS, **tables})
-    settings = BenchSettings.for_mode(tiny=True, suites=("recipe",), text=str(text), threads=1)
+    settings = BenchSettings.for_mode(
+        tiny=True, suites=("recipe",), text=str(text), threads=1, rounds=3
+    )
     suite = run_bench(settings)["suites"]["recipe"]
     assert suite["status"] == "ok", suite
-    base_evals = suite["runs"]["baseline-char"]["evaluations"]
-    assert [e["step"] for e in base_evals] == [10, 20]
-    assert suite["target_val_loss"] == base_evals[-1]["val_loss"]
-    assert suite["baseline"]["seconds"] == base_evals[-1]["elapsed_s"]
+    rounds = suite["rounds"]
+    assert [r["order"][0] for r in rounds] == ["baseline-char", "fast-char", "baseline-char"]
+    seeds = [r["runs"]["fast-char"]["preset_seed"] for r in rounds]
+    assert seeds == [seeds[0], seeds[0] + 1, seeds[0] + 2]  # each round its own seed
+    for r in rounds:  # every round is its own comparison, against its own baseline
+        base_evals = r["runs"]["baseline-char"]["evaluations"]
+        assert [e["step"] for e in base_evals] == [10, 20]
+        assert r["target_val_loss"] == base_evals[-1]["val_loss"]
+        assert r["baseline"]["seconds"] == base_evals[-1]["elapsed_s"]
+        if r["fast"]["reached"]:
+            assert r["time_ratio_fast_vs_baseline"] == pytest.approx(
+                r["fast"]["seconds"] / r["baseline"]["seconds"]
+            )
     assert suite["comparable"] is True
     target = suite["targets"][0]
     assert target["id"] == "recipe_fast_vs_baseline" and target["higher_is_better"] is False
-    if suite["fast"]["reached"]:
+    ratios = suite["ratio_rounds"]
+    if all(v is not None for v in ratios):  # the median round's numbers are on top
+        assert target["value"] == sorted(ratios)[1]
+        assert (suite["ratio_min"], suite["ratio_max"]) == (min(ratios), max(ratios))
         assert target["value"] == pytest.approx(
             suite["fast"]["seconds"] / suite["baseline"]["seconds"]
         )
+    else:
+        assert target["value"] is None and "never reached" in target["note"]
+    from attnlab.bench.tables import _recipe
+
+    table = "\n".join(_recipe(suite))
+    assert table.count("baseline-char then fast-char") == 2 and "median (min-max) over 3" in table
 
 
 def test_recipe_presets_read_the_same_validation_windows():

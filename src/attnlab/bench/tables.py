@@ -243,30 +243,33 @@ def _memory(s: dict) -> list[str]:
 
 
 def _recipe(s: dict) -> list[str]:
-    b, f = s["baseline"], s["fast"]
-    return [
-        f"Text `{s['text']}`; target = {s['presets'][0]}'s final validation loss "
-        f"{s['target_val_loss']:.4f}.",
-        "",
-    ] + md_table(
-        ["preset", "reached", "seconds", "step", "val loss"],
-        [
+    rounds = s.get("rounds") or [dict(s, round=0, order=s["presets"])]  # JSON before rounds
+    rows = []
+    for r in rounds:
+        b, f, ratio = r["baseline"], r["fast"], r["time_ratio_fast_vs_baseline"]
+        rows.append(
             [
-                s["presets"][0],
-                str(b["reached"]),
-                fmt_num(b["seconds"], ".0f"),
-                str(b["step"]),
-                fmt_num(b["val_loss"], ".4f"),
-            ],
-            [
-                s["presets"][1],
-                str(f["reached"]),
-                fmt_num(f["seconds"], ".0f"),
-                str(f["step"]),
-                fmt_num(f["val_loss"], ".4f"),
-            ],
-        ],
+                str(r["round"] + 1),
+                " then ".join(r["order"]),
+                f"{r['target_val_loss']:.4f}",
+                f"{fmt_num(b['seconds'], '.1f')} (step {b['step']})",
+                f"{fmt_num(f['seconds'], '.1f')} (step {f['step']})" if f["reached"] else "never",
+                fmt_num(ratio, ".3f"),
+            ]
+        )
+    value = s["time_ratio_fast_vs_baseline"]
+    spread = (
+        f" ({fmt_num(s['ratio_min'], '.3f')}-{fmt_num(s['ratio_max'], '.3f')})"
+        if s.get("ratio_min") is not None
+        else ""
     )
+    base, fast = s["presets"]
+    return [
+        f"Text `{s['text']}`; each round's target is {base}'s final validation loss in that round "
+        f"(round r trains both presets with seed + r, in alternating order). Ratio, median "
+        f"(min-max) over {len(rounds)} round(s): {fmt_num(value, '.3f')}{spread}.",
+        "",
+    ] + md_table(["round", "order", "target loss", f"{base} s", f"{fast} s", "ratio"], rows)
 
 
 def _profile(s: dict) -> list[str]:
