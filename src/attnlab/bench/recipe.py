@@ -2,12 +2,12 @@
 
 ``attnlab bench --suite recipe --text FILE`` trains preset ``baseline-char`` (the classic small
 character-level recipe: 4 layers, 4 heads, width 128, context 64, batch 12, AdamW 1e-3, beta2
-0.99, 100 warm-up steps, cosine to 1e-4 over 2000 steps, no dropout, 90/10 split) and then
-``fast-char`` (tuned for time-to-quality on this CPU) on the same text, one after the other in
-this process, through the training loop users run (``attnlab.train.train``), after a few
-untimed warm-up steps of each preset (so neither run pays the process's one-off costs: imports,
-kernels first built for its shapes). Each run appends
-evaluations to ``run_dir/metrics.jsonl`` (``step``, ``val_loss``, ``elapsed_s``, ...). With
+0.99, 100 warm-up steps, cosine to 1e-4 over 2000 steps, no dropout, 90/10 split) and
+``fast-char`` (tuned for time-to-quality on this CPU) on the same text, in this process,
+through the training loop users run (``attnlab.train.train``), after a few untimed warm-up
+steps of each preset (so neither run pays the process's one-off costs: imports, kernels first
+built for its shapes). Each run appends evaluations to ``run_dir/metrics.jsonl`` (``step``,
+``val_loss``, ``elapsed_s``, ...). Within one round, with
 
     L* = the baseline's final validation loss,
     t(p) = elapsed_s of the first evaluation of preset p with val_loss <= L*,
@@ -19,8 +19,12 @@ when both presets evaluate alike (same tokenizer, validation split, context leng
 of validation windows: evaluation reads the first ``eval_batches x batch_size`` windows of the
 split in order, so 20 batches of 12 and 5 of 48 are the same 240 windows); the
 result says ``comparable: false`` and the target carries a note otherwise. A preset that never
-reaches L* reports ``reached: false``. The runs are not interleaved (each is one long run), so
-the machine's load matters more here: the load average before and after each run is recorded.
+reaches L* reports ``reached: false``.
+
+Each run is one long run, so the host's speed while it runs matters (it drifts by ~25 % between
+minutes on the 2-core machine): ``settings.rounds`` rounds are run, round r training both
+presets with seed + r, the order alternating, and the reported ratio is the median over rounds
+with its min and max (:func:`summary`); the load average before and after each run is recorded.
 """
 
 from __future__ import annotations
@@ -172,7 +176,6 @@ def run(settings, ctx) -> dict[str, Any]:
             rounds.append(
                 {
                     "round": r,
-                    "seed_offset": r,
                     "order": list(order),
                     **compare(histories[base_name], histories[fast_name]),
                     "runs": runs,
