@@ -177,6 +177,37 @@ def test_index_counts_arms_not_criteria():
     )
 
 
+def test_index_why_groups_an_inconclusive_reports_missed_gates():
+    import dataclasses
+
+    from attnlab.lab.kit.index import why_cell
+    from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate, gate
+
+    def arm(name, values, lr=0.01, moves=(1.7, 1.6)):
+        doubling = Doubling(100, [moves[0]], [moves[1]], 0.05, [0], "validation loss")
+        rate = LearningRate(lr, [0.003, 0.01, 0.03])
+        return Competence(name, "loss at most 3", 3.0, values, False, lr=rate, doubling=doubling)
+
+    arms = [arm("a", [1.7, 1.8]), arm("b", [1.7, 3.5], moves=(1.7, 1.69)), arm("c", [1.7], 0.03)]
+    verdict, reason = gate("held", "a beats b by 0.1", arms)
+    report = {
+        "verdict": verdict,
+        "verdict_reason": reason,
+        "competence": [dataclasses.asdict(c) for c in arms],  # as report.json holds them
+    }
+    assert verdict == "inconclusive"
+    assert why_cell(report) == (
+        "no verdict: 3 arm(s) missed their gate (every criterion in the report) -- not "
+        "converged (validation loss moved more than 0.05 from 100 to 200 steps): a (1.7 -> "
+        "1.6), c (1.7 -> 1.6); missed loss at most 3: b (2.6 (1.7-3.5); threshold 3); "
+        "learning rate at its grid's edge: c (lr 0.03 of {0.003, 0.01, 0.03} (at the grid's "
+        "edge: not bracketed)). The comparison would have read: a beats b by 0.1"
+    )
+    assert len(why_cell(report)) < len(reason)
+    held = {**report, "verdict": "held", "verdict_reason": "a beats b", "competence": []}
+    assert why_cell(held) == "a beats b"  # any other verdict: the report's own reason
+
+
 def test_cli_index_rewrites_the_index_and_needs_the_reports(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert main(["experiment", "--index"]) == 2

@@ -1,9 +1,10 @@
 """The index of committed experiment reports: ``docs/experiments/README.md``.
 
 Built from every ``*/report.json`` under the docs directory, so it always lists what is actually
-there: the experiment, its verdict with the one-sentence reason, the wall time and the command.
-A report whose recorded code hash differs from the hash of the code today
-(:mod:`attnlab.lab.kit.provenance`) is marked **stale** in the verdict column: its numbers came
+there: the experiment, its verdict with the reason (for an inconclusive one, the missed gates
+grouped; the report lists every criterion), the wall time and the command. A report whose
+recorded code hash differs from the hash of the code today (:mod:`attnlab.lab.kit.provenance`)
+is marked **stale** in the verdict column: its numbers came
 from code that has changed since. The runner rewrites the index after every default full-size
 run; ``attnlab experiment --index`` rewrites it alone (after a code change, so the change shows).
 """
@@ -17,9 +18,11 @@ from pathlib import Path
 
 from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.lab.kit.report import DATA_FILE, format_cell
-from attnlab.lab.kit.verdict import VERDICT_MEANINGS
+from attnlab.lab.kit.seeds import spread_text
+from attnlab.lab.kit.verdict import VERDICT_MEANINGS, Competence, missed
 
 INDEX_FILE = "README.md"
+COMPARISON = "The comparison would have read:"  # how verdict.gate introduces the numbers
 
 
 def read_reports(root: str | os.PathLike) -> list[dict]:
@@ -89,7 +92,7 @@ def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = 
             verdict,
             competence_cell(r.get("competence"), r.get("arms")),
             str(len(r.get("seeds") or [r.get("seed")])),
-            r.get("verdict_reason", ""),
+            why_cell(r),
             f"{float(r.get('wall_time_s', 0)):.0f} s",
             f"`{r.get('command', '')}`",
         ]
@@ -110,6 +113,44 @@ def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = 
             command = f"`attnlab experiment {n} --seed 0`"
             lines.append(f"| {n} | {format_cell(notes)} | {format_cell(claim)} | {command} |")
     return "\n".join(lines) + "\n"
+
+
+def why_cell(report: dict) -> str:
+    """The report's one-sentence reason; for an inconclusive report whose arms missed their gate,
+    the missed criteria grouped by what was missed (one entry per arm, the report itself lists
+    every criterion in full), then what the comparison would have read."""
+    reason = str(report.get("verdict_reason", ""))
+    fields = ("met", "passed")  # derived again by Competence itself
+    criteria = [
+        Competence(**{k: v for k, v in c.items() if k not in fields})
+        for c in report.get("competence") or []
+    ]
+    failed = missed(criteria)
+    if report.get("verdict") != "inconclusive" or not failed or COMPARISON not in reason:
+        return reason
+    groups: dict[str, list[str]] = {}
+    for c in failed:
+        if not c.met:
+            measured = f"{c.arm} ({spread_text(c.values)}; threshold {c.threshold:g})"
+            groups.setdefault(f"missed {c.criterion}", []).append(measured)
+        if c.lr is not None and not c.lr.bracketed:
+            groups.setdefault("learning rate at its grid's edge", []).append(
+                f"{c.arm} ({c.lr.describe()})"
+            )
+        d = c.doubling
+        if d is not None and not d.converged:
+            key = (
+                f"not converged ({d.metric or 'metric'} moved more than {d.tolerance:g} "
+                f"from {d.steps} to {2 * d.steps} steps)"
+            )
+            moves = ", ".join(f"{a:.4g} -> {b:.4g}" for a, b in zip(d.at_steps, d.at_double))
+            groups.setdefault(key, []).append(f"{c.arm} ({moves})")
+    n_arms = len({c.arm for c in failed})
+    missed_text = "; ".join(f"{what}: {', '.join(arms)}" for what, arms in groups.items())
+    return (
+        f"no verdict: {n_arms} arm(s) missed their gate (every criterion in the report) -- "
+        f"{missed_text}. {reason[reason.index(COMPARISON) :]}"
+    )
 
 
 def arms_of(criteria: list[dict]) -> dict[str, bool]:
