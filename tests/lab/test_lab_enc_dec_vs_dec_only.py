@@ -37,7 +37,7 @@ def test_quick_enc_dec_run(tmp_path):
     assert [c.arm for c in report.competence] == report.arms
     for c in report.competence:  # both architectures gated alike
         assert c.gated and len(c.lr.grid) >= 3 and c.doubling.seeds == [0]
-        assert c.doubling.steps == ed.STEPS[True]
+        assert c.doubling.steps == ed.STEPS[True]["reversal"]
     assert len(report.thresholds) == 3 and all(t.source for t in report.thresholds)
     params = report.metrics["parameters"]
     assert abs(params[report.arms[0]] - params[report.arms[1]]) / params[report.arms[0]] < 0.01
@@ -52,7 +52,8 @@ def _measured(enc_dec: list[float], dec_only: list[float]) -> dict:
                  "parameters": 241_000, "seconds": 60.0} for e in exact]  # fmt: skip
 
     per = {a: runs(enc_dec if a.endswith("encoder-decoder") else dec_only) for a in arms}
-    return {"arms": arms, "tasks": list(ed.TASKS), "seeds": [0, 1, 2], "steps": 2000,
+    return {"arms": arms, "tasks": list(ed.TASKS), "seeds": [0, 1, 2],
+            "steps": dict(ed.STEPS[False]),
             "lr": dict.fromkeys(arms, lr), "sweeps": {a: {3e-4: 1.0, 1e-3: 0.1, 3e-3: 0.5}
                                                      for a in arms},
             "per": per, "double": {a: per[a][0] for a in arms}}  # fmt: skip
@@ -71,3 +72,6 @@ def test_write_up_judges_measured_numbers_without_training(
     report = ed.write_up(_measured(enc_dec, dec_only), tmp_path, quick=False)
     assert report.verdict == verdict, report.verdict_reason
     assert all(c.passed for c in report.competence)
+    steps = {c.arm: c.doubling.steps for c in report.competence}  # each task its own budget
+    assert steps == {a: ed.STEPS[False][a.split(", ")[0]] for a in report.arms}
+    assert "reversal 2000 steps, addition 8000 steps" in " ".join(report.setup)

@@ -69,18 +69,22 @@ SEP = "|"  # the decoder-only separator, a character of no task's alphabet
 CHARS = "".join(sorted(set(string.ascii_lowercase[:16] + "+0123456789" + SEP)))
 MAX_LEN = 32  # positions of either model (the longest decoder-only sequence is 26)
 D_MODEL, HEADS, HALF_LAYERS, D_FF = 64, 4, 2, 256
-STEPS = {True: 30, False: 2000}
+STEPS = {  # per task, both architectures alike; addition's at 2000 both arms still rose by
+    True: {"reversal": 30},  # 0.10-0.13 validation per-token accuracy when the steps doubled
+    False: {"reversal": 2000, "addition": 8000},  # (the first full run, 2026-11-27)
+}
 SIZES = {True: (500, 100), False: (20000, 1000)}  # training pairs; validation = test pairs
 LRS = {True: (1e-3, 3e-3, 1e-2), False: (3e-4, 1e-3, 3e-3)}  # extended past an edge (x3)
 QUICK_TASKS = ("reversal",)  # the quick form trains one task (CI time)
 TOLERANCE = 0.01  # step doubling: validation per-token accuracy may move at most this much
 COST = (
     "Full run: 2 tasks x 2 architectures = 4 arms, each a 3-rate sweep on seed 0 (+ up to 2 "
-    "rates past an edge), 2 more seeds and one 2x-steps doubling: 7 run-equivalents of 2000 "
-    "steps (batch 64) per arm, 28 in all. Probe: 44-76 ms of CPU time per step on one thread "
-    "(100 steps of each arm, data and evaluation included; time.process_time, because the "
-    "machine was shared: wall time was ~3x that), ~60 ms on average, so 28 x 120 s = ~56 min "
-    "of CPU, ~28 min on 2 idle cores (~45 min if every arm extends its grid twice). "
+    "rates past an edge), 2 more seeds and one 2x-steps doubling: 7 run-equivalents (batch "
+    "64) per arm, of 2000 steps for reversal and 8000 for addition. Per step, with two "
+    "single-threaded runs side by side on 2 cores: ~35 (encoder-decoder) and ~51 ms "
+    "(decoder-only) on reversal, ~21 and ~26 ms on addition (the first full run's ms/step), so "
+    "reversal ~2 x 7 x 86 s and addition ~2 x 7 x 188 s, ~64 min of run time in two lanes, "
+    "~32 min of wall time (~40 min if every grid extends twice). "
     "Command: attnlab experiment enc_dec_vs_dec_only --seed 0"
 )
 CLAIM = (
@@ -195,11 +199,25 @@ def tasks(quick: bool) -> tuple[str, ...]:
 
 
 def measure(quick: bool, seed: int, data: Path | None = None) -> dict[str, Any]:
-    """Every arm gated and trained on every seed. ``data`` is unused (the tasks are generated)."""
-    runs = gated_by_loss(partial(train_job, quick=quick), arm_names(quick), quick, seed,
-                         grid=LRS[quick], steps=STEPS[quick],
-                         chosen_on="validation loss (target tokens), seed 0")  # fmt: skip
-    return {**runs, "tasks": list(tasks(quick))}
+    """Every arm gated and trained on every seed, task by task (each its own number of steps):
+    the tasks' :func:`~attnlab.lab.kit.loss_gate.gated_by_loss` records merged, ``steps`` per
+    task. ``data`` is unused (the tasks are generated)."""
+    m: dict[str, Any] = {"tasks": list(tasks(quick)), "arms": [], "steps": {}}
+    for task in m["tasks"]:
+        arms = [f"{task}, {arch}" for arch in ARCHS]
+        runs = gated_by_loss(partial(train_job, quick=quick), arms, quick, seed,
+                             grid=LRS[quick], steps=STEPS[quick][task],
+                             chosen_on="validation loss (target tokens), seed 0")  # fmt: skip
+        m["arms"] += arms
+        m["steps"][task], m["seeds"] = runs["steps"], runs["seeds"]
+        for key in ("lr", "sweeps", "per", "double"):
+            m.setdefault(key, {}).update(runs[key])
+    return m
+
+
+def steps_of(m: dict[str, Any], arm: str) -> int:
+    """The arm's training steps (its task's)."""
+    return int(m["steps"][arm.split(", ")[0]])
 
 
 # Write-up ----------------------------------------------------------------------------------------
@@ -209,7 +227,8 @@ def competence(m: dict[str, Any]) -> list[Competence]:
     for arm in m["arms"]:
         vals = [r["val_token"] for r in m["per"][arm]]
         metric = "validation per-token accuracy"
-        doubling = first_doubling(m, arm, "val_token", TOLERANCE, metric)
+        doubling = first_doubling({**m, "steps": steps_of(m, arm)}, arm, "val_token",
+                                  TOLERANCE, metric)  # fmt: skip
         out.append(Competence(arm, metric + " (no floor: convergence is the criterion)", 0.0,
                               vals, lr=m["lr"][arm], doubling=doubling))  # fmt: skip
     return out
@@ -253,7 +272,8 @@ def _rows(m: dict[str, Any]) -> list[dict[str, Any]]:
                 "test exact match": spread_text([r["exact"] for r in runs]),
                 "test per-token accuracy": spread_text([r["token"] for r in runs]),
                 "validation loss": spread_text([r["val_loss"] for r in runs]),
-                "ms/step": 1000 * spread([r["seconds"] for r in runs])["mean"] / m["steps"],
+                "steps": steps_of(m, arm),
+                "ms/step": 1000 * spread([r["seconds"] for r in runs])["mean"] / steps_of(m, arm),
             }
         )
     return rows
@@ -293,7 +313,9 @@ def write_up(m: dict[str, Any], out_dir: Path, quick: bool) -> Report:
             "the parameter count (the table lists both counts); the sequence x SEP y EOS, the "
             "loss on y EOS only.",
             f"{n_train} training pairs per seed, {n_test} validation and {n_test} test pairs "
-            f"(fresh draws); {m['steps']} steps of batch 64, AdamW, warm-up + cosine; one torch "
+            "(fresh draws); "
+            + ", ".join(f"{task} {n} steps" for task, n in m["steps"].items())
+            + " of batch 64 (both architectures alike), AdamW, warm-up + cosine; one torch "
             "thread per run.",
             f"Gate: rates {{{', '.join(f'{r:g}' for r in LRS[quick])}}} swept on seed 0 by "
             "validation loss, extended past an edge (x3, up to 2 rates); step doubling on seed 0.",
