@@ -4,9 +4,9 @@ Built from every ``*/report.json`` under the docs directory, so it always lists 
 there: the experiment, its verdict with the reason (for an inconclusive one, the missed gates
 grouped; the report lists every criterion), the wall time and the command. A report whose
 recorded code hash differs from the hash of the code today (:mod:`attnlab.lab.kit.provenance`)
-is marked **stale** in the verdict column: its numbers came
-from code that has changed since. The runner rewrites the index after every default full-size
-run; ``attnlab experiment --index`` rewrites it alone (after a code change, so the change shows).
+is marked **stale** in the verdict column: its numbers came from code that has changed since.
+The runner rewrites the index after every default full-size run; ``attnlab experiment --index``
+rewrites it alone (after a code change, so the change shows).
 """
 
 from __future__ import annotations
