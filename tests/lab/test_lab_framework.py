@@ -226,3 +226,70 @@ def test_a_run_records_the_hash_of_the_code_it_ran(tmp_path):
     assert "attnlab.lab.experiments.order" in report.code_modules
     data = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
     assert data["code_hash"] == report.code_hash
+
+
+@pytest.fixture
+def pieces_experiment(monkeypatch):
+    """A full-size experiment of resumable code (its code hash reaches attnlab.lab.kit.resume)
+    whose first two pieces are interrupted; the third writes the report."""
+    from attnlab.lab.kit import runner
+    from attnlab.lab.kit.pieces import RESUME_MODULE
+    from attnlab.lab.kit.provenance import CodeHash
+
+    pieces: list[int] = []
+
+    @experiment("dummy-pieces", notes="000")
+    def run(quick, out_dir, seed, data=None):
+        """a claim made in pieces."""
+        pieces.append(1)
+        if len(pieces) < 3:
+            raise KeyboardInterrupt  # what `timeout -s INT` brings
+        return _report(quick)
+
+    code = {"digest": "d1", "modules": (RESUME_MODULE,)}
+    monkeypatch.setattr(
+        runner, "code_hash", lambda module: CodeHash(code["digest"], (module, *code["modules"]))
+    )
+    yield code
+    EXPERIMENTS.pop("dummy-pieces", None)
+
+
+def test_a_run_made_in_pieces_reports_the_wall_time_of_all(tmp_path, capsys, pieces_experiment):
+    from attnlab.lab.kit.index import wall_cell
+    from attnlab.lab.kit.pieces import LEDGER
+
+    out = tmp_path / "out"
+    for _ in range(2):  # through the CLI: the ledger is attnlab's, never a file of the user's
+        assert main(["experiment", "dummy-pieces", "--out", str(out)]) == 130
+    ledger = json.loads((out / LEDGER).read_text(encoding="utf-8"))
+    assert list(ledger) == ["d1"] and len(ledger["d1"]) == 2
+    ledger["d1"][0]["seconds"], ledger["d1"][1]["seconds"] = 1000.0, 2000.0  # two long pieces
+    ledger["d0"] = [{"started": "2026-01-01T00:00:00+00:00", "seconds": 5.0}]  # other code's
+    (out / LEDGER).write_text(json.dumps(ledger), encoding="utf-8")
+    assert main(["experiment", "dummy-pieces", "--out", str(out)]) == 0
+    data = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    pieces = data["machine"]["pieces"]
+    assert [p["seconds"] for p in pieces[:2]] == [1000.0, 2000.0] and len(pieces) == 3
+    assert data["wall_time_s"] == pytest.approx(3000.0 + pieces[2]["seconds"])
+    assert data["setup"][-1].startswith("Run made in 3 pieces")
+    assert "Run made in 3 pieces" in (out / "README.md").read_text(encoding="utf-8")
+    assert json.loads((out / LEDGER).read_text(encoding="utf-8")) == {"d0": ledger["d0"]}
+    assert wall_cell(data) == f"{data['wall_time_s']:.0f} s in 3 pieces"
+
+
+def test_a_run_in_one_piece_or_of_code_that_does_not_resume_keeps_no_ledger(
+    tmp_path, pieces_experiment
+):
+    from attnlab.lab.kit.pieces import LEDGER, RESUME_MODULE
+
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment("dummy-pieces", quick=True, out_dir=tmp_path / "quick")
+    assert not (tmp_path / "quick" / LEDGER).exists()  # a quick run is never made in pieces
+    pieces_experiment["modules"] = ()  # code that does not resume: an interrupt loses the piece
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment("dummy-pieces", out_dir=tmp_path)
+    assert not (tmp_path / LEDGER).exists()
+    pieces_experiment["modules"] = (RESUME_MODULE,)
+    report, _ = run_experiment("dummy-pieces", out_dir=tmp_path)  # one piece, all of the run
+    assert "pieces" not in report.machine and not (tmp_path / LEDGER).exists()
+    assert not any(line.startswith("Run made in") for line in report.setup)

@@ -75,8 +75,10 @@ def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = 
         "- **Provenance.** Each report records its command, seeds, machine, load, wall time and a "
         "hash of the code it ran (its experiment module and every attnlab module it uses, of the "
         "lab kit and the library, found through its imports; wording and typing aside). A report "
-        "whose code changed since is marked **stale** below until it is rerun. `--quick` runs "
-        "the same code CI-sized (one seed, never a verdict to rely on).",
+        "whose code changed since is marked **stale** below until it is rerun. A run that "
+        "checkpoints and resumes (`translation`) may be made in pieces, all under one code "
+        "hash; its wall time is the sum over the pieces. `--quick` runs the same code CI-sized "
+        "(one seed, never a verdict to rely on).",
         "",
         "| experiment | notes | verdict | competence | seeds | why | wall time | command |",
         "|---|---|---|---|---|---|---|---|",
@@ -93,7 +95,7 @@ def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = 
             competence_cell(r.get("competence"), r.get("arms")),
             str(len(r.get("seeds") or [r.get("seed")])),
             why_cell(r),
-            f"{float(r.get('wall_time_s', 0)):.0f} s",
+            wall_cell(r),
             f"`{r.get('command', '')}`",
         ]
         lines.append(
@@ -113,6 +115,14 @@ def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = 
             command = f"`attnlab experiment {n} --seed 0`"
             lines.append(f"| {n} | {format_cell(notes)} | {format_cell(claim)} | {command} |")
     return "\n".join(lines) + "\n"
+
+
+def wall_cell(report: dict) -> str:
+    """The run's wall time; for a run made in pieces (:mod:`attnlab.lab.kit.pieces`) the sum over
+    its pieces, and how many."""
+    pieces = (report.get("machine") or {}).get("pieces") or []
+    made = f" in {len(pieces)} pieces" if len(pieces) > 1 else ""
+    return f"{float(report.get('wall_time_s', 0)):.0f} s{made}"
 
 
 def why_cell(report: dict) -> str:

@@ -3,6 +3,8 @@
 Default output directories: a full-size run writes ``docs/experiments/NAME/`` (the committed
 results, relative to the working directory) and refreshes the index ``docs/experiments/README.md``;
 a ``--quick`` run writes a fresh temporary directory, so it never replaces the full-size report.
+A full-size run of an experiment that resumes across pieces reports the wall time of all its
+pieces (:mod:`attnlab.lab.kit.pieces`).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import torch
 
 from attnlab.checkpoint.atomic import ensure_writable_dir
 from attnlab.lab.kit.index import write_index
+from attnlab.lab.kit.pieces import Pieces, describe
 from attnlab.lab.kit.provenance import code_hash
 from attnlab.lab.kit.registry import get_experiment
 from attnlab.lab.kit.report import Report, check_may_write, machine_info
@@ -65,6 +68,7 @@ def run_experiment(
     check_may_write(out, quick)  # before minutes of training, not after
     ensure_writable_dir(out)
     code = code_hash(exp.run.__module__)  # the code about to run, hashed before it runs
+    pieces = Pieces.of(out, code, quick)  # a resumable run's earlier pieces, if any
     random.seed(seed)
     torch.manual_seed(seed)
     threads = torch.get_num_threads()
@@ -72,15 +76,25 @@ def run_experiment(
     try:
         report = exp.run(quick, out, seed, Path(data).expanduser() if data is not None else None)
         machine = machine_info()  # after the run: records the thread count it used
+    except BaseException:  # interrupted (a piece of a run made in pieces) or failed
+        if pieces is not None:
+            pieces.record(time.perf_counter() - start)
+        raise
     finally:
         torch.set_num_threads(threads)  # experiments may vary the thread count
     if not isinstance(report, Report):
         raise TypeError(f"experiment {name!r} returned {type(report).__name__}, not a Report")
     report.wall_time_s = time.perf_counter() - start
     report.quick, report.seed, report.machine = quick, seed, machine
+    if pieces is not None and pieces.earlier():  # the whole run's wall time, not the last piece's
+        machine["pieces"] = pieces.every(report.wall_time_s)
+        report.wall_time_s = sum(p["seconds"] for p in machine["pieces"])
+        report.setup.append(describe(machine["pieces"]))
     report.command = command_line(name, quick, seed, given, data)
     report.code_hash, report.code_modules = code.digest, list(code.modules)
     readme = report.write(out)
+    if pieces is not None:
+        pieces.forget()
     if given is None and not quick:
         write_index(DOCS_DIR)  # the committed results' table of contents
     return report, readme
