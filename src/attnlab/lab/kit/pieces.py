@@ -9,8 +9,7 @@ piece that ends without a report (interrupted, or failed) leaves its start and w
 ``OUT/.attnlab-pieces.json`` under the code hash it ran; the piece that writes the report adds
 the earlier pieces of the same code to its own time, lists them in the report's machine record
 (``machine["pieces"]``) and a setup line, and once the report is written drops them from the
-ledger. Pieces of other code
-(a run started over after a code change) are never added.
+ledger. Pieces of other code (a run started over after a code change) are never added.
 """
 
 from __future__ import annotations
@@ -22,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from attnlab.checkpoint.atomic import atomic_write_json
+from attnlab.lab.kit import resume
 from attnlab.lab.kit.provenance import CodeHash
 
 LEDGER = ".attnlab-pieces.json"  # {code hash: [{"started": ISO time, "seconds": float}, ...]}
-RESUME_MODULE = "attnlab.lab.kit.resume"
+RESUME_MODULE = resume.__name__  # among a run's code modules: the run resumes across pieces
 
 
 def _now() -> str:
@@ -60,10 +60,6 @@ class Pieces:
             return None
         return cls(out / LEDGER, code.digest)
 
-    def earlier(self) -> list[dict[str, Any]]:
-        """The pieces this code ran before this one, oldest first."""
-        return list(_read(self.path).get(self.digest, []))
-
     def record(self, seconds: float) -> None:
         """This piece ended without a report: keep its wall time for the piece that writes it."""
         data = _read(self.path)
@@ -71,8 +67,9 @@ class Pieces:
         atomic_write_json(self.path, data)
 
     def every(self, seconds: float) -> list[dict[str, Any]]:
-        """Every piece of the run, this last one (``seconds`` long) included."""
-        return [*self.earlier(), {"started": self.started, "seconds": seconds}]
+        """Every piece of the run, oldest first, this last one (``seconds`` long) included."""
+        this = {"started": self.started, "seconds": seconds}
+        return [*_read(self.path).get(self.digest, []), this]
 
     def forget(self) -> None:
         """The report is written: the ledger drops this code's pieces (and goes when empty)."""

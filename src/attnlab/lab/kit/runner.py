@@ -86,10 +86,11 @@ def run_experiment(
         raise TypeError(f"experiment {name!r} returned {type(report).__name__}, not a Report")
     report.wall_time_s = time.perf_counter() - start
     report.quick, report.seed, report.machine = quick, seed, machine
-    if pieces is not None and pieces.earlier():  # the whole run's wall time, not the last piece's
-        machine["pieces"] = pieces.every(report.wall_time_s)
-        report.wall_time_s = sum(p["seconds"] for p in machine["pieces"])
-        report.setup.append(describe(machine["pieces"]))
+    every = pieces.every(report.wall_time_s) if pieces is not None else []
+    if len(every) > 1:  # the whole run's wall time, not the last piece's
+        machine["pieces"] = every
+        report.wall_time_s = sum(p["seconds"] for p in every)
+        report.setup.append(describe(every))
     report.command = command_line(name, quick, seed, given, data)
     report.code_hash, report.code_modules = code.digest, list(code.modules)
     readme = report.write(out)
