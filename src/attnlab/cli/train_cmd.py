@@ -65,11 +65,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "(--lr, --seed, data, ...) differ from the saved run's (it is then no longer "
         "bit-identical to an uninterrupted run)",
     )
+    from attnlab.train.setup import RUN_FILES
+
     g.add_argument(
         "--overwrite",
         action="store_true",
         help="a fresh run into a --out that holds other files: replace the run's own files "
-        "there (config.toml, metrics.jsonl, loss.png, plots/; checkpoints are never replaced)",
+        f"there ({', '.join(RUN_FILES)}; checkpoints are never replaced)",
     )
     g.add_argument(
         "--dump-config",
