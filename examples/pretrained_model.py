@@ -1,6 +1,6 @@
 """Load a Hugging Face model into attnlab's readable modules and generate from it.
 
-Run: python examples/pretrained_model.py [HUB_ID_OR_DIR]
+Run: python examples/pretrained_model.py [HUB_ID_OR_DIR [PROMPT]]
      e.g. python examples/pretrained_model.py gpt2   (fetched into the Hugging Face cache)
 Without an argument it builds a tiny random GPT-2 with transformers (no download) and shows that
 attnlab's logits equal transformers' own.

@@ -49,8 +49,9 @@ def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = 
         "come from full-size runs (`attnlab experiment NAME`); rerun one with its command, or a "
         "CI-sized version with `--quick`. `attnlab experiment --list` lists them all.",
         "",
-        "The standard every report meets (checked by `tests/lab/test_lab_gate.py` on the "
-        "committed reports):",
+        "The standard every current report meets (checked by `tests/lab/test_lab_gate.py` on "
+        "the committed reports; a report marked **stale** was made by older code, and its row, "
+        "verdict and wall time included, is a record until it is rerun):",
         "",
         "- **The gate covers every compared arm.** Each report names the arms its verdict "
         "compares and states, per arm, a criterion on the arm's own training distribution (e.g. "
