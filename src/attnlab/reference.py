@@ -651,10 +651,12 @@ def rotary(x, positions, base: float = 10000.0) -> np.ndarray:
     Layout: dimension i is paired with i + d/2 (GPT-NeoX / Hugging Face Llama ``rotate_half``),
     NOT with i+1 as in the RoFormer paper's interleaved layout; the two layouts differ by a fixed
     permutation of the feature axis. For pair i = 0 .. d/2 - 1 and a row at position p:
-        theta_i = p / base^(2i/d),
-        out_i       = x_i cos theta_i - x_{i+d/2} sin theta_i,
-        out_{i+d/2} = x_{i+d/2} cos theta_i + x_i sin theta_i,
-    i.e. each pair is rotated by +theta_i. Hence <rotary(q, m), rotary(k, n)> depends on m - n only.
+        theta_i = base^(-2i/d)          (the pair's frequency, as in attnlab.nn.positional)
+        phi_i   = p theta_i             (its angle at position p)
+        out_i       = x_i cos phi_i - x_{i+d/2} sin phi_i,
+        out_{i+d/2} = x_{i+d/2} cos phi_i + x_i sin phi_i,
+    i.e. each pair is rotated by +phi_i = p theta_i. Hence <rotary(q, m), rotary(k, n)> depends
+    on m - n only.
     x: (..., N, d) with d even (rows along axis -2); positions: (N,). Returns the shape of x.
     """
     x = _f64(x, "x")

@@ -11,8 +11,9 @@ A format is a template with these fields (English names, never the system locale
     {d} 3    {dd} 03    {dth} 3rd    {m} 3    {mm} 03    {yy} 98    {yyyy} 1998
 
 Two-digit years: 50-99 mean 1950-1999 and 00-49 mean 2000-2049, so with the default year range
-1950-2049 every "{yy}" is unambiguous. Numeric formats are day-first ("dd/mm/yy", European),
-never month-first, so "03/04/98" always means 3 April. Weekdays are always the true weekday.
+1950-2049 every "{yy}" is unambiguous. Numeric formats are year-first (ISO order,
+"yyyy-mm-dd") or day-first ("dd/mm/yy", European), never month-first, so "03/04/98" always means
+3 April. Weekdays are always the true weekday.
 """
 
 from __future__ import annotations

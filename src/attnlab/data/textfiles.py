@@ -51,7 +51,8 @@ def read_text(path: PathLike, *, allow_empty: bool = False) -> str:
 
 
 def read_lines(path: PathLike) -> list[str]:
-    """The lines of a UTF-8 file without their line endings (``\\n`` or ``\\r\\n``)."""
+    """The lines of a UTF-8 file without their ``\\n`` (the ``\\r`` of a CRLF file is kept; callers
+    that read text strip it)."""
     text = read_text(path)
     return text.split("\n")[:-1] if text.endswith("\n") else text.split("\n")
 

@@ -176,7 +176,9 @@ def direct_logit_attribution(
     **kwargs,
 ) -> LogitAttribution:
     """Each head's direct contribution to the logit of ``tokens`` (int or (B,)) at ``position``
-    of a pre-norm decoder LM (module docstring). The parts add up to the logit (tested)."""
+    of a pre-norm decoder LM (module docstring). The parts add up to the logit before any final
+    soft-cap (tested): with ``final_logit_softcap`` the model's logit is c tanh(total / c), which
+    is not a sum of parts. Needs W^O (``out_proj``); the parts are per head of W^O's row blocks."""
     if not isinstance(model, DecoderLM):
         raise InspectError(
             f"direct logit attribution needs a decoder LM, got {type(model).__name__}; use "

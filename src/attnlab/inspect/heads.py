@@ -10,7 +10,8 @@ before the concatenation and W^O (004 eq. 13), by zeros or by its mean over a re
 
     MultiHead(X) = concat(head_1, ..., 0, ..., head_H) W^O
 
-so zero-ablation equals the model with head h's Dv columns of W^O set to zero (tested).
+so zero-ablation equals the model with head h's Dv rows of W^O (columns of ``out_proj.weight``) set
+to zero (tested).
 """
 
 from __future__ import annotations

@@ -36,8 +36,9 @@ class InspectError(UserError, ValueError):
 
 
 def hook_points(model: nn.Module) -> dict[str, HookPoint]:
-    """Every named activation of ``model``: {public name: its HookPoint}, in forward order of the
-    module tree (embeddings, then layer by layer). Points this model never reaches (the rotated
+    """Every named activation of ``model``: {public name: its HookPoint}, in the order of the
+    module tree (each module's own points before its children's; not the forward pass's order).
+    Points this model never reaches (the rotated
     Q_rot, K_rot without rotary positions; P where no signal is added) are left out, so that
     asking for them is an error rather than a silent no-op."""
     if not isinstance(model, nn.Module):

@@ -230,7 +230,9 @@ class LSTMSeq2Seq(Seq2SeqModel[RecurrentCache]):
         """tgt_in (B, T) shifted-right target ids -> logits (B, T, V), or (N, V) at the real
         positions with ``real_only`` (the head skips padding).
 
-        tgt_mask (B, T): True = real token; padding steps leave the decoder state unchanged.
+        tgt_mask (B, T): True = real token; step by step, padding steps leave the decoder state
+        unchanged (the one-call path, for right padding without attention or cache, runs through
+        the padding instead: the real positions are the same, only the padding's outputs differ).
         cache: from :meth:`new_cache`; holds the state, so pass only new tokens; updated in place.
         need_weights: attentions = (LayerAttention(None, alpha (B, 1, T, S)),), alpha_l of every
         step (eq. 7); None for the plain model, which has no attention.

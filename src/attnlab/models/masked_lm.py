@@ -6,7 +6,8 @@ and predicts the original token at every position:
     h_{1:n} = TransformerEncoder(w_{1:n}),
     p(w_i | w_{\\i}) = softmax(LN(a(W_t h_i + b_t)) E^T + b)          (BERT's prediction head)
 
-with a = GELU and E the input embedding matrix (tied, Press & Wolf 2017). It is what most BERT
+with a = the model's activation (GELU in BERT's configs; ``cfg.activation``) and E the input
+embedding matrix (tied, Press & Wolf 2017). It is what most BERT
 checkpoints on disk are (``BertForMaskedLM``/``BertForPreTraining``) and what ``attnlab generate``
 uses to fill in [MASK] tokens (``attnlab.generate.fill_mask``).
 

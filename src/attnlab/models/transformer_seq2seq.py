@@ -1,7 +1,8 @@
 """The Transformer encoder-decoder (Vaswani et al. 2017; 000 "Transformer Encoder-Decoder"; 003).
 
 h^(x) = TransformerEncoder(x_{1:n}); the decoder runs masked self-attention over the shifted-right
-target y_{<l} ("teacher forcing": tgt_in = [<bos>, y_1, ..., y_{L-1}]), cross-attention from its
+target y_{<l} ("teacher forcing": tgt_in = [<bos>, y_1, ..., y_L] predicts tgt_out = [y_1, ..., y_L,
+<eos>], attnlab.data.batching), cross-attention from its
 states to h^(x), and a feed-forward net, then a linear head over the target vocabulary.
 
 Shapes: B batch, S source length, T target length, D d_model, V target vocabulary.

@@ -45,7 +45,9 @@ from attnlab.nn.masks import causal_mask, check_mask, combine_masks
 
 
 class AttentionOutput(NamedTuple):
-    """Attended values and, on the explicit path, the attention matrix (rows sum to 1)."""
+    """Attended values and, on the explicit path, the attention matrix (rows sum to 1; a row with
+    no admissible key is 0; while training, the weights after dropout; ``hook_A`` holds them
+    before)."""
 
     out: Tensor  # (B, H, T, Dv) or (B, T, D) for modules
     weights: Tensor | None  # (B, H, T, S), None on the fused path

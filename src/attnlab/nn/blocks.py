@@ -137,7 +137,8 @@ class DecoderBlock(nn.Module):
         need_weights: bool = False,
     ) -> BlockOutput:
         """x: (B, T, D) target stream; memory: (B, S, D) encoder output (or its projected
-        ``memory_kv``); self_mask ~ (B, H, T, T), cross_mask ~ (B, H, T, S)."""
+        ``memory_kv``); self_mask ~ (B, H, T, T), or (B, H, T, S_cache) over a cache's keys;
+        cross_mask ~ (B, H, T, S)."""
         x = self.hook_x(x)
         opts = dict(causal=True, positions=positions, cache=cache, need_weights=need_weights)
         cross_opts = dict(memory_kv=memory_kv, need_weights=need_weights)

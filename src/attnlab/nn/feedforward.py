@@ -46,7 +46,7 @@ GATED = {"swiglu": ("silu",), "geglu": ("gelu", "gelu_tanh")}  # each variant's 
 
 
 class FeedForward(nn.Module):
-    """W2 a(W1 h + b1) + b2 with a in {ReLU (000), GELU (exact or tanh), ReLU^2}."""
+    """W2 a(W1 h + b1) + b2 with a in {ReLU (000), GELU (exact or tanh), ReLU^2, SiLU}."""
 
     def __init__(
         self,

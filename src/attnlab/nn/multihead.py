@@ -54,7 +54,7 @@ from attnlab.nn.positional import Positions, default_positions
 class MultiHeadBase(nn.Module):
     """What self- and cross-attention share: head sizes, W^O, QK-norm, the attention call.
 
-    d_head (Dk) and d_v (Dv) default to D // H; d_out (Do) to D, or H * Dv without W^O
+    d_head (Dk) defaults to D // H and d_v (Dv) to d_head; d_out (Do) to D, or H * Dv without W^O
     (``out_proj=False``). ``activation`` is the row activation a (``attnlab.nn.attention``'s
     :class:`RowActivation`, or its config name "softmax" or "hardmax", the latter with
     ``straight_through`` gradients or not), ``scale`` the factor on Q K^T (True: 1/sqrt(Dk)),
@@ -234,13 +234,14 @@ class SelfAttention(MultiHeadBase):
         """x: (B, T, D) -> out (B, T, Do), weights (B, H, T, S) or None.
 
         With a ``cache`` the new keys/values are written at [cache.length, cache.length + T) and
-        the queries attend to all S = cache.length + T cached keys; ``mask`` must then cover S.
+        the queries attend to the S keys the cache holds after the append (cache.length + T, or
+        fewer with a window, which drops keys older than W - 1); ``mask`` must then cover S.
         ``positions`` (T,) or (B, T) are the absolute positions used by a rotation side.
         """
         check_input(x, self.d_model, "x", self.qkv_proj)
         g, scheme = self.n_kv_heads, self.pos_enc
         sizes = [self.n_heads * self.d_head, g * self.d_head, g * self.d_v]
-        q, k, v = self.qkv(x).split(sizes, dim=-1)  # (B, T, H*Dk), (B, T, G*Dk), (B, T, G*Dv)
+        q, k, v = self.qkv(x).split(sizes, dim=-1)  # (B, T, H*Dk), (B, T, H_kv*Dk), (B, T, H_kv*Dv)
         q = self.hook_Q(self.split_heads(q, self.d_head))  # (B, H, T, Dk)
         k = self.hook_K(self.split_heads(k, self.d_head, g))  # (B, H_kv, T, Dk)
         v = self.hook_V(self.split_heads(v, self.d_v, g))  # (B, H_kv, T, Dv)
@@ -365,7 +366,8 @@ class LoopMultiHeadAttention(nn.Module):
         bias = attn.qkv_proj.bias is not None
         d_out = attn.d_out if attn.out_proj is not None else None
         loop = cls(attn.d_model, h, dk, dv, d_out, bias)
-        w = attn.qkv_proj.weight.detach()  # (H*(2Dk+Dv), D): rows [q heads | k heads | v heads]
+        # (H*Dk + H_kv*(Dk+Dv), D): rows [q heads | k heads | v heads]
+        w = attn.qkv_proj.weight.detach()
         b = attn.qkv_proj.bias.detach() if bias else None
         with torch.no_grad():
             for i in range(h):

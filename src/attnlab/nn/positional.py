@@ -355,7 +355,7 @@ class RotaryPositions(Positions):
         self.frequencies = frequencies.to(torch.float64)  # theta_i; a constant, not a parameter
         # One module serves every layer, and a forward pass hands all of them the same positions
         # tensor: (positions, its version, dtype, cos, sin) of the last call spares the other
-        # 2 x layers - 1 rotations recomputing the table (8 of 9 such computations at 4 layers).
+        # 2 x layers - 1 rotations recomputing the table (7 of 8 such computations at 4 layers).
         self._last: tuple | None = None
 
     @classmethod
