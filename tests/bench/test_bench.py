@@ -288,6 +288,26 @@ def test_cli_refuses_a_directory_as_json_output(tmp_path, capsys):
     assert "is a directory" in " ".join(capsys.readouterr().err.split())
 
 
+def test_cli_never_replaces_a_users_file_and_replaces_its_own(tmp_path, capsys):
+    saved = tmp_path / "saved.json"
+    assert main(["bench", "--tiny", "--threads", "1", "--quiet", "--suite", "matmul",
+                 "--json", str(saved)]) == 0  # fmt: skip
+    precious, thesis = tmp_path / "precious.json", tmp_path / "README.md"
+    precious.write_text("my precious notes")
+    thesis.write_text("# My thesis notes\n")
+    for flag, path in (("--json", precious), ("--report", thesis)):
+        assert main(["bench", "--from-json", str(saved), flag, str(path)]) == 2
+        err = " ".join(capsys.readouterr().err.split())
+        assert f"{flag} {str(path)!r} already exists and is not an attnlab bench" in err
+    assert precious.read_text() == "my precious notes"
+    assert thesis.read_text() == "# My thesis notes\n"
+    # its own files are rewritten: a result over a result, a report over a report
+    report = tmp_path / "RESULTS.md"
+    again = ["bench", "--from-json", str(saved), "--json", str(saved), "--report", str(report)]
+    assert main(again) == 0 and main(again) == 0
+    assert report.read_text().startswith("# attnlab benchmark results")
+
+
 def test_tiny_run_writes_json_report_and_plots(tmp_path, capsys):
     out_json, report = tmp_path / "r.json", tmp_path / "bench" / "RESULTS.md"
     argv = [

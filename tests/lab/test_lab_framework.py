@@ -107,6 +107,9 @@ def test_cli_list_and_errors(capsys, tmp_path, dummy_experiment):
     assert main(["experiment", "--list"]) == 0
     listed = capsys.readouterr().out
     assert "dummy-test" in listed and "a claim" in listed and "order" in listed
+    assert main(["experiment", "order", "--list"]) == 0  # one experiment's entry
+    one = capsys.readouterr().out
+    assert one.startswith("order") and "dummy-test" not in one
     assert main(["experiment"]) == 2
     assert "name an experiment" in capsys.readouterr().err
     assert main(["experiment", "nope"]) == 2

@@ -93,6 +93,32 @@ CASES = [
      "copy the tokenizer file"),
     ("bench --memory-cap-gib nan", ["bench", "--memory-cap-gib", "nan"], None, 2,
      "finite number > 0"),
+    ("--dump-config over the user's file",
+     ["train", "--task", "reverse", "--dump-config", "mine/notes.txt"], None, 2,
+     "add --overwrite to replace it"),
+    ("--allow-changes without --resume",
+     ["train", "--text", "text.txt", "--allow-changes", "--out", "ac", *TINY], "ac", 2,
+     "add --resume"),
+    ("--freeze without --init-from",
+     ["train", "--text", "text.txt", "--freeze", "embeddings", "--out", "fz", *TINY], "fz", 2,
+     "add --init-from MODEL"),
+    ("generate --length-penalty without --beams",
+     ["generate", "--checkpoint", "lm", "--prompt", "the", "--length-penalty", "2"], None, 2,
+     "act only in beam search; add --beams K"),
+    ("generate --early-stopping without --beams",
+     ["generate", "--checkpoint", "s2s", "--source", "abc", "--early-stopping"], None, 2,
+     "act only in beam search; add --beams K"),
+    ("evaluate --examples -3", ["evaluate", "--checkpoint", "lm", "--examples", "-3"], None, 2,
+     "must be >= 0"),
+    ("generate from ./missing (a relative path, not a hub id)",
+     ["generate", "--checkpoint", "./missing", "--prompt", "the"], None, 2,
+     "no checkpoint at './missing': the path does not exist"),
+    ("evaluate ./missing", ["evaluate", "--checkpoint", "./missing"], None, 2,
+     "no checkpoint at './missing'"),
+    ("plot positions into a directory", ["plot", "positions", "--out", "mine"], None, 2,
+     "is a directory; give the figure's file name"),
+    ("experiment --list of an unknown name", ["experiment", "nosuch", "--list"], None, 2,
+     "choose one of"),
 ]  # fmt: skip
 
 
@@ -202,3 +228,21 @@ def test_exports_are_read_back_by_generate(workspace, capsys, checkpoint):
     assert main(["generate", "--checkpoint", "lm", *argv[3:]]) == 0
     ours, theirs = capsys.readouterr().out.splitlines()[-2:]
     assert ours == theirs  # the same greedy text as the run it was exported from
+
+
+def test_evaluate_names_the_file_and_warns_when_it_is_mostly_unknown(workspace, capsys):
+    (workspace / "oov.txt").write_text("日本語のテキスト。" * 40 + "the cat\n")
+    assert main(["evaluate", "--checkpoint", "lm", "--text", "oov.txt"]) == 0
+    captured = capsys.readouterr()
+    assert "tokens of 'oov.txt'" in captured.out and "training" not in captured.out
+    err = " ".join(captured.err.split())
+    assert "of the tokens of 'oov.txt' are <unk>" in err and "say little about the model" in err
+    assert main(["evaluate", "--checkpoint", "lm", "--text", "text.txt"]) == 0
+    assert "<unk>" not in capsys.readouterr().err  # the model's own alphabet: no warning
+
+
+def test_plot_attention_names_unknown_input_characters(workspace, capsys):
+    argv = ["plot", "attention", "--checkpoint", "lm", "--input", "ZZ日 the", "--out", "maps"]
+    assert main(argv) == 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--input has characters the tokenizer does not know: 'Z', '日'" in err

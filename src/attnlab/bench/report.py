@@ -69,13 +69,16 @@ def format_text(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+REPORT_TITLE = "# attnlab benchmark results"  # the first line of every report: how one is told
+
+
 def write_markdown(
     result: dict[str, Any], path: Path, plots: list[Path], notes: str | None = None
 ) -> Path:
     """Write RESULTS.md: command, machine, targets, analysis notes, tables, plots."""
     path = Path(path)
     lines = [
-        "# attnlab benchmark results",
+        REPORT_TITLE,
         "",
         "Regenerate this file (and the JSON and plots next to it) with:",
         "",

@@ -20,9 +20,10 @@ import textwrap
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from attnlab.cli.flags import flag_hint
-from attnlab.errors import UserError, blamed_fields
+from attnlab.errors import CheckpointError, UserError, blamed_fields
 
 # Subcommand modules, in the order --help lists them. A module that is missing is skipped.
 SUBCOMMANDS = (
@@ -156,14 +157,29 @@ def _main(argv: list[str] | None, program: bool = False) -> int:
         return getattr(err, "exit_code", 2)
 
 
+def local_model_path(path: str, *, revision: str | None = None) -> Path:
+    """The local directory or file ``path`` names (a hub id fetched into the cache). A local
+    path that does not exist is an error here, in the user's spelling: the loaders would
+    resolve its normalised form again, which reads ``./run`` as the hub id ``run``."""
+    from attnlab.interop.hub import resolve_model_path
+
+    local = resolve_model_path(path, revision=revision)
+    if not local.exists():
+        raise CheckpointError(
+            f"no checkpoint at {path!r}: the path does not exist; pass a run directory (with "
+            "checkpoints/ inside), a checkpoint directory, a Hugging Face model directory or a "
+            "hub id"
+        )
+    return local
+
+
 def load_checkpoint_lazily(path: str, *, revision: str | None = None, device: str = "cpu"):
     """``attnlab.interop.load_checkpoint``, imported only when a command needs it:
     ``path`` is a run or checkpoint directory, a Hugging Face model directory or a hub id (at
     ``revision``), loaded onto ``device`` ("auto", "cpu", "cuda", ...)."""
-    from attnlab.interop.hub import resolve_model_path
     from attnlab.train.distributed import resolve_device
 
-    local = resolve_model_path(path, revision=revision)
+    local = local_model_path(path, revision=revision)
     try:
         from attnlab.interop.loading import load_checkpoint
     except ModuleNotFoundError as err:

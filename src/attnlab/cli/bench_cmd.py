@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from attnlab.cli.options import positive_number
@@ -111,10 +112,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _writable(path: str, flag: str) -> Path:
+def _writable(path: str, flag: str, ours: Callable[[Path], bool], what: str) -> Path:
+    """``path`` as a file this run may write: a new file, or one an earlier run wrote (``ours``);
+    a file of the user's is never replaced."""
     out = Path(path)
     if out.is_dir():
         raise UserError(f"{flag} {path!r} is a directory; give a file name, e.g. {path}/out")
+    if out.exists() and not ours(out):
+        raise UserError(
+            f"{flag} {path!r} already exists and is not {what}; attnlab bench replaces only its "
+            "own files, so choose another path or move that file away"
+        )
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -124,6 +132,26 @@ def _writable(path: str, flag: str) -> Path:
             f"cannot write {flag} {path!r}: its folder is not writable; choose another location"
         )
     return out
+
+
+def _bench_json(path: Path) -> bool:
+    """Whether ``path`` holds a result written by ``--json`` (of any schema version)."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and "schema_version" in data and "suites" in data
+
+
+def _bench_report(path: Path) -> bool:
+    """Whether ``path`` holds a report written by ``--report`` (it starts with REPORT_TITLE)."""
+    from attnlab.bench.report import REPORT_TITLE
+
+    try:
+        with path.open(encoding="utf-8") as f:
+            return f.readline().rstrip("\n") == REPORT_TITLE
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -265,8 +293,11 @@ def run(args: argparse.Namespace) -> int:
             notes = Path(args.notes).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise DataError(f"cannot read --notes {args.notes!r}: {err}") from None
-    json_path = _writable(args.json, "--json") if args.json else None
-    report_path = _writable(args.report, "--report") if args.report else None
+    json_path = report_path = None
+    if args.json:
+        json_path = _writable(args.json, "--json", _bench_json, "an attnlab bench result")
+    if args.report:
+        report_path = _writable(args.report, "--report", _bench_report, "an attnlab bench report")
 
     def progress(message: str) -> None:
         print(message, file=sys.stderr, flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from attnlab.cli.options import add_checkpoint, add_device
+from attnlab.cli.options import add_checkpoint, add_device, count
 from attnlab.errors import ConfigError
 
 
@@ -31,13 +31,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, help="examples per batch (default: the run's)")
     p.add_argument("--max-batches", type=int, help="evaluate at most this many batches")
     add_device(p)
-    p.add_argument("--examples", type=int, default=5, help="predictions to print")
+    p.add_argument("--examples", type=count, default=5, help="predictions to print")
     p.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    from attnlab.interop.hub import resolve_model_path
+    from attnlab.cli import local_model_path
     from attnlab.train.eval_checkpoint import evaluate_checkpoint
     from attnlab.train.report import format_metrics
 
@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
         if value is not None and value <= 0:
             raise ConfigError(f"--{name.replace('_', '-')} must be a positive number, got {value}")
     found = evaluate_checkpoint(
-        resolve_model_path(args.checkpoint, revision=args.revision),
+        local_model_path(args.checkpoint, revision=args.revision),
         split=args.split,
         data=files[0] if files else None,
         batch_size=args.batch_size,
@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     print(f"checkpoint {found.checkpoint} (step {found.step})")
     print(found.summary)
-    for p in found.result.predictions[: max(args.examples, 0)]:
+    for p in found.result.predictions[: args.examples]:
         mark = "ok " if p.correct else "BAD"
         print(f"  [{mark}] {p.source!r} -> {p.prediction!r}   (reference {p.target!r})")
     print(format_metrics(metrics))

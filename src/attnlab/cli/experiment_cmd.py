@@ -28,7 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "figures, verdict) and OUT/report.json. See --list for the experiments.",
     )
     p.add_argument("name", nargs="?", metavar="NAME", help="the experiment to run (see --list)")
-    p.add_argument("--list", action="store_true", help="list the experiments and their claims")
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="list the experiments and their claims (with NAME: that one only)",
+    )
     p.add_argument(
         "--quick",
         action="store_true",
@@ -61,7 +65,12 @@ def run(args: argparse.Namespace) -> int:
     from attnlab.lab import discover, run_experiment
 
     if args.list:
-        for name, exp in discover().items():
+        found = discover()
+        if args.name and args.name not in found:
+            raise ValueError(f"no experiment {args.name!r}; choose one of {', '.join(found)}")
+        for name, exp in found.items():
+            if args.name and name != args.name:
+                continue
             print(f"{name:14s} {exp.notes}")
             print(
                 textwrap.fill(

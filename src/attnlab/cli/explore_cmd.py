@@ -55,9 +55,9 @@ def run(args: argparse.Namespace) -> int:
 
     device = str(resolve_device(args.device))
     options = LoadOptions(device=device, weights=args.weights, kv_cache=args.kv_cache)
-    from attnlab.interop.hub import resolve_model_path
+    from attnlab.cli import local_model_path
 
-    local = resolve_model_path(args.path, revision=args.revision)
+    local = local_model_path(args.path, revision=args.revision)
     loaded = load(local, options)
     if not os.path.exists(args.path):  # a hub id (main() expanded ~ and $VARS already)
         loaded = loaded._replace(name=args.path + (f"@{args.revision}" if args.revision else ""))

@@ -27,6 +27,17 @@ def positive_number(text: str) -> float:
     return value
 
 
+def count(text: str) -> int:
+    """An argparse ``type``: a whole number >= 0 (how many examples to print, ...)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text!r}")
+    return value
+
+
 CHECKPOINT_HELP = (
     "run directory (its latest checkpoint) or a step_* checkpoint written by `attnlab train`, "
     "a Hugging Face model directory, or a Hugging Face hub id such as gpt2 or "

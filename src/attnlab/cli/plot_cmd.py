@@ -9,7 +9,9 @@ attnlab plot loss --run runs/x --out loss.png
 from __future__ import annotations
 
 import argparse
+import warnings
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -17,7 +19,7 @@ from attnlab.budget import check_allocation
 from attnlab.cli import load_checkpoint_lazily
 from attnlab.cli.options import add_checkpoint, add_device
 from attnlab.cli.outputs import outputs
-from attnlab.errors import CheckpointError
+from attnlab.errors import CheckpointError, UserError
 from attnlab.nn import sinusoidal_table
 
 
@@ -80,12 +82,42 @@ def run_attention(args: argparse.Namespace) -> int:
             f"checkpoint {str(ckpt.path)!r} has no tokenizer.json, so the "
             "input text cannot be encoded; train with a tokenizer"
         )
+    for flag, text in (("--input", args.input), ("--target", args.target)):
+        warn_unknown(ckpt.tokenizer, text, flag)
     figures = model_attention_figures(ckpt.model, ckpt.tokenizer, args.input, args.target)
     with outputs(Path(args.out), "attnlab plot attention", names=set(figures)):
         paths = save_figures(figures, args.out)
     for path in paths:
         print(f"wrote {path}")
     return 0
+
+
+def figure_file(out: str) -> Path:
+    """``--out`` of a one-figure plot: a file name (a directory there is an error, not a write
+    into a temporary name inside it)."""
+    if Path(out).is_dir():
+        raise UserError(
+            f"--out {out!r} is a directory; give the figure's file name, e.g. "
+            f"{str(Path(out) / 'figure.png')!r}"
+        )
+    return Path(out)
+
+
+def warn_unknown(tokenizer: Any, text: str | None, flag: str) -> None:
+    """Name the characters of ``text`` the tokenizer maps to <unk>: the maps would label them
+    all <unk>, and the model reads them as one token it rarely saw."""
+    unk = getattr(tokenizer, "unk_id", None)
+    if not text or unk is None:
+        return
+    unknown = [c for c in dict.fromkeys(text) if list(tokenizer.encode(c)) == [unk]]
+    if unknown:
+        warnings.warn(
+            f"{flag} has characters the tokenizer does not know: "
+            f"{', '.join(repr(c) for c in unknown[:10])}; the maps show each as <unk>, so "
+            "write the text in the alphabet the model was trained on",
+            UserWarning,
+            stacklevel=2,
+        )
 
 
 def run_positions(args: argparse.Namespace) -> int:
@@ -103,7 +135,7 @@ def run_positions(args: argparse.Namespace) -> int:
     )
     table = sinusoidal_table(torch.arange(args.max_len), args.d_model, args.base)  # (N, D)
     title = f"sinusoidal position encoding, D={args.d_model}, N={args.max_len}"
-    out = Path(args.out)
+    out = figure_file(args.out)
     with outputs(out.parent, "attnlab plot positions", names={out.name}):
         print(f"wrote {save_figure(plot_position_encoding(table, title), out)}")
     return 0
@@ -112,8 +144,8 @@ def run_positions(args: argparse.Namespace) -> int:
 def run_loss(args: argparse.Namespace) -> int:
     from attnlab.viz import find_metrics_file, plot_loss_curves
 
+    out = figure_file(args.out)
     metrics = find_metrics_file(args.run)
-    out = Path(args.out)
     with outputs(out.parent, "attnlab plot loss", names={out.name}):
         plot_loss_curves(metrics, out, title=str(args.run), log_y=args.log_y)
     print(f"wrote {args.out} from {metrics}")

@@ -26,7 +26,7 @@ else:  # pragma: no cover
 
 from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.cli.flags import TRAIN_FLAGS as FLAG_FIELDS
-from attnlab.cli.options import add_fast
+from attnlab.cli.options import add_fast, count
 from attnlab.config import CLASSIFIER_KINDS, ModelConfig
 from attnlab.data import CLASSIFICATION_TASKS, TASKS, read_parallel
 from attnlab.errors import ConfigError
@@ -76,7 +76,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument(
         "--dump-config",
         metavar="FILE.toml",
-        help="write the resolved config to FILE and exit without training",
+        help="write the resolved config to FILE and exit without training (an existing FILE "
+        "is replaced only with --overwrite)",
     )
     g.add_argument(
         "--set",
@@ -85,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="any other config field, e.g. --set qk_norm=true (repeatable)",
     )
-    g.add_argument("--examples", type=int, default=8, help="validation examples to print")
+    g.add_argument("--examples", type=count, default=8, help="validation examples to print")
     g.add_argument("--no-progress", action="store_true", help="no progress bar")
     g.add_argument("--no-plots", action="store_true", help="skip the attention heatmap")
     g.add_argument("--compile", action="store_true", default=None, help="torch.compile the model")
@@ -264,6 +265,23 @@ def build_run_config(args: argparse.Namespace) -> tuple[Any, Path]:
     return run, Path(run.train.out)
 
 
+def check_flag_use(args: argparse.Namespace, run_config: Any) -> None:
+    """Flags and settings that would do nothing here are errors naming what they need."""
+    if args.allow_changes and not args.resume:
+        raise ConfigError(
+            "--allow-changes lets a resumed run change its settings and does nothing without "
+            "--resume; add --resume, or drop --allow-changes"
+        )
+    train_cfg = run_config.train
+    if train_cfg.freeze and not train_cfg.init_from:
+        raise ConfigError(
+            f"freeze={train_cfg.freeze!r} keeps pretrained weights fixed and needs a pretrained "
+            "start: add --init-from MODEL (a run directory, a Hugging Face directory or hub id), "
+            "or drop --freeze",
+            fields=("freeze", "init_from"),
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from attnlab.train.timing import PhaseTimes
 
@@ -277,7 +295,13 @@ def run(args: argparse.Namespace) -> int:
                 f"--dump-config {args.dump_config!r} is a directory; give a file name to write, "
                 f"e.g. --dump-config {str(Path(args.dump_config) / 'run.toml')!r}"
             )
+        if args.dump_config and Path(args.dump_config).exists() and not args.overwrite:
+            raise ConfigError(
+                f"--dump-config {args.dump_config!r} already exists; choose another file name, "
+                "or add --overwrite to replace it"
+            )
         run_config, out = build_run_config(args)
+        check_flag_use(args, run_config)
     if args.dump_config:
         atomic_write_text(args.dump_config, dump_toml(run_config))
         print(f"wrote {args.dump_config}")
@@ -358,7 +382,7 @@ def _report(
             file=sys.stderr,
         )
         return
-    shown = result.predictions[: max(args.examples, 0)]
+    shown = result.predictions[: args.examples]
     if shown:
         print("examples (source -> prediction, reference):")
         for p in shown:

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from pathlib import Path
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+import torch
 
 from attnlab.data.textfiles import read_text
 from attnlab.errors import CheckpointError, ConfigValueError, DataError
@@ -23,6 +26,7 @@ from attnlab.train.evaluate import EvalResult, evaluate
 from attnlab.train.masked_lm_eval import masked_lm_metrics
 from attnlab.train.run_config import TrainConfig
 from attnlab.train.setup import KINDS_FOR_TASK
+from attnlab.train.task_data import LMData
 
 DATA_OF_TASK = {
     "lm": "text (a text file)",
@@ -121,7 +125,54 @@ def evaluate_checkpoint(
             device=dev,
             prefix="test" if split == "test" else "val",
         )
-    return CheckpointEvaluation(result, ckpt.path, ckpt.step, task_data.summary)
+        warn_unknown(task_data, bs, max_batches or 1_000_000, data)
+    return CheckpointEvaluation(result, ckpt.path, ckpt.step, data_summary(task_data, data))
+
+
+def data_summary(task_data: Any, data: str | None) -> str:
+    """One line on what was evaluated: the run's own split, or the file ``data`` (which the data
+    builders load as both splits, so their own line would count it twice)."""
+    if data is None:
+        return task_data.summary
+    tok = task_data.tokenizer
+    if isinstance(task_data, LMData):
+        size = f"{len(task_data.val):,} tokens"
+    else:
+        size = f"{len(task_data.val_examples):,} examples"
+    return f"{size} of {data!r} ({tok.type} tokenizer, {tok.vocab_size} ids)"
+
+
+UNKNOWN_SHARE = 0.01  # from this share of <unk> ids on, the metrics describe the gaps, not the text
+
+
+def warn_unknown(task_data: Any, batch_size: int, max_batches: int, data: str | None) -> None:
+    """Warn when the evaluated ids hold many <unk> (input the tokenizer does not know): the loss
+    is then measured mostly on a token the model rarely saw."""
+    unk = getattr(task_data.tokenizer, "unk_id", None)
+    if unk is None:
+        return
+    pad = getattr(task_data.tokenizer, "pad_id", None)
+    unknown = total = 0
+    for batch in task_data.val_batches(batch_size, max_batches):
+        for ids in batch:  # every id tensor of the batch (inputs, targets); masks are bool
+            if (
+                not isinstance(ids, torch.Tensor)
+                or ids.is_floating_point()
+                or ids.dtype == torch.bool
+            ):
+                continue
+            real = ids != pad if pad is not None else torch.ones_like(ids, dtype=torch.bool)
+            unknown += int((ids[real] == unk).sum())
+            total += int(real.sum())
+    if total and unknown / total >= UNKNOWN_SHARE:
+        where = repr(data) if data is not None else "the evaluation data"
+        warnings.warn(
+            f"{unknown / total:.0%} of the tokens of {where} are <unk> (characters the model's "
+            "tokenizer does not know), so these metrics say little about the model; evaluate "
+            "text written in the alphabet it was trained on",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _evaluate_masked_lm(ckpt, data, batch_size, max_batches) -> CheckpointEvaluation:
