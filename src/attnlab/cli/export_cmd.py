@@ -58,10 +58,18 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out)
     one_file = args.format == "safetensors"
     root, names = (out.parent, {out.name}) if one_file else (out, None)
-    if not one_file and any((out / m).exists() for m in RUN_MARKERS):
+    if one_file and out.suffix != ".safetensors":
         raise ConfigError(
-            f"--out {args.out!r} is a training run directory; an export never writes into one "
-            f"(its checkpoints would be mixed with the export): choose a new --out"
+            f"--out {args.out!r}: --format safetensors writes one .safetensors file, and loaders "
+            f"judge a file by its suffix (a .bin is taken for a pickle); name it "
+            f"{str(out.with_suffix('.safetensors'))!r}"
+        )
+    marks = [m for m in RUN_MARKERS if (out / m).exists()] if not one_file else []
+    if marks:
+        raise ConfigError(
+            f"--out {args.out!r} looks like a training run directory (it holds "
+            f"{', '.join(marks)}); an export never writes into one (its files would be mixed "
+            f"with the export): choose a new --out"
         )
     if args.force:
         check_export_target(out, force=True)  # never inside a checkpoint
