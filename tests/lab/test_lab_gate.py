@@ -165,6 +165,9 @@ def test_a_rate_at_the_grid_edge_is_not_bracketed():
 def test_step_doubling_converges_only_when_every_seed_moves_less_than_the_tolerance():
     assert _doubling([1.50, 1.52], [1.495, 1.515]).converged
     assert not _doubling([1.50, 1.52], [1.495, 1.40]).converged  # seed 1 still falling
+    assert not _doubling([0.5], [0.9]).converged  # a rising metric (accuracy) moves too
+    assert not _doubling([1.5], [1.7]).converged  # as does a loss that rises (overfitting)
+    assert _doubling([0.9], [0.905]).converged
     assert not _doubling([1.5], [float("nan")]).converged
     assert not Doubling(100, [1.5, 1.5], [1.5], 0.01, seeds=[0, 1]).converged  # a seed missing
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import warnings
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -93,6 +94,56 @@ def test_the_weights_rounding_is_half_a_step():
     assert ((w - q4.dequantize()).abs() <= step / 2 * 1.0001).all()
     qb = BF16Linear(linear)
     assert ((w - qb.dequantize()).abs() <= BF16_UNIT * w.abs()).all()
+
+
+# bfloat16_at_least rounds a scale up by at most (1 + 2^-7)(1 + 2^-8): a relative 1.2 %
+SCALE_SLACK = (1 + 2**-7) * (1 + 2**-8)
+
+
+def test_int8_scales_and_codes_are_the_docstrings_formulas():
+    """An independent NumPy reference of s_n = max_k |W_nk| / 127 and q = round(W / s): the
+    stored scale is s_n rounded up to bf16, every code is round(W / s) in [-127, 127], each row's
+    largest weight uses (nearly) the full code range, and |W - W_hat| <= s_n / 2 from W alone."""
+    gen = torch.Generator().manual_seed(1)
+    linear = nn.Linear(96, 40)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(40, 96, generator=gen) * torch.rand(40, 1, generator=gen))
+    w = linear.weight.detach().double().numpy()  # (N, K)
+    layer = Int8Linear(linear)
+    s_ref = np.abs(w).max(axis=1) / 127  # (N,)
+    s = layer.scale.float().double().numpy()
+    assert (s >= s_ref).all() and (s <= s_ref * SCALE_SLACK).all()
+    codes = layer.codes.numpy().astype(np.int64)
+    np.testing.assert_array_equal(codes, np.clip(np.rint(w / s[:, None]), -127, 127))
+    assert (np.abs(codes).max(axis=1) >= 125).all()  # a scale too large would waste the range
+    w_hat = layer.dequantize().double().numpy()
+    assert (np.abs(w - w_hat) <= s_ref[:, None] * SCALE_SLACK / 2 + 1e-12).all()
+
+
+def test_int4_steps_offsets_and_codes_are_the_docstrings_formulas():
+    """The same for int4, per group of G inputs: a = (hi - lo) / 15 rounded up to bf16,
+    z = lo + 8 a in bf16, codes round((W - (z - 8 a)) / a) in [0, 15], and |W - W_hat| within
+    a / 2 plus z's bf16 rounding, all from W alone."""
+    gen = torch.Generator().manual_seed(2)
+    linear = nn.Linear(128, 48)
+    with torch.no_grad():
+        linear.weight.copy_(torch.randn(48, 128, generator=gen) * 0.1 + 0.05)
+    layer = Int4Linear(linear)
+    g = layer.group_size
+    w = linear.weight.detach().double().numpy().reshape(48, 128 // g, g)  # (N, K/G, G)
+    lo, hi = w.min(axis=-1), w.max(axis=-1)  # (N, K/G)
+    a_ref = (hi - lo) / 15
+    stored = layer.scales_zeros.float().double().numpy().transpose(1, 0, 2)[:48]  # (N, K/G, 2)
+    step, offset = stored[..., 0], stored[..., 1]  # a, z: (N, K/G) each
+    assert (step >= a_ref).all() and (step <= a_ref * SCALE_SLACK).all()
+    z_ref = lo + 8 * step
+    assert (np.abs(offset - z_ref) <= 2**-8 * np.abs(z_ref) + 1e-12).all()
+    codes = unpack_int4(layer.packed)[:48].numpy().reshape(48, 128 // g, g)
+    want = np.clip(np.rint((w - (offset - 8 * step)[..., None]) / step[..., None]), 0, 15)
+    np.testing.assert_array_equal(codes, want)
+    w_hat = layer.dequantize().double().numpy().reshape(48, 128 // g, g)
+    bound = a_ref * SCALE_SLACK / 2 + 2**-8 * (np.abs(lo) + 8 * a_ref * SCALE_SLACK)
+    assert (np.abs(w - w_hat) <= bound[..., None] + 1e-12).all()
 
 
 @pytest.mark.parametrize("n, k", [(64, 32), (128, 256), (192, 64)])
