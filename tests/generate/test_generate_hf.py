@@ -39,7 +39,7 @@ def pair():
     return hf, from_transformers(hf)
 
 
-def hf_greedy(hf, prompts: list[list[int]], n: int, eos: int | None) -> list[list[int]]:
+def hf_greedy(hf, prompts: list[list[int]], n: int, eos: int | None, **options) -> list[list[int]]:
     """HF generate with left padding and an attention mask; its new tokens, cut at EOS."""
     longest = max(map(len, prompts))
     ids = torch.tensor([[0] * (longest - len(p)) + p for p in prompts])
@@ -52,6 +52,7 @@ def hf_greedy(hf, prompts: list[list[int]], n: int, eos: int | None) -> list[lis
         min_new_tokens=0,
         eos_token_id=eos,
         pad_token_id=0,
+        **options,
     )[:, longest:].tolist()
     return [row[: row.index(eos)] if eos is not None and eos in row else row for row in out]
 
@@ -79,9 +80,27 @@ def test_batched_left_padded_greedy_equals_transformers(pair):
     assert got.finish_reasons == ["stop_token", "length", "stop_token"]
 
 
+@pytest.mark.parametrize("penalty", [1.3, 0.8])
+def test_repetition_penalty_in_greedy_decoding_equals_transformers(pair, penalty):
+    """The penalty inside the loop (which tokens count as seen: each row's prompt and its new
+    tokens), on a left-padded batch; 0.8 rewards repeats, so both directions of the rule are
+    compared."""
+    hf, ours = pair
+    prompts = [[5, 17, 33, 8, 9, 10], [44], [70, 71, 3]]
+    want = hf_greedy(hf, prompts, 40, None, repetition_penalty=penalty)
+    cfg = GenerationConfig(
+        temperature=0, max_new_tokens=40, stop_token_ids=(), repetition_penalty=penalty
+    )
+    assert generate(ours, prompts, cfg).tokens == want
+    plain = GenerationConfig(temperature=0, max_new_tokens=40, stop_token_ids=())
+    assert generate(ours, prompts, plain).tokens != want  # the penalty changed the output
+
+
+@pytest.mark.parametrize("early", ["never", True])
 @pytest.mark.parametrize("alpha", [0.0, 1.0, 2.0])
-def test_beam_search_n_best_equals_transformers(pair, alpha):
-    """HF's early_stopping="never" is the exact stopping rule we use; both count new tokens only
+def test_beam_search_n_best_equals_transformers(pair, alpha, early):
+    """HF's early_stopping="never" is the exact stopping rule we use by default, and True ours
+    with early_stopping=True (stop once K hypotheses have finished); both count new tokens only
     in the length penalty. Left-padded batch, a stop token that some beams emit."""
     hf, ours = pair
     prompts, stop, k, n = [[5, 17, 33, 8], [70, 71]], 27, 3, 12
@@ -93,7 +112,7 @@ def test_beam_search_n_best_equals_transformers(pair, alpha):
         do_sample=False,
         num_beams=k,
         num_return_sequences=k,
-        early_stopping="never",
+        early_stopping=early,
         length_penalty=alpha,
         max_new_tokens=n,
         eos_token_id=stop,
@@ -107,11 +126,16 @@ def test_beam_search_n_best_equals_transformers(pair, alpha):
         ours,
         prompts,
         GenerationConfig(
-            num_beams=k, max_new_tokens=n, length_penalty=alpha, stop_token_ids=(stop,)
+            num_beams=k,
+            max_new_tokens=n,
+            length_penalty=alpha,
+            early_stopping=early is True,
+            stop_token_ids=(stop,),
         ),
     )
     assert [h.tokens for hyps in got.nbest for h in hyps] == want
     scores = [h.score for hyps in got.nbest for h in hyps]
     torch.testing.assert_close(torch.tensor(scores), out.sequences_scores, atol=1e-4, rtol=0)
     reasons = {h.finish_reason for hyps in got.nbest for h in hyps}
-    assert reasons == ({"stop_token", "length"} if alpha <= 1.0 else {"length"})  # EOS exercised
+    stopped = alpha <= 1.0 or early is True  # with early stopping, finished hypotheses win
+    assert reasons == ({"stop_token", "length"} if stopped else {"length"})  # EOS exercised
