@@ -75,6 +75,7 @@ def test_tokens_are_the_tokenizers(clients):
     assert got["source"] == {
         "ids": TOK.encode(SOURCE),
         "tokens": [TOK.token_to_str(i) for i in TOK.encode(SOURCE)],
+        "unknown": [],
     }
     assert got["target"]["ids"] == [TOK.bos_id] + TOK.encode("ab")
     assert got["target"]["tokens"][0] == "<bos>"
@@ -184,6 +185,25 @@ def test_values_equal_the_inspect_apis(models):
     close([c["p"] for c in got], p[[c["id"] for c in got]])
     plain = session.next_token("ab", SOURCE)["candidates"]
     close([c["p"] for c in plain], logits[0, -1].softmax(-1)[[c["id"] for c in plain]])
+
+
+def test_a_switched_off_heads_walkthrough_shows_its_a_v_and_the_zeros_it_becomes(models):
+    """head_h = A V is shown as computed, marked switched off; the concatenation holds zeros in
+    its columns, and A, V are those of the unablated model (the intervention comes after)."""
+    session = Session(models["s2s"], TOK)
+    plain = {
+        s["key"]: s
+        for s in session.walkthrough("ab", SOURCE, site="cross", layer=1, head=0)["steps"]
+    }
+    off = session.walkthrough("ab", SOURCE, site="cross", layer=1, head=0, ablate=[["cross", 1, 0]])
+    steps = {s["key"]: s for s in off["steps"]}
+    assert "switched off" in steps["heads"]["title"] and "→ 0" in steps["heads"]["equation"]
+    a, v = torch.tensor(steps["A"]["values"]), torch.tensor(steps["V"]["values"])
+    close(steps["heads"]["values"], a @ v, atol=1e-6)
+    close(steps["heads"]["values"], plain["heads"]["values"], atol=1e-6)
+    dv = v.size(-1)
+    assert torch.count_nonzero(torch.tensor(steps["concat"]["values"])[:, :dv]) == 0
+    assert "switched off" not in plain["heads"]["title"]
 
 
 def test_the_lstm_alignment_is_inspects_alpha(models):
@@ -423,3 +443,18 @@ def test_never_loads_pickle(tmp_path):
     (tmp_path / "pytorch_model.bin").write_bytes(b"not even a pickle")
     with pytest.raises(CheckpointError, match="never loads pickle"):
         load(tmp_path)
+
+
+def test_tokens_name_the_characters_read_as_unk():
+    """A tokenizer that maps unseen characters to <unk> reads "The Cat" without an error; the
+    tokens view names 'T' and 'C' so the page can say so instead of a silent <unk>."""
+    from attnlab.config import ModelConfig
+    from attnlab.data import CharTokenizer
+    from attnlab.models import build_model
+    from explore_models import TINY
+
+    tok = CharTokenizer.train(["the cat sat"], unk=True)
+    model = build_model(ModelConfig(kind="decoder_lm", vocab_size=tok.vocab_size, **TINY))
+    got = Session(model, tok).tokens("The Cat")["target"]
+    assert got["unknown"] == ["T", "C"] and got["ids"].count(tok.unk_id) == 2
+    assert Session(model, tok).tokens("the cat")["target"]["unknown"] == []

@@ -52,6 +52,34 @@ def test_loads_a_run_directory_with_its_tokenizer(run_dir):
     assert session.tokens("ab", "cd")["source"]["ids"] == TOK.encode("cd")
 
 
+def test_the_first_view_is_an_input_from_the_runs_own_data(tmp_path):
+    """A reverser opens on a validation source of its own task (not a string of its whole
+    alphabet, longer than anything it was trained on); an LM on the first line of its text."""
+    from attnlab.config import ModelConfig
+    from attnlab.data import CharTokenizer, make_task
+    from attnlab.models import build_model
+    from attnlab.train.build_data import VAL_SEED_OFFSET
+    from explore_models import TINY
+
+    tok = CharTokenizer.train(["abcdefghijklmnopqrstuvwxyz the cat"])
+    model = build_model(ModelConfig(kind="encoder_decoder", vocab_size=tok.vocab_size, **TINY))
+    train = {"task": "seq2seq", "data": "reverse", "seed": 7}
+    save_checkpoint(tmp_path / "rev", model=model, config=model.cfg, tokenizer=tok, step=1,
+                    train_config=train)  # fmt: skip
+    source = make_task("reverse").make_pairs(1, seed=7 + VAL_SEED_OFFSET)[0][0]
+    loaded = load(tmp_path / "rev")
+    assert loaded.example == source
+    assert Session.from_loaded(loaded).example()["source"] == source
+    text = tmp_path / "corpus.txt"
+    text.write_text("\n  the cat sat  \nmore text\n")
+    lm = build_model(ModelConfig(kind="decoder_lm", vocab_size=tok.vocab_size, **TINY))
+    save_checkpoint(tmp_path / "lm", model=lm, config=lm.cfg, tokenizer=tok, step=1,
+                    train_config={"task": "lm", "data": str(text), "seed": 0})  # fmt: skip
+    assert Session.from_loaded(load(tmp_path / "lm")).example()["text"] == "the cat sat"
+    (tmp_path / "corpus.txt").unlink()  # data no longer at hand: a generic example, no error
+    assert load(tmp_path / "lm").example is None
+
+
 @pytest.mark.parametrize("damage", ["missing", "truncated", "not-a-checkpoint"])
 def test_missing_or_damaged_checkpoints_are_one_message(run_dir, tmp_path, capsys, damage):
     import shutil

@@ -61,13 +61,7 @@ def run(args: argparse.Namespace) -> int:
     loaded = load(local, options)
     if not os.path.exists(args.path):  # a hub id (main() expanded ~ and $VARS already)
         loaded = loaded._replace(name=args.path + (f"@{args.revision}" if args.revision else ""))
-    session = Session(
-        loaded.model,
-        loaded.tokenizer,
-        name=loaded.name,
-        labels=loaded.labels,
-        cache_dtype=args.kv_cache,
-    )
+    session = Session.from_loaded(loaded, cache_dtype=args.kv_cache)
 
     def ready(url: str) -> None:
         print(f"attnlab explore: {loaded.name} at {url}  (Ctrl-C to stop)", flush=True)

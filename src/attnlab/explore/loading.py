@@ -20,13 +20,14 @@ from typing import Any, NamedTuple
 
 from torch import nn
 
-from attnlab.data import LabelSet
+from attnlab.data import TASKS, LabelSet, make_task
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.generate.weights import check_cache_dtype, quantize_weights
 from attnlab.interop.hf_tokenizer import has_tokenizer_files
 from attnlab.interop.hub import expand_path, resolve_model_path
 from attnlab.interop.loading import load_checkpoint
 from attnlab.interop.pretrained import load_pretrained
+from attnlab.train.build_data import VAL_SEED_OFFSET
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class Loaded(NamedTuple):
     tokenizer: Any  # the attnlab Tokenizer interface: encode, decode, token_to_str, vocab_size
     name: str  # what the page shows as the model's name
     labels: Any = None  # a classifier's class names
+    example: str | None = None  # an input from the run's own data (held_out_example)
 
 
 def load(path: str | os.PathLike, options: LoadOptions | None = None) -> Loaded:
@@ -86,7 +88,30 @@ def _load(path: str | os.PathLike, options: LoadOptions) -> Loaded:
             f"the checkpoint at {str(ckpt.path)!r} has no tokenizer.json, so text cannot be "
             "turned into tokens; save the checkpoint with its tokenizer"
         )
-    return Loaded(ckpt.model, ckpt.tokenizer, f"{root.name} (step {ckpt.step})", ckpt.labels)
+    name = f"{root.name} (step {ckpt.step})"
+    return Loaded(ckpt.model, ckpt.tokenizer, name, ckpt.labels, held_out_example(ckpt))
+
+
+def held_out_example(ckpt: Any) -> str | None:
+    """An input like those the run was trained on, for the page's first view: the first
+    validation source of a generated task, or the first line of an LM's text file; None when
+    the run's data is not at hand (the page then picks a generic example)."""
+    cfg = (ckpt.train_state or {}).get("train_config") or {}
+    data = cfg.get("data")
+    if not isinstance(data, str):
+        return None
+    if data in TASKS:
+        seed = int(cfg.get("seed", 0)) + VAL_SEED_OFFSET  # the run's validation examples
+        return make_task(data).make_pairs(1, seed=seed)[0][0]
+    text = Path(data)
+    if cfg.get("task") == "lm" and text.is_file():
+        try:
+            with text.open(encoding="utf-8") as f:
+                line = next((s.strip() for s in f if s.strip()), "")
+        except (OSError, UnicodeDecodeError):
+            return None
+        return line[:200] or None
+    return None
 
 
 def _is_hf_config(path: Path) -> bool:

@@ -92,8 +92,10 @@ class Session(Predictions):
         name: str = "model",
         labels: Any = None,
         cache_dtype: str | None = None,
+        example: str | None = None,
     ):
         self.model, self.tokenizer, self.name = model.eval(), tokenizer, name
+        self.given_example = example  # an input from the run's own data, tried first
         self.cache_dtype = cache_dtype  # the KV cache's dtype in continuations (None: compute)
         self.labels = labels  # a classifier's class names (attnlab.data.LabelSet), if known
         self.cfg = getattr(model, "cfg", None)
@@ -103,6 +105,18 @@ class Session(Predictions):
         self._example: dict[str, str] | None = None
         self.recurrent_alignment = not self.sites and isinstance(model, Seq2SeqModel)
         self.recurrent_alignment &= getattr(model, "attention", "none") != "none"
+
+    @classmethod
+    def from_loaded(cls, loaded: Any, cache_dtype: str | None = None) -> Session:
+        """A session of what :func:`attnlab.explore.loading.load` opened."""
+        return cls(
+            loaded.model,
+            loaded.tokenizer,
+            name=loaded.name,
+            labels=loaded.labels,
+            cache_dtype=cache_dtype,
+            example=loaded.example,
+        )
 
     # -- what the model is ----------------------------------------------------------------
     @property
@@ -163,7 +177,8 @@ class Session(Predictions):
 
     def _make_example(self) -> dict[str, str]:
         limit = min(getattr(self.model, "max_len", None) or 64, 64) - 3
-        text = next((t for t in EXAMPLES if self._readable(t, limit)), None)
+        tried = ([self.given_example] if self.given_example else []) + list(EXAMPLES)
+        text = next((t for t in tried if self._readable(t, limit)), None)
         if text is None:  # a small vocabulary (a char tokenizer): some of its own tokens
             specials = set(getattr(self.tokenizer, "specials", ()))
             n = min(self.tokenizer.vocab_size, 4096)
@@ -279,7 +294,19 @@ class Session(Predictions):
     def tokens(self, text: Any = None, source: Any = None) -> dict[str, Any]:
         """The tokens as the tokenizer cut them (with their ids)."""
         inputs = self._inputs(text, source)  # the tokenizer only: no lock needed
-        return {k: {"ids": v, "tokens": self._labels(v)} for k, v in inputs.items()}
+        given = {"target": text, "source": source}
+        return {
+            k: {"ids": v, "tokens": self._labels(v), "unknown": self._unknown(given[k], v)}
+            for k, v in inputs.items()
+        }
+
+    def _unknown(self, text: Any, ids: list[int]) -> list[str]:
+        """The characters of ``text`` the tokenizer maps to <unk> (each once), so the page can
+        say so instead of showing a silent <unk>."""
+        unk = getattr(self.tokenizer, "unk_id", None)
+        if unk is None or unk not in ids or not isinstance(text, str):
+            return []
+        return [c for c in dict.fromkeys(text) if list(self.tokenizer.encode(c)) == [unk]]
 
     def parse_heads(self, ablate: Any) -> list[Head]:
         """[{"site", "layer", "head"}, ...] or [[site, layer, head], ...] -> checked heads."""
@@ -607,7 +634,9 @@ class Session(Predictions):
             result = {
                 "head": chosen.__dict__,
                 "module": path,
-                "steps": walkthrough_steps(steps, module, chosen, axes, self.cfg),
+                "steps": walkthrough_steps(
+                    steps, module, chosen, axes, self.cfg, switched_off=chosen in heads
+                ),
                 "ablated": [h.__dict__ for h in heads],
             }
         return self._values(result, compact)

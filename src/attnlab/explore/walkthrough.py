@@ -41,11 +41,18 @@ def _dims(prefix: str, n: int) -> list[str]:
 
 
 def walkthrough_steps(
-    q: dict[str, Tensor], module: MultiHeadBase, head: Any, axes: dict[str, list[str]], cfg: Any
+    q: dict[str, Tensor],
+    module: MultiHeadBase,
+    head: Any,
+    axes: dict[str, list[str]],
+    cfg: Any,
+    switched_off: bool = False,
 ) -> list[dict[str, Any]]:
     """The steps of head_h = softmax(Q K^T / sqrt(d_k) + mask) V and of W^O, for head ``head.head``.
 
     ``q`` holds the quantities of :func:`attnlab.explore.probes.cached_steps` (all heads).
+    ``switched_off``: the head is ablated, so its A V is computed but replaced by zeros before
+    the concatenation; its step shows A V and says so.
     """
     h, rows, cols = head.head, axes["rows"], axes["cols"]
     cross = isinstance(module, CrossAttention)
@@ -101,7 +108,7 @@ def walkthrough_steps(
             "002: Q = X W_Q with W_Q ∈ R^{d_model×d_k}; 004 eq. 13 head_i uses Q W_i^Q.",
             q["Q"][h],
             rows,
-            _dims("k", dk),
+            _dims("d", dk),
         ),
         _step(
             "K",
@@ -112,7 +119,7 @@ def walkthrough_steps(
             else "002: K = X W_K; 001: the key k_i = W_k x_i.",
             q["K"][h],
             cols,
-            _dims("k", dk),
+            _dims("d", dk),
         ),
         _step(
             "V",
@@ -121,7 +128,7 @@ def walkthrough_steps(
             "002: V = X W_V; 001: the value v_i = W_v x_i.",
             q["V"][h],
             cols,
-            _dims("v", dv),
+            _dims("d", dv),
         ),
         _step(
             "scores",
@@ -165,12 +172,18 @@ def walkthrough_steps(
         ),
         _step(
             "heads",
-            f"Head output A V (head {h})",
-            f"head_{h} = A V ∈ R^{{T×{dv}}}",
-            "000: h_i = sum_j alpha_ij v_j; 004 eq. 9.",
-            q["heads"][h],
+            f"Head output A V (head {h})" + (", switched off" if switched_off else ""),
+            f"head_{h} = A V ∈ R^{{T×{dv}}}" + (" → 0" if switched_off else ""),
+            "000: h_i = sum_j alpha_ij v_j; 004 eq. 9."
+            + (
+                " This head is switched off: A V is computed as shown, then replaced by zeros "
+                "before the concatenation (its columns there are 0)."
+                if switched_off
+                else ""
+            ),
+            q["A"][h] @ q["V"][h] if switched_off else q["heads"][h],  # (T, S) @ (S, Dv)
             rows,
-            _dims("v", dv),
+            _dims("d", dv),
         ),
         _step(
             "concat",

@@ -161,6 +161,6 @@ def explore(
     """
     if isinstance(model, (str, os.PathLike)):
         loaded = load(model)
-        model = Session(loaded.model, loaded.tokenizer, name=loaded.name, labels=loaded.labels)
+        model = Session.from_loaded(loaded)
     session = model if isinstance(model, Session) else Session(model, tokenizer)
     return ExplorerWidget(session, text=text, source=source, head=head)

@@ -362,6 +362,7 @@ export function mountExplorer(root, transport, initial = {}) {
   const sourceRow = h("label", { class: "ax-field", hidden: true }, h("span", { text: "Source" }), sourceInput);
   const textLabel = h("span", { text: "Input" });
   const exampleNote = h("p", { id: "ax-example-note", class: "ax-small", hidden: true });
+  const linkNote = h("p", { id: "ax-link-note", class: "ax-small ax-warn", role: "status", hidden: true });
   const tokensBox = h("div", { id: "ax-tokens", class: "ax-tokens" });
   const modelView = h("div", { id: "ax-model-view" });
   const headControls = h("div", { class: "ax-controls" });
@@ -403,7 +404,7 @@ export function mountExplorer(root, transport, initial = {}) {
   const ablateSection = section("ax-sec-ablate", "Heads on and off", "click to switch off: head_h ← 0 in concat(head_1..head_H) W^O (004 eq. 13); every view shows the result",
     ablateBox);
 
-  root.append(header, errorBox,
+  root.append(header, errorBox, linkNote,
     section("ax-sec-input", "Input", null,
       sourceRow, h("label", { class: "ax-field" }, textLabel, textInput),
       h("div", { class: "ax-controls" }, runButton, h("span", { class: "ax-small", text: "Enter runs · Shift+Enter adds a new line" })),
@@ -420,6 +421,21 @@ export function mountExplorer(root, transport, initial = {}) {
   textInput.value = initial.text || "";
   sourceInput.value = initial.source || "";
   for (const k of initial.ablate || []) state.ablate.set(keyOf(k), k);
+
+  // A head of the link (site:layer:head) that this model has; the others are dropped, named.
+  function headExists(sites, x) {
+    const site = sites.find((s) => s.name === x.site && s.name !== "alignment");
+    return Boolean(site) && Number.isInteger(x.layer) && Number.isInteger(x.head)
+      && x.layer >= 0 && x.layer < site.layers && x.head >= 0 && x.head < site.heads;
+  }
+  function dropUnknownHeads(sites) {
+    const dropped = [];
+    for (const [k, x] of [...state.ablate]) {
+      if (!headExists(sites, x)) { state.ablate.delete(k); dropped.push(`ablate=${k}`); }
+    }
+    if (dropped.length) syncUrl();
+    return dropped;
+  }
 
   // --------------------------------------------------------------------------- plumbing
   function showError(message) {
@@ -483,6 +499,11 @@ export function mountExplorer(root, transport, initial = {}) {
         h("span", { class: "ax-token", title: `id ${t.ids[i]}`, "data-id": t.ids[i] }, tok)));
       if (t.tokens.length > shown.length) row.append(h("span", { class: "ax-small", text: `… ${t.tokens.length - shown.length} more` }));
       tokensBox.append(row);
+      if (t.unknown && t.unknown.length) {
+        tokensBox.append(h("p", { class: "ax-small ax-warn ax-unknown", "data-side": side,
+          text: `Not in the tokenizer's vocabulary, so read as <unk> (a token the model rarely saw): ${
+            t.unknown.slice(0, 10).map((c) => JSON.stringify(c)).join(", ")}${t.unknown.length > 10 ? ` and ${t.unknown.length - 10} more` : ""}.` }));
+      }
     }
   }
 
@@ -505,7 +526,8 @@ export function mountExplorer(root, transport, initial = {}) {
 
   function drawModelView() {
     modelView.replaceChildren(h("p", { class: "ax-small" }, legendBar(false, 1,
-      "each thumbnail scaled to its own largest weight (hover shows it), so diffuse heads stay visible; long inputs are block averages")));
+      "each thumbnail scaled to its own largest weight, written under it, so diffuse heads stay visible; long inputs are block averages",
+      "its max")));
     for (const site of state.info.sites) {
       const data = state.overview.sites[site.name];
       if (!data) continue;
@@ -522,7 +544,8 @@ export function mountExplorer(root, transport, initial = {}) {
             type: "button", class: classes.join(" "), "data-site": site.name, "data-layer": l, "data-head": hd,
             title: `${site.label}: layer ${l}, head ${hd} (largest weight ${fmt(thumbs.scales[n])})`,
             onclick: () => select(head),
-          }, thumbnail(bytes, n * t * s, t, s, thumbs.scales[n])));
+          }, thumbnail(bytes, n * t * s, t, s, thumbs.scales[n]),
+            h("span", { class: "ax-thumb-max", text: `max ${thumbs.scales[n].toPrecision(2)}` })));
         }
       }
       modelView.append(h("h3", { text: site.label }), grid);
@@ -905,10 +928,18 @@ export function mountExplorer(root, transport, initial = {}) {
       outputTitle.textContent = "Masked tokens";
       outputEquation.textContent = "p(w_i | text) = softmax(logits_i) at every [MASK] position i (BERT's masked LM; attnlab generate fills them the same way)";
     }
+    const dropped = dropUnknownHeads(info.sites);
     drawAblation();
     if (initial.head) {
       const [site, layer, head] = String(initial.head).split(":");
-      state.selected = { site, layer: +layer, head: +head };
+      const chosen = { site, layer: +layer, head: +head };
+      if (headExists(info.sites, chosen)) state.selected = chosen;
+      else dropped.push(`head=${initial.head}`);
+    }
+    if (dropped.length) { // a link from another model, or edited by hand: keep what fits
+      linkNote.textContent = `Ignored from the link: ${dropped.join(", ")} (this model has ${
+        info.sites.map((s) => `${s.name} layers 0-${s.layers - 1} × heads 0-${s.heads - 1}`).join(", ")}).`;
+      linkNote.hidden = false;
     }
     if (!textInput.value && !sourceInput.value && info.example) { // first contact: an example
       textInput.value = info.example.text;
