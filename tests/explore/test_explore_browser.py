@@ -613,3 +613,32 @@ def test_each_thumbnail_writes_its_own_maximum(servers, page):
     assert shown
     for text, largest in shown:
         assert text.startswith("max ") and abs(float(text[4:]) - largest) <= 0.05 * largest
+
+
+@pytest.mark.parametrize(
+    ("box", "value", "message"),
+    [
+        ("#ax-seed", "1e30", "seed must be a whole number below 2^53"),
+        ("#ax-max-new", "", "new tokens: give a number"),
+        ("#ax-temperature", "", "temperature: give a number"),
+        ("#ax-seed", "-1", "seed"),  # read by the page, refused by the server: its message shown
+    ],
+)
+def test_a_bad_continuation_box_is_named_not_a_lost_connection(servers, page, box, value, message):
+    url, _ = servers["lm"]
+    open_page(page, url, f"?text={TEXT}")
+    page.select_option("#ax-strategy", "sample")
+    page.fill(box, value)
+    page.click("#ax-continue")
+    page.wait_for_selector("#ax-error:not([hidden])")
+    shown = page.inner_text("#ax-error")
+    assert message in shown and "connection" not in shown
+    assert page.get_attribute("#ax-stream", "data-state") == "error"
+
+
+def test_the_example_note_goes_once_the_input_is_edited(servers, page):
+    url, _ = servers["s2s"]
+    open_page(page, url)
+    assert page.is_visible("#ax-example-note")
+    page.fill("#ax-source", "hello")
+    assert page.is_hidden("#ax-example-note")

@@ -40,19 +40,31 @@ export function httpTransport(base) {
       for (const [k, v] of Object.entries(params)) {
         if (v !== undefined && v !== null) query.set(k, typeof v === "string" ? v : JSON.stringify(v));
       }
-      const source = new EventSource(`${base}/api/stream?${query}`);
-      let finished = false;
+      const url = `${base}/api/stream?${query}`;
+      const source = new EventSource(url);
+      let finished = false, started = false;
       const finish = (event) => {
         finished = true;
         source.close();
         onEvent(event);
       };
-      source.addEventListener("token", (e) => onEvent(JSON.parse(e.data)));
+      const lost = { type: "error", error: "The connection to the server was lost." };
+      source.addEventListener("token", (e) => { started = true; onEvent(JSON.parse(e.data)); });
       for (const kind of ["done", "stopped"]) source.addEventListener(kind, (e) => finish(JSON.parse(e.data)));
       source.addEventListener("error", (e) => {
         if (finished) return;
-        if (e.data) finish(JSON.parse(e.data));
-        else finish({ type: "error", error: "The connection to the server was lost." });
+        if (e.data) { finish(JSON.parse(e.data)); return; }
+        finished = true;
+        source.close();
+        if (started) { onEvent(lost); return; }
+        // refused before it began: EventSource hides the body, so ask once more for the message
+        // (and hang up at once should the request be accepted this time)
+        const ask = new AbortController();
+        fetch(url, { signal: ask.signal }).then(async (r) => {
+          if (r.ok) { ask.abort(); onEvent(lost); return; }
+          const message = (await r.json().catch(() => ({}))).error;
+          onEvent(message ? { type: "error", error: message } : lost);
+        }, () => onEvent(lost));
       });
       return () => { finished = true; source.close(); }; // the server stops at its next step
     },
@@ -744,10 +756,21 @@ export function mountExplorer(root, transport, initial = {}) {
     return table;
   }
 
+  // A number box's value, or an error naming it: an empty (or unreadable) box is not 0, and a
+  // whole-number box takes no fraction and nothing JSON cannot carry exactly (2^53 and beyond).
+  function valueOf(input, label, whole = false) {
+    const v = input.value.trim() === "" ? NaN : Number(input.value);
+    if (!Number.isFinite(v)) throw new Error(`${label}: give a number (the box is empty or holds no number).`);
+    if (whole && !Number.isSafeInteger(v)) throw new Error(`${label} must be a whole number below 2^53, got ${input.value}.`);
+    return v;
+  }
+  const sampling = () => ({
+    temperature: valueOf(temperature, "temperature"), top_k: valueOf(topK, "top-k", true),
+    top_p: valueOf(topP, "top-p"),
+  });
+
   async function drawNext() {
-    const data = await latest("next", "next", request({
-      temperature: +temperature.value, top_k: Math.round(+topK.value), top_p: +topP.value, ablate: ablateList(),
-    }));
+    const data = await latest("next", "next", request({ ...sampling(), ablate: ablateList() }));
     if (!data) return;
     const output = state.info.output;
     if (output === "masks") {
@@ -868,11 +891,18 @@ export function mountExplorer(root, transport, initial = {}) {
     clearError();
     streamOut.replaceChildren();
     streamOut.dataset.state = "streaming";
-    const params = request({
-      strategy: strategy.value, max_new_tokens: Math.round(+maxNew.value), temperature: +temperature.value,
-      top_k: Math.round(+topK.value), top_p: +topP.value, beams: Math.round(+beams.value), seed: Math.round(+seed.value),
-      pace_ms: +pace.value, ablate: ablateList(),
-    });
+    let params;
+    try { // read every box before anything starts: a bad one is named, not a lost connection
+      params = request({
+        strategy: strategy.value, max_new_tokens: valueOf(maxNew, "new tokens", true), ...sampling(),
+        beams: valueOf(beams, "beams", true), seed: valueOf(seed, "seed", true),
+        pace_ms: valueOf(pace, "pace ms"), ablate: ablateList(),
+      });
+    } catch (err) {
+      streamOut.dataset.state = "error";
+      showError(err.message);
+      return;
+    }
     let count = 0;
     stopButton.disabled = false;
     state.streaming = true;
@@ -901,6 +931,7 @@ export function mountExplorer(root, transport, initial = {}) {
     input.addEventListener("keydown", (e) => { // Enter runs; Shift+Enter is a new line
       if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); run(); }
     });
+    input.addEventListener("input", () => { exampleNote.hidden = true; }); // no longer the example
   }
   streamButton.addEventListener("click", startStream);
   stopButton.addEventListener("click", () => {
