@@ -248,6 +248,7 @@ def test_streaming_shows_tokens_one_by_one(servers, page):
     page.fill("#ax-pace", "150")
     page.click("#ax-continue")
     page.wait_for_selector("#ax-stream .ax-token")
+    assert page.inner_text("#ax-stream-from") == f"continues {json.dumps(TEXT)}"
     partial = int(page.get_attribute("#ax-stream", "data-count"))
     page.wait_for_selector("#ax-stream[data-state='done']", timeout=10_000)
     spans = page.eval_on_selector_all(
@@ -288,6 +289,8 @@ def test_each_bad_input_shows_its_message(servers, page, name, text, source, mes
     page.wait_for_selector("#ax-error:not([hidden])")
     shown = page.inner_text("#ax-error")
     assert message in shown and "\n" not in shown.strip()
+    for view in ("#ax-tokens", "#ax-model-view", "#ax-head-view", "#ax-walkthrough"):
+        assert page.eval_on_selector(view, "v => v.children.length") == 0  # not the old input's
     run(page, "ab", "hello" if name == "s2s" else None)  # the server keeps serving
     assert page.is_hidden("#ax-error")
     page.wait_for_selector("#ax-heatmap canvas")

@@ -815,7 +815,15 @@ export function mountExplorer(root, transport, initial = {}) {
   async function run() {
     await guarded(async () => {
       clearError();
-      drawTokens(await call("tokens", request()));
+      let tokens;
+      try {
+        tokens = await call("tokens", request());
+      } catch (err) { // the input cannot be read: no view may go on showing the previous one
+        for (const view of [tokensBox, modelView, headView, walkView, posView, nextBox]) view.replaceChildren();
+        state.overview = null;
+        throw err;
+      }
+      drawTokens(tokens);
       const first = state.info.sites[0];
       if (first && !state.selected) state.selected = { site: first.name, layer: 0, head: 0 };
       let failure = null;
@@ -903,6 +911,9 @@ export function mountExplorer(root, transport, initial = {}) {
       showError(err.message);
       return;
     }
+    streamOut.append(h("p", { class: "ax-small", id: "ax-stream-from", text: state.info.seq2seq
+      ? `continues from <bos> for the source ${JSON.stringify(params.source)} (the target prefix is not used)`
+      : `continues ${JSON.stringify(params.text)}` }));
     let count = 0;
     stopButton.disabled = false;
     state.streaming = true;
