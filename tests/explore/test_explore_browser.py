@@ -645,3 +645,17 @@ def test_the_example_note_goes_once_the_input_is_edited(servers, page):
     assert page.is_visible("#ax-example-note")
     page.fill("#ax-source", "hello")
     assert page.is_hidden("#ax-example-note")
+
+
+def test_a_phone_wide_window_does_not_scroll_sideways(servers, page):
+    """375 px: maps scroll inside their own boxes; the page itself is never wider than the
+    window (a sideways-scrolling page hides half of every view)."""
+    page.set_viewport_size({"width": 375, "height": 800})
+    for name, query in (("s2s", "?text=ab&source=hello&head=cross:0:0"), ("lm", f"?text={TEXT}")):
+        open_page(page, servers[name][0], query)
+        wide = page.evaluate(
+            "() => [...document.querySelectorAll('#app *')]"
+            ".filter(e => e.getBoundingClientRect().right > innerWidth + 1)"
+            ".map(e => e.id || e.className || e.tagName).slice(0, 12)"
+        )
+        assert page.evaluate("document.documentElement.scrollWidth") <= 375, (name, wide)

@@ -629,7 +629,8 @@ export function mountExplorer(root, transport, initial = {}) {
     }
     draw(null);
     canvas.addEventListener("mousemove", (e) => {
-      const r = canvas.getBoundingClientRect(), x = e.clientX - r.left, i = Math.floor((e.clientY - r.top - 4) / rowH);
+      const r = canvas.getBoundingClientRect(), k = canvas.width / r.width; // narrow windows shrink it
+      const x = (e.clientX - r.left) * k, i = Math.floor(((e.clientY - r.top) * k - 4) / rowH);
       const focus = x < left && i >= 0 && i < T ? i : null;
       if (canvas.dataset.focus !== String(focus)) { canvas.dataset.focus = String(focus); draw(focus); }
     });
