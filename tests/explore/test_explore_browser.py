@@ -558,9 +558,14 @@ def test_the_url_carries_the_state_and_views_export(servers, page, tmp_path):
     page.click("#ax-ablate button[data-site='decoder'][data-layer='0'][data-head='1']")
     page.wait_for_timeout(50)
     settle(page)
+    page.fill("#ax-temperature", "0.7")
+    page.dispatch_event("#ax-temperature", "change")
+    page.wait_for_timeout(50)
+    settle(page)
     link = page.url
     assert "head=decoder%3A1%3A1" in link and "ablate=decoder%3A0%3A1" in link
-    shown = cells(page)
+    assert "temperature=0.7" in link and "top_k" not in link  # only what differs from defaults
+    shown, sampled = cells(page), next_table(page)
     other = page.context.new_page()
     try:
         open_page(other, link)  # the link reproduces the view
@@ -570,6 +575,7 @@ def test_the_url_carries_the_state_and_views_export(servers, page, tmp_path):
             == "true"
         )
         np.testing.assert_allclose(cells(other), shown, atol=0)
+        assert other.input_value("#ax-temperature") == "0.7" and next_table(other) == sampled
     finally:
         other.close()
     with page.expect_download() as got:

@@ -432,6 +432,12 @@ export function mountExplorer(root, transport, initial = {}) {
 
   textInput.value = initial.text || "";
   sourceInput.value = initial.source || "";
+  // the sampling settings of a link (the page keeps them in the address, as below)
+  const SAMPLING = { strategy, temperature, top_k: topK, top_p: topP };
+  const defaults = Object.fromEntries(Object.entries(SAMPLING).map(([k, box]) => [k, box.value]));
+  for (const [key, box] of Object.entries(SAMPLING)) {
+    if (initial.sampling && initial.sampling[key] != null) box.value = initial.sampling[key];
+  }
   for (const k of initial.ablate || []) state.ablate.set(keyOf(k), k);
 
   // A head of the link (site:layer:head) that this model has; the others are dropped, named.
@@ -496,6 +502,7 @@ export function mountExplorer(root, transport, initial = {}) {
     if (state.info && state.info.seq2seq) q.set("source", sourceInput.value);
     if (state.selected) q.set("head", keyOf(state.selected));
     if (state.ablate.size) q.set("ablate", [...state.ablate.keys()].join(","));
+    for (const [key, box] of Object.entries(SAMPLING)) if (box.value !== defaults[key]) q.set(key, box.value);
     history.replaceState(null, "", `?${q}`);
   }
 
@@ -951,8 +958,9 @@ export function mountExplorer(root, transport, initial = {}) {
     endStream("stopped");
   });
   for (const input of [temperature, topK, topP]) {
-    input.addEventListener("change", () => guarded(async () => { clearError(); await drawNext(); }));
+    input.addEventListener("change", () => guarded(async () => { clearError(); await drawNext(); syncUrl(); }));
   }
+  strategy.addEventListener("change", syncUrl);
   guarded(async () => {
     state.info = await call("info");
     const info = state.info;

@@ -1,5 +1,5 @@
 // The page: the explorer over HTTP (JSON endpoints and server-sent events), see explorer.js.
-// The URL carries the state (text, source, head, ablate), so a link reproduces the view.
+// The URL carries the state (text, source, head, ablate, sampling), so a link reproduces the view.
 import { httpTransport, mountExplorer } from "./explorer.js";
 
 const params = new URLSearchParams(window.location.search);
@@ -12,5 +12,7 @@ mountExplorer(document.getElementById("app"), httpTransport(""), {
   source: params.get("source") || "",
   head: params.get("head") || "", // site:layer:head, e.g. decoder:1:0
   ablate, // site:layer:head,site:layer:head
+  sampling: Object.fromEntries(["strategy", "temperature", "top_k", "top_p"]
+    .filter((k) => params.has(k)).map((k) => [k, params.get(k)])), // e.g. temperature=0.7
   syncUrl: true,
 });
