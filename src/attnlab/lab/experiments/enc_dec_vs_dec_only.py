@@ -245,9 +245,9 @@ def verdict(m: dict[str, Any]) -> tuple[str, str]:
         ed, do = exact(m, task, ARCHS[0]), exact(m, task, ARCHS[1])
         apart = resolved(ed, do)
         states[task] = "above" if apart and min(ed) > max(do) else ("below" if apart else "inside")
-    values = set(states.values())
-    word = {frozenset({"above"}): "held", frozenset({"inside"}): "no effect resolved",
-            frozenset({"below"}): "did not hold"}.get(frozenset(values), "mixed")  # fmt: skip
+    values = set(states.values())  # held on every task, on some (mixed), on none
+    word = ("held" if values == {"above"} else "mixed" if "above" in values
+            else "did not hold" if "below" in values else "no effect resolved")  # fmt: skip
     said = {"above": "resolved, encoder-decoder higher", "below": "resolved, decoder-only "
             "higher", "inside": "inside the seed spread"}  # fmt: skip
     parts = [

@@ -232,8 +232,9 @@ def verdict(m: dict[str, Any]) -> tuple[str, str]:
         rev, fwd = values(m, "reversed", key), values(m, "as written", key)
         better = sign * (spread(rev)["mean"] - spread(fwd)["mean"]) > 0
         states.append("inside" if not resolved(rev, fwd) else ("above" if better else "below"))
-    word = {frozenset({"above"}): "held", frozenset({"inside"}): "no effect resolved",
-            frozenset({"below"}): "did not hold"}.get(frozenset(states), "mixed")  # fmt: skip
+    # held: both checks; mixed: one held, one not; did not hold: none held (one may be inside)
+    word = ("held" if set(states) == {"above"} else "mixed" if "above" in states
+            else "did not hold" if "below" in states else "no effect resolved")  # fmt: skip
     said = {"above": "resolved, reversed better", "below": "resolved, as written better",
             "inside": "inside the seed spread"}  # fmt: skip
     reason = (
