@@ -665,3 +665,26 @@ def test_a_phone_wide_window_does_not_scroll_sideways(servers, page):
             ".map(e => e.id || e.className || e.tagName).slice(0, 12)"
         )
         assert page.evaluate("document.documentElement.scrollWidth") <= 375, (name, wide)
+
+
+def test_the_keyboard_keeps_its_place_when_a_view_is_rebuilt(servers, page):
+    """Enter on a head's on/off button, and arrow keys in the layer box, rebuild those controls;
+    the focus stays on the same control instead of falling to <body>."""
+    url, _ = servers["lm"]
+    open_page(page, url, f"?text={TEXT}")
+    button = "#ax-ablate button[data-site='decoder'][data-layer='0'][data-head='1']"
+    page.focus(button)
+    page.keyboard.press("Enter")
+    page.wait_for_selector(f"{button}[aria-pressed='true']")
+    settle(page)
+    focused = "() => [document.activeElement.id, document.activeElement.dataset.layer,"
+    focused += " document.activeElement.dataset.head]"
+    assert page.evaluate(focused) == ["", "0", "1"]
+    page.focus("#ax-layer")
+    page.keyboard.press("ArrowDown")
+    page.wait_for_function("document.getElementById('ax-head-view').dataset.head === 'decoder:1:0'")
+    settle(page)
+    assert page.evaluate("document.activeElement.id") == "ax-layer"
+    page.keyboard.press("ArrowUp")
+    page.wait_for_function("document.getElementById('ax-head-view').dataset.head === 'decoder:0:0'")
+    assert page.errors == []

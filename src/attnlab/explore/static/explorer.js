@@ -543,7 +543,8 @@ export function mountExplorer(root, transport, initial = {}) {
     return canvas;
   }
 
-  function drawModelView() {
+  function drawModelView() { keepFocus(modelView, drawModelGrid); }
+  function drawModelGrid() {
     modelView.replaceChildren(h("p", { class: "ax-small" }, legendBar(false, 1,
       "each thumbnail scaled to its own largest weight, written under it, so diffuse heads stay visible; long inputs are block averages",
       "its max")));
@@ -597,7 +598,8 @@ export function mountExplorer(root, transport, initial = {}) {
     siteSel.addEventListener("change", () => { refill(); onChange(); });
     layerSel.addEventListener("change", onChange);
     headSel.addEventListener("change", onChange);
-    headControls.replaceChildren(labelled("attention", siteSel), labelled("layer", layerSel), labelled("head", headSel));
+    keepFocus(headControls, () => headControls.replaceChildren(
+      labelled("attention", siteSel), labelled("layer", layerSel), labelled("head", headSel)));
   }
 
   // bertviz-style lines: query i (left) to key j (right), width and opacity ∝ A_ij; on canvas.
@@ -790,7 +792,23 @@ export function mountExplorer(root, transport, initial = {}) {
     nextBox.replaceChildren(candidatesTable(data.candidates, output === "labels", "ax-next-table", data.ablated));
   }
 
-  function drawAblation() {
+  // Rebuilding a box must not drop a keyboard user's focus to <body>: refocus the element that
+  // plays the same part in the new contents (the same id, or the same site/layer/head).
+  function keepFocus(box, rebuild) {
+    const was = document.activeElement;
+    let key = null;
+    if (was && box.contains(was)) {
+      const d = was.dataset || {};
+      key = was.id ? `#${was.id}` : d.site !== undefined
+        ? `${was.tagName.toLowerCase()}[data-site='${d.site}'][data-layer='${d.layer}'][data-head='${d.head}']` : null;
+    }
+    rebuild();
+    const again = key && box.querySelector(key);
+    if (again) again.focus();
+  }
+
+  function drawAblation() { keepFocus(ablateBox, drawAblationGrid); }
+  function drawAblationGrid() {
     ablateBox.replaceChildren();
     for (const site of state.info.sites) {
       if (site.name === "alignment") continue;
