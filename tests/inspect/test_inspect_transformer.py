@@ -5,6 +5,7 @@ gradients, generation with a head ablated, HF GPT-2 imports and saved checkpoint
 from __future__ import annotations
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -453,3 +454,39 @@ def test_models_on_the_fast_engine_show_the_plain_values(kind):
         ablated = fast(*args, **kwargs).logits
     want = _zero_wo_columns(plain, inspect.attention_layers(plain, site)[0].path, [1])
     torch.testing.assert_close(ablated, want(*args, **kwargs).logits, rtol=0, atol=1e-10)
+
+
+@pytest.mark.parametrize("changes", [dict(final_logit_softcap=1.0), dict(out_proj=False)])
+def test_direct_logit_attribution_adds_up_with_a_soft_cap_and_without_w_o(changes):
+    """With a final soft-cap, ``logit`` is the logit z before it (the output is c tanh(z / c));
+    without W^O each head's part is its slice of the concatenation. Either way the parts sum to
+    the logit."""
+    lm = _model(norm="layernorm", **changes)
+    ids = torch.randint(0, V, (3, 7))
+    got = inspect.direct_logit_attribution(lm, ids, tokens=torch.tensor([1, 2, 3]))
+    torch.testing.assert_close(got.total, got.logit, rtol=0, atol=1e-10)
+    out = lm(ids).logits[:, -1].gather(1, torch.tensor([[1], [2], [3]])).squeeze(1)
+    c = lm.cfg.final_logit_softcap
+    torch.testing.assert_close(c * torch.tanh(got.logit / c) if c else got.logit, out)
+
+
+def test_attribution_and_ablation_refuse_what_they_cannot_score():
+    lm = _model(norm="layernorm")
+    ids = torch.randint(0, V, (2, 5))
+    for bad, words in (
+        (dict(tokens=V), f"ids in [0, {V})"),
+        (dict(tokens=torch.tensor([1, 2, 3])), "3 ids for a batch of 2"),
+        (dict(tokens=1, position=5), "outside the input's 5 positions"),
+        (dict(tokens=torch.tensor(1.0)), "tokens must be one token id"),
+    ):
+        with pytest.raises(inspect.InspectError, match=re.escape(words)):
+            inspect.direct_logit_attribution(lm, ids, **bad)
+    with pytest.raises(inspect.InspectError, match="this input has none"):
+        inspect.head_ablation_effects(lm, ids[:, :1])  # one token: no next token to score
+    with pytest.raises(inspect.InspectError, match="not an id of the 11 outputs"):
+        inspect.head_ablation_effects(lm, ids, metric="logprob", token=V)
+    other = _model(norm="layernorm", n_heads=4)
+    _, means = inspect.run_with_cache(other, ids, names="*.heads")
+    ablation = inspect.ablate_heads(lm, [(0, 0)], mode="mean", means=means)
+    with pytest.raises(inspect.InspectError, match="from a reference run of this model"), ablation:
+        lm(ids)

@@ -68,7 +68,11 @@ def make_metric(
 
         def logprob(output) -> Tensor:
             logits = _logits(output)
+            if logits.dim() == 3 and not -logits.size(1) <= position < logits.size(1):
+                raise InspectError(f"position={position} is outside the {logits.size(1)} positions")
             logits = logits[:, position] if logits.dim() == 3 else logits
+            if not 0 <= token < logits.size(-1):
+                raise InspectError(f"token={token} is not an id of the {logits.size(-1)} outputs")
             return logits.float().log_softmax(-1)[:, token].mean()
 
         return logprob
@@ -86,6 +90,11 @@ def make_metric(
             if kwargs.get("key_padding_mask") is not None
             else ids[:, 1:]
         )
+        if not (targets != -100).any():  # one token, or padding only: a loss of nothing is NaN
+            raise InspectError(
+                "metric='loss' scores each next token, ids[:, 1:], and this input has none (one "
+                "token, or padding after the first); give a longer input or targets="
+            )
 
         def lm_loss(output) -> Tensor:
             logits = _logits(output)[:, :-1]  # (B, T-1, V) predicts ids[:, 1:]
@@ -137,7 +146,8 @@ def head_ablation_effects(
 
 class LogitAttribution(NamedTuple):
     """Direct contributions to one logit per row, each (B, ...): heads (B, L, H), attn_bias and
-    ffn (B, L), embed and bias (B,); ``total`` their sum and ``logit`` the model's logit (B,)."""
+    ffn (B, L), embed and bias (B,); ``total`` their sum and ``logit`` the model's logit (B,)
+    (before a final soft-cap)."""
 
     heads: Tensor
     attn_bias: Tensor
@@ -176,9 +186,10 @@ def direct_logit_attribution(
     **kwargs,
 ) -> LogitAttribution:
     """Each head's direct contribution to the logit of ``tokens`` (int or (B,)) at ``position``
-    of a pre-norm decoder LM (module docstring). The parts add up to the logit before any final
-    soft-cap (tested): with ``final_logit_softcap`` the model's logit is c tanh(total / c), which
-    is not a sum of parts. Needs W^O (``out_proj``); the parts are per head of W^O's row blocks."""
+    of a pre-norm decoder LM (module docstring). The parts add up to the logit (tested). With a
+    ``final_logit_softcap`` c, ``logit`` is the logit z before the cap (the model outputs
+    c tanh(z / c), which is not a sum of parts). Without W^O (``out_proj=False``) head h's
+    part is its own slice of the concatenation."""
     if not isinstance(model, DecoderLM):
         raise InspectError(
             f"direct logit attribution needs a decoder LM, got {type(model).__name__}; use "
@@ -195,12 +206,23 @@ def direct_logit_attribution(
     names = [f"{layer.path}.heads" for layer in layers]
     names += [f"{b}.resid_mid" for b in blocks] + [f"{b}.resid_post" for b in blocks]
     names += [f"{b}.x" for b in blocks[:1]]
+    b, t, v = ids.size(0), ids.size(-1), model.lm_head.weight.size(0)
+    if not -t <= position < t:
+        raise InspectError(f"position={position} is outside the input's {t} positions")
+    tokens = torch.as_tensor(tokens, device=ids.device)
+    if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.dim() > 1:
+        raise InspectError(f"tokens must be one token id or (B,) ids, got {tokens.dtype} "
+                           f"{tuple(tokens.shape)}")  # fmt: skip
+    if tokens.dim() == 1 and tokens.numel() != b:
+        raise InspectError(f"tokens has {tokens.numel()} ids for a batch of {b}: give one per row")
+    if ((tokens < 0) | (tokens >= v)).any():
+        raise InspectError(f"tokens must be ids in [0, {v}), got {tokens.tolist()}")
     output, cache = run_with_cache(model, ids, names=names, **kwargs)
-    logits = output.logits[:, position]  # (B, V)
-    b = ids.size(0)
-    tokens = torch.as_tensor(tokens, device=ids.device).expand(b)  # (B,)
+    tokens = tokens.expand(b)  # (B,)
     unembed = model.lm_head.weight[tokens]  # (B, D) E_out[w]
     r = cache[f"{blocks[-1]}.resid_post"][:, position]  # (B, D)
+    capped = model.cfg.final_logit_softcap is not None
+    logits = model.lm_head(model.final_norm(r)) if capped else output.logits[:, position]  # (B, V)
     norm, bias = _final_norm_map(model.final_norm, r)
 
     def logit_of(c: Tensor) -> Tensor:  # (B, D) -> (B,)
@@ -215,7 +237,11 @@ def direct_logit_attribution(
         w_o = attn.out_proj.weight if attn.out_proj is not None else None  # (Do, H*Dv)
         per_head = []
         for h in range(n):
-            part = heads[:, h] if w_o is None else heads[:, h] @ w_o[:, h * dv : (h + 1) * dv].T
+            if w_o is None:  # no W^O: head h is its own slice of the concatenation (B, H*Dv)
+                part = heads.new_zeros(b, n * dv)
+                part[:, h * dv : (h + 1) * dv] = heads[:, h]
+            else:
+                part = heads[:, h] @ w_o[:, h * dv : (h + 1) * dv].T  # (B, Dv) @ (Dv, Do)
             per_head.append(logit_of(part))  # (B,)
         head_parts.append(torch.stack(per_head, dim=1))  # (B, H)
         out_bias = attn.out_proj.bias if attn.out_proj is not None else None
