@@ -688,3 +688,12 @@ def test_the_keyboard_keeps_its_place_when_a_view_is_rebuilt(servers, page):
     page.keyboard.press("ArrowUp")
     page.wait_for_function("document.getElementById('ax-head-view').dataset.head === 'decoder:0:0'")
     assert page.errors == []
+
+
+def test_the_mask_step_reads_as_a_mask(servers, page):
+    """The 0/1 mask has no row stretch and its legend says what 1 and 0 mean; A keeps both."""
+    url, _ = servers["lm"]
+    open_page(page, url, f"?text={TEXT}")
+    assert page.query_selector("#ax-step-mask .ax-stretch") is None
+    assert "1 = may attend, 0 = may not" in page.inner_text("#ax-step-mask .ax-legend")
+    assert page.query_selector("#ax-step-A .ax-stretch") is not None

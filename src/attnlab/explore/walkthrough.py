@@ -189,7 +189,8 @@ def walkthrough_steps(
             "concat",
             "Concatenate the heads",
             f"[head_0; …; head_{n_heads - 1}] ∈ R^{{T×{n_heads * dv}}}",
-            "004 eq. 13 concat(head_1, ..., head_h); 002: Z = Concat(Z^(1), ..., Z^(H)).",
+            "004 eq. 13 concat(head_1, ..., head_h); 002: Z = Concat(Z^(1), ..., Z^(H)) (the notes "
+            "count heads from 1, this page from 0).",
             q["concat"],
             rows,
             [f"h{i}.{j}" for i in range(n_heads) for j in range(dv)],

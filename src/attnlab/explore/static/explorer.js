@@ -178,7 +178,7 @@ function download(name, blob) {
 const MAX_CANVAS = 16000;
 
 function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, highlight = null,
-  describe, legend = "", name = "map", tooltip, onPick = null } = {}) {
+  describe, legend = "", name = "map", tooltip, onPick = null, stretch = !signed } = {}) {
   const T = m.rows.length, S = m.cols.length, values = m.values;
   if (signed && span === null) {
     span = 0;
@@ -313,7 +313,7 @@ function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, hig
     h("button", { type: "button", class: "ax-export-json", onclick: () => download(`${name}.json`, new Blob([JSON.stringify({
       name, rows: m.rows, cols: m.cols, values: Array.from({ length: T }, (_, i) => Array.from(values.subarray(i * S, (i + 1) * S))),
     })], { type: "application/json" })) }, "JSON"),
-    signed ? null : h("button", { type: "button", class: "ax-stretch", title: "colour each row on 0..its largest weight, or all on 0..1", onclick: (e) => {
+    !stretch ? null : h("button", { type: "button", class: "ax-stretch", title: "colour each row on 0..its largest weight, or all on 0..1", onclick: (e) => {
       byRow = !byRow;
       e.target.textContent = byRow ? "0–1" : "rows";
       box.dataset.scale = byRow ? "rows" : "fixed";
@@ -722,7 +722,9 @@ export function mountExplorer(root, transport, initial = {}) {
         card.append(mapView({ values: step.m.values, rows: step.rows, cols: step.cols }, {
           id: `ax-step-${step.key}`, signed: !weights, span: both ? shared : null, cell: 18, fit: 500,
           highlight: step.highlight || null, tooltip, name: `step-${step.key}`,
-          legend: both ? "shared scale for Q Kᵀ and scaled: the scaling shrinks every value by 1/√d_k" : weights ? "weight" : "value (red +, blue −)",
+          legend: both ? "shared scale for Q Kᵀ and scaled: the scaling shrinks every value by 1/√d_k"
+            : step.key === "mask" ? "1 = may attend, 0 = may not" : weights ? "weight" : "value (red +, blue −)",
+          stretch: weights && step.key !== "mask", // a 0/1 mask has no row scale to stretch
           describe: (i, j, v) => `${step.key}[${step.rows[i]}, ${step.cols[j]}] = ${v}`,
         }));
       }
