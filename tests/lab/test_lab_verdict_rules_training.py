@@ -256,24 +256,26 @@ def test_residual_verdict_words():
     reversed_probe = {WITH: [0.174, 0.178, 0.183], WITHOUT: [0.266, 0.341, 0.411]}
     assert residual._verdict(*_residual_input(CLAIM_VAL, reversed_probe))[0] == "mixed"
 
-    against_val = {
-        (WITH, 1): [1.75, 1.76, 1.77],
-        (WITHOUT, 1): [1.70, 1.71, 1.72],
-        (WITH, 12): [2.0, 2.1, 2.2],
-        (WITHOUT, 12): [1.6, 1.65, 1.7],
-    }
+    against_val = _losses([1.75, 1.76, 1.77], [1.70, 1.71, 1.72], [2.0, 2.1, 2.2], [1.6, 1.65, 1.7])
     against_probe = {WITH: [0.1, 0.1, 0.1], WITHOUT: [0.3, 0.3, 0.3]}
     assert residual._verdict(*_residual_input(against_val, against_probe))[0] == "did not hold"
 
-    inside_val = {
-        (WITH, 1): [1.70, 1.75, 1.80],
-        (WITHOUT, 1): [1.70, 1.75, 1.80],
-        (WITH, 12): [1.60, 1.70, 1.80],
-        (WITHOUT, 12): [1.65, 1.70, 1.75],
-    }
+    inside_val = _losses(
+        [1.70, 1.75, 1.80], [1.70, 1.75, 1.80], [1.60, 1.70, 1.80], [1.65, 1.70, 1.75]
+    )
     inside_probe = {WITH: [0.2, 0.3, 0.4], WITHOUT: [0.25, 0.3, 0.35]}
     word = residual._verdict(*_residual_input(inside_val, inside_probe))[0]
     assert word == "no effect resolved"
+
+
+def _losses(with_1, without_1, with_12, without_12) -> dict:
+    """Per-seed validation losses at 1 and 12 layers, with and without residuals."""
+    return {
+        (WITH, 1): with_1,
+        (WITHOUT, 1): without_1,
+        (WITH, 12): with_12,
+        (WITHOUT, 12): without_12,
+    }
 
 
 def test_residual_thresholds_at_their_edges():
