@@ -220,7 +220,10 @@ function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, hig
   const overlay = h("canvas", { class: "ax-map-overlay" });
   const scroller = h("div", { class: "ax-map-scroll" }, h("div", { class: "ax-map-stack" }, canvas, overlay));
   const longest = (labels) => labels.reduce((a, t) => Math.max(a, String(t).length), 0);
-  const left = Math.min(110, 8 + 7 * longest(m.rows)), top = Math.min(80, 8 + 7 * longest(m.cols));
+  // where labels may be thinned out (more than 11 of them), each shown label carries its index
+  const indexed = (n) => (n > 11 ? String(n - 1).length + 2 : 0); // "599:b"
+  const left = Math.min(110, 8 + 7 * Math.max(longest(m.rows), indexed(T)));
+  const top = Math.min(80, 8 + 7 * Math.max(longest(m.cols), indexed(S)));
   // cells as big as `cell`, small enough that the map fits `fit` pixels (never under 1 pixel:
   // a 1,024-key map is 1,024 pixels wide and scrolls; zoom changes the size)
   let size = Math.max(1, Math.min(cell, Math.floor(fit / Math.max(S, 1)), Math.floor((1.5 * fit) / Math.max(T, 1))));
@@ -246,14 +249,15 @@ function mapView(m, { id, signed = false, span = null, cell = 26, fit = 760, hig
     const every = Math.max(1, Math.ceil(11 / size));
     ctx.textAlign = "right";
     ctx.textBaseline = "middle";
-    for (let i = 0; i < T; i += every) ctx.fillText(String(m.rows[i]).slice(0, 14), left - 3, top + (i + 0.5) * size);
+    const label = (labels, k, n) => (every > 1 ? `${k}:${labels[k]}` : String(labels[k])).slice(0, n);
+    for (let i = 0; i < T; i += every) ctx.fillText(label(m.rows, i, 14), left - 3, top + (i + 0.5) * size);
     ctx.save();
     ctx.textAlign = "left";
     for (let j = 0; j < S; j += every) {
       ctx.save();
       ctx.translate(left + (j + 0.5) * size, top - 3);
       ctx.rotate(-Math.PI / 2);
-      ctx.fillText(String(m.cols[j]).slice(0, 10), 0, 0);
+      ctx.fillText(label(m.cols, j, 10), 0, 0);
       ctx.restore();
     }
     ctx.restore();
@@ -680,7 +684,7 @@ export function mountExplorer(root, transport, initial = {}) {
     box.dataset.key = String(d.key);
     box.replaceChildren(
       h("h3", { text: `Neuron view: query ${d.query} "${d.query_token}" → key ${d.key} "${d.key_token}"` }),
-      mapView({ values, rows: [`q_${d.query}`, `k_${d.key}`, "q∘k"], cols: Array.from({ length: dk }, (_, c) => `k${c}`) }, {
+      mapView({ values, rows: [`q_${d.query}`, `k_${d.key}`, "q∘k"], cols: Array.from({ length: dk }, (_, c) => `d${c}`) }, {
         id: "ax-neuron-map", signed: true, cell: 22, fit: 500, tooltip, name: `neuron-${d.query}-${d.key}`,
         legend: `value (red +, blue −)${rot}`, describe: (r, c, v) => `${["q", "k", "q∘k"][r]}[${c}] = ${v}`,
       }),
