@@ -19,6 +19,7 @@ from attnlab.budget import check_allocation
 from attnlab.cli import load_checkpoint_lazily
 from attnlab.cli.options import add_checkpoint, add_device
 from attnlab.cli.outputs import outputs
+from attnlab.data.unknown import unknown_characters
 from attnlab.errors import CheckpointError, UserError
 from attnlab.nn import sinusoidal_table
 
@@ -106,10 +107,7 @@ def figure_file(out: str) -> Path:
 def warn_unknown(tokenizer: Any, text: str | None, flag: str) -> None:
     """Name the characters of ``text`` the tokenizer maps to <unk>: the maps would label them
     all <unk>, and the model reads them as one token it rarely saw."""
-    unk = getattr(tokenizer, "unk_id", None)
-    if not text or unk is None:
-        return
-    unknown = [c for c in dict.fromkeys(text) if list(tokenizer.encode(c)) == [unk]]
+    unknown = unknown_characters(tokenizer, text or "")
     if unknown:
         warnings.warn(
             f"{flag} has characters the tokenizer does not know: "

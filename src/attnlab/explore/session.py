@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from attnlab import inspect
+from attnlab.data.unknown import unknown_characters
 from attnlab.errors import ExploreError
 from attnlab.explore import fields, probes
 from attnlab.explore.predictions import Predictions
@@ -301,12 +302,11 @@ class Session(Predictions):
         }
 
     def _unknown(self, text: Any, ids: list[int]) -> list[str]:
-        """The characters of ``text`` the tokenizer maps to <unk> (each once), so the page can
-        say so instead of showing a silent <unk>."""
-        unk = getattr(self.tokenizer, "unk_id", None)
-        if unk is None or unk not in ids or not isinstance(text, str):
+        """The characters of ``text`` read as <unk>, so the page can say so (none unless its ids
+        hold <unk>: the usual case costs no encoding)."""
+        if getattr(self.tokenizer, "unk_id", None) not in ids or not isinstance(text, str):
             return []
-        return [c for c in dict.fromkeys(text) if list(self.tokenizer.encode(c)) == [unk]]
+        return unknown_characters(self.tokenizer, text)
 
     def parse_heads(self, ablate: Any) -> list[Head]:
         """[{"site", "layer", "head"}, ...] or [[site, layer, head], ...] -> checked heads."""
