@@ -20,6 +20,7 @@ from attnlab.lab.experiments import (
     parallelism,
     relative_offset,
 )
+from attnlab.lab.kit.directions import verdict_of_directions
 from attnlab.lab.kit.verdict import verdict_of
 
 # extrapolation ------------------------------------------------------------------------------------
@@ -352,3 +353,24 @@ def test_relative_offset_reason_gives_the_worst_unseen_window():
     assert "holds to 3.0e-13 in float64" in reason
     assert "k=1: 0.969 (0.938-1); k=2: 0.969 (0.938-1); k=4: 0.969 (0.938-1)" in reason
     assert "against learned positions k=1: 0.115 (0.0625-0.156)" in reason
+
+
+@pytest.mark.parametrize(
+    ("states", "word"),
+    [
+        (["above", "above"], "held"),
+        (["above", "inside"], "mixed"),
+        (["above", "below"], "mixed"),
+        (["below", "below"], "did not hold"),
+        (["below", "inside"], "did not hold"),  # no check held, one resolved against
+        (["inside", "inside"], "no effect resolved"),
+    ],
+)
+def test_verdict_of_directions_reads_each_check_once(states, word):
+    """The one rule long_range, source_reversal and enc_dec_vs_dec_only judge by."""
+    assert verdict_of_directions(states) == word
+
+
+def test_verdict_of_directions_refuses_an_unknown_state():
+    with pytest.raises(ValueError, match="'above', 'below' or 'inside'"):
+        verdict_of_directions(["above", "sideways"])

@@ -45,6 +45,7 @@ from attnlab.config import ModelConfig
 from attnlab.data import AdditionTask, CharTokenizer, ReverseTask
 from attnlab.lab.kit.charts import bar_chart, save_chart
 from attnlab.lab.kit.copy_task import copy_accuracy, copy_loss
+from attnlab.lab.kit.directions import verdict_of_directions
 from attnlab.lab.kit.fit import FitConfig, eval_loss, fit
 from attnlab.lab.kit.loss_gate import first_doubling, gated_by_loss, sweep_rows
 from attnlab.lab.kit.registry import experiment
@@ -245,9 +246,7 @@ def verdict(m: dict[str, Any]) -> tuple[str, str]:
         ed, do = exact(m, task, ARCHS[0]), exact(m, task, ARCHS[1])
         apart = resolved(ed, do)
         states[task] = "above" if apart and min(ed) > max(do) else ("below" if apart else "inside")
-    values = set(states.values())  # held on every task, on some (mixed), on none
-    word = ("held" if values == {"above"} else "mixed" if "above" in values
-            else "did not hold" if "below" in values else "no effect resolved")  # fmt: skip
+    word = verdict_of_directions(states.values())  # held on every task, on some, on none
     said = {"above": "resolved, encoder-decoder higher", "below": "resolved, decoder-only "
             "higher", "inside": "inside the seed spread"}  # fmt: skip
     parts = [

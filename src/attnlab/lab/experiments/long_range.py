@@ -33,6 +33,7 @@ from torch import nn
 from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer, ReverseTask
 from attnlab.lab.kit.charts import dodged, integer_xticks, save_chart, seeds_chart
+from attnlab.lab.kit.directions import verdict_of_directions
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.gating import bracketed_sweep
 from attnlab.lab.kit.registry import experiment
@@ -310,9 +311,7 @@ def verdict(measured: dict) -> tuple[str, str]:
 
     fall, drop = state(tok[best][first], tok[best][last])
     kept = {n: state(tok[n][last], tok[best][last]) for n in ATTENTION}
-    states = [fall] + [k for k, _ in kept.values()]
-    word = ("held" if set(states) == {"above"} else "mixed" if "above" in states
-            else "did not hold" if "below" in states else "no effect resolved")  # fmt: skip
+    word = verdict_of_directions([fall] + [k for k, _ in kept.values()])
     said = {"above": f"> {MARGIN:g}, seed ranges apart", "inside": "inside the seed spread",
             "below": f"not > {MARGIN:g} the claimed way, seed ranges apart"}  # fmt: skip
     at = {n: spread_text(tok[n][last]) for n in MODELS}

@@ -44,6 +44,7 @@ from attnlab.data import BPETokenizer, CopyTask, Seq2SeqBatch
 from attnlab.errors import UserError
 from attnlab.lab.kit.charts import bar_chart, save_chart, seeds_chart
 from attnlab.lab.kit.datasets import MULTI30K, dataset
+from attnlab.lab.kit.directions import verdict_of_directions
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.loss_gate import first_doubling, gated_by_loss, sweep_rows
 from attnlab.lab.kit.registry import experiment
@@ -232,9 +233,7 @@ def verdict(m: dict[str, Any]) -> tuple[str, str]:
         rev, fwd = values(m, "reversed", key), values(m, "as written", key)
         better = sign * (spread(rev)["mean"] - spread(fwd)["mean"]) > 0
         states.append("inside" if not resolved(rev, fwd) else ("above" if better else "below"))
-    # held: both checks; mixed: one held, one not; did not hold: none held (one may be inside)
-    word = ("held" if set(states) == {"above"} else "mixed" if "above" in states
-            else "did not hold" if "below" in states else "no effect resolved")  # fmt: skip
+    word = verdict_of_directions(states)
     said = {"above": "resolved, reversed better", "below": "resolved, as written better",
             "inside": "inside the seed spread"}  # fmt: skip
     reason = (
