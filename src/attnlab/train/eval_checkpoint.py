@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any, NamedTuple
 
-import torch
+import numpy as np
 
 from attnlab.data.textfiles import read_text
 from attnlab.errors import CheckpointError, ConfigValueError, DataError
@@ -26,7 +26,7 @@ from attnlab.train.evaluate import EvalResult, evaluate
 from attnlab.train.masked_lm_eval import masked_lm_metrics
 from attnlab.train.run_config import TrainConfig
 from attnlab.train.setup import KINDS_FOR_TASK
-from attnlab.train.task_data import LMData
+from attnlab.train.task_data import LMData, PairData
 
 DATA_OF_TASK = {
     "lm": "text (a text file)",
@@ -125,7 +125,7 @@ def evaluate_checkpoint(
             device=dev,
             prefix="test" if split == "test" else "val",
         )
-        warn_unknown(task_data, bs, max_batches or 1_000_000, data)
+        warn_unknown(task_data, data)
     return CheckpointEvaluation(result, ckpt.path, ckpt.step, data_summary(task_data, data))
 
 
@@ -145,25 +145,21 @@ def data_summary(task_data: Any, data: str | None) -> str:
 UNKNOWN_SHARE = 0.01  # from this share of <unk> ids on, the metrics describe the gaps, not the text
 
 
-def warn_unknown(task_data: Any, batch_size: int, max_batches: int, data: str | None) -> None:
-    """Warn when the evaluated ids hold many <unk> (input the tokenizer does not know): the loss
-    is then measured mostly on a token the model rarely saw."""
+def warn_unknown(task_data: Any, data: str | None) -> None:
+    """Warn when the evaluation set's ids hold many <unk> (input the tokenizer does not know):
+    the loss is then measured mostly on a token the model rarely saw. Counted over the ids the
+    data builder encoded (all of the set), never the class labels of a classifier."""
     unk = getattr(task_data.tokenizer, "unk_id", None)
     if unk is None:
         return
-    pad = getattr(task_data.tokenizer, "pad_id", None)
-    unknown = total = 0
-    for batch in task_data.val_batches(batch_size, max_batches):
-        for ids in batch:  # every id tensor of the batch (inputs, targets); masks are bool
-            if (
-                not isinstance(ids, torch.Tensor)
-                or ids.is_floating_point()
-                or ids.dtype == torch.bool
-            ):
-                continue
-            real = ids != pad if pad is not None else torch.ones_like(ids, dtype=torch.bool)
-            unknown += int((ids[real] == unk).sum())
-            total += int(real.sum())
+    if isinstance(task_data, LMData):
+        ids = [np.asarray(task_data.val.tokens)]
+    elif isinstance(task_data, PairData):
+        ids = [np.asarray(x) for pair in task_data.val_ids for x in pair]
+    else:  # LabelData: (token ids, label)
+        ids = [np.asarray(tokens) for tokens, _ in task_data.val_ids]
+    total = sum(x.size for x in ids)
+    unknown = sum(int((x == unk).sum()) for x in ids)
     if total and unknown / total >= UNKNOWN_SHARE:
         where = repr(data) if data is not None else "the evaluation data"
         warnings.warn(
