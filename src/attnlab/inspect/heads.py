@@ -196,11 +196,9 @@ def ablate_heads(
     changes = {}
     for path, (layer, idx) in group_heads(model, heads, site, part).items():
         fill = mean_head_outputs(means, path) if means is not None and mode == "mean" else None
-        want = (n_heads_of(layer), getattr(layer.module, "d_v", None))
-        if (
-            fill is not None and want[1] is not None and tuple(fill.shape) != want
-        ):  # another model's
-            raise InspectError(
+        want = (n_heads_of(layer), getattr(layer.module, "d_v", None))  # (H, Dv)
+        if fill is not None and want[1] is not None and tuple(fill.shape) != want:
+            raise InspectError(  # means of another model's run
                 f"means for {path!r} are {tuple(fill.shape)} per head but this layer's heads "
                 f"are (H, Dv) = {want}; take means from a reference run of this model"
             )

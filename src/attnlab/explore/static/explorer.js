@@ -437,7 +437,7 @@ export function mountExplorer(root, transport, initial = {}) {
   textInput.value = initial.text || "";
   sourceInput.value = initial.source || "";
   // the sampling settings of a link (the page keeps them in the address, as below)
-  const SAMPLING = { strategy, temperature, top_k: topK, top_p: topP };
+  const SAMPLING = { strategy, temperature, top_k: topK, top_p: topP }; // initial.sampling may hold more
   const defaults = Object.fromEntries(Object.entries(SAMPLING).map(([k, box]) => [k, box.value]));
   for (const [key, box] of Object.entries(SAMPLING)) {
     if (initial.sampling && initial.sampling[key] != null) box.value = initial.sampling[key];

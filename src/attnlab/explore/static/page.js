@@ -12,7 +12,6 @@ mountExplorer(document.getElementById("app"), httpTransport(""), {
   source: params.get("source") || "",
   head: params.get("head") || "", // site:layer:head, e.g. decoder:1:0
   ablate, // site:layer:head,site:layer:head
-  sampling: Object.fromEntries(["strategy", "temperature", "top_k", "top_p"]
-    .filter((k) => params.has(k)).map((k) => [k, params.get(k)])), // e.g. temperature=0.7
+  sampling: Object.fromEntries(params), // the page reads its sampling settings from these
   syncUrl: true,
 });
