@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 
 import numpy as np
 import pytest
@@ -209,7 +210,7 @@ def test_translation_quick_report_and_resume(out, monkeypatch):
     assert translation.run_name("lstm", 3e-3, True) == "lstm"  # the recipe's rate
     assert translation.run_name("lstm", 9e-3, True) == "lstm-lr0.009"
     assert translation.run_name("lstm", 3e-3, True, 120) == "lstm-steps120"
-    assert translation.run_name("lstm", 3e-3, False, 5000) == "lstm-lr0.003-steps5000"
+    assert translation.run_name("lstm", 1e-3, False, 5000) == "lstm-lr0.001-steps5000"
     recipe = translation.recipes(True)["lstm"]
     cfg = translation.train_config(True, 0, work / "data", **recipe.train)
     assert cfg.steps == 60 and cfg.dtype == "fp32"
@@ -220,6 +221,14 @@ def test_translation_quick_report_and_resume(out, monkeypatch):
     again = translation.write_up(measured[0], out / "translation_again", quick=True)
     assert again.verdict_reason == report.verdict_reason
     assert (out / "translation_again" / "bleu_by_length.png").is_file()
+    # a later piece on a fresh machine (the work directory gone) reloads every finished job
+    # from the results kept beside the report and trains nothing
+    kept = sorted(p.stem for p in (out / "translation" / translation.JOBS_DIR).glob("*.json"))
+    assert "seed0-transformer" in kept and "seed0-lstm-steps120" in kept
+    shutil.rmtree(out / "translation" / "work")
+    fresh, _ = run_experiment("translation", quick=True, out_dir=out / "translation")
+    assert fresh.verdict_reason == report.verdict_reason and fresh.per_seed == report.per_seed
+    assert not (out / "translation" / "work" / "seed0" / "transformer").exists()
 
 
 def _check_seeds_and_curves(report):
@@ -284,15 +293,21 @@ def test_translation_bleu_by_source_length():
 
 
 def test_translation_gate_never_chooses_a_diverged_rate(tmp_path, monkeypatch):
-    def fake_sweep_job(job):  # the recipe's rate learns; any other rate diverges
+    def fake_job(job):  # the recipe's rate learns; any other rate diverges
         name, lr, steps, *_ = job
         if lr == translation.recipes(True)[name].train["lr"]:
-            return {"val_bleu": ([20, 40, 60], [1.0, 2.0, 3.0]), "diverged": ""}
-        return {"val_bleu": ([20, 40], [5.0, 9.0]), "diverged": "the training loss became nan"}
+            return {"curves": {"val_bleu": ([20, 40, 60], [1.0, 2.0, 3.0])}, "diverged": ""}
+        diverged = "the training loss became nan"
+        return {"curves": {"val_bleu": ([20, 40], [5.0, 9.0])}, "diverged": diverged}
 
-    monkeypatch.setattr(translation, "sweep_job", fake_sweep_job)
-    runs = translation.gated_runs(True, tmp_path, None, [0])
+    monkeypatch.setattr(translation, "job_result", fake_job)
+    runs = translation.gated_runs(True, tmp_path, None, [0], tmp_path / "kept")
     for name, recipe in translation.recipes(True).items():
         assert runs.lr[name].chosen == recipe.train["lr"] and runs.lr[name].bracketed
         assert runs.sweeps[name][recipe.train["lr"] * 3] == -math.inf
-    assert translation.val_bleu_last({"val_bleu": ([20], [4.0]), "diverged": ""}) == 4.0
+    last = {"curves": {"val_bleu": ([20], [4.0])}, "diverged": ""}
+    assert translation.val_bleu_last(last) == 4.0
+    # a run that diverged at the chosen rate has no test scores: one error naming it
+    runs.per["lstm"][0] = {"curves": {"val_bleu": ([], [])}, "diverged": "the loss became nan"}
+    with pytest.raises(UserError, match="lstm diverged on seed 0 at its chosen learning rate"):
+        translation.chosen_runs(runs)

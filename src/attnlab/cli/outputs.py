@@ -19,7 +19,7 @@ from attnlab.checkpoint.atomic import atomic_write_json
 from attnlab.errors import UserError
 
 MANIFEST = ".attnlab-outputs.json"
-BOOKKEEPING = ".attnlab-"  # the manifest's and attnlab.lab.kit.pieces' files: never the user's
+BOOKKEEPING = ".attnlab-"  # the manifest, attnlab.lab.kit.pieces / resume files: never the user's
 
 
 class NotOursError(UserError):
@@ -36,15 +36,17 @@ def _digest(path: Path) -> str:
 
 def files_in(root: Path, names: Collection[str] | None = None) -> dict[str, str]:
     """Every file under ``root`` (relative path -> SHA-256) but attnlab's own bookkeeping (the
-    manifest, a resumable run's ledger of pieces: ``.attnlab-*``); only those of ``names`` if
-    given (a plot into the current directory hashes its own file alone)."""
+    manifest, a resumable run's ledger of pieces and its finished jobs' results: ``.attnlab-*``
+    files and folders); only those of ``names`` if given (a plot into the current directory
+    hashes its own file alone)."""
     if not root.is_dir():
         return {}
     found = sorted(root.rglob("*")) if names is None else [root / n for n in sorted(names)]
     return {
         str(p.relative_to(root)): _digest(p)
         for p in found
-        if p.is_file() and not p.name.startswith(BOOKKEEPING)
+        if p.is_file()
+        and not any(part.startswith(BOOKKEEPING) for part in p.relative_to(root).parts)
     }
 
 

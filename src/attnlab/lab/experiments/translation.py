@@ -31,11 +31,14 @@ every (seed, arm) run checkpoints into ``runs/experiments/translation/matched/se
 (every 250 steps) and ``attnlab experiment translation`` *continues* an interrupted run:
 interrupt it (Ctrl-C, or ``timeout -s INT 85m attnlab experiment translation``, which signals
 the whole process group), each running arm saves, and the same command later resumes every
-arm from its checkpoint and only reloads finished ones, so the full run can be made in pieces
-across sessions -- by one code: the work directory is stamped with the code hash of the first
-piece and a later piece under changed code stops with an error (:mod:`attnlab.lab.kit.resume`).
-Each model is then decoded on ``test_2016_flickr`` with greedy search and beam
-search (5 beams) and scored with sacreBLEU:
+arm from its checkpoint, so the full run can be made in pieces across sessions -- by one code:
+the work directory is stamped with the code hash of the first piece and a later piece under
+changed code stops with an error (:mod:`attnlab.lab.kit.resume`). Every run of the matched budget
+is decoded on ``test_2016_flickr`` with greedy search and beam search (5 beams) as soon as it
+finishes (the sweep's runs too: which rate is chosen is known only later, and the checkpoints
+may not outlive the session) and scored with sacreBLEU; each finished run's numbers are kept in
+``OUT/.attnlab-jobs/`` (committed with each piece), so a piece on a fresh machine retrains only
+the runs that were still going (:func:`job_result`):
 
     BLEU      sacrebleu.corpus_bleu(hyps, [refs]): detokenised, cased, 13a tokenisation (standard)
     chrF      sacrebleu.corpus_chrf(hyps, [refs])  (character 6-grams, beta = 2)
@@ -71,8 +74,8 @@ from attnlab.lab.kit.datasets import MULTI30K, dataset
 from attnlab.lab.kit.gating import ArmRuns, train_gated
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
-from attnlab.lab.kit.resume import check_same_code
-from attnlab.lab.kit.seeds import bands, run_jobs, spread, spread_text, start_seeds
+from attnlab.lab.kit.resume import JOBS_DIR, Finished, check_same_code
+from attnlab.lab.kit.seeds import bands, spread, spread_text, start_seeds
 from attnlab.lab.kit.seq2seq import read_multi30k
 from attnlab.lab.kit.verdict import Competence, outcome
 from attnlab.runtime import cpu_has_native_bf16
@@ -88,7 +91,7 @@ STEPS = {True: 60, False: 2500}  # every arm, quick and full size
 EVAL_EVERY = {True: 20, False: 250}  # steps between validation-BLEU evaluations
 TOLERANCE = 1.0  # step doubling: the last validation BLEU may move at most this much (seed 0)
 TARGET_BLEU = 35.0  # issue 7: the Transformer's lower-cased BLEU on test 2016
-LR_START = (1.0, 3.0)  # each arm's recipe lr times these, then extended past an edge (x 3)
+LR_START = (1 / 3, 1.0, 3.0)  # each arm's recipe lr times these, then extended past an edge
 LENGTH_BUCKETS = {  # source words (Bahdanau et al. 2015, Fig. 2); the quick form's generated
     False: {"1-7": (1, 7), "8-10": (8, 10), "11-13": (11, 13), "14-17": (14, 17),
             "18+": (18, 10_000)},  # sentences have 5-7 words, so it buckets single lengths
@@ -137,6 +140,11 @@ THRESHOLDS = [
     ),
 ]  # fmt: skip
 NOTES = [
+    "Recipe rates (the centres of the sweeps): where the sweep of an earlier start of this "
+    "run (2026-11-26/27, same recipes and budget; its checkpoints were lost with the machine "
+    "before the report) found each arm's best last validation BLEU: Transformer 1e-3 (36.5; "
+    "35.3 at 3.3e-4, 32.4 at 3e-3), LSTM + Bahdanau 9e-3 (36.3; 35.7 at 3e-3, diverged at "
+    "2.7e-2), plain LSTM 3e-3 (13.4; 10.7 at 1e-3, 6.1 at 9e-3). This run sweeps them again.",
     "Tuning note (development runs, not repeated here): with sinusoidal positions (unit "
     "amplitude next to N(0, 0.02) token embeddings) and lr 5e-4 the Transformer reached "
     "17.6 validation BLEU (greedy, 512 sentences) after 2000 steps; learned positions and "
@@ -197,7 +205,7 @@ def recipes(quick: bool) -> dict[str, Recipe]:
                 bidirectional=True,
                 dropout=0.3,
             ),
-            dict(lr=3e-3 if quick else 1e-3, warmup_steps=warmup, steps=steps, dtype="fp32"),
+            dict(lr=3e-3 if quick else 9e-3, warmup_steps=warmup, steps=steps, dtype="fp32"),
         ),
         "lstm": Recipe(
             "plain LSTM seq2seq (reversed source)",
@@ -209,7 +217,7 @@ def recipes(quick: bool) -> dict[str, Recipe]:
                 reverse_source=True,
                 dropout=0.3,
             ),
-            dict(lr=3e-3 if quick else 1e-3, warmup_steps=warmup, steps=steps, dtype="fp32"),
+            dict(lr=3e-3, warmup_steps=warmup, steps=steps, dtype="fp32"),
         ),
     }
 
@@ -438,63 +446,95 @@ def run_name(name: str, lr: float, quick: bool, steps: int | None = None) -> str
 
 
 def run_dir_of(job: tuple) -> Path:
-    """The run directory of a ``job`` tuple (name, lr, steps, root, data, seed, quick)."""
-    name, lr, steps, root, _, seed, quick = job
+    """The run directory of a ``job`` tuple (name, lr, steps, root, data, seed, quick, kept)."""
+    name, lr, steps, root, _, seed, quick, _ = job
     return Path(root) / f"seed{seed}" / run_name(name, lr, quick, steps)
 
 
 def fit(job: tuple) -> Any:
     """Train (or continue, or reload) the (arm, lr, steps, seed) run of a ``job`` tuple: one
     warm-up + cosine schedule over ``steps``."""
-    name, lr, steps, _, _, seed, quick = job
+    name, lr, steps, _, _, seed, quick, _ = job
     recipe, run_dir = at_lr(recipes(quick)[name], lr), run_dir_of(job)
     recipe = dataclasses.replace(recipe, train={**recipe.train, "steps": steps})
     cfg = train_config(quick, seed, run_dir.parent / "data", **recipe.train)
     return train_one(recipe, cfg, run_dir)
 
 
-def sweep_job(job: tuple) -> dict[str, Any]:
-    """One point of the learning-rate sweep: its validation-BLEU curve (no test decoding); a
-    rate at which training diverges is a point of the sweep too, never the end of the run."""
+def job_result(job: tuple) -> dict[str, Any]:
+    """One (arm, lr, steps, seed) run, kept beside the report once it finishes
+    (:class:`attnlab.lab.kit.resume.Finished`): reloaded from there when an earlier piece finished
+    it, else trained (or continued from its checkpoint) and measured -- its learning curves, and
+    for a run of the matched budget everything the report reads from a model (:func:`tested`),
+    so no later step needs the checkpoint. A rate at which training diverges is a result too (a
+    point of the sweep), never the end of the run."""
+    name, lr, steps, _, _, seed, quick, kept_dir = job
+    kept, key = Finished(Path(kept_dir), __name__), f"seed{seed}-{run_name(name, lr, quick, steps)}"
+    if (result := kept.get(key)) is not None:
+        return result
     try:
-        fit(job)
+        trained = fit(job)
     except TrainingDiverged as err:
         diverged = f"the training loss became {err.loss} at step {err.step}"
+        trained = None
     else:
         diverged = ""
-    return {"val_bleu": curve(read_metrics(run_dir_of(job)), "val_bleu"), "diverged": diverged}
+    records = read_metrics(run_dir_of(job))
+    result = {
+        "diverged": diverged,
+        "curves": {k: curve(records, k) for k in ("val_bleu", "val_loss", "train_loss")},
+    }
+    if trained is not None and steps == STEPS[quick]:
+        result.update(tested(trained, job))
+    return kept.put(key, result)
 
 
-def train_job(job: tuple) -> dict[str, Any]:
-    """One arm on one seed at its chosen learning rate: train (or continue, or reload) it,
-    decode the test set greedily and with beam search, score both, and return the numbers and
-    the run's learning curves."""
-    *_, data, seed, quick = job
-    run_dir = run_dir_of(job)
-    splits = prepare_data(quick, seed, data, run_dir.parent, write=False)
+def tested(trained: Any, job: tuple) -> dict[str, Any]:
+    """What the report reads from a trained model of the matched budget: the test set decoded
+    greedily and with beam search and scored (with BLEU by source length), sample translations,
+    and the attention maps of one test sentence (:func:`attention_data`)."""
+    name, _, _, _, data, seed, quick, _ = job
+    splits = prepare_data(quick, seed, data, run_dir_of(job).parent, write=False)
     sources, refs = [s for s, _ in splits["test"]], [t for _, t in splits["test"]]
-    result = fit(job)
-    greedy = translate(result.model, result.tokenizer, sources, beams=1)
-    beam = translate(result.model, result.tokenizer, sources, beams=BEAMS)
-    records = read_metrics(run_dir)
+    model, tok = trained.model, trained.tokenizer
+    greedy = translate(model, tok, sources, beams=1)
+    beam = translate(model, tok, sources, beams=BEAMS)
     return {
-        "parameters": sum(p.numel() for p in result.model.parameters()),
-        "steps": result.step,
-        "seconds": result.elapsed_s,
-        "val loss": result.metrics.get("val_loss", float("nan")),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "steps": trained.step,
+        "seconds": trained.elapsed_s,
+        "val loss": trained.metrics.get("val_loss", float("nan")),
         "greedy": bleu_scores(greedy, refs),
         "beam": bleu_scores(beam, refs),
         "samples": beam[:4],
         "by_length": bleu_by_length(sources, beam, refs, quick),
-        "curves": {k: curve(records, k) for k in ("val_bleu", "val_loss", "train_loss")},
-        "vocab": result.tokenizer.vocab_size,
+        "vocab": tok.vocab_size,
+        "attention": attention_data(name, model, tok, sources[min(2, len(sources) - 1)]),
+    }
+
+
+def attention_data(name: str, model: Any, tok: Any, source: str) -> dict[str, Any] | None:
+    """A Transformer's last-layer cross-attention (every head) or the Bahdanau alignment on one
+    test sentence, as lists; None for the plain LSTM (no attention)."""
+    if name == "lstm":
+        return None
+    src_ids = tok.encode(source)
+    target = tok.encode(translate(model, tok, [source], beams=1)[0])
+    cross = attention_maps(model, src_ids, target=[tok.bos_id, *target]).cross_attn  # (L,H,T,S)
+    assert cross is not None, f"{name} returns no cross-attention"
+    return {
+        "source": source,
+        "weights": (cross[-1] if name == "transformer" else cross[0, 0]).tolist(),  # (H|., T, S)
+        "layers": int(cross.shape[0]),
+        "src": [tok.token_to_str(i) for i in src_ids],
+        "out": [tok.token_to_str(i) for i in [*target, tok.eos_id]],
     }
 
 
 def val_bleu_last(result: dict[str, Any]) -> float:
     """A sweep or doubling run's last validation BLEU; -inf when it diverged or never evaluated
     (a diverged rate is never chosen)."""
-    ys = result["val_bleu"][1]
+    ys = result["curves"]["val_bleu"][1]
     return -math.inf if result["diverged"] or not ys else float(ys[-1])
 
 
@@ -524,69 +564,54 @@ def bleu_by_length(
     return out
 
 
-def gated_runs(quick: bool, root: Path, data: Path | None, seeds: list[int]) -> ArmRuns:
+def gated_runs(quick: bool, root: Path, data: Path | None, seeds: list[int], kept: Path) -> ArmRuns:
     """Every arm under the gate (:func:`attnlab.lab.kit.gating.train_gated`): its rate swept on
     the first seed from its recipe's rate times ``LR_START`` (extended past an edge, a factor
     3 each time, at most twice) on the last validation BLEU, the other seeds at the chosen
-    rate, and the first seed again at twice the steps (its doubling)."""
+    rate, and the first seed again at twice the steps (its doubling). Every job's result is
+    kept in ``kept`` (:func:`job_result`)."""
     base = recipes(quick)
 
     def job(arm: str, lr: float, steps: int, seed: int) -> tuple:
-        return (arm, lr, steps, str(root), data, seed, quick)
+        return (arm, lr, steps, str(root), data, seed, quick, str(kept))
 
     return train_gated(
-        sweep_job, list(base), job, val_bleu_last,
+        job_result, list(base), job, val_bleu_last,
         grid={n: [r.train["lr"] * f for f in LR_START] for n, r in base.items()},
         steps=STEPS[quick], seeds=seeds, higher_is_better=True,
         workers=1 if quick else 2, chosen_on=f"last validation BLEU, seed {seeds[0]}",
     )  # fmt: skip
 
 
-def decoded(runs: ArmRuns, root: Path, data: Path | None, quick: bool) -> dict[str, list]:
-    """``{arm: [train_job's result per seed]}``: each arm's finished runs at its chosen rate
-    and the matched steps, reloaded (not retrained) and decoded on the test set."""
-    jobs = {n: [(n, runs.lr[n].chosen, runs.steps, str(root), data, s, quick) for s in runs.seeds]
-            for n in runs.lr}  # fmt: skip
-    done = run_jobs(train_job, [j for js in jobs.values() for j in js], 1 if quick else 2)
-    return {n: [done[j] for j in js] for n, js in jobs.items()}
-
-
-def attention_data(runs: ArmRuns, root: Path, data: Path | None, source: str, quick: bool) -> dict:
-    """The first seed's Transformer cross-attention (last layer, every head) and Bahdanau
-    alignment on one test sentence, from the finished runs (reloaded, not retrained)."""
-    out: dict[str, Any] = {"source": source}
-    for name in ("transformer", "bahdanau"):
-        result = fit((name, runs.lr[name].chosen, runs.steps, str(root), data, runs.seeds[0],
-                      quick))  # fmt: skip
-        model, tok = result.model, result.tokenizer
-        src_ids = tok.encode(source)
-        target = tok.encode(translate(model, tok, [source], beams=1)[0])
-        maps = attention_maps(model, src_ids, target=[tok.bos_id, *target])
-        cross = maps.cross_attn  # (L, H, T, S)
-        assert cross is not None, f"{name} returns no cross-attention"
-        out[name] = {
-            "weights": cross[-1] if name == "transformer" else cross[0, 0],  # (H|., T, S)
-            "layers": int(cross.shape[0]),
-            "src": [tok.token_to_str(i) for i in src_ids],
-            "out": [tok.token_to_str(i) for i in [*target, tok.eos_id]],
-        }
-    return out
+def chosen_runs(runs: ArmRuns) -> dict[str, list[dict[str, Any]]]:
+    """``{arm: [job_result per seed]}`` at each arm's chosen rate and the matched steps; a run
+    that diverged there has no test scores, so the report stops naming it."""
+    for name, results in runs.per.items():
+        for seed, r in zip(runs.seeds, results):
+            if r["diverged"]:
+                raise UserError(
+                    f"{name} diverged on seed {seed} at its chosen learning rate "
+                    f"{runs.lr[name].chosen:g} ({r['diverged']}), so it has no test scores; "
+                    "the sweep chose a rate too close to divergence: lower the arm's recipe rate"
+                )
+    return runs.per
 
 
 def measure(quick: bool, seed: int, data: Path | None, out_dir: Path) -> dict[str, Any]:
-    """All training and measuring: the gated runs, every seed's test scores (with BLEU by
-    source length), and the first seed's attention maps. ``out_dir`` holds a quick run's work."""
+    """All training and measuring: the gated runs, each kept in ``out_dir/.attnlab-jobs`` as it
+    finishes (with every seed's test scores, BLEU by source length and attention maps).
+    ``out_dir`` holds a quick run's work too."""
     seeds = start_seeds(seed, quick)
     root = out_dir / "work" if quick else WORK_DIR
     check_same_code(root, __name__)  # every piece of a resumed run trained by the same code
     splits = {s: prepare_data(quick, s, data, root / f"seed{s}") for s in seeds}[seeds[0]]
-    runs = gated_runs(quick, root, data, seeds)
-    sources = [s for s, _ in splits["test"]]
+    runs = gated_runs(quick, root, data, seeds, out_dir / JOBS_DIR)
+    per = chosen_runs(runs)
     return {
         "seeds": seeds,
         "runs": runs,
-        "per": decoded(runs, root, data, quick),
-        "attention": attention_data(runs, root, data, sources[min(2, len(sources) - 1)], quick),
+        "per": per,
+        "attention": {n: per[n][0]["attention"] for n in ("transformer", "bahdanau")},
         "splits": {k: len(v) for k, v in splits.items()},
         "test": splits["test"][:4],
         "origin": "generated German-English pairs (quick)"
@@ -664,10 +689,12 @@ def length_figure(m: dict[str, Any], out_dir: Path) -> FigureRef:
 def attention_figures(att: dict[str, Any], out_dir: Path) -> list[FigureRef]:
     """Transformer last-layer cross-attention (every head) and the Bahdanau alignment."""
     t, b = att["transformer"], att["bahdanau"]
-    cross = plot_attention(t["weights"], t["out"], t["src"],
+    cross = plot_attention(np.asarray(t["weights"]), t["out"], t["src"],
                            title="Transformer cross-attention, last layer",
                            first_layer=t["layers"])  # fmt: skip
-    align = plot_alignment(b["weights"], b["src"], b["out"], title="LSTM + Bahdanau alignment")
+    align = plot_alignment(
+        np.asarray(b["weights"]), b["src"], b["out"], title="LSTM + Bahdanau alignment"
+    )
     return [
         save_chart(
             cross,
@@ -741,7 +768,9 @@ def cost_text(m: dict[str, Any]) -> str:
         f"on {cores} cores, plus the test decoding: far over the 60 minutes of a lab run. Every "
         "(seed, arm, lr, steps) run checkpoints every 250 steps and the command continues an "
         "interrupted run, so the full run is made in pieces (e.g. `timeout -s INT 85m attnlab "
-        "experiment translation --data ../shared/data`, repeated until it writes the report)."
+        "experiment translation --data ../shared/data`, repeated until it writes the report); "
+        "each finished run's numbers are kept in the report's folder (`.attnlab-jobs/`), so a "
+        "piece on a fresh machine retrains only the runs that were still going."
     )
 
 
@@ -764,7 +793,7 @@ def _setup(m: dict[str, Any], quick: bool) -> list[str]:
         f"every {EVAL_EVERY[quick]} steps each run decodes the first {n_val} validation "
         "sentences greedily and records their BLEU (the learning curves).",
         f"Gate, every arm: the learning rate swept on seed {seeds[0]} from the recipe's rate "
-        f"times {' and '.join(f'{f:g}' for f in LR_START)}, extended past an edge holding the "
+        f"times {', '.join(f'{f:.3g}' for f in LR_START)}, extended past an edge holding the "
         "best (a factor 3, at most twice), chosen on the last validation BLEU (a diverged rate "
         "is never chosen); the other seeds at that rate; step doubling on seed "
         f"{seeds[0]}: the same arm with one warm-up + cosine schedule over {2 * step} steps, "
