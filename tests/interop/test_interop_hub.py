@@ -202,6 +202,24 @@ def test_a_missing_local_path_that_is_no_hub_id_says_it_does_not_exist(tmp_path)
     assert hub.is_hub_id("gpt2") and hub.is_hub_id("HuggingFaceTB/SmolLM2-135M")
 
 
+def test_a_path_object_is_a_local_path_never_a_hub_id(tmp_path, monkeypatch):
+    """A resolved path handed to a loader again (Path("run") from the user's "./run") stays a
+    missing local path: it is never fetched or looked up as the hub id "run"."""
+    import huggingface_hub
+
+    from attnlab.interop import load_checkpoint
+
+    def never(*args, **kwargs):
+        raise AssertionError("a Path was looked up on the hub")
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", never)
+    monkeypatch.chdir(tmp_path)
+    assert hub.resolve_model_path(Path("run")) == Path("run")
+    with pytest.raises(CheckpointError) as err:
+        load_checkpoint(Path("run"))
+    assert "hub" not in str(err.value) and "run" in str(err.value)
+
+
 def test_the_explorer_and_evaluate_open_a_hub_id(offline, capsys, tmp_path):
     from attnlab.explore import load
 

@@ -74,6 +74,18 @@ def test_log_windows_are_exact_across_a_resume(tmp_path):
     assert not any("partial_window_steps" in r for r in resumed)
 
 
+def test_a_resume_keeps_the_good_records_of_a_damaged_metrics_log(tmp_path):
+    """Bytes that are not UTF-8 and lines that are not JSON (a damaged disk, an editor) in the
+    log of an interrupted run: the resume keeps the good records up to its step, never a bare
+    UnicodeDecodeError."""
+    cfg = _cfg(steps=6)
+    train(cfg, run_dir=tmp_path, stop_at=4)
+    log = tmp_path / "metrics.jsonl"
+    log.write_bytes(log.read_bytes() + b"\xff\xfe garbage\n[1, 2]\n")
+    train(cfg, run_dir=tmp_path, resume=True)
+    assert [r["step"] for r in _records(tmp_path)] == [1, 2, 3, 4, 5, 6]
+
+
 def test_a_window_the_checkpoint_did_not_save_is_marked_partial(tmp_path):
     from attnlab.train.loop import LogWindow
 

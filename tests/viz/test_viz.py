@@ -150,6 +150,14 @@ def test_metrics_errors(tmp_path):
     bad = write_metrics(tmp_path / "bad.jsonl", ['{"step": 1, "train_loss": 2}', "{oops", "{}"])
     with pytest.raises(DataError, match="line 2 is not valid JSON"):
         read_metrics(bad)
+    binary = tmp_path / "binary" / "metrics.jsonl"
+    binary.parent.mkdir()
+    binary.write_bytes(b'{"step": 1, "train_loss": 2}\n\xff\xfe\n{"step": 2}\n')
+    with pytest.raises(DataError, match="line 2 is not valid JSON"):  # not a UnicodeDecodeError
+        read_metrics(binary.parent)
+    array = write_metrics(tmp_path / "array.jsonl", ['{"step": 1, "train_loss": 2}', "[1]", "{}"])
+    with pytest.raises(DataError, match="line 2 is not a JSON object"):
+        read_metrics(array)
     with pytest.raises(DataError, match="no loss values.*'acc'"):
         plot_loss_curves([{"step": 1, "acc": 0.5}])
     with pytest.raises(DataError, match="no run directory"):

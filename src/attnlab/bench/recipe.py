@@ -29,7 +29,6 @@ with its min and max (:func:`summary`); the load average before and after each r
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import statistics
@@ -43,21 +42,14 @@ from attnlab.errors import DataError
 from attnlab.runtime import load_average
 from attnlab.train import RunConfig, train
 from attnlab.train.presets import RUN_PRESETS, preset_tables
+from attnlab.train.report import METRICS_FILE, read_metrics
 
 TARGET = 0.2  # fast-char time-to-baseline-loss <= 0.2x the baseline's (issue 37)
 
 
-def read_metrics(path: Path) -> list[dict[str, Any]]:
+def evaluations(path: Path) -> list[dict[str, Any]]:
     """The evaluation rows (those with a ``val_loss``) of a metrics.jsonl file, in order."""
-    rows = []
-    with open(path) as fh:
-        for line in fh:
-            line = line.strip()
-            if line:
-                row = json.loads(line)
-                if row.get("val_loss") is not None:
-                    rows.append(row)
-    return rows
+    return [row for row in read_metrics(path) if row.get("val_loss") is not None]
 
 
 def time_to_reach(rows: list[dict[str, Any]], loss: float) -> dict[str, Any]:
@@ -203,7 +195,7 @@ def timed_run(train, run_config, run_dir: Path) -> dict[str, Any]:
         "wall_seconds": time.perf_counter() - t0,
         "load_average_before": load_before,
         "load_average_after": load_average(),
-        "evaluations": read_metrics(run_dir / "metrics.jsonl"),
+        "evaluations": evaluations(run_dir / METRICS_FILE),
     }
 
 

@@ -98,12 +98,17 @@ def check_finite(tensors: dict[str, Tensor], where: Path, fix: str = OTHER_STEP)
     Training stops before saving a diverged model, so such weights mean a damaged or edited
     file; loaded anyway they make sampling fail and every metric NaN.
     """
-    bad = [k for k, t in tensors.items() if t.is_floating_point() and not bool(t.isfinite().all())]
+    bad = non_finite(tensors)
     if bad:
         raise CheckpointError(
             f"{str(where)!r} holds non-finite weights (NaN or inf) in {_few(bad)}; the file is "
             f"damaged or was edited: {fix}"
         )
+
+
+def non_finite(tensors: dict[str, Tensor]) -> list[str]:
+    """The names of the floating-point tensors holding a NaN or an infinite value."""
+    return [k for k, t in tensors.items() if t.is_floating_point() and not bool(t.isfinite().all())]
 
 
 def _few(items: Sequence[str], n: int = 4) -> str:

@@ -55,7 +55,7 @@ from attnlab.checkpoint.atomic import (
     storage_errors,
     write_synced,
 )
-from attnlab.checkpoint.load import _check_vocab
+from attnlab.checkpoint.load import _check_vocab, _few, non_finite
 from attnlab.checkpoint.rundir import (
     BEST,
     CHECKPOINTS,
@@ -211,7 +211,8 @@ def save_checkpoint(
 
     Captures the RNG states now (``extra_state["rng"]`` overrides, e.g. gathered per rank); the
     caller restores them last on resume. ``extra_state`` (JSON: epoch, data position, ...) comes
-    back from :func:`~attnlab.checkpoint.load.restore_training`. Afterwards ``latest`` names this
+    back from :func:`~attnlab.checkpoint.load.restore_training`. A model holding a NaN or
+    infinite weight is refused (no loader would read it back). Afterwards ``latest`` names this
     checkpoint, ``best`` the one with the best ``metric`` so far, and all but the newest
     ``keep_last`` (0 = keep all), the latest and the best are deleted.
     """
@@ -226,6 +227,13 @@ def save_checkpoint(
     if reserved:
         raise ValueError(f"extra_state keys {reserved} are reserved; they are saved by themselves")
     check_model_fits_config(model, config)
+    bad = non_finite(dict(model.state_dict()))
+    if bad:  # the loaders refuse such weights (checkpoint.load.check_finite): never write them
+        raise CheckpointError(
+            f"the model holds non-finite weights (NaN or inf) in {_few(bad)}, so step {step} is "
+            "not saved (no command could load it); the earlier checkpoints are kept: resume from "
+            "the latest one, with a lower learning rate if training diverged"
+        )
     rng = extra.pop("rng", None) or capture_rng_state()
     root = ensure_writable_dir(Path(run_dir) / CHECKPOINTS)
     name = f"step_{step:08d}"

@@ -159,8 +159,8 @@ def _main(argv: list[str] | None, program: bool = False) -> int:
 
 def local_model_path(path: str, *, revision: str | None = None) -> Path:
     """The local directory or file ``path`` names (a hub id fetched into the cache). A local
-    path that does not exist is an error here, in the user's spelling: the loaders would
-    resolve its normalised form again, which reads ``./run`` as the hub id ``run``."""
+    path that does not exist is an error here, in the user's spelling and with the forms a
+    command accepts."""
     from attnlab.interop.hub import resolve_model_path
 
     local = resolve_model_path(path, revision=revision)

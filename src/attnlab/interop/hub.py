@@ -6,8 +6,11 @@ directory:
 
     1. ``~`` and ``$VARS`` expand (``~/models/gpt2``, ``$SCRATCH/runs/x``);
     2. a path that exists is used as it is (a local path always wins over a hub id);
-    3. otherwise a name shaped like a hub id (``name`` or ``owner/name``) is fetched from the hub,
-       or read from the cache, at ``revision`` (a branch, tag or commit; default ``main``).
+    3. otherwise a string shaped like a hub id (``name`` or ``owner/name``) is fetched from the
+       hub, or read from the cache, at ``revision`` (a branch, tag or commit; default ``main``).
+       A ``pathlib.Path`` always names a local file or directory, never a hub model: once a
+       name has been resolved to a path, resolving it again cannot turn a missing ``./run``
+       into the hub id ``run``.
 
 Only what attnlab reads is fetched (:data:`ALLOW_PATTERNS`): config.json, the safetensors
 weights (one file or shards with their index) and the tokenizer files. Pickle files
@@ -73,8 +76,8 @@ def hub_cache_dir() -> str | None:
 def resolve_model_path(name: str | os.PathLike, *, revision: str | None = None) -> Path:
     """The local directory (or file) ``name`` stands for; see the module docstring.
 
-    A name that is neither an existing path nor shaped like a hub id comes back expanded, for
-    the caller to report as missing.
+    A name that is neither an existing path nor a string shaped like a hub id comes back
+    expanded, for the caller to report as missing.
     """
     local = expand_path(name)
     if local.exists():
@@ -85,10 +88,9 @@ def resolve_model_path(name: str | os.PathLike, *, revision: str | None = None) 
                 fields=("revision",),
             )
         return local
-    text = os.fspath(name)
-    if not is_hub_id(text):
+    if not isinstance(name, str) or not is_hub_id(name):
         return local
-    return download(text, revision=revision)
+    return download(name, revision=revision)
 
 
 def download(repo_id: str, *, revision: str | None = None) -> Path:

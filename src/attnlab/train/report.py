@@ -36,7 +36,7 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from attnlab.checkpoint.atomic import atomic_write_bytes, atomic_write_text, storage_errors
-from attnlab.errors import ConfigError
+from attnlab.errors import ConfigError, DataError
 from attnlab.train import loss_figure
 from attnlab.train.loss_figure import loss_figure_png
 
@@ -45,18 +45,35 @@ PLOT_SHARE = 0.05  # at most this share of a run's wall time goes to redrawing l
 METRICS_FILE, CSV_FILE, PLOT_FILE = "metrics.jsonl", "metrics.csv", "loss.png"
 
 
-def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of a metrics.jsonl file; a torn last line (a crash mid-write) is skipped."""
+def read_metrics(path: str | os.PathLike, *, strict: bool = False) -> list[dict[str, Any]]:
+    """The records of a metrics.jsonl file, in file order: the one reader of the format
+    :class:`MetricsLog` writes. Bytes that are not UTF-8 read as U+FFFD; a last line without its
+    newline (a record being written, or torn by a crash) is skipped. Any other line that is not
+    a JSON object is skipped too (a resumed run's own log: its good records are kept), or with
+    ``strict`` (a file a user hands to a command) a DataError naming the line, and then records
+    without a ``step`` are kept as well."""
     p = Path(path)
     if not p.is_file():
+        if strict:
+            raise DataError(f"no metrics file at {str(p)!r}")
         return []
+    lines = p.read_text(encoding="utf-8", errors="replace").split("\n")
     records = []
-    for line in p.read_text(encoding="utf-8").splitlines():
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
         try:
             record = json.loads(line)
-        except ValueError:
+        except ValueError as err:
+            if number == len(lines) or not strict:  # torn last line, or a log being resumed
+                continue
+            msg = getattr(err, "msg", str(err))
+            raise DataError(f"{str(p)!r} line {number} is not valid JSON ({msg})") from None
+        if not isinstance(record, dict):
+            if strict:
+                raise DataError(f"{str(p)!r} line {number} is not a JSON object: {line[:60]!r}")
             continue
-        if isinstance(record, dict) and "step" in record:
+        if strict or "step" in record:
             records.append(record)
     return records
 

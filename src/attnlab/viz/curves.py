@@ -9,7 +9,6 @@ is still writing) is ignored; a malformed line anywhere else is an error naming 
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterable
@@ -19,9 +18,9 @@ from typing import Any
 from matplotlib.figure import Figure
 
 from attnlab.errors import DataError
+from attnlab.train.report import METRICS_FILE
+from attnlab.train.report import read_metrics as read_metrics_file
 from attnlab.viz.figure import new_figure, save_figure
-
-METRICS_FILE = "metrics.jsonl"
 
 
 def find_metrics_file(run: str | os.PathLike) -> Path:
@@ -43,24 +42,9 @@ def find_metrics_file(run: str | os.PathLike) -> Path:
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
-    """The records of a JSONL metrics file (or run directory), in file order."""
-    p = find_metrics_file(path)
-    text = p.read_text(encoding="utf-8", errors="replace")
-    lines = text.split("\n")
-    records = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            if number == len(lines):  # no trailing newline yet: a record being written
-                continue
-            raise DataError(f"{str(p)!r} line {number} is not valid JSON ({err.msg})") from None
-        if not isinstance(record, dict):
-            raise DataError(f"{str(p)!r} line {number} is not a JSON object: {line[:60]!r}")
-        records.append(record)
-    return records
+    """The records of a JSONL metrics file (or run directory), in file order, read strictly by
+    the format's one reader (:func:`attnlab.train.report.read_metrics`)."""
+    return read_metrics_file(find_metrics_file(path), strict=True)
 
 
 def _series(records: Iterable[dict[str, Any]]) -> dict[str, dict[float, float]]:
