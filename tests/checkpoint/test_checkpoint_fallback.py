@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from attnlab.checkpoint import load_checkpoint, save_checkpoint
+from attnlab.checkpoint import load_checkpoint, save_checkpoint, save_inference_checkpoint
 from attnlab.cli import main
 from attnlab.errors import CheckpointError
 from attnlab.train import RunConfig, TrainConfig, train
@@ -115,13 +115,22 @@ def test_non_finite_weights_are_never_saved(tmp_path):
     with pytest.raises(CheckpointError, match=rf"non-finite weights .*in {name}.*step 2 is not"):
         save_checkpoint(tmp_path / "run", model=model, config=cfg, tokenizer=tok, step=2)
     assert latest_checkpoint(tmp_path / "run") == first  # nothing written, latest unchanged
+    with pytest.raises(CheckpointError, match=rf"non-finite weights .*in {name}.*is not written"):
+        save_inference_checkpoint(tmp_path / "export", model=model, config=cfg, tokenizer=tok)
+    assert not (tmp_path / "export").exists()
+    from attnlab.interop.export import export_as
+
+    for fmt, out in (("safetensors", "m.safetensors"), ("hf", "hf")):
+        with pytest.raises(CheckpointError, match=rf"non-finite weights .*in {name}"):
+            export_as(model, fmt, tmp_path / out, config=cfg, tokenizer=tok)
+        assert not (tmp_path / out).exists()
     assert sorted(p.name for p in first.parent.iterdir() if p.name.startswith("step_")) == [
         first.name
     ]
 
 
 def test_non_finite_weights_are_named_on_load(tmp_path, capsys, monkeypatch):
-    from attnlab.checkpoint import save as save_module
+    from attnlab.checkpoint import load as load_module
     from attnlab.data import CharTokenizer
     from attnlab.models import build_model
 
@@ -133,7 +142,7 @@ def test_non_finite_weights_are_named_on_load(tmp_path, capsys, monkeypatch):
     with torch.no_grad():
         model.state_dict()[name][0, 0] = float("nan")
     with monkeypatch.context() as m:  # written by another tool (attnlab refuses to save it)
-        m.setattr(save_module, "non_finite", lambda tensors: [])
+        m.setattr(load_module, "non_finite", lambda tensors: [])
         ckpt = save_checkpoint(tmp_path / "run", model=model, config=cfg, tokenizer=tok, step=2)
     with pytest.raises(CheckpointError, match=rf"non-finite weights .*in {name}"):
         load_checkpoint(ckpt)

@@ -111,6 +111,16 @@ def non_finite(tensors: dict[str, Tensor]) -> list[str]:
     return [k for k, t in tensors.items() if t.is_floating_point() and not bool(t.isfinite().all())]
 
 
+def refuse_non_finite(model: nn.Module, consequence: str) -> None:
+    """The loaders refuse weights holding NaN or inf (:func:`check_finite`), so no writer writes
+    them: a CheckpointError naming the tensors and ``consequence`` (what is not written)."""
+    bad = non_finite(dict(model.state_dict()))
+    if bad:
+        raise CheckpointError(
+            f"the model holds non-finite weights (NaN or inf) in {_few(bad)}, so {consequence}"
+        )
+
+
 def _few(items: Sequence[str], n: int = 4) -> str:
     more = f" and {len(items) - n} more" if len(items) > n else ""
     return ", ".join(items[:n]) + more

@@ -55,7 +55,7 @@ from attnlab.checkpoint.atomic import (
     storage_errors,
     write_synced,
 )
-from attnlab.checkpoint.load import _check_vocab, _few, non_finite
+from attnlab.checkpoint.load import _check_vocab, refuse_non_finite
 from attnlab.checkpoint.rundir import (
     BEST,
     CHECKPOINTS,
@@ -227,13 +227,11 @@ def save_checkpoint(
     if reserved:
         raise ValueError(f"extra_state keys {reserved} are reserved; they are saved by themselves")
     check_model_fits_config(model, config)
-    bad = non_finite(dict(model.state_dict()))
-    if bad:  # the loaders refuse such weights (checkpoint.load.check_finite): never write them
-        raise CheckpointError(
-            f"the model holds non-finite weights (NaN or inf) in {_few(bad)}, so step {step} is "
-            "not saved (no command could load it); the earlier checkpoints are kept: resume from "
-            "the latest one, with a lower learning rate if training diverged"
-        )
+    refuse_non_finite(
+        model,
+        f"step {step} is not saved (no command could load it); the earlier checkpoints are kept: "
+        "resume from the latest one, with a lower learning rate if training diverged",
+    )
     rng = extra.pop("rng", None) or capture_rng_state()
     root = ensure_writable_dir(Path(run_dir) / CHECKPOINTS)
     name = f"step_{step:08d}"
@@ -314,6 +312,7 @@ def save_inference_checkpoint(
             f"directory so nothing of yours is overwritten"
         )
     _check_vocab(config, tokenizer, labels, str(final))
+    refuse_non_finite(model, f"{str(final)!r} is not written (no command could load it)")
     ensure_writable_dir(final.parent)
     with storage_errors(final, "export the model"):
         _write_via(
