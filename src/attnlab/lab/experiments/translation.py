@@ -143,7 +143,7 @@ NOTES = [
     "Recipe rates (the centres of the sweeps): where the sweep of an earlier start of this "
     "run (2026-11-26/27, same recipes and budget; its checkpoints were lost with the machine "
     "before the report) found each arm's best last validation BLEU: Transformer 1e-3 (36.5; "
-    "35.3 at 3.3e-4, 32.4 at 3e-3), LSTM + Bahdanau 9e-3 (36.3; 35.7 at 3e-3, diverged at "
+    "35.3 at 3.3e-4, 32.4 at 3e-3), LSTM + Bahdanau 9e-3 (36.3; 35.7 at 3e-3, 1.4 at "
     "2.7e-2), plain LSTM 3e-3 (13.4; 10.7 at 1e-3, 6.1 at 9e-3). This run sweeps them again.",
     "Tuning note (development runs, not repeated here): with sinusoidal positions (unit "
     "amplitude next to N(0, 0.02) token embeddings) and lr 5e-4 the Transformer reached "
