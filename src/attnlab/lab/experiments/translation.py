@@ -29,8 +29,9 @@ Seeds: a full run trains every arm on ``lab.seeds`` (3 seeds), two single-thread
 time (:func:`attnlab.lab.kit.seeds.run_jobs`). Training goes through :func:`attnlab.train.train`, so
 every (seed, arm) run checkpoints into ``runs/experiments/translation/matched/seedS/ARM``
 (every 250 steps) and ``attnlab experiment translation`` *continues* an interrupted run:
-interrupt it (Ctrl-C, or ``timeout -s INT 85m attnlab experiment translation``, which signals
-the whole process group), each running arm saves, and the same command later resumes every
+interrupt it (Ctrl-C, or ``timeout -s INT -k 5m 85m attnlab experiment translation``, which signals
+the whole process group, and kills it 5 minutes later should the process pool hang on its way
+out after everything is saved), each running arm saves, and the same command later resumes every
 arm from its checkpoint, so the full run can be made in pieces across sessions -- by one code:
 the work directory is stamped with the code hash of the first piece and a later piece under
 changed code stops with an error (:mod:`attnlab.lab.kit.resume`). Every run of the matched budget
@@ -767,10 +768,11 @@ def cost_text(m: dict[str, Any]) -> str:
         f"measured seconds per step come to {cpu / 3600:.1f} h of CPU, ~{cpu / cores / 3600:.1f} h "
         f"on {cores} cores, plus the test decoding: far over the 60 minutes of a lab run. Every "
         "(seed, arm, lr, steps) run checkpoints every 250 steps and the command continues an "
-        "interrupted run, so the full run is made in pieces (e.g. `timeout -s INT 85m attnlab "
-        "experiment translation --data ../shared/data`, repeated until it writes the report); "
-        "each finished run's numbers are kept in the report's folder (`.attnlab-jobs/`), so a "
-        "piece on a fresh machine retrains only the runs that were still going."
+        "interrupted run, so the full run is made in pieces (e.g. `timeout -s INT -k 5m 85m "
+        "attnlab experiment translation --data ../shared/data`, repeated until it writes the "
+        "report); each finished run's numbers are kept in the report's folder "
+        "(`.attnlab-jobs/`), so a piece on a fresh machine retrains only the runs that were "
+        "still going."
     )
 
 

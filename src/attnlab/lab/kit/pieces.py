@@ -2,7 +2,7 @@
 the whole run's and not the last piece's.
 
 An experiment that checkpoints and resumes (``translation``: hours of training, made with
-``timeout -s INT 85m attnlab experiment translation ...`` repeated) checks with
+``timeout -s INT -k 5m 85m attnlab experiment translation ...`` repeated) checks with
 :mod:`attnlab.lab.kit.resume` that every piece runs the same code; that module among those its
 code hash covers (:mod:`attnlab.lab.kit.provenance`) is what makes a run resumable here. Each
 piece that ends without a report (interrupted, or failed) leaves its start and wall time in
