@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.lab.kit.index import INDEX_FILE, index_text, staleness
+from attnlab.lab.kit.index import INDEX_FILE, index_text, read_reports, staleness
 from attnlab.lab.kit.provenance import behaviour_tree, code_hash, reached_modules, uses
 from attnlab.lab.kit.registry import discover
 from attnlab.lab.kit.report import Report, Table
@@ -207,6 +207,22 @@ def test_verdict_words_have_one_meaning_each():
     text = index_text(DOCS)
     for word in VERDICTS:
         assert f"**{word}**" in text  # the index defines every word it may use
+
+
+def test_the_index_counts_the_reports_by_verdict_and_staleness():
+    from attnlab.lab.kit.index import tally
+
+    reports = [{"verdict": "held"}, {"verdict": "inconclusive", "_stale": "x"},
+               {"verdict": "held"}, {"verdict": "mixed"}]  # fmt: skip
+    assert tally(reports) == (
+        "**4 reports:** 2 held, 1 mixed, 1 inconclusive; 1 of them stale (a record until rerun)."
+    )
+    assert tally(reports[:1]) == "**1 report:** 1 held."
+    line = next(x for x in index_text(DOCS).splitlines() if x.endswith(("rerun).", ".")) and
+                x.startswith("**") and "reports:**" in x)  # fmt: skip
+    counts = line.split(":** ")[1].split(";")[0].rstrip(".").split(", ")
+    n = int(line[2:].split(" ")[0])
+    assert sum(int(c.split(" ")[0]) for c in counts) == n == len(read_reports(DOCS))
 
 
 def test_report_round_trips_the_gate_evidence_through_json():

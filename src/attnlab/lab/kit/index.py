@@ -81,6 +81,8 @@ def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = 
         "hash; its wall time is the sum over the pieces. `--quick` runs the same code CI-sized "
         "(one seed, never a verdict to rely on).",
         "",
+        tally(reports),
+        "",
         "| experiment | notes | verdict | competence | seeds | why | wall time | command |",
         "|---|---|---|---|---|---|---|---|",
     ]
@@ -116,6 +118,18 @@ def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = 
             command = f"`attnlab experiment {n} --seed 0`"
             lines.append(f"| {n} | {format_cell(notes)} | {format_cell(claim)} | {command} |")
     return "\n".join(lines) + "\n"
+
+
+def tally(reports: list[dict]) -> str:
+    """One line counting the reports by verdict word (in the order the words are defined) and
+    the stale ones among them."""
+    words = [r.get("verdict", "?") for r in reports]
+    counts = [f"{words.count(w)} {w}" for w in VERDICT_MEANINGS if w in words]
+    counts += [f"{words.count(w)} {w}" for w in dict.fromkeys(words) if w not in VERDICT_MEANINGS]
+    stale = sum(1 for r in reports if r.get("_stale"))
+    return f"**{len(reports)} report{'' if len(reports) == 1 else 's'}:** {', '.join(counts)}" + (
+        f"; {stale} of them stale (a record until rerun)." if stale else "."
+    )
 
 
 def wall_cell(report: dict) -> str:
