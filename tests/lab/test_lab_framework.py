@@ -296,3 +296,21 @@ def test_a_run_in_one_piece_or_of_code_that_does_not_resume_keeps_no_ledger(
     report, _ = run_experiment("dummy-pieces", out_dir=tmp_path)  # one piece, all of the run
     assert "pieces" not in report.machine and not (tmp_path / LEDGER).exists()
     assert not any(line.startswith("Run made in") for line in report.setup)
+
+
+def test_a_full_run_without_data_never_replaces_a_report_made_on_real_data(tmp_path, capsys):
+    """Without --data an experiment trains on its generated stand-in: it may not overwrite a
+    full-size report whose command named a data folder (the CLI says so in one line)."""
+    out = tmp_path / "order"
+    out.mkdir()
+    made = {"quick": False, "command": "attnlab experiment order --seed 0 --data ../shared/data"}
+    (out / "report.json").write_text(json.dumps(made), encoding="utf-8")
+    with pytest.raises(UserError, match="made on the data in '../shared/data'.*Pass --data DIR"):
+        run_experiment("order", out_dir=out)
+    from attnlab.cli.outputs import record
+
+    record(out, {})  # an earlier run's output (the CLI replaces only those)
+    assert main(["experiment", "order", "--out", str(out)]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "generated stand-in" in err and "--data" in err and "Traceback" not in err
+    assert json.loads((out / "report.json").read_text(encoding="utf-8")) == made  # kept

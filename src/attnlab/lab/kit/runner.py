@@ -9,6 +9,7 @@ pieces (:mod:`attnlab.lab.kit.pieces`).
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import shlex
@@ -19,11 +20,12 @@ from pathlib import Path
 import torch
 
 from attnlab.checkpoint.atomic import ensure_writable_dir
+from attnlab.errors import UserError
 from attnlab.lab.kit.index import write_index
 from attnlab.lab.kit.pieces import Pieces, describe
 from attnlab.lab.kit.provenance import code_hash
 from attnlab.lab.kit.registry import get_experiment
-from attnlab.lab.kit.report import Report, check_may_write, machine_info
+from attnlab.lab.kit.report import DATA_FILE, Report, check_may_write, machine_info
 
 DOCS_DIR = Path("docs") / "experiments"
 
@@ -50,6 +52,29 @@ def command_line(
     return shlex.join(parts)
 
 
+def check_same_data(out: Path, data: str | os.PathLike | None) -> None:
+    """A full-size run without a data folder must not replace a full-size report made on real
+    data (its command names ``--data``): without one, an experiment trains on its generated
+    stand-in (a play-like text, synthetic sentence pairs), and its report would silently answer
+    on other data than the one it replaces."""
+    try:
+        before = json.loads((out / DATA_FILE).read_text(encoding="utf-8"))
+        args = shlex.split(str(before.get("command", "")))
+        quick = bool(before.get("quick", True))
+    except (OSError, ValueError, AttributeError):
+        return  # no readable report: nothing to protect
+    if data is not None or quick or "--data" not in args[:-1]:
+        return
+    folder = args[args.index("--data") + 1]
+    raise UserError(
+        f"{str(out)!r} holds a full-size report made on the data in {folder!r} (its command: "
+        f"{shlex.join(args)}); this run has no data folder, so it would train on the generated "
+        "stand-in and replace that report. Pass --data DIR (or set ATTNLAB_DATA), or give --out "
+        "another directory",
+        fields=("data",),
+    )
+
+
 def run_experiment(
     name: str,
     *,
@@ -66,6 +91,8 @@ def run_experiment(
     given = Path(out_dir) if out_dir is not None else None
     out = given if given is not None else default_out_dir(name, quick)
     check_may_write(out, quick)  # before minutes of training, not after
+    if not quick:
+        check_same_data(out, data)
     ensure_writable_dir(out)
     code = code_hash(exp.run.__module__)  # the code about to run, hashed before it runs
     pieces = Pieces.of(out, code, quick)  # a resumable run's earlier pieces, if any
