@@ -305,12 +305,12 @@ def test_a_full_run_without_data_never_replaces_a_report_made_on_real_data(tmp_p
     out.mkdir()
     made = {"quick": False, "command": "attnlab experiment order --seed 0 --data ../shared/data"}
     (out / "report.json").write_text(json.dumps(made), encoding="utf-8")
-    with pytest.raises(UserError, match="made on the data in '../shared/data'.*Pass --data DIR"):
+    with pytest.raises(UserError, match="data in '../shared/data'.*Give the data folder"):
         run_experiment("order", out_dir=out)
     from attnlab.cli.outputs import record
 
     record(out, {})  # an earlier run's output (the CLI replaces only those)
     assert main(["experiment", "order", "--out", str(out)]) == 2
     err = " ".join(capsys.readouterr().err.split())
-    assert "generated stand-in" in err and "--data" in err and "Traceback" not in err
+    assert "generated stand-in" in err and "--data, --out" in err and "Traceback" not in err
     assert json.loads((out / "report.json").read_text(encoding="utf-8")) == made  # kept

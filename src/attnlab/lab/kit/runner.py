@@ -69,9 +69,9 @@ def check_same_data(out: Path, data: str | os.PathLike | None) -> None:
     raise UserError(
         f"{str(out)!r} holds a full-size report made on the data in {folder!r} (its command: "
         f"{shlex.join(args)}); this run has no data folder, so it would train on the generated "
-        "stand-in and replace that report. Pass --data DIR (or set ATTNLAB_DATA), or give --out "
-        "another directory",
-        fields=("data",),
+        "stand-in and replace that report. Give the data folder (or set ATTNLAB_DATA), or "
+        "another out directory",
+        fields=("data", "out"),
     )
 
 
