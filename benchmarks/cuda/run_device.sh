@@ -8,6 +8,9 @@
 # the training steps by phase (each run's timing.json + the process's exit) in
 # $OUT/overhead/NANOGPT.md, and where `attnlab train`'s imports go (python -X importtime) in
 # $OUT/importtime.txt.
+# profile (issue 37 item 4, ~8 min with overhead and tests: `run_device.sh profile`): the kernels of
+# the slow gpu-char step and two candidate fixes (benchmarks/cuda/profile_step.py), then the
+# overhead runs (2 rounds) and the gpu-marked tests.
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/cuda/out}
@@ -38,6 +41,16 @@ if [ "$what" = overhead ]; then  # (race also breaks attnlab_same down)
   timeout 300 python benchmarks/nanogpt_race.py --text .device/tinyshakespeare.txt \
     --only attnlab_same --rounds 3 --out "$OUT/overhead" > "$OUT/overhead.txt" 2>&1
   tail -28 "$OUT/overhead.txt"
+fi
+if [ "$what" = profile ]; then
+  timeout 220 python benchmarks/cuda/profile_step.py --out "$OUT" > "$OUT/profile_step.txt" 2>&1
+  grep -v USDT "$OUT/profile_step.txt" | tail -60
+  timeout 190 python benchmarks/nanogpt_race.py --text .device/tinyshakespeare.txt \
+    --only attnlab_same --rounds 2 --out "$OUT/overhead" > "$OUT/overhead.txt" 2>&1
+  tail -24 "$OUT/overhead.txt"
+  timeout 150 python -m pytest -m gpu -p no:xdist -q tests/test_gpu.py tests/train/test_train_timing.py \
+    "tests/test_inspect_transformer.py::test_cache_and_interventions_on_cuda" > "$OUT/pytest_gpu.txt" 2>&1
+  tail -3 "$OUT/pytest_gpu.txt"
 fi
 if [ "$what" = bench ]; then
   timeout 300 python benchmarks/cuda_bench.py --suite train --rounds 3 --min-round-s 0.5 \
