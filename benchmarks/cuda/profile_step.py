@@ -1,4 +1,4 @@
-"""Why the gpu-char step is slow: kernels of an eager and a compiled step, and two candidate fixes (issue 37).
+"""Why the gpu-char step is slow: the kernels of its step, eager and compiled; two candidate fixes.
 
 Times a bf16-autocast training step (forward, cross-entropy, backward; no optimizer) of the
 nanoGPT-char model (6 x 384, context 256, batch 64, dropout 0.2) for several position/norm
@@ -64,7 +64,7 @@ def install_tables(model: torch.nn.Module, n: int) -> None:
 
 
 def cos_sin_table(self: RotaryPositions, positions: torch.Tensor, dtype: torch.dtype):
-    """cos, sin for ``positions`` (T,) or (B, T) read from the tables: (T, Dh/2) or (B, 1, T, Dh/2)."""
+    """cos, sin of ``positions`` (T,) or (B, T) from the tables: (T, Dh/2) or (B, 1, T, Dh/2)."""
     cos, sin = self._table_cos[positions], self._table_sin[positions]
     if cos.dim() == 3:
         cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
