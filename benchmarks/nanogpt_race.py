@@ -160,7 +160,7 @@ def contenders(args, work: Path) -> dict[str, dict[str, Any]]:
     attnlab = [
         py,
         "-m",
-        "attnlab",
+        args.attnlab_module,
         "train",
         "--text",
         str(args.text),
@@ -296,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--only", default="", help="comma-separated contenders to run (default all)")
     p.add_argument("--python", default=sys.executable)
+    p.add_argument(
+        "--attnlab-module",
+        default="attnlab",
+        help="the module `python -m` runs for attnlab's contenders (a patched CLI, such as "
+        "benchmarks/cuda/attnlab_rotary_table.py with PYTHONPATH=src:benchmarks/cuda)",
+    )
     p.add_argument("--tiny", action="store_true", help="CPU toy sizes: checks the script only")
     p.add_argument("--out", type=Path, default=Path("benchmarks/cuda"))
     args = p.parse_args(argv)

@@ -6,9 +6,9 @@ variants, eager and under ``torch.compile(model)``, and prints the CUDA kernels 
 most time in one step of the slow ones (torch.profiler). Two candidate changes are tried by
 patching the classes here, before any lands in ``attnlab.nn``:
 
-  rotary:table   cos/sin read from a float32 table made once per positions tensor on the module
-                 (today: float64 angles -> cos, sin per call; compiled, inductor may inline the
-                 float64 cos/sin into every pointwise kernel that uses them)
+  rotary:table   cos/sin read from a float32 table made once (attnlab_rotary_table.py; today:
+                 float64 angles -> cos, sin per call, which inductor inlines into every
+                 pointwise kernel that uses them)
   qk_norm:fp32   RMSNorm written out in float32 (a * rsqrt(mean a^2 + eps) * g), which inductor
                  fuses into one kernel, instead of F.rms_norm on a bf16 input with a cast weight
 
@@ -27,6 +27,7 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from attnlab_rotary_table import cos_sin_from_table, make_tables
 from torch.profiler import ProfilerActivity, profile
 
 from attnlab.config import ModelConfig
@@ -53,24 +54,6 @@ RUNS = [
 KERNEL_TABLES = {("rotary", False), ("rotary+qk_norm", True), ("qk_norm", False)}
 
 
-def install_tables(model: torch.nn.Module, n: int) -> None:
-    """Give every rotary module float32 cos/sin tables of positions 0..n-1 (before compiling)."""
-    for m in model.modules():
-        if isinstance(m, RotaryPositions):
-            with torch.no_grad():
-                angles = torch.arange(n, dtype=torch.float64, device=m.frequencies.device)
-                angles = angles[:, None] * m.frequencies  # (n, Dh/2) float64
-                m._table_cos, m._table_sin = torch.cos(angles).float(), torch.sin(angles).float()
-
-
-def cos_sin_table(self: RotaryPositions, positions: torch.Tensor, dtype: torch.dtype):
-    """cos, sin of ``positions`` (T,) or (B, T) from the tables: (T, Dh/2) or (B, 1, T, Dh/2)."""
-    cos, sin = self._table_cos[positions], self._table_sin[positions]
-    if cos.dim() == 3:
-        cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    return cos.to(dtype), sin.to(dtype)
-
-
 def rms_fp32(self: RMSNorm, a: torch.Tensor) -> torch.Tensor:
     x = a.float()
     x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
@@ -83,7 +66,7 @@ def rms_fp32(self: RMSNorm, a: torch.Tensor) -> torch.Tensor:
 def patched(names: tuple[str, ...]):
     saved = RotaryPositions.cos_sin, RMSNorm.forward
     if "table" in names:
-        RotaryPositions.cos_sin = cos_sin_table
+        RotaryPositions.cos_sin = cos_sin_from_table
     if "fp32" in names:
         RMSNorm.forward = rms_fp32
     try:
@@ -147,8 +130,10 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(0)
         with patched(patches):
             model = build_model(ModelConfig(**base, **kw)).to(device).train()
-            if "table" in patches:
-                install_tables(model, base["max_len"])
+            if "table" in patches:  # tables made before compiling
+                for m in model.modules():
+                    if isinstance(m, RotaryPositions):
+                        make_tables(m)
             if compiled:  # a new model of the same structure would reuse the last graph
                 torch._dynamo.reset()
             net = torch.compile(model) if compiled else model

@@ -20,7 +20,7 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu
 python -c "import torch, transformers; print(torch.__version__, torch.version.cuda, transformers.__version__)" >> "$OUT/gpu.txt" 2>&1
 if [ "$what" = all ] || [ "$what" = tests ]; then
   timeout 240 python -m pytest -m gpu -p no:xdist -q tests/test_gpu.py tests/train/test_train_timing.py \
-    "tests/test_inspect_transformer.py::test_cache_and_interventions_on_cuda" > "$OUT/pytest_gpu.txt" 2>&1
+    tests/inspect/test_inspect_transformer.py > "$OUT/pytest_gpu.txt" 2>&1
   tail -3 "$OUT/pytest_gpu.txt"
   timeout 150 python -m attnlab bench --suite optim --compile --rounds 5 --json "$OUT/optim.json" \
     --report "$OUT/OPTIM.md" > "$OUT/optim.txt" 2>&1
@@ -49,7 +49,7 @@ if [ "$what" = profile ]; then
     --only attnlab_same --rounds 2 --out "$OUT/overhead" > "$OUT/overhead.txt" 2>&1
   tail -24 "$OUT/overhead.txt"
   timeout 150 python -m pytest -m gpu -p no:xdist -q tests/test_gpu.py tests/train/test_train_timing.py \
-    "tests/test_inspect_transformer.py::test_cache_and_interventions_on_cuda" > "$OUT/pytest_gpu.txt" 2>&1
+    tests/inspect/test_inspect_transformer.py > "$OUT/pytest_gpu.txt" 2>&1
   tail -3 "$OUT/pytest_gpu.txt"
 fi
 if [ "$what" = bench ]; then
