@@ -22,7 +22,12 @@ from attnlab.nn import (
     SinusoidalPositions,
     sinusoidal_table,
 )
-from attnlab.nn.positional import ALiBiPositions, default_positions, make_positions
+from attnlab.nn.positional import (
+    ALiBiPositions,
+    PositionSizes,
+    default_positions,
+    make_positions,
+)
 
 TOL64 = {"rtol": 1e-10, "atol": 1e-10}
 TOL32 = {"rtol": 1e-6, "atol": 1e-6}
@@ -174,6 +179,30 @@ def test_rotary_table_is_reused_only_for_the_same_unchanged_positions():
         shifted = torch.arange(4) + 1
         rot.rotate(x, shifted)
         assert rot._last is None
+
+
+def test_compiled_rotary_gathers_its_table_instead_of_computing_cos_sin():
+    """Compiled, inductor would inline float64 cos/sin into the kernel rotating q and k and
+    recompute them per element (issue 37): the traced graph must gather the table instead, with
+    the eager values, in float64 and (B, T) positions too; a table too big is not kept."""
+    graphs = []
+
+    def record(gm, _inputs):  # a dynamo backend that keeps the traced graph and runs it as is
+        graphs.append(gm)
+        return gm.forward
+
+    rot = RotaryPositions.build(PositionSizes(d_model=16, d_head=8, n_heads=2, max_len=32))
+    x = torch.randn(2, 2, 6, 8, dtype=torch.float64)
+    for positions in (torch.arange(6) + 20, torch.tensor([[0, 1, 2, 3, 4, 5], [9, 8, 7, 6, 5, 4]])):
+        torch._dynamo.reset()
+        graphs.clear()
+        got = torch.compile(rot.rotate, backend=record, fullgraph=True)(x, positions)
+        torch.testing.assert_close(got, rot.rotate(x, positions), rtol=0, atol=0)  # eager's values
+        called = {n.target for g in graphs for n in g.graph.nodes if n.op == "call_function"}
+        assert not called & {torch.cos, torch.sin}, called
+    assert rot._table is not None and rot._table[0].shape == (32, 4)
+    wide = RotaryPositions(8, max_len=RotaryPositions.TABLE_ENTRIES // 4 + 1)
+    assert wide._table is None  # compiled, it computes cos/sin as the eager path does
 
 
 def test_rotary_scores_depend_only_on_relative_position():

@@ -334,6 +334,7 @@ class RotaryPositions(Positions):
 
     kind = "rotary"
     rotates = True
+    TABLE_ENTRIES = 2**20  # the compiled path's cos table: at most 8 MB of float64 (sin as much)
 
     def __init__(
         self,
@@ -342,6 +343,7 @@ class RotaryPositions(Positions):
         *,
         frequencies: Tensor | None = None,
         scaling: RopeScaling = NO_SCALING,
+        max_len: int | None = None,
     ):
         super().__init__()
         if d_head % 2:
@@ -357,10 +359,20 @@ class RotaryPositions(Positions):
         # tensor: (positions, its version, dtype, cos, sin) of the last call spares the other
         # 2 x layers - 1 rotations recomputing the table (7 of 8 such computations at 4 layers).
         self._last: tuple | None = None
+        # Compiled, the float64 cos and sin of cos_sin would be inlined by inductor into the
+        # kernel that rotates q and k, and recomputed for each of their elements (a 6 x 384
+        # model's step on an H200: 29.5 ms, against 10.6 ms reading a table; issue 37,
+        # benchmarks/cuda/NANOGPT.md). A model of known max_len keeps cos and sin of positions
+        # 0..max_len-1 (the same float64 values), which compiled code gathers, unless the
+        # table would exceed TABLE_ENTRIES per function.
+        self._table: tuple[Tensor, Tensor] | None = None
+        if max_len is not None and max_len * d_head // 2 <= self.TABLE_ENTRIES:
+            angles = self.angles(torch.arange(max_len))  # (max_len, Dh/2)
+            self._table = (torch.cos(angles), torch.sin(angles))
 
     @classmethod
     def build(cls, sizes: PositionSizes) -> RotaryPositions:
-        return cls(sizes.d_head, sizes.base, scaling=sizes.rope)
+        return cls(sizes.d_head, sizes.base, scaling=sizes.rope, max_len=sizes.max_len)
 
     def angles(self, positions: Tensor) -> Tensor:
         """m * theta_i for positions m (T,) or (B, T): (.., T, Dh/2) float64."""
@@ -371,7 +383,10 @@ class RotaryPositions(Positions):
         """``model.to(device)`` moves theta_i too (it is no buffer: a dtype cast must not round
         it). Left on the CPU, every rotation of a CUDA model would copy it over and wait."""
         super()._apply(fn, recurse)
-        self.frequencies = self.frequencies.to(fn(self.frequencies[:0]).device)
+        device = fn(self.frequencies[:0]).device
+        self.frequencies = self.frequencies.to(device)
+        if self._table is not None:
+            self._table = (self._table[0].to(device), self._table[1].to(device))
         return self
 
     def cos_sin(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -387,10 +402,14 @@ class RotaryPositions(Positions):
             and last[2] == dtype
         ):
             return last[3], last[4]
-        angles = self.angles(positions)  # (.., T, Dh/2)
-        if angles.dim() == 3:
-            angles = angles.unsqueeze(1)  # (B, 1, T, Dh/2): broadcast over heads
-        cos, sin = torch.cos(angles).to(dtype), torch.sin(angles).to(dtype)
+        if self._table is not None and torch.compiler.is_compiling():
+            cos, sin = self._table[0][positions], self._table[1][positions]  # (.., T, Dh/2)
+        else:
+            angles = self.angles(positions)  # (.., T, Dh/2)
+            cos, sin = torch.cos(angles), torch.sin(angles)
+        if cos.dim() == 3:  # (B, 1, T, Dh/2): broadcast over heads
+            cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
+        cos, sin = cos.to(dtype), sin.to(dtype)
         self._last = (positions, positions._version, dtype, cos, sin) if cacheable else None
         return cos, sin
 
