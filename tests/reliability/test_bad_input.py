@@ -23,6 +23,7 @@ from attnlab.nn import (
     CrossAttention,
     FeedForward,
     LearnedPositions,
+    RotaryPositions,
     SelfAttention,
     scaled_dot_product_attention,
 )
@@ -106,6 +107,37 @@ def test_mask_not_broadcastable():
         scaled_dot_product_attention(*_qkv(t=4, s=3), causal=True)
     with pytest.raises(ValueError, match="at least as many keys as queries"):
         causal_mask(5, 2)
+    with pytest.raises(ValueError, match="needs T >= 0 queries, got T=-1"):
+        causal_mask(-1)
+    with pytest.raises(ValueError, match=r"\(2, 1, 3, 4\) does not broadcast .* = \(1, 2, 3, 4\)"):
+        # it would broadcast, but only by doubling the batch of the scores
+        scaled_dot_product_attention(q, k, v, torch.ones(2, 1, 3, 4, dtype=torch.bool))
+
+
+def test_attention_options_named_when_wrong():
+    q, k, v = _qkv()
+    with pytest.raises(
+        ValueError, match=r"bias of shape \(3, 5\) does not broadcast .* \(1, 2, 3, 4\)"
+    ):
+        scaled_dot_product_attention(q, k, v, bias=torch.zeros(3, 5))
+    with pytest.raises(ValueError, match=r"bias of shape \(2, 2, 3, 4\) does not broadcast"):
+        scaled_dot_product_attention(q, k, v, bias=torch.zeros(2, 2, 3, 4))
+    with pytest.raises(TypeError, match="bias must be a float tensor"):
+        scaled_dot_product_attention(q, k, v, bias=torch.zeros(3, 4, dtype=torch.bool))
+    for p in (2.0, -0.1, 1.0, "0.1"):
+        with pytest.raises(ValueError, match=r"dropout_p=.* must be a probability in \[0, 1\)"):
+            scaled_dot_product_attention(q, k, v, dropout_p=p)
+    for scale in ("x", float("nan"), None):
+        with pytest.raises(
+            ValueError, match=r"scale=.*: give True .*, False .* or a finite number"
+        ):
+            scaled_dot_product_attention(q, k, v, scale=scale)
+    out = scaled_dot_product_attention(q, k, v, bias=torch.zeros(2, 3, 4), scale=0.5).out
+    assert out.shape == (1, 2, 3, 4)  # a bias over (H, T, S) broadcasts over the batch
+    with pytest.raises(
+        ValueError, match=r"rotary positions of shape \(4,\) do not fit .* \(3,\) or \(1, 3\)"
+    ):
+        RotaryPositions(4).rotate(q, torch.arange(4))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.uint8])

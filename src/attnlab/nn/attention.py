@@ -41,7 +41,7 @@ from torch import Tensor
 from attnlab.nn.dropout import dropout
 from attnlab.nn.grouped import repeat_kv
 from attnlab.nn.hooks import HookPoint
-from attnlab.nn.masks import causal_mask, check_mask, combine_masks
+from attnlab.nn.masks import broadcasts_to, causal_mask, check_mask, combine_masks
 
 
 class AttentionOutput(NamedTuple):
@@ -245,6 +245,7 @@ def scaled_dot_product_attention(
         mask = check_mask(mask, b, h, t, s)  # (B|1, H|1, T|1, S)
     factor = scale_factor(scale, dk)
     softcap = check_softcap(softcap)
+    check_options(bias, dropout_p, (b, h, t, s))
     explicit = need_weights or not activation.fusable or softcap is not None
     if not (explicit or points_active(points)):
         return AttentionOutput(
@@ -339,12 +340,35 @@ def _fused_grouped(q, k, v, mask, factor, dropout_p, bias) -> Tensor:
 
 
 def scale_factor(scale: bool | float, dk: int) -> float:
-    """The factor on Q K^T: 1/sqrt(d_k) (True), 1 (False) or the given number."""
+    """The factor on Q K^T: 1/sqrt(d_k) (True), 1 (False) or the given finite number."""
     if scale is True:
         return 1.0 / math.sqrt(dk)
     if scale is False:
         return 1.0
+    if not isinstance(scale, (int, float)) or not math.isfinite(scale):
+        raise ValueError(
+            f"scale={scale!r}: give True (divide by sqrt(d_k)), False (no scaling) or a finite "
+            "number to multiply the logits by"
+        )
     return float(scale)
+
+
+def check_options(bias: Tensor | None, dropout_p: float, scores: tuple[int, ...]) -> None:
+    """A logit bias must be a float tensor broadcasting to the scores (B, H, T, S); the
+    dropout probability a number in [0, 1)."""
+    ok = isinstance(dropout_p, (int, float)) and not isinstance(dropout_p, bool)
+    if not ok or not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p={dropout_p!r} must be a probability in [0, 1)")
+    if bias is None:
+        return
+    if not isinstance(bias, Tensor) or not bias.is_floating_point():
+        got = bias.dtype if isinstance(bias, Tensor) else type(bias).__name__
+        raise TypeError(f"bias must be a float tensor of logit offsets, got {got}")
+    if not broadcasts_to(bias.shape, scores):
+        raise ValueError(
+            f"bias of shape {tuple(bias.shape)} does not broadcast to the attention scores "
+            f"(B, H, T, S) = {scores}"
+        )
 
 
 def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:

@@ -20,6 +20,8 @@ def causal_mask(t: int, s: int | None = None, device: torch.device | None = None
     aligned bottom-right: query i sits at absolute position S - T + i and sees keys j <= S - T + i.
     """
     s = t if s is None else s
+    if t < 0:
+        raise ValueError(f"a causal mask needs T >= 0 queries, got T={t}")
     if s < t:
         raise ValueError(f"a causal mask needs at least as many keys as queries, got T={t} S={s}")
     rows = torch.arange(t, device=device).unsqueeze(1) + (s - t)  # (T, 1) absolute positions
@@ -73,6 +75,15 @@ def combine_masks(*masks: Tensor | None) -> Tensor | None:
     return out
 
 
+def broadcasts_to(shape: tuple[int, ...], target: tuple[int, ...]) -> bool:
+    """True when a tensor of ``shape`` broadcasts to ``target`` without enlarging it (a mask of
+    batch 2 against scores of batch 1 would silently double the output's batch)."""
+    try:
+        return torch.broadcast_shapes(shape, target) == torch.Size(target)
+    except RuntimeError:
+        return False
+
+
 def check_mask(mask: Tensor, b: int, h: int, t: int, s: int) -> Tensor:
     """Validate a user mask against scores (B, H, T, S); return it as a 4-D bool tensor."""
     if not isinstance(mask, Tensor):
@@ -84,13 +95,11 @@ def check_mask(mask: Tensor, b: int, h: int, t: int, s: int) -> Tensor:
         )
     if mask.dim() > 4:
         raise ValueError(f"mask has {mask.dim()} dims; it must broadcast to (B, H, T, S)")
-    try:
-        torch.broadcast_shapes(mask.shape, (b, h, t, s))
-    except RuntimeError:
+    if not broadcasts_to(mask.shape, (b, h, t, s)):
         raise ValueError(
             f"mask of shape {tuple(mask.shape)} does not broadcast to the attention scores "
-            f"(B, H, T, S) = {(b, h, t, s)}"
-        ) from None
+            f"(B, H, T, S) = {(b, h, t, s)} (each of its sizes must be 1 or the scores' size)"
+        )
     while mask.dim() < 4:
         mask = mask.unsqueeze(0)
     return mask

@@ -415,6 +415,12 @@ class RotaryPositions(Positions):
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         """x: (B, H, T, Dh); positions (T,) or (B, T) -> (B, H, T, Dh)."""
+        t = x.size(-2)
+        if tuple(positions.shape) not in ((t,), (x.size(0), t)):
+            raise ValueError(
+                f"rotary positions of shape {tuple(positions.shape)} do not fit x of shape "
+                f"{tuple(x.shape)} (B, H, T, Dh): give ({t},) or ({x.size(0)}, {t}) positions"
+            )
         cos, sin = self.cos_sin(positions, x.dtype)
         x1, x2 = x.chunk(2, dim=-1)  # (B, H, T, Dh/2) each
         return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (B, H, T, Dh)
