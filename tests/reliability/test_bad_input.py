@@ -191,6 +191,16 @@ def test_kv_cache_overflow(lm):
     lm(torch.ones(1, 3, dtype=torch.long), cache=cache)
     with pytest.raises(ValueError, match="KV cache overflow: 4 positions but the cache holds 3"):
         lm(torch.ones(1, 1, dtype=torch.long), cache=cache)
+    with pytest.raises(
+        ValueError, match=r"holds a batch of 1 sequences, the new keys 2: .*new_cache\(2"
+    ):
+        lm(torch.ones(2, 1, dtype=torch.long), cache=lm.new_cache(1, 3))
+
+
+def test_token_types_outside_the_segments():
+    bert = TransformerEncoder(_cfg("encoder", n_token_types=2))
+    with pytest.raises(ValueError, match=r"segment ids in \[0, 2\), got values from 0 to 4"):
+        bert(torch.ones(1, 3, dtype=torch.long), token_types=torch.tensor([[0, 1, 4]]))
 
 
 # --------------------------------------------------------------------------- token ids

@@ -87,7 +87,13 @@ class Embeddings(nn.Module):
             x = self.pos_enc.combine(x, self.hook_P(p))  # (B, T, D)
         if self.type_emb is not None:
             types = token_types if token_types is not None else torch.zeros_like(ids)
-            x = x + self.type_emb(types)  # (B, T, D)
+            try:  # the lookup bounds-checks (on the CPU; CUDA asserts inside the kernel)
+                x = x + self.type_emb(types)  # (B, T, D)
+            except IndexError:
+                raise ValueError(
+                    f"token_types must be segment ids in [0, {self.type_emb.num_embeddings}), "
+                    f"got values from {int(types.min())} to {int(types.max())}"
+                ) from None
         if self.norm is not None:
             x = self.norm(x)
         return self.hook_embed(self.drop(x))

@@ -83,6 +83,11 @@ class KVCache:
         """Write k (B, H, T, Dk), v (B, H, T, Dv) after the held keys; return every key and value
         held, (B, H, S, .) with S = length - start (all of them without a window)."""
         t = k.size(2)
+        if k.size(0) != self.k.size(0):
+            raise ValueError(
+                f"the KV cache holds a batch of {self.k.size(0)} sequences, the new keys "
+                f"{k.size(0)}: make a cache for this batch (model.new_cache({k.size(0)}, ...))"
+            )
         if self.length + t > self.limit:
             raise ValueError(
                 f"KV cache overflow: {self.length + t} positions but the cache holds "
