@@ -6,6 +6,7 @@ import json
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -114,6 +115,30 @@ def test_byte_decode_replaces_invalid_utf8_and_accepts_tensors():
         tok.decode([259])
 
 
+def test_decode_takes_one_sequence_of_integer_ids_and_refuses_the_rest():
+    tok = ByteTokenizer()
+    a, b = 3 + ord("a"), 3 + ord("b")
+    for ids in (
+        [a, b],
+        torch.tensor([a, b]),
+        np.array([a, b], dtype=np.uint16),
+        list(torch.tensor([a, b])),
+    ):
+        assert tok.decode(ids) == "ab"
+    with pytest.raises(TypeError, match=r"token ids must be integers, got 100.5 \(float\)"):
+        tok.decode([a, 100.5])  # was read as 100, silently
+    with pytest.raises(TypeError, match="token ids must be integers"):
+        tok.decode(torch.tensor([float(a)]))
+    with pytest.raises(TypeError, match="got True"):
+        tok.decode([True])
+    with pytest.raises(TypeError, match="decode expects token ids, got str; encode"):
+        tok.decode("ab")
+    with pytest.raises(
+        ValueError, match=r"one sequence of ids \(1-D\), got shape \(2, 1\); decode each row"
+    ):
+        tok.decode(torch.tensor([[a], [b]]))
+
+
 # BPE ----------------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["bpe_byte", "bpe_meta"])
 def test_bpe_round_trips_ordinary_text(name, request):
@@ -186,6 +211,10 @@ def test_load_tokenizer_errors(tmp_path):
     bad.write_text("{not json", encoding="utf-8")
     with pytest.raises(ValueError, match="not valid JSON"):
         load_tokenizer(bad)
+    with pytest.raises(
+        ValueError, match=r"a 'char' tokenizer needs the field 'chars'.*Tokenizer.save"
+    ):
+        load_tokenizer({"type": "char", "specials": ["<pad>"]})
 
 
 def test_train_tokenizer_dispatches(texts):

@@ -27,7 +27,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders
 
 from attnlab.data.bpe import _byte_decoder
-from attnlab.data.tokenizers import TOKENIZER_FILE, visible, write_tokenizer_json
+from attnlab.data.tokenizers import TOKENIZER_FILE, token_ids, visible, write_tokenizer_json
 
 ROLES = ("bos", "eos", "pad", "unk", "mask", "cls", "sep")
 _METASPACE = "\u2581"
@@ -110,7 +110,7 @@ class PretrainedTokenizer:
 
     def decode(self, ids: Iterable[int], *, skip_special: bool = True) -> str:
         """Ids -> text; special tokens (BOS, EOS, pad, [CLS], ...) dropped by default."""
-        ids = [int(i) for i in ids]
+        ids = token_ids(ids)
         if any(i < 0 for i in ids):
             raise ValueError(f"token ids must be >= 0, got {min(ids)}")
         # Ids past the tokenizer's vocabulary (a model's padded embedding rows) decode to nothing.

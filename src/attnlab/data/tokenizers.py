@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable, Sequence
+from numbers import Integral
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -98,7 +99,7 @@ class Tokenizer:
 
     def decode(self, ids: Iterable[int], *, skip_special: bool = True) -> str:
         """Token ids (a list, tensor or array) -> text. Pad/BOS/EOS are dropped by default."""
-        ids = [int(i) for i in ids]
+        ids = token_ids(ids)
         for i in ids:
             if not 0 <= i < self.vocab_size:
                 raise ValueError(f"token id {i} is outside the vocabulary [0, {self.vocab_size})")
@@ -246,6 +247,26 @@ class ByteTokenizer(Tokenizer):
         return cls(data.get("specials", DEFAULT_SPECIALS))
 
 
+def token_ids(ids: Iterable[int]) -> list[int]:
+    """One sequence of token ids (a list, 1-D tensor or array of integers) as Python ints;
+    anything else (text, floats, a batch) is refused rather than truncated or misread."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(
+            f"decode expects token ids, got {type(ids).__name__}; encode turns text into ids"
+        )
+    if getattr(ids, "ndim", 1) != 1:
+        raise ValueError(
+            f"decode expects one sequence of ids (1-D), got shape {tuple(ids.shape)}; "  # type: ignore[attr-defined]
+            "decode each row of a batch (tokenizer.decode(row) for row in ids)"
+        )
+    values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    values = [i.item() if getattr(i, "ndim", None) == 0 else i for i in values]  # 0-d tensors
+    bad = next((i for i in values if isinstance(i, bool) or not isinstance(i, Integral)), None)
+    if bad is not None:
+        raise TypeError(f"token ids must be integers, got {bad!r} ({type(bad).__name__})")
+    return [int(i) for i in values]
+
+
 def load_tokenizer(
     source: str | os.PathLike | dict[str, Any] | Tokenizer,
 ) -> Tokenizer | PretrainedTokenizer:
@@ -281,7 +302,13 @@ def load_tokenizer(
             f"unknown tokenizer type {kind!r}; expected one of {sorted(kinds)} "
             f"(a file written by Tokenizer.save)"
         )
-    return kinds[kind].from_dict(data)
+    try:
+        return kinds[kind].from_dict(data)
+    except KeyError as err:
+        raise ValueError(
+            f"a {kind!r} tokenizer needs the field {err.args[0]!r}, which this one lacks (it has "
+            f"{sorted(data)}); write tokenizer files with Tokenizer.save"
+        ) from None
 
 
 def train_tokenizer(
