@@ -311,6 +311,10 @@ def test_bad_input_errors_name_the_problem(lm):
         generate(lm, [1, 400], GREEDY)
     with pytest.raises(ValueError, match="integer ids"):
         generate(lm, torch.ones(2, 3), GREEDY)
+    with pytest.raises(ValueError, match=r"integer ids .* got torch.bool"):
+        generate(lm, torch.tensor([[True, False]]), GREEDY)  # was read as ids 1, 0
+    with pytest.raises(TypeError, match="prompt 0 must be"):
+        generate(lm, [torch.tensor([True, False])], GREEDY)
     with pytest.raises(TypeError, match="prompt 1 must be a string or a list of token ids"):
         generate(lm, [[1, 2], 3.5], GREEDY)
     clf = build_model(ModelConfig(kind="classifier", vocab_size=40, n_classes=3, d_model=32))

@@ -156,19 +156,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.num_samples < 1:
         raise UserError(f"--num-samples must be >= 1, got {args.num_samples}")
-    beam_only = [
-        flag
-        for flag, given in (
-            ("--length-penalty", args.length_penalty != 1.0),
-            ("--early-stopping", args.early_stopping),
-        )
-        if given
-    ]
-    if beam_only and args.beams == 1:
-        raise UserError(
-            f"{' and '.join(beam_only)} act only in beam search; add --beams K (K > 1), or drop "
-            f"{'them' if len(beam_only) > 1 else 'it'}"
-        )
     if args.beams > 1 and args.num_samples > args.beams:
         raise UserError(
             f"--num-samples {args.num_samples} asks for more beams than --beams "

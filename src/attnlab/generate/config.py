@@ -137,6 +137,21 @@ class GenerationConfig:
         self._check_strategy()
 
     def _check_strategy(self) -> None:
+        beam_only = [
+            name
+            for name, given in (
+                ("length_penalty", self.length_penalty != 1.0),
+                ("early_stopping", bool(self.early_stopping)),
+            )
+            if given
+        ]
+        if beam_only and self.num_beams == 1:
+            raise _bad(
+                f"{' and '.join(beam_only)} act only in beam search; set num_beams > 1, or drop "
+                f"{'them' if len(beam_only) > 1 else 'it'}",
+                *beam_only,
+                "num_beams",
+            )
         if self.do_sample and self.temperature == 0:
             raise _bad(
                 "do_sample=True contradicts temperature=0, which means greedy decoding; "

@@ -29,6 +29,8 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
+from attnlab.data.unknown import unknown_characters
+
 
 class PromptBatch(NamedTuple):
     """Checked prompts (id lists, after BOS/cropping) and their padded batch."""
@@ -41,7 +43,7 @@ class PromptBatch(NamedTuple):
 def as_id_lists(inputs: Any, tokenizer: Any | None, what: str = "prompt") -> list[list[int]]:
     """A str, id list, 1-D/2-D tensor, or a list of those -> a list of id lists."""
     if isinstance(inputs, Tensor):
-        if inputs.dim() not in (1, 2) or inputs.is_floating_point():
+        if inputs.dim() not in (1, 2) or not _holds_ids(inputs):
             raise ValueError(
                 f"a {what} tensor must hold integer ids of shape (T,) or (B, T), "
                 f"got {inputs.dtype} {tuple(inputs.shape)}"
@@ -55,7 +57,7 @@ def as_id_lists(inputs: Any, tokenizer: Any | None, what: str = "prompt") -> lis
     for i, item in enumerate(inputs):
         if isinstance(item, str):
             out.append(_encode(item, tokenizer, what, i))
-        elif isinstance(item, Tensor) and item.dim() == 1 and not item.is_floating_point():
+        elif isinstance(item, Tensor) and item.dim() == 1 and _holds_ids(item):
             out.append([int(t) for t in item.tolist()])
         elif _is_id_list(item):
             out.append([int(t) for t in item])
@@ -64,6 +66,11 @@ def as_id_lists(inputs: Any, tokenizer: Any | None, what: str = "prompt") -> lis
                 f"{what} {i} must be a string or a list of token ids, got {type(item).__name__}"
             )
     return out
+
+
+def _holds_ids(x: Tensor) -> bool:
+    """An integer tensor (not float, complex or bool: True would be read as id 1)."""
+    return not (x.is_floating_point() or x.is_complex() or x.dtype == torch.bool)
 
 
 def _is_id_list(x: Any) -> bool:
@@ -79,9 +86,8 @@ def _encode(text: str, tokenizer: Any | None, what: str, i: int) -> list[int]:
         ids = list(tokenizer.encode(text))
     except ValueError as err:
         raise ValueError(f"{what} {i} cannot be encoded by the tokenizer: {err}") from None
-    unk = getattr(tokenizer, "unk_id", None)
-    if unk is not None and unk in ids:
-        unknown = [c for c in dict.fromkeys(text) if list(tokenizer.encode(c)) == [unk]]
+    if getattr(tokenizer, "unk_id", None) in ids:
+        unknown = unknown_characters(tokenizer, text)
         shown = ", ".join(repr(c) for c in unknown[:10]) or "some characters"
         more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
         warnings.warn(
