@@ -118,12 +118,23 @@ def test_non_finite_weights_are_never_saved(tmp_path):
     with pytest.raises(CheckpointError, match=rf"non-finite weights .*in {name}.*is not written"):
         save_inference_checkpoint(tmp_path / "export", model=model, config=cfg, tokenizer=tok)
     assert not (tmp_path / "export").exists()
+    from attnlab.interop import save_gpt2_dir, save_safetensors
+    from attnlab.interop.pretrained import save_pretrained
     from attnlab.interop.export import export_as
 
-    for fmt, out in (("safetensors", "m.safetensors"), ("hf", "hf")):
+    for fmt, out in (("safetensors", "m.safetensors"), ("hf", "hf"), ("hf-gpt2", "g")):
         with pytest.raises(CheckpointError, match=rf"non-finite weights .*in {name}"):
             export_as(model, fmt, tmp_path / out, config=cfg, tokenizer=tok)
         assert not (tmp_path / out).exists()
+    writers = (  # the public writers refuse by themselves, not only through export_as
+        lambda out: save_safetensors(model, out, cfg),
+        lambda out: save_pretrained(model, out),
+        lambda out: save_gpt2_dir(model, out),
+    )
+    for i, write in enumerate(writers):
+        with pytest.raises(CheckpointError, match=rf"non-finite weights .*in {name}.*not written"):
+            write(tmp_path / f"w{i}")
+        assert not (tmp_path / f"w{i}").exists()
     assert sorted(p.name for p in first.parent.iterdir() if p.name.startswith("step_")) == [
         first.name
     ]

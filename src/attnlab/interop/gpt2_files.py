@@ -24,6 +24,7 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor
 
 from attnlab.checkpoint.atomic import atomic_write_text, atomic_write_with
+from attnlab.checkpoint.load import refuse_non_finite
 from attnlab.errors import CheckpointError
 from attnlab.interop.causal_lm import DecoderModel
 from attnlab.interop.gpt2 import (
@@ -158,6 +159,7 @@ def save_gpt2_dir(
     ``transformers.GPT2LMHeadModel.from_pretrained(path)`` then loads it. Each file is written to a
     temporary name and renamed, so an interrupted export never leaves a half-written file.
     """
+    refuse_non_finite(model, f"{str(path)!r} is not written (no command could load it)")
     config = model_config_to_gpt2_config(model.cfg, bos_id=bos_id, eos_id=eos_id, pad_id=pad_id)
     tensors = to_gpt2_state_dict(model)
     config["dtype"] = str(model.lm_head.weight.dtype).removeprefix("torch.")

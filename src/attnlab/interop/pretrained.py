@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
+from attnlab.checkpoint.load import refuse_non_finite
 from attnlab.config import CLASSIFIER_KINDS, ModelConfig
 from attnlab.errors import CheckpointError, ConfigError
 from attnlab.interop import bert, gemma, gpt2, llama
@@ -182,6 +183,7 @@ def save_pretrained(
 ) -> Path:
     """Write ``model`` (and its ``tokenizer``: a pretrained one, or attnlab's own) as a Hugging
     Face directory that ``transformers``' ``from_pretrained`` loads with equal outputs."""
+    refuse_non_finite(model, f"{str(path)!r} is not written (no command could load it)")
     ids = {}
     if tokenizer is not None:
         ids = dict(bos_id=tokenizer.bos_id, eos_id=tokenizer.eos_id, pad_id=tokenizer.pad_id)

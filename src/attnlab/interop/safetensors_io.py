@@ -23,6 +23,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 from attnlab.checkpoint.atomic import atomic_write_with
+from attnlab.checkpoint.load import refuse_non_finite
 from attnlab.config import ModelConfig
 from attnlab.errors import CheckpointError
 from attnlab.models.build import build_model
@@ -63,6 +64,7 @@ def save_safetensors(
             raise TypeError(f"safetensors metadata must map str to str, got {k!r}: {v!r}")
         meta.setdefault(k, v)
     out = Path(path)
+    refuse_non_finite(model, f"{str(out)!r} is not written (no command could load it)")
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_with(out, lambda tmp: save_model(model, tmp, metadata=meta))
     return out
