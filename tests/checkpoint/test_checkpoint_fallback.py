@@ -119,8 +119,8 @@ def test_non_finite_weights_are_never_saved(tmp_path):
         save_inference_checkpoint(tmp_path / "export", model=model, config=cfg, tokenizer=tok)
     assert not (tmp_path / "export").exists()
     from attnlab.interop import save_gpt2_dir, save_safetensors
-    from attnlab.interop.pretrained import save_pretrained
     from attnlab.interop.export import export_as
+    from attnlab.interop.pretrained import save_pretrained
 
     for fmt, out in (("safetensors", "m.safetensors"), ("hf", "hf"), ("hf-gpt2", "g")):
         with pytest.raises(CheckpointError, match=rf"non-finite weights .*in {name}"):
