@@ -259,8 +259,8 @@ def token_ids(ids: Iterable[int]) -> list[int]:
             f"decode expects one sequence of ids (1-D), got shape {tuple(ids.shape)}; "  # type: ignore[attr-defined]
             "decode each row of a batch (tokenizer.decode(row) for row in ids)"
         )
-    values = ids.tolist() if hasattr(ids, "tolist") else list(ids)
-    values = [i.item() if getattr(i, "ndim", None) == 0 else i for i in values]  # 0-d tensors
+    items: list[Any] = ids.tolist() if hasattr(ids, "tolist") else list(ids)
+    values = [i.item() if getattr(i, "ndim", None) == 0 else i for i in items]  # 0-d tensors
     bad = next((i for i in values if isinstance(i, bool) or not isinstance(i, Integral)), None)
     if bad is not None:
         raise TypeError(f"token ids must be integers, got {bad!r} ({type(bad).__name__})")
