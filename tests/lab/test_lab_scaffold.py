@@ -4,6 +4,7 @@ evaluation loss."""
 from __future__ import annotations
 
 import time
+from collections.abc import Generator
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from attnlab.lab.kit.fit import (
     fit_classifier,
     lm_loss,
 )
-from attnlab.lab.kit.seeds import run_arms, run_jobs, start_seeds
+from attnlab.lab.kit.seeds import run_arms, run_jobs, run_plans, start_seeds
 from attnlab.lab.kit.tasks import TaskData, counting
 from attnlab.lab.kit.verdict import Competence, outcome
 from attnlab.models import build_model
@@ -44,6 +45,57 @@ def _fail_first(job: tuple) -> int:
     time.sleep(0.5)
     (Path(marks) / str(n)).touch()
     return n
+
+
+def _wait_or_mark(job: tuple) -> str:
+    """("wait", dir): waits (up to 60 s) for the file "go" in dir; ("mark", dir, name): makes it."""
+    if job[0] == "mark":
+        (Path(job[1]) / job[2]).touch()
+        return job[2]
+    for _ in range(600):
+        if (Path(job[1]) / "go").exists():
+            return "released"
+        time.sleep(0.1)
+    return "timed out"
+
+
+def _plan(steps: list) -> Generator:
+    for jobs in steps:  # noqa: UP028 (yield from a list cannot take the results sent)
+        yield jobs
+
+
+def test_run_plans_moves_each_plan_on_while_another_still_runs(tmp_path, monkeypatch):
+    """A plan's next jobs start as soon as its own are done: plan b's third job releases plan
+    a's only job, which would wait forever (here: time out) if b waited for a's job first,
+    as rounds of jobs across plans did."""
+    monkeypatch.delenv("ATTNLAB_LAB_WORKERS", raising=False)
+    d = str(tmp_path)
+    a = _plan([[("wait", d)]])
+    b = _plan([[("mark", d, "1")], [("mark", d, "2")], [("mark", d, "go")]])
+    assert run_plans(_wait_or_mark, [a, b], workers=2)[("wait", d)] == "released"
+
+
+def test_run_plans_sends_each_plan_its_results_and_runs_a_shared_job_once(monkeypatch):
+    monkeypatch.setenv("ATTNLAB_LAB_WORKERS", "1")  # in this process
+    calls: list[int] = []
+
+    def square(job: int) -> int:
+        calls.append(job)
+        return job * job
+
+    sent: list[dict] = []
+
+    def plan(first: int) -> Generator:
+        done = yield [first, 3]
+        sent.append(done)
+        done = yield [done[first] + 1]  # the next job depends on a result
+        sent.append(done)
+
+    assert run_plans(square, [plan(1), plan(2)]) == {1: 1, 2: 4, 3: 9, 5: 25}
+    assert sorted(calls) == [1, 2, 3, 5]  # 3 asked for twice, run once; 2 done already
+    assert sorted(map(sorted, (d.items() for d in sent))) == sorted(
+        map(sorted, ({1: 1, 3: 9}.items(), {2: 4, 3: 9}.items(), {2: 4}.items(), {5: 25}.items()))
+    )
 
 
 def test_outcome_reads_the_checks_then_gates():

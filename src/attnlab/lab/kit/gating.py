@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
-from attnlab.lab.kit.seeds import run_jobs
+from attnlab.lab.kit.seeds import Plan, run_plans
 from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate
 
 Job = tuple[Any, float, int, int, bool, Any]  # (arm, lr, scale, seed, quick, data)
@@ -171,12 +171,11 @@ def gate_arms(
     workers: int | None = None,
     cost: Callable[[Job], float] | None = None,
 ) -> dict[Any, Gated]:
-    """Sweep, seeds and doubling for every arm (module docstring), in rounds of jobs through
-    :func:`run_jobs`: an arm whose sweep is settled runs its seeds and doubling while another
-    still extends its grid."""
+    """Sweep, seeds and doubling for every arm (module docstring), each arm moving on as soon as
+    its own jobs are done (:func:`attnlab.lab.kit.seeds.run_plans`): an arm whose sweep is
+    settled runs its seeds and doubling while another still extends its grid."""
     seeds = list(seeds)
     double_seeds = seeds[: max(1, sweep.doubling_seeds)]
-    done: dict[Job, dict[str, Any]] = {}
     workers = workers if workers is not None else (1 if quick else 2)
 
     def job(arm: Hashable, lr: float, scale: int, seed: int) -> Job:
@@ -186,24 +185,19 @@ def gate_arms(
         tried = {j[1]: r[sweep.metric_key] for j, r in done.items() if _is(j, arm, 1, seeds[0])}
         return tried if all(lr in tried for lr in sweep.grid) else None
 
-    while True:
-        todo: list[Job] = []
-        for arm in arms:
-            tried = scores(arm)
-            if tried is None:
-                todo += [job(arm, lr, 1, seeds[0]) for lr in sweep.grid]
-                continue
+    def plan(arm: Hashable) -> Plan:
+        """One arm's course; it moves on as soon as its own jobs are done (:func:`run_plans`)."""
+        tried: dict[float, float] = {}
+        rates = list(sweep.grid)
+        while rates:  # the sweep, extended past an edge
+            result = yield [job(arm, lr, 1, seeds[0]) for lr in rates]
+            tried.update({lr: result[job(arm, lr, 1, seeds[0])][sweep.metric_key] for lr in rates})
             extra = _edge_extension(tried, sweep)
-            if extra is not None:
-                todo.append(job(arm, extra, 1, seeds[0]))
-                continue
-            lr = choose(tried, sweep.tie_width)
-            todo += [job(arm, lr, 1, s) for s in seeds[1:]]
-            todo += [job(arm, lr, 2, s) for s in double_seeds]
-        todo = [j for j in dict.fromkeys(todo) if j not in done]
-        if not todo:
-            break
-        done.update(run_jobs(train, todo, workers, cost))
+            rates = [] if extra is None else [extra]
+        lr = choose(tried, sweep.tie_width)
+        yield [job(arm, lr, 1, s) for s in seeds[1:]] + [job(arm, lr, 2, s) for s in double_seeds]
+
+    done = run_plans(train, [plan(arm) for arm in arms], workers, cost)
     out = {}
     for arm in arms:
         tried = scores(arm) or {}
@@ -389,34 +383,39 @@ def train_gated(
                  tolerance=0.0, metric=chosen_on, factor=step, max_extensions=max_extra, tie=0.0)
         for a in arms
     }  # fmt: skip
-    first, results = seeds[0], {}
-
-    def run(todo: list[tuple]) -> None:
-        results.update(run_jobs(fn, [j for j in dict.fromkeys(todo) if j not in results], workers))
-
+    first = seeds[0]
     tried: dict[Any, dict[float, float]] = {a: {} for a in arms}  # rate -> sign * score
-    rates = {a: list(rules[a].grid) for a in arms}
-    while any(rates.values()):
-        run([job(a, r, steps, first) for a in arms for r in rates[a]])
-        for a in arms:
-            tried[a].update({r: sign * float(score(results[job(a, r, steps, first)]))
-                             for r in rates[a]})  # fmt: skip
-        more = {a: _edge_extension(tried[a], rules[a]) for a in arms}
-        rates = {a: [] if r is None else [r] for a, r in more.items()}
-    chosen = {a: choose(tried[a], 0.0) for a in arms}
+    chosen: dict[Any, float] = {}
     budget = dict.fromkeys(arms, steps)
-    if settled is not None and max_doublings > 0:  # the first seed's ladder, arms in step
-        run([job(a, chosen[a], 2 * steps, first) for a in arms])
 
-        def open_(a: Any) -> bool:
-            at, twice = (results[job(a, chosen[a], n, first)] for n in (budget[a], 2 * budget[a]))
-            return budget[a] < steps * 2**max_doublings and not settled(at, twice)
+    costs: dict[Hashable, int] = {}  # a job's steps: the longest ready jobs start first
 
-        while todo := [a for a in arms if open_(a)]:
-            run([job(a, chosen[a], 4 * budget[a], first) for a in todo])
-            budget.update({a: 2 * budget[a] for a in todo})
-    run([job(a, chosen[a], 2 * budget[a], first) for a in arms]
-        + [job(a, chosen[a], budget[a], s) for a in arms for s in seeds[1:]])  # fmt: skip
+    def make(a: Any, lr: float, n: int, seed: int) -> Hashable:
+        costs[made := job(a, lr, n, seed)] = n
+        return made
+
+    def plan(a: Any) -> Plan:
+        """One arm's course; it moves on as soon as its own jobs are done (:func:`run_plans`)."""
+        rates = list(rules[a].grid)
+        while rates:  # the sweep, extended past an edge
+            done = yield [make(a, r, steps, first) for r in rates]
+            tried[a].update({r: sign * float(score(done[make(a, r, steps, first)])) for r in rates})
+            more = _edge_extension(tried[a], rules[a])
+            rates = [] if more is None else [more]
+        chosen[a] = choose(tried[a], 0.0)
+        if settled is not None and max_doublings > 0:  # the first seed's ladder
+            at = yield [make(a, chosen[a], steps, first), make(a, chosen[a], 2 * steps, first)]
+            while budget[a] < steps * 2**max_doublings and not settled(
+                at[make(a, chosen[a], budget[a], first)],
+                at[make(a, chosen[a], 2 * budget[a], first)],
+            ):
+                budget[a] *= 2
+                at = yield [make(a, chosen[a], n, first) for n in (budget[a], 2 * budget[a])]
+        yield [make(a, chosen[a], 2 * budget[a], first)] + [
+            make(a, chosen[a], budget[a], s) for s in seeds[1:]
+        ]
+
+    results = run_plans(fn, [plan(a) for a in arms], workers, costs.__getitem__)
     return ArmRuns(
         lr={a: LearningRate(chosen[a], sorted(tried[a]), chosen_on=chosen_on) for a in arms},
         sweeps={a: {r: sign * v for r, v in tried[a].items()} for a in arms},

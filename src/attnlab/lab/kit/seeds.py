@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import multiprocessing
 import os
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Generator, Hashable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any
 
@@ -68,33 +68,82 @@ def run_jobs(
     cost: Callable[[Any], float] | None = None,
 ) -> dict:
     """``{job: fn(job)}`` for every job, ``workers`` spawned processes at a time (``fn`` must be
-    a module-level function; jobs are picklable tuples). Every job runs on one torch thread
-    (small models: a second thread costs more than it gives). With ``cost(job)``, the costliest
-    jobs start first, so a long one does not start last and run alone. The environment variable
-    ``ATTNLAB_LAB_WORKERS`` caps ``workers`` (e.g. 1 when two experiments run side by side).
-    A job goes to the pool only when a worker is free: an interrupt (Ctrl-C reaches the workers
-    too) or a failed job ends the run after the running jobs, with no queued job starting."""
+    a module-level function; jobs are picklable tuples): :func:`run_plans` with one plan."""
+
+    def plan() -> Plan:
+        yield list(jobs)
+
+    results = run_plans(fn, [plan()], workers if len(jobs) > 1 else 1, cost)
+    return {job: results[job] for job in jobs}
+
+
+Plan = Generator[Sequence[Hashable], dict, None]  # yields jobs; is sent their results
+
+
+def run_plans(
+    fn: Callable[[Any], Any],
+    plans: Sequence[Plan],
+    workers: int = 2,
+    cost: Callable[[Any], float] | None = None,
+) -> dict:
+    """Run the jobs ``plans`` ask for and return ``{job: fn(job)}`` for all of them. A plan is a
+    generator that yields the jobs it needs next and is sent ``{job: result}`` for them once all
+    are done (then it yields its next jobs, or ends), so each plan -- an arm's sweep, doubling and
+    seeds -- moves on as soon as its own jobs are done, while the others' still run: a worker is
+    never idle while any plan has a job to run. A job asked for twice runs once.
+
+    ``workers`` spawned processes run at a time (``fn`` must be a module-level function; jobs
+    are picklable tuples), each job on one torch thread (small models: a second thread costs
+    more than it gives). With ``cost(job)``, the costliest ready jobs start first. The
+    environment variable ``ATTNLAB_LAB_WORKERS`` caps ``workers`` (e.g. 1 when two experiments
+    run side by side). A job goes to the pool only when a worker is free: an interrupt (Ctrl-C
+    reaches the workers too) or a failed job ends the run after the running jobs, with no queued
+    job starting. The results do not depend on the order, since each job seeds itself."""
     cap = os.environ.get("ATTNLAB_LAB_WORKERS")
     if cap:
         workers = min(workers, max(1, int(cap)))
-    if workers <= 1 or len(jobs) <= 1:
-        torch.set_num_threads(1)
-        return {job: fn(job) for job in jobs}
-    pending = list(sorted(jobs, key=lambda job: -cost(job)) if cost is not None else jobs)
-    ctx = multiprocessing.get_context("spawn")  # no fork of a process with torch threads
     results: dict[Hashable, Any] = {}
+    waiting: dict[int, list[Hashable]] = {}  # plan -> the jobs it waits for
+
+    def resume(i: int, sent: dict | None) -> None:
+        try:
+            waiting[i] = list(dict.fromkeys(plans[i].send(sent)))  # type: ignore[arg-type]
+        except StopIteration:
+            waiting.pop(i, None)
+
+    def advance() -> None:  # resume every plan whose jobs are all done, until none is
+        while done := [i for i, jobs in waiting.items() if all(j in results for j in jobs)]:
+            for i in done:
+                resume(i, {j: results[j] for j in waiting[i]})
+
+    def ready(running: Sequence[Hashable]) -> list[Hashable]:  # asked for, not done or running
+        todo = [j for jobs in waiting.values() for j in jobs if j not in results]
+        todo = [j for j in dict.fromkeys(todo) if j not in running]
+        return sorted(todo, key=lambda j: -cost(j)) if cost is not None else todo
+
+    for i in range(len(plans)):
+        resume(i, None)  # each plan's first jobs
+    advance()
+    if workers <= 1:
+        torch.set_num_threads(1)
+        while waiting:
+            for job in ready(()):
+                results[job] = fn(job)
+            advance()
+        return results
+    ctx = multiprocessing.get_context("spawn")  # no fork of a process with torch threads
     running: dict[Future, Hashable] = {}
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=ctx, initializer=torch.set_num_threads, initargs=(1,)
     ) as pool:
-        while pending or running:  # a job is handed over only when a worker is free, so an
-            while pending and len(running) < workers:  # interrupt leaves none queued
-                job = pending.pop(0)
-                running[pool.submit(fn, job)] = job
+        while waiting:
+            for job in ready(list(running.values()))[: workers - len(running)]:
+                running[pool.submit(fn, job)] = job  # handed over only to a free worker
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
             for future in finished:
                 results[running.pop(future)] = future.result()  # a failed job stops the run
-    return {job: results[job] for job in jobs}
+            advance()
+    return results
 
 
 def run_arms(
