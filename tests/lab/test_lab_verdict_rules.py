@@ -20,8 +20,7 @@ from attnlab.lab.experiments import (
     parallelism,
     relative_offset,
 )
-from attnlab.lab.kit.directions import verdict_of_directions
-from attnlab.lab.kit.verdict import verdict_of
+from attnlab.lab.kit.verdict import verdict_of, verdict_of_directions
 
 # extrapolation ------------------------------------------------------------------------------------
 LEARNED = [0.1, 0.125, 0.25]  # learned positions beyond N; max 0.25 (exact in binary)

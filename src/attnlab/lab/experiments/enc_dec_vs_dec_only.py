@@ -45,7 +45,6 @@ from attnlab.config import ModelConfig
 from attnlab.data import AdditionTask, CharTokenizer, ReverseTask
 from attnlab.lab.kit.charts import bar_chart, save_chart
 from attnlab.lab.kit.copy_task import copy_accuracy, copy_loss
-from attnlab.lab.kit.directions import verdict_of_directions
 from attnlab.lab.kit.fit import FitConfig, eval_loss, fit
 from attnlab.lab.kit.loss_gate import first_doubling, gated_by_loss, sweep_rows
 from attnlab.lab.kit.registry import experiment
@@ -58,7 +57,7 @@ from attnlab.lab.kit.seq2seq import (
     seq2seq_eval_loss,
     teacher_forced,
 )
-from attnlab.lab.kit.verdict import Competence, gated_fields
+from attnlab.lab.kit.verdict import Competence, gated_fields, verdict_of_directions
 from attnlab.models import build_model
 
 TASKS: dict[str, ReverseTask | AdditionTask] = {

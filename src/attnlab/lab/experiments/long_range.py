@@ -33,14 +33,19 @@ from torch import nn
 from attnlab.config import ModelConfig
 from attnlab.data import CharTokenizer, ReverseTask
 from attnlab.lab.kit.charts import dodged, integer_xticks, save_chart, seeds_chart
-from attnlab.lab.kit.directions import verdict_of_directions
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.gating import bracketed_sweep
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
 from attnlab.lab.kit.seeds import resolved, run_jobs, seed_list, spread, spread_text
 from attnlab.lab.kit.seq2seq import masked_seq2seq_loss, pair_batch, teacher_forced_hits
-from attnlab.lab.kit.verdict import Competence, Doubling, LearningRate, gated_fields
+from attnlab.lab.kit.verdict import (
+    Competence,
+    Doubling,
+    LearningRate,
+    gated_fields,
+    verdict_of_directions,
+)
 from attnlab.models import build_model
 from attnlab.viz import attention_maps, plot_alignment, plot_attention
 

@@ -44,7 +44,6 @@ from attnlab.data import BPETokenizer, CopyTask, Seq2SeqBatch
 from attnlab.errors import UserError
 from attnlab.lab.kit.charts import bar_chart, save_chart, seeds_chart
 from attnlab.lab.kit.datasets import MULTI30K, dataset
-from attnlab.lab.kit.directions import verdict_of_directions
 from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.loss_gate import first_doubling, gated_by_loss, sweep_rows
 from attnlab.lab.kit.registry import experiment
@@ -57,7 +56,7 @@ from attnlab.lab.kit.seq2seq import (
     read_multi30k,
     seq2seq_eval_loss,
 )
-from attnlab.lab.kit.verdict import Competence, gated_fields
+from attnlab.lab.kit.verdict import Competence, gated_fields, verdict_of_directions
 from attnlab.models import build_model
 
 ARMS = {"as written": False, "reversed": True}  # arm -> reverse_source

@@ -29,6 +29,7 @@ predicts lies inside the seed spread), **inconclusive** (an arm failed its gate,
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,6 +220,22 @@ def gate(
 def verdict_of(checks: list[bool]) -> str:
     """ "held" when every check passed, "did not hold" when none did, else "mixed"."""
     return "held" if all(checks) else ("did not hold" if not any(checks) else "mixed")
+
+
+def verdict_of_directions(states: Iterable[str]) -> str:
+    """The verdict word of checks that each read one of three ways (docs/lab.md, the verdict
+    words): "above" (resolved as the claim says: seed ranges apart, in the claimed direction),
+    "below" (resolved otherwise: the other way, or short of the claim's margin) or "inside" (in
+    the seed spread). held: every check above; mixed: some above, others not; did not hold: none
+    above and some below; no effect resolved: every check inside."""
+    seen = set(states)
+    if not seen <= {"above", "below", "inside"}:
+        raise ValueError(f"each check reads 'above', 'below' or 'inside', got {sorted(seen)}")
+    if seen == {"above"}:
+        return "held"
+    if "above" in seen:
+        return "mixed"
+    return "did not hold" if "below" in seen else "no effect resolved"
 
 
 def gated_fields(
