@@ -87,7 +87,10 @@ def test_beam_width_one_is_greedy():
     assert got.tokens == want
     # With a stop token, width 1 is greedy when scores are not length-normalised (alpha = 0).
     free = generate(model, [3, 4], greedy.replace(stop_token_ids=(EOS,))).tokens
-    cfg = beams(1, 15, alpha=0.0)
+    cfg = beams(1, 15)
+    # beam_search itself takes width 1 with any alpha; GenerationConfig refuses alpha at width 1
+    # (generate never runs beam search there), so this test sets it past the check.
+    object.__setattr__(cfg, "length_penalty", 0.0)
     p = prepare_lm(model, [3, 4], cfg, None)
     got = beam_search(p.stepper, cfg, vocab_size=12, specials=p.specials, prompts=p.batch.prompts)
     assert got.tokens == free
