@@ -145,11 +145,7 @@ def why_cell(report: dict) -> str:
     the missed criteria grouped by what was missed (one entry per arm, the report itself lists
     every criterion in full), then what the comparison would have read."""
     reason = str(report.get("verdict_reason", ""))
-    fields = ("met", "passed")  # derived again by Competence itself
-    criteria = [
-        Competence(**{k: v for k, v in c.items() if k not in fields})
-        for c in report.get("competence") or []
-    ]
+    criteria = [Competence.from_record(c) for c in report.get("competence") or []]
     failed = missed(criteria)
     if report.get("verdict") != "inconclusive" or not failed or COMPARISON not in reason:
         return reason

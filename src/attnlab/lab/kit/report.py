@@ -110,10 +110,7 @@ class Report:
             t if isinstance(t, Threshold) else Threshold(**t) for t in self.thresholds
         ]
         self.competence = [
-            c
-            if isinstance(c, Competence)
-            else Competence(**{k: v for k, v in c.items() if k not in ("passed", "met")})
-            for c in self.competence
+            c if isinstance(c, Competence) else Competence.from_record(c) for c in self.competence
         ]
         failed = missed(self.competence)
         if failed and self.verdict != "inconclusive":

@@ -141,6 +141,11 @@ class Competence:
             and (self.doubling is None or self.doubling.converged)
         )
 
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Competence:
+        """A criterion from its report.json record, ``met`` and ``passed`` derived again."""
+        return cls(**{k: v for k, v in record.items() if k not in ("met", "passed")})
+
     @property
     def gated(self) -> bool:
         """Whether the full rule applies: a bracketed rate and a step doubling are both given."""
