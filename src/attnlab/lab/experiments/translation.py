@@ -500,6 +500,7 @@ def tested(trained: Any, job: tuple) -> dict[str, Any]:
     model, tok = trained.model, trained.tokenizer
     greedy = translate(model, tok, sources, beams=1)
     beam = translate(model, tok, sources, beams=BEAMS)
+    i = min(2, len(sources) - 1)  # the sentence whose attention the report draws
     return {
         "parameters": sum(p.numel() for p in model.parameters()),
         "steps": trained.step,
@@ -510,17 +511,20 @@ def tested(trained: Any, job: tuple) -> dict[str, Any]:
         "samples": beam[:4],
         "by_length": bleu_by_length(sources, beam, refs, quick),
         "vocab": tok.vocab_size,
-        "attention": attention_data(name, model, tok, sources[min(2, len(sources) - 1)]),
+        "attention": attention_data(name, model, tok, sources[i], greedy[i]),
     }
 
 
-def attention_data(name: str, model: Any, tok: Any, source: str) -> dict[str, Any] | None:
+def attention_data(
+    name: str, model: Any, tok: Any, source: str, output: str
+) -> dict[str, Any] | None:
     """A Transformer's last-layer cross-attention (every head) or the Bahdanau alignment on one
-    test sentence, as lists; None for the plain LSTM (no attention)."""
+    test sentence while it produces ``output`` (its greedy translation), as lists; None for the
+    plain LSTM (no attention)."""
     if name == "lstm":
         return None
     src_ids = tok.encode(source)
-    target = tok.encode(translate(model, tok, [source], beams=1)[0])
+    target = tok.encode(output)
     cross = attention_maps(model, src_ids, target=[tok.bos_id, *target]).cross_attn  # (L,H,T,S)
     assert cross is not None, f"{name} returns no cross-attention"
     return {
