@@ -364,7 +364,8 @@ class RotaryPositions(Positions):
         # model's step on an H200: 29.5 ms, against 10.6 ms reading a table; issue 37,
         # benchmarks/cuda/NANOGPT.md). A model of known max_len keeps cos and sin of positions
         # 0..max_len-1 (the same float64 values), which compiled code gathers, unless the
-        # table would exceed TABLE_ENTRIES per function.
+        # table would exceed TABLE_ENTRIES per function. (The models keep their positions below
+        # max_len; explicit positions beyond it, fine eagerly, are out of the table's range.)
         self._table: tuple[Tensor, Tensor] | None = None
         if max_len is not None and max_len * d_head // 2 <= self.TABLE_ENTRIES:
             angles = self.angles(torch.arange(max_len))  # (max_len, Dh/2)
@@ -416,7 +417,7 @@ class RotaryPositions(Positions):
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         """x: (B, H, T, Dh); positions (T,) or (B, T) -> (B, H, T, Dh)."""
         t = x.size(-2)
-        if tuple(positions.shape) not in ((t,), (x.size(0), t)):
+        if tuple(positions.shape) not in ((t,), (x.size(0), t), (1, t)):
             raise ValueError(
                 f"rotary positions of shape {tuple(positions.shape)} do not fit x of shape "
                 f"{tuple(x.shape)} (B, H, T, Dh): give ({t},) or ({x.size(0)}, {t}) positions"
