@@ -28,14 +28,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from attnlab_rotary_table import install, uninstall
+from diagnose_step import BASE  # the nanoGPT-char model diagnose_step.py times
 from torch.profiler import ProfilerActivity, profile
 
 from attnlab.config import ModelConfig
 from attnlab.models import build_model
 from attnlab.nn.norms import RMSNorm
 
-BASE = dict(kind="decoder_lm", vocab_size=69, d_model=384, n_heads=6, n_layers=6, max_len=256,
-            dropout=0.2, activation="gelu", bias=False)  # fmt: skip
 TINY = dict(BASE, d_model=64, n_heads=2, n_layers=2, max_len=32)
 # (name, model options, patches, compiled)
 RUNS = [
