@@ -33,6 +33,10 @@ command started"), the one phase a process cannot time itself. Issue 37's item 3
 most 5 s outside the steps at the same-recipe configuration with a warm compile cache::
 
     python benchmarks/nanogpt_race.py --text tinyshakespeare.txt --only attnlab_same --rounds 3
+
+``--attnlab-module M`` runs attnlab's contenders as ``python -m M`` instead of ``python -m
+attnlab``: a patched CLI measuring a candidate change, such as
+``benchmarks/cuda/attnlab_rotary_table.py`` (with ``PYTHONPATH=src:benchmarks/cuda``).
 """
 
 from __future__ import annotations
@@ -296,12 +300,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--only", default="", help="comma-separated contenders to run (default all)")
     p.add_argument("--python", default=sys.executable)
-    p.add_argument(
-        "--attnlab-module",
-        default="attnlab",
-        help="the module `python -m` runs for attnlab's contenders (a patched CLI, such as "
-        "benchmarks/cuda/attnlab_rotary_table.py with PYTHONPATH=src:benchmarks/cuda)",
-    )
+    p.add_argument("--attnlab-module", default="attnlab", help="`python -m` this for attnlab")
     p.add_argument("--tiny", action="store_true", help="CPU toy sizes: checks the script only")
     p.add_argument("--out", type=Path, default=Path("benchmarks/cuda"))
     args = p.parse_args(argv)

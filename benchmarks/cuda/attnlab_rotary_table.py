@@ -42,9 +42,11 @@ def cos_sin_from_table(self: RotaryPositions, positions: torch.Tensor, dtype: to
     return cos.to(dtype), sin.to(dtype)
 
 
-def install() -> None:
-    """Patch RotaryPositions: tables made at construction, moved by ``.to``, read by cos_sin."""
-    init, apply = RotaryPositions.__init__, RotaryPositions._apply
+def install() -> tuple:
+    """Patch RotaryPositions: tables made at construction, moved by ``.to``, read by cos_sin.
+    Returns what :func:`uninstall` puts back."""
+    saved = RotaryPositions.__init__, RotaryPositions._apply, RotaryPositions.cos_sin
+    init, apply = saved[:2]
 
     def __init__(self, *args, **kwargs):
         init(self, *args, **kwargs)
@@ -57,6 +59,12 @@ def install() -> None:
 
     RotaryPositions.__init__, RotaryPositions._apply = __init__, _apply
     RotaryPositions.cos_sin = cos_sin_from_table
+    return saved
+
+
+def uninstall(saved: tuple) -> None:
+    """Undo :func:`install`."""
+    RotaryPositions.__init__, RotaryPositions._apply, RotaryPositions.cos_sin = saved
 
 
 if __name__ == "__main__":

@@ -27,16 +27,14 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from attnlab_rotary_table import cos_sin_from_table, make_tables
+from attnlab_rotary_table import install, uninstall
+from diagnose_step import BASE  # the nanoGPT-char model diagnose_step.py times
 from torch.profiler import ProfilerActivity, profile
 
 from attnlab.config import ModelConfig
 from attnlab.models import build_model
 from attnlab.nn.norms import RMSNorm
-from attnlab.nn.positional import RotaryPositions
 
-BASE = dict(kind="decoder_lm", vocab_size=69, d_model=384, n_heads=6, n_layers=6, max_len=256,
-            dropout=0.2, activation="gelu", bias=False)  # fmt: skip
 TINY = dict(BASE, d_model=64, n_heads=2, n_layers=2, max_len=32)
 # (name, model options, patches, compiled)
 RUNS = [
@@ -64,15 +62,16 @@ def rms_fp32(self: RMSNorm, a: torch.Tensor) -> torch.Tensor:
 
 @contextlib.contextmanager
 def patched(names: tuple[str, ...]):
-    saved = RotaryPositions.cos_sin, RMSNorm.forward
-    if "table" in names:
-        RotaryPositions.cos_sin = cos_sin_from_table
+    table = install() if "table" in names else None  # attnlab_rotary_table's own patch
+    forward = RMSNorm.forward
     if "fp32" in names:
         RMSNorm.forward = rms_fp32
     try:
         yield
     finally:
-        RotaryPositions.cos_sin, RMSNorm.forward = saved
+        RMSNorm.forward = forward
+        if table is not None:
+            uninstall(table)
 
 
 def make_step(model, ids, targets, device):
@@ -130,10 +129,6 @@ def main(argv: list[str] | None = None) -> int:
         torch.manual_seed(0)
         with patched(patches):
             model = build_model(ModelConfig(**base, **kw)).to(device).train()
-            if "table" in patches:  # tables made before compiling
-                for m in model.modules():
-                    if isinstance(m, RotaryPositions):
-                        make_tables(m)
             if compiled:  # a new model of the same structure would reuse the last graph
                 torch._dynamo.reset()
             net = torch.compile(model) if compiled else model

@@ -16,12 +16,15 @@ export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/cuda/out}
 mkdir -p "$OUT"
 what=${1:-all}
+gpu_tests() {  # the gpu-marked tests, within $1 seconds
+  timeout "$1" python -m pytest -m gpu -p no:xdist -q tests/test_gpu.py tests/train/test_train_timing.py \
+    tests/inspect/test_inspect_transformer.py > "$OUT/pytest_gpu.txt" 2>&1
+  tail -3 "$OUT/pytest_gpu.txt"
+}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 python -c "import torch, transformers; print(torch.__version__, torch.version.cuda, transformers.__version__)" >> "$OUT/gpu.txt" 2>&1
 if [ "$what" = all ] || [ "$what" = tests ]; then
-  timeout 240 python -m pytest -m gpu -p no:xdist -q tests/test_gpu.py tests/train/test_train_timing.py \
-    tests/inspect/test_inspect_transformer.py > "$OUT/pytest_gpu.txt" 2>&1
-  tail -3 "$OUT/pytest_gpu.txt"
+  gpu_tests 240
   timeout 150 python -m attnlab bench --suite optim --compile --rounds 5 --json "$OUT/optim.json" \
     --report "$OUT/OPTIM.md" > "$OUT/optim.txt" 2>&1
   tail -4 "$OUT/optim.txt"
@@ -48,9 +51,7 @@ if [ "$what" = profile ]; then
   timeout 190 python benchmarks/nanogpt_race.py --text .device/tinyshakespeare.txt \
     --only attnlab_same --rounds 2 --out "$OUT/overhead" > "$OUT/overhead.txt" 2>&1
   tail -24 "$OUT/overhead.txt"
-  timeout 150 python -m pytest -m gpu -p no:xdist -q tests/test_gpu.py tests/train/test_train_timing.py \
-    tests/inspect/test_inspect_transformer.py > "$OUT/pytest_gpu.txt" 2>&1
-  tail -3 "$OUT/pytest_gpu.txt"
+  gpu_tests 150
 fi
 if [ "$what" = bench ]; then
   timeout 300 python benchmarks/cuda_bench.py --suite train --rounds 3 --min-round-s 0.5 \
