@@ -35,8 +35,8 @@ most 5 s outside the steps at the same-recipe configuration with a warm compile 
     python benchmarks/nanogpt_race.py --text tinyshakespeare.txt --only attnlab_same --rounds 3
 
 ``--attnlab-module M`` runs attnlab's contenders as ``python -m M`` instead of ``python -m
-attnlab``: a patched CLI measuring a candidate change, such as
-``benchmarks/cuda/attnlab_rotary_table.py`` (with ``PYTHONPATH=src:benchmarks/cuda``).
+attnlab``: a patched CLI measuring a candidate change before it lands (on 28 Nov 2026 the rotary
+table, then ``benchmarks/cuda/attnlab_rotary_table.py``, with ``PYTHONPATH=src:benchmarks/cuda``).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@
 # $OUT/overhead/NANOGPT.md, and where `attnlab train`'s imports go (python -X importtime) in
 # $OUT/importtime.txt.
 # profile (issue 37 item 4, ~8 min with overhead and tests: `run_device.sh profile`): the kernels of
-# the slow gpu-char step and two candidate fixes (benchmarks/cuda/profile_step.py), then the
+# the gpu-char step and a candidate QK-norm change (benchmarks/cuda/profile_step.py), then the
 # overhead runs (2 rounds) and the gpu-marked tests.
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
