@@ -11,15 +11,17 @@
 # profile (issue 37 item 4, ~8 min with overhead and tests: `run_device.sh profile`): the kernels of
 # the gpu-char step and a candidate QK-norm change (benchmarks/cuda/profile_step.py), then the
 # overhead runs (2 rounds) and the gpu-marked tests.
+# lab (issue 33, ~3 min): the GPU forms of the lab's timing experiments, parallelism and complexity,
+# written to docs/experiments/NAME as a full run would be and copied to $OUT/experiments/NAME (copy
+# them back into docs/experiments/ and commit), then the gpu-marked tests.
 set -uo pipefail
 export PYTHONPATH=src PYTHONUNBUFFERED=1
 OUT=${OUT:-benchmarks/cuda/out}
 mkdir -p "$OUT"
 what=${1:-all}
-gpu_tests() {  # the gpu-marked tests, within $1 seconds
-  timeout "$1" python -m pytest -m gpu -p no:xdist -q tests/test_gpu.py tests/train/test_train_timing.py \
-    tests/inspect/test_inspect_transformer.py > "$OUT/pytest_gpu.txt" 2>&1
-  tail -3 "$OUT/pytest_gpu.txt"
+gpu_tests() {  # every gpu-marked test, within $1 seconds
+  timeout "$1" python -m pytest -m gpu -p no:xdist -q -rs --continue-on-collection-errors tests > "$OUT/pytest_gpu.txt" 2>&1
+  tail -4 "$OUT/pytest_gpu.txt"
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
 python -c "import torch, transformers; print(torch.__version__, torch.version.cuda, transformers.__version__)" >> "$OUT/gpu.txt" 2>&1
@@ -52,6 +54,15 @@ if [ "$what" = profile ]; then
     --only attnlab_same --rounds 2 --out "$OUT/overhead" > "$OUT/overhead.txt" 2>&1
   tail -24 "$OUT/overhead.txt"
   gpu_tests 150
+fi
+if [ "$what" = lab ]; then
+  mkdir -p "$OUT/experiments"
+  for name in parallelism complexity; do
+    timeout 150 python -m attnlab experiment "$name" --seed 0 > "$OUT/experiments/$name.txt" 2>&1
+    tail -3 "$OUT/experiments/$name.txt"
+    cp -r "docs/experiments/$name" "$OUT/experiments/"
+  done
+  gpu_tests 200
 fi
 if [ "$what" = bench ]; then
   timeout 300 python benchmarks/cuda_bench.py --suite train --rounds 3 --min-round-s 0.5 \

@@ -4,6 +4,8 @@ come from the committed full-size runs)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -159,3 +161,50 @@ def test_complexity_says_cpu_only_and_write_up_does_not_time(tmp_path, monkeypat
     assert report.verdict_reason.startswith(f"CPU only ({os.cpu_count()} logical cores")
     assert report.arms == [] and report.competence == [] and len(report.thresholds) == 2
     assert any(s.startswith("CPU only") for s in report.setup)
+
+
+def test_complexity_gpu_form_adds_gpu_timings_check_and_table(tmp_path):
+    """The GPU form's code path, with the CPU standing in for the GPU."""
+    from attnlab.lab.experiments import complexity
+
+    measured = complexity.measure(True, 0, gpu=torch.device("cpu"))
+    assert measured["gpu"] == "cpu" and set(measured["ms_gpu"]) == set(measured["ms"])
+    report = complexity.write_up(measured, tmp_path, quick=True)
+    assert report.verdict_reason.startswith("GPU: cpu, and the CPU")
+    assert "On the GPU the wall times cross " in report.verdict_reason
+    assert "faster than the recurrence at every n < d on every round: d = 32 " in (
+        report.verdict_reason
+    )
+    assert len(report.thresholds) == 3 and report.metrics["gpu"] == "cpu"
+    assert len(report.table("cost per layer against n, GPU").rows) == len(measured["ns"])
+    assert set(report.metrics["crossover_ms_gpu"]) == {"32"}
+    assert report.findings[-1].startswith("On the GPU (cpu) the wall times cross ")
+    assert not any(s.startswith("CPU only") for s in report.setup)
+
+
+def test_complexity_faster_below_d_and_crossing_text():
+    from attnlab.lab.experiments.complexity import crossing_text, faster_below_d
+
+    ns = [8, 16, 32, 64]
+    m = {
+        "ns": ns,
+        "rounds": [0],
+        "widths": [32],
+        "ms_gpu": {("self-attention", 32): {0: [1, 1, 5, 9]}, ("recurrent", 32): {0: [2, 2, 4, 4]}},
+    }
+    assert faster_below_d(m) == {32: True}  # n = 8, 16 below d: 1 < 2 both times
+    m["ms_gpu"][("self-attention", 32)][0][1] = 3
+    assert faster_below_d(m) == {32: False}
+    assert crossing_text({32: [math.inf]}, ns) == (
+        "beyond n = 64 for d = 32 (attention faster at every n measured)"
+    )
+    assert crossing_text({32: [0.0]}, ns).startswith("below n = 8 for d = 32 (attention slower")
+    assert crossing_text({32: [20.0, 30.0]}, ns) == "at n = 25 (20-30) for d = 32"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_complexity_gpu_form_on_cuda(tmp_path):
+    report, _ = run_experiment("complexity", quick=True, out_dir=tmp_path)
+    assert report.verdict_reason.startswith(f"GPU: {torch.cuda.get_device_name(0)}")
+    assert report.table("cost per layer against n, GPU").rows

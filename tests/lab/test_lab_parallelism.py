@@ -3,6 +3,9 @@ report has its tables, columns and figures."""
 
 from __future__ import annotations
 
+import pytest
+import torch
+
 from attnlab.lab import run_experiment
 from attnlab.lab.experiments.parallelism import MODELS
 
@@ -62,3 +65,42 @@ def test_verdict_says_cpu_only_and_write_up_does_not_time(tmp_path, monkeypatch)
     assert report.arms == [] and report.competence == [] and report.thresholds
     assert any("no trained arms are compared" in s for s in report.setup)
     assert f"{os.cpu_count()} logical cores" in report.findings[-1]
+
+
+def test_gpu_form_adds_gpu_timings_checks_tables_and_figure(tmp_path):
+    """The GPU form's code path, with the CPU standing in for the GPU (the real one runs in
+    test_gpu_form_on_cuda where a GPU is present)."""
+    import torch
+
+    from attnlab.lab.experiments import parallelism
+
+    measured = parallelism.measure(True, 0, gpu=torch.device("cpu"))
+    assert measured["gpu"] == "cpu"
+    lengths, batches = measured["lengths"], measured["batches"]
+    for name in MODELS:
+        for b in batches:
+            for t in lengths:
+                assert measured["ms"][(name, b, parallelism.GPU, t)][0] > 0
+    report = parallelism.write_up(measured, tmp_path, quick=True)
+    assert report.verdict_reason.startswith("GPU: cpu, and the CPU")
+    assert "; GPU: fused RNN" in report.verdict_reason
+    gpu_checks = [k for k in parallelism.checks(measured) if k.startswith("GPU: ")]
+    assert len(gpu_checks) == 3 and all(k in report.verdict_reason for k in gpu_checks)
+    rows = report.table("training-step time against sequence length, GPU").rows
+    assert len(rows) == len(MODELS) * len(batches) * len(lengths)
+    assert all(r["ms / step (GPU)"] > 0 for r in rows)
+    assert report.table("growth with T, GPU").rows
+    assert (tmp_path / "step_time_gpu.png").is_file()
+    assert not any(s.startswith("CPU only") for s in report.setup)
+    assert report.findings[-2].startswith("On the GPU (cpu), at B = 1")
+    assert sum(", GPU, T=" in k for k in report.per_seed["ms"]) == len(rows)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_gpu_form_on_cuda(tmp_path):
+    report, _ = run_experiment("parallelism", quick=True, out_dir=tmp_path)
+    name = torch.cuda.get_device_name(0)
+    assert report.verdict_reason.startswith(f"GPU: {name}")
+    assert report.machine["gpu"] == name
+    assert report.table("training-step time against sequence length, GPU").rows

@@ -91,7 +91,7 @@ def _complexity(cross: dict[int, list[float]], flop_factor: float = 1.0) -> dict
             ms.setdefault(("self-attention", d), {})[r] = [n * n / c for n in NS]
             ms.setdefault(("recurrent", d), {})[r] = [float(n) for n in NS]
     return {"rounds": rounds, "widths": widths, "ns": NS, "flops": flops, "ms": ms,
-            "logical_cores": 2}  # fmt: skip
+            "logical_cores": 2, "gpu": None}  # fmt: skip
 
 
 def test_complexity_crossover_is_where_the_curves_meet():
@@ -134,8 +134,26 @@ def test_complexity_verdict_words(cross, flop_factor, word, near):
 
 def test_complexity_reason_gives_each_rounds_crossover():
     _, reason = complexity.verdict(_complexity({64: [16, 64, 64], 256: [256] * 3}))
-    assert "crosses at n = 48 (16-64) for d = 64, 256 (256-256) for d = 256" in reason
+    assert "crosses at n = 48 (16-64) for d = 64, at n = 256 (256-256) for d = 256" in reason
     assert "over 3 rounds" in reason and "within a factor 4 of d" in reason
+
+
+@pytest.mark.parametrize(
+    ("gpu_cross", "word", "faster"),
+    [
+        # the GPU's curves cross far beyond d: attention faster at every n < d (the claim)
+        ({64: [BEYOND] * 3, 256: [BEYOND] * 3}, "held", "d = 64 yes, d = 256 yes"),
+        # attention dearer than the recurrence below d = 256 on one round: that check fails
+        ({64: [BEYOND] * 3, 256: [BEYOND, BEYOND, 100]}, "mixed", "d = 64 yes, d = 256 no"),
+    ],
+)
+def test_complexity_gpu_check_joins_the_verdict(gpu_cross, word, faster):
+    m = _complexity({64: [64] * 3, 256: [256] * 3})  # the CPU checks all hold
+    m["ms_gpu"], m["gpu"] = _complexity(gpu_cross)["ms"], "NVIDIA H200"
+    got, reason = complexity.verdict(m)
+    assert got == word, reason
+    assert reason.startswith("GPU: NVIDIA H200, and the CPU (2 logical cores")
+    assert f"at every n < d on every round: {faster}." in reason
 
 
 # concat_positions ---------------------------------------------------------------------------------
@@ -215,7 +233,7 @@ def _timings(spec: dict[str, tuple]) -> dict:
                         base * j / (g if th == 2 else 1) for j, g in zip(JITTER, gain)
                     ]
     return {"lengths": lengths, "batches": batches, "threads": threads, "rounds": rounds,
-            "ms": ms, "logical_cores": 2}  # fmt: skip
+            "ms": ms, "logical_cores": 2, "gpu": None}  # fmt: skip
 
 
 ONE, TWO, HALF = (1.0,) * 3, (2.0,) * 3, (0.5,) * 3
@@ -257,10 +275,40 @@ def test_parallelism_verdict_words(spec, word, held):
 
 def test_parallelism_reason_gives_the_deciding_numbers():
     _, reason, _ = parallelism.verdict(_timings({TF: (16.0, 64.0, TWO), FUSED: (*FLAT, ONE)}))
-    assert "B = 1, T 32 -> 512, 1 thread" in reason and "over 3 rounds" in reason
-    assert "fused RNN 1.64e+03 (1.33e+03-2e+03) -> 1.64e+03 (1.33e+03-2e+03)" in reason
-    assert "Transformer 1.64e+03 (1.33e+03-2e+03) -> 6.58e+03 (5.33e+03-8e+03)" in reason
-    assert "a second thread: fused RNN 1 (1-1)x, Transformer 2 (2-2)x" in reason
+    assert "B = 1, T 32 -> 512, tokens/s" in reason and "over 3 rounds" in reason
+    assert (
+        "CPU with 1 thread: fused RNN 1.64e+03 (1.33e+03-2e+03) -> 1.64e+03 (1.33e+03-2e+03), "
+        "Transformer 1.64e+03 (1.33e+03-2e+03) -> 6.58e+03 (5.33e+03-8e+03)"
+    ) in reason
+    assert "a second CPU thread: fused RNN 1 (1-1)x, Transformer 2 (2-2)x" in reason
+
+
+def test_parallelism_gpu_checks_join_the_verdict():
+    """With GPU timings (flat for the Transformer, 16x longer for the RNN at 16x the length),
+    the three GPU checks hold and are named in the reason beside the CPU's."""
+    m = _timings({TF: (16.0, 64.0, TWO), FUSED: (*FLAT, ONE)})  # every CPU check holds
+    gpu = _timings({TF: (1.0, 1.0, ONE), FUSED: (1.0, 16.0, ONE)})["ms"]
+    m["ms"] |= {(n, b, parallelism.GPU, t): v for (n, b, th, t), v in gpu.items() if th == 1}
+    m["gpu"] = "NVIDIA H200"
+    word, reason, checks = parallelism.verdict(m)
+    assert word == "held" and len(checks) == 7, reason
+    assert [k for k in checks if k.startswith("GPU: ")] == [
+        "GPU: Transformer tokens/s above the fused RNN's at B = 1, T = 512",
+        "GPU: Transformer throughput at B = 1 grows from T = 32 to 512",
+        "GPU: that growth (tokens/s at T = 512 over T = 32) larger for the Transformer than "
+        "for the fused RNN",
+    ]
+    assert reason.startswith("GPU: NVIDIA H200, and the CPU (2 logical cores)")
+    assert (
+        "; GPU: fused RNN 2.63e+04 (2.13e+04-3.2e+04) -> 2.63e+04 (2.13e+04-3.2e+04), "
+        "Transformer 2.63e+04 (2.13e+04-3.2e+04) -> 4.21e+05 (3.41e+05-5.12e+05)"
+    ) in reason
+    m["ms"][(TF, 1, parallelism.GPU, 512)] = [1e4] * 3  # the Transformer far slower at T = 512
+    word, _, checks = parallelism.verdict(m)
+    assert (
+        word == "mixed"
+        and not checks["GPU: Transformer throughput at B = 1 grows from T = 32 to 512"]
+    )
 
 
 # order --------------------------------------------------------------------------------------------

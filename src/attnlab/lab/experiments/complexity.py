@@ -20,7 +20,9 @@ near n = d. Measured here on this machine, forward pass, B = 1, one thread:
 - the projections W^Q, W^K, W^V, W^O of a full attention layer add 8 n d^2 FLOPs, the same
   order as the recurrence: Table 1 counts only the attention itself (said in the findings).
 
-CPU only unless a GPU is used (none is, today): the verdict says so (:data:`CPU_ONLY`).
+Where a GPU is present the same wall times are measured on it too, and the claim's own test --
+the attention core is faster than the recurrence at every n < d -- joins the verdict there; without
+one the verdict says "CPU only" (:data:`CPU_ONLY`).
 
 Shapes: B = 1, n length, d width.
 """
@@ -29,7 +31,7 @@ from __future__ import annotations
 
 import math
 import os
-import time
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -40,6 +42,7 @@ from attnlab.lab.kit.charts import line_chart, save_chart, seeds_chart
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
 from attnlab.lab.kit.seeds import spread, spread_text, start_seeds
+from attnlab.lab.kit.timing import best_ms, device_name, find_gpu
 from attnlab.lab.kit.verdict import gated_fields, verdict_of
 from attnlab.nn.attention import scaled_dot_product_attention
 
@@ -52,7 +55,7 @@ def attention_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.T
 def recurrence_loop(x: torch.Tensor, rnn: nn.RNN) -> torch.Tensor:
     """h_t = tanh(U x_t + b_U + W h_{t-1} + b_W), t = 1..n, as explicit products: (1, n, d)."""
     w_ih, w_hh, b_ih, b_hh = rnn.all_weights[0]  # U (d, d), W (d, d), b_U, b_W
-    h = torch.zeros(1, rnn.hidden_size)
+    h = x.new_zeros(1, rnn.hidden_size)
     out = []
     for t in range(x.size(1)):
         h = torch.tanh(x[:, t] @ w_ih.T + b_ih + h @ w_hh.T + b_hh)
@@ -64,16 +67,6 @@ def counted_flops(fn, *args) -> int:
     with FlopCounterMode(display=False) as counter:
         fn(*args)
     return counter.get_total_flops()
-
-
-def best_ms(fn, *args, repeats: int) -> float:
-    fn(*args)  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn(*args)
-        times.append(1000 * (time.perf_counter() - start))
-    return min(times)
 
 
 def crossover(ns: list[int], a: list[float], b: list[float]) -> float:
@@ -93,8 +86,8 @@ def crossover(ns: list[int], a: list[float], b: list[float]) -> float:
 
 COST = (
     "Full run: FLOP counts plus 3 rounds of best-of-5 forward timings, 2 widths x 8 lengths. "
-    "Under 1 min on 2 idle cores (the last report: 6 s; this change adds no timing). Command: "
-    "attnlab experiment complexity --seed 0"
+    "Under 1 min on 2 idle cores (the last report: 6 s); where a GPU is present the timings "
+    "run there too (seconds more). Command: attnlab experiment complexity --seed 0"
 )
 CPU_ONLY = (
     "CPU only: no GPU was used. The FLOP counts do not depend on the hardware; the wall times "
@@ -109,6 +102,7 @@ CLAIM = (
     "(Vaswani et al. 2017, Sec. 4 and Table 1: recurrent O(n d^2) per layer, O(n) "
     "sequential operations)."
 )
+CPU = torch.device("cpu")
 NEAR = 4.0  # "near n = d": within this factor (the lab's; the paper gives none)
 THRESHOLDS = [
     Threshold(
@@ -125,11 +119,23 @@ THRESHOLDS = [
     ),
 ]
 
+GPU_THRESHOLDS = [
+    Threshold(
+        "GPU wall time: the attention core faster than the recurrence",
+        "at every n < d, on every round",
+        "Vaswani et al. 2017, Sec. 4: self-attention layers are faster than recurrent layers "
+        "'when the sequence length n is smaller than the representation dimensionality d'",
+    )
+]
+
 
 @torch.no_grad()
-def measure(quick: bool, seed: int, data: Path | None = None) -> dict:
+def measure(
+    quick: bool, seed: int, data: Path | None = None, gpu: torch.device | None = None
+) -> dict:
     """Counted FLOPs per (arm, d) and n, and best-of forward times per (arm, d), round and n
-    (each round re-measures everything with its own seed). ``data`` is unused."""
+    (each round re-measures everything with its own seed) on the CPU and on ``gpu`` (default:
+    the machine's GPU, if any). ``data`` is unused."""
     rounds = start_seeds(seed, quick)
     widths = (32,) if quick else (64, 256)
     ns = [8, 16, 32, 64] if quick else [16, 32, 64, 128, 256, 512, 1024, 2048]
@@ -147,19 +153,8 @@ def measure(quick: bool, seed: int, data: Path | None = None) -> dict:
             flops.setdefault(("recurrent", d), []).append(4 * n * d * d)
         x = torch.randn(1, ns[0], d)
         check[d] = (counted_flops(recurrence_loop, x, rnn), 4 * ns[0] * d * d)
-    for r in rounds:
-        torch.manual_seed(r)
-        for d in widths:
-            rnn = nn.RNN(d, d, batch_first=True)
-            for n in ns:
-                q, k, v = (torch.randn(1, 1, n, d) for _ in range(3))
-                x = torch.randn(1, n, d)
-                ms.setdefault(("self-attention", d), {}).setdefault(r, []).append(
-                    best_ms(attention_core, q, k, v, repeats=repeats)
-                )
-                ms.setdefault(("recurrent", d), {}).setdefault(r, []).append(
-                    best_ms(rnn, x, repeats=repeats)
-                )
+    ms = timings(rounds, widths, ns, repeats, CPU)
+    gpu = gpu if gpu is not None else find_gpu()
     return {
         "rounds": rounds,
         "widths": list(widths),
@@ -167,14 +162,38 @@ def measure(quick: bool, seed: int, data: Path | None = None) -> dict:
         "repeats": repeats,
         "flops": flops,
         "ms": ms,
+        "ms_gpu": timings(rounds, widths, ns, repeats, gpu) if gpu is not None else None,
         "flop_check": check,
         "logical_cores": os.cpu_count(),
-        "gpu": torch.cuda.is_available(),  # the timings are CPU timings either way
+        "gpu": device_name(gpu) if gpu is not None else None,  # the GPU timed, if any
     }
 
 
-def cost_rows(m: dict) -> list[dict]:
-    flops, ms, rounds, rows = m["flops"], m["ms"], m["rounds"], []
+def timings(
+    rounds: list[int], widths, ns: list[int], repeats: int, device: torch.device
+) -> dict[tuple, dict[int, list[float]]]:
+    """Best-of forward times ``{(arm, d): {round: [ms at each n]}}`` on ``device``, each round
+    with its own seed (the same inputs on every device)."""
+    ms: dict[tuple, dict[int, list[float]]] = {}
+    for r in rounds:
+        torch.manual_seed(r)
+        for d in widths:
+            rnn = nn.RNN(d, d, batch_first=True).to(device)
+            for n in ns:
+                q, k, v = (torch.randn(1, 1, n, d).to(device) for _ in range(3))
+                x = torch.randn(1, n, d).to(device)
+                ms.setdefault(("self-attention", d), {}).setdefault(r, []).append(
+                    best_ms(partial(attention_core, q, k, v), device, repeats)
+                )
+                ms.setdefault(("recurrent", d), {}).setdefault(r, []).append(
+                    best_ms(partial(rnn, x), device, repeats)
+                )
+    return ms
+
+
+def cost_rows(m: dict, key: str = "ms") -> list[dict]:
+    """FLOPs and wall times per (d, n), from the timings under ``key`` (``ms``: CPU; ``ms_gpu``)."""
+    flops, ms, rounds, rows = m["flops"], m[key], m["rounds"], []
     for d in m["widths"]:
         for j, n in enumerate(m["ns"]):
             att = [ms[("self-attention", d)][r][j] for r in rounds]
@@ -195,9 +214,10 @@ def cost_rows(m: dict) -> list[dict]:
     return rows
 
 
-def crossovers(m: dict) -> tuple[dict[int, float], dict[int, list[float]]]:
-    """The FLOP crossover per d, and the wall-time crossover per d and round."""
-    flops, ms, ns = m["flops"], m["ms"], m["ns"]
+def crossovers(m: dict, key: str = "ms") -> tuple[dict[int, float], dict[int, list[float]]]:
+    """The FLOP crossover per d, and the wall-time crossover per d and round (timings under
+    ``key``)."""
+    flops, ms, ns = m["flops"], m[key], m["ns"]
     by_flops = {
         d: crossover(ns, flops[("self-attention", d)], flops[("recurrent", d)]) for d in m["widths"]
     }
@@ -211,34 +231,101 @@ def crossovers(m: dict) -> tuple[dict[int, float], dict[int, list[float]]]:
     return by_flops, by_time
 
 
+def faster_below_d(m: dict, key: str = "ms_gpu") -> dict[int, bool]:
+    """Per d: whether the attention core was faster than the recurrence at every n < d on every
+    round (the claim as Vaswani et al. state it), from the timings under ``key``."""
+    ms = m[key]
+    return {
+        d: all(
+            ms[("self-attention", d)][r][j] < ms[("recurrent", d)][r][j]
+            for r in m["rounds"]
+            for j, n in enumerate(m["ns"])
+            if n < d
+        )
+        for d in m["widths"]
+    }
+
+
+def crossing_text(cross: dict[int, list[float]], ns: list[int]) -> str:
+    """``at n = mean (min-max) for d = ..`` per d; a crossover outside the lengths measured
+    says on which side."""
+
+    def one(d: int, cs: list[float]) -> str:
+        if all(math.isinf(c) for c in cs):
+            return f"beyond n = {ns[-1]} for d = {d} (attention faster at every n measured)"
+        if all(c == 0 for c in cs):
+            return f"below n = {ns[0]} for d = {d} (attention slower at every n measured)"
+        return f"at n = {spread_text(cs)} for d = {d}"
+
+    return ", ".join(one(d, cs) for d, cs in cross.items())
+
+
 def verdict(m: dict) -> tuple[str, str]:
-    widths = m["widths"]
+    widths, n_rounds = m["widths"], len(m["rounds"])
     cross_flops, cross_ms = crossovers(m)
     near = {d: all(d / NEAR <= c <= NEAR * d for c in cross_ms[d]) for d in widths}
     flop_exact = all(abs(cross_flops[d] / d - 1) < 0.05 for d in widths)
+    scope = (
+        f"GPU: {m['gpu']}, and the CPU ({m['logical_cores']} logical cores, one thread used)"
+        if m["gpu"]
+        else f"CPU only ({m['logical_cores']} logical cores, one thread used, no GPU)"
+    )
     reason = (
-        f"CPU only ({m['logical_cores']} logical cores, one thread used, no GPU). Counted FLOPs "
-        "cross at n = "
+        f"{scope}. Counted FLOPs cross at n = "
         + ", ".join(f"{cross_flops[d]:.0f} for d = {d}" for d in widths)
-        + " (predicted n = d); measured wall time (forward, B = 1; attention core vs "
-        "torch.nn.RNN's fused kernel) crosses at n = "
-        + ", ".join(f"{spread_text(cross_ms[d])} for d = {d}" for d in widths)
-        + f" (mean (min-max) over {len(m['rounds'])} rounds); within a factor {NEAR:g} of d on "
+        + " (predicted n = d); measured CPU wall time (forward, B = 1; attention core vs "
+        "torch.nn.RNN's fused kernel) crosses "
+        + crossing_text(cross_ms, m["ns"])
+        + f" (mean (min-max) over {n_rounds} rounds); within a factor {NEAR:g} of d on "
         "every round: " + ", ".join(f"d = {d} {'yes' if near[d] else 'no'}" for d in widths) + "."
     )
-    return verdict_of([flop_exact, *near.values()]), reason
+    checks = [flop_exact, *near.values()]
+    if m["gpu"]:
+        faster = faster_below_d(m)
+        reason += (
+            " On the GPU the wall times cross "
+            + crossing_text(crossovers(m, "ms_gpu")[1], m["ns"])
+            + "; the attention core faster than the recurrence at every n < d on every round: "
+            + ", ".join(f"d = {d} {'yes' if faster[d] else 'no'}" for d in widths)
+            + "."
+        )
+        checks += faster.values()
+    return verdict_of(checks), reason
+
+
+def gpu_finding(m: dict, gpu_cross: dict[int, list[float]]) -> str:
+    """Where the GPU's wall times cross, against the CPU's and n = d (measured, not assumed)."""
+    cpu_cross = crossovers(m)[1]
+    later = all(min(gpu_cross[d]) > max(cpu_cross[d]) for d in m["widths"])
+    return (
+        f"On the GPU ({m['gpu']}) the wall times cross "
+        + crossing_text(gpu_cross, m["ns"])
+        + "; on the CPU "
+        + crossing_text(cpu_cross, m["ns"])
+        + (
+            ": later on the GPU for every d, where the n^2 scores run in parallel and the "
+            "recurrence's n dependent steps cannot."
+            if later
+            else ": not later on the GPU for every d in this run."
+        )
+    )
 
 
 def charts(m: dict, out_dir: Path) -> list[FigureRef]:
     figures = []
-    ns, ms, rounds = m["ns"], m["ms"], m["rounds"]
+    ns, rounds = m["ns"], m["rounds"]
     names = {"self-attention": "self-attention core", "recurrent": "recurrent (nn.RNN)"}
+    where = {"ms": "CPU, 1 thread"} | ({"ms_gpu": "GPU"} if m["gpu"] else {})
     for d in m["widths"]:
         fig = seeds_chart(
-            {names[arm]: (ns, [ms[(arm, d)][r] for r in rounds]) for arm in names},
+            {
+                f"{names[arm]}, {place}": (ns, [m[key][(arm, d)][r] for r in rounds])
+                for key, place in where.items()
+                for arm in names
+            },
             xlabel="sequence length n",
             ylabel="ms per forward pass",
-            title=f"one layer, d = {d}, B = 1, 1 thread, CPU",
+            title=f"one layer, d = {d}, B = 1" + (f"; GPU {m['gpu']}" if m["gpu"] else ", CPU"),
             logx=True,
             logy=True,
             vline=d,
@@ -248,9 +335,9 @@ def charts(m: dict, out_dir: Path) -> list[FigureRef]:
                 fig,
                 out_dir,
                 f"time_d{d}.png",
-                f"Forward time on the CPU of the attention core and of the recurrence at "
-                f"d = {d} (mean over {len(rounds)} round(s), min-max band); the dashed line is "
-                "n = d, the predicted crossover.",
+                f"Forward time on the {' and on the '.join(where.values())} of the attention "
+                f"core and of the recurrence at d = {d} (mean over {len(rounds)} round(s), "
+                "min-max band); the dashed line is n = d, the predicted crossover.",
             )
         )
     fig = line_chart(
@@ -282,6 +369,7 @@ def write_up(measured: dict, out_dir: Path, quick: bool) -> Report:
     m = measured
     word, reason = verdict(m)
     cross_flops, cross_ms = crossovers(m)
+    gpu_cross = crossovers(m, "ms_gpu")[1] if m["gpu"] else {}
     return Report(
         name="complexity",
         title="The cost table: self-attention O(n^2 d) vs recurrence O(n d^2)",
@@ -304,18 +392,35 @@ def write_up(measured: dict, out_dir: Path, quick: bool) -> Report:
             "average is recorded below).",
             "Timings and counts only: no trained arms are compared, so there is no competence "
             "gate.",
-            CPU_ONLY,
+            (
+                f"GPU: {m['gpu']}: the same forward calls on the same inputs timed there too, "
+                "each between two torch.cuda.synchronize() calls."
+                if m["gpu"]
+                else CPU_ONLY
+            ),
         ],
-        thresholds=THRESHOLDS,
-        tables=[Table("cost per layer against n", cost_rows(m))],
+        thresholds=THRESHOLDS + (GPU_THRESHOLDS if m["gpu"] else []),
+        tables=[
+            Table("cost per layer against n", cost_rows(m)),
+            *([Table("cost per layer against n, GPU", cost_rows(m, "ms_gpu"))] if m["gpu"] else []),
+        ],
         figures=charts(m, out_dir),
         **gated_fields(word, reason, [], m["rounds"], quick, arms=[]),
-        per_seed={"crossover_ms": {str(d): v for d, v in cross_ms.items()}},
+        per_seed={
+            "crossover_ms": {str(d): v for d, v in cross_ms.items()},
+            **({"crossover_ms_gpu": {str(d): v for d, v in gpu_cross.items()}} if m["gpu"] else {}),
+        },
         metrics={
             "crossover_flops": {str(d): c for d, c in cross_flops.items()},
             "crossover_ms": {str(d): spread(v) for d, v in cross_ms.items()},
+            **(
+                {"crossover_ms_gpu": {str(d): spread(v) for d, v in gpu_cross.items()}}
+                if m["gpu"]
+                else {}
+            ),
             "flop_check": {str(d): list(v) for d, v in m["flop_check"].items()},
             "ns": m["ns"],
+            "gpu": m["gpu"],
         },
         findings=[
             "Sequential operations: the attention core is three calls whatever n is (its n^2 "
@@ -324,6 +429,7 @@ def write_up(measured: dict, out_dir: Path, quick: bool) -> Report:
             "A full attention layer also has the projections W^Q, W^K, W^V, W^O (8 n d^2 "
             "FLOPs), the same order as the recurrence itself; Table 1 compares the token-mixing "
             "parts only.",
+            *([gpu_finding(m, gpu_cross)] if m["gpu"] else []),
         ],
         quick=quick,
         seed=m["rounds"][0],

@@ -27,6 +27,7 @@ import torch
 
 from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.errors import UserError
+from attnlab.lab.kit.timing import device_name, find_gpu
 from attnlab.lab.kit.verdict import VERDICTS, Competence, missed
 from attnlab.runtime import cpu_model, load_average
 
@@ -183,7 +184,8 @@ class Report:
         out += [
             f"{size} run, seed {self.seed}, wall time {self.wall_time_s:.1f} s on "
             f"{m.get('logical_cores', '?')} logical cores ({m.get('cpu_model', '?')}), "
-            f"{m.get('threads', '?')} torch thread{'' if m.get('threads') == 1 else 's'}, "
+            + (f"GPU {m['gpu']} present, " if m.get("gpu") else "")
+            + f"{m.get('threads', '?')} torch thread{'' if m.get('threads') == 1 else 's'}, "
             f"torch {m.get('torch', '?')}, "
             f"Python {m.get('python', '?')}.{_load_note(m)}",
             "",
@@ -230,9 +232,11 @@ def check_may_write(out: Path, quick: bool) -> None:
 
 
 def machine_info() -> dict[str, Any]:
-    """Where the numbers come from: CPU model, logical cores, torch threads and versions."""
+    """Where the numbers come from: CPU model, logical cores, the GPU if any, torch threads and
+    versions."""
     return {
         "cpu_model": cpu_model(),
+        "gpu": device_name(gpu) if (gpu := find_gpu()) is not None else None,
         "logical_cores": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "torch": torch.__version__,
