@@ -77,6 +77,19 @@ def test_long_sequences_cap_figure_size_and_thin_labels():
     assert len(fig.axes[0].get_xticklabels()) < 60
 
 
+def test_a_wide_grid_shrinks_its_labels_before_leaving_any_out():
+    """Eight heads of a 15 x 15 map: the figure is capped at 22 in, so the panels are small, and
+    every query and key still gets its label (a smaller font), none every other one."""
+    w = torch.softmax(torch.randn(1, 8, 15, 15), dim=-1)
+    tokens = [f"tok{i}" for i in range(15)]
+    fig = plot_attention(w, tokens, tokens)
+    panels = heatmaps(fig)
+    assert max(fig.get_size_inches()) <= 22.0
+    assert [t.get_text() for t in panels[0].get_yticklabels()] == tokens
+    assert [t.get_text() for t in panels[-1].get_xticklabels()] == tokens
+    assert all(t.get_fontsize() >= 5 for t in panels[0].get_yticklabels())
+
+
 def test_plot_errors_name_the_problem(tmp_path):
     w = torch.softmax(torch.randn(2, 4, 4), dim=-1)
     with pytest.raises(ValueError, match="query_tokens has 3 labels but the weights have 4"):

@@ -89,18 +89,20 @@ def _short(label: str) -> str:
 
 
 def label_axis(ax: Axes, axis: str, tokens: list[str] | None, n: int) -> None:
-    """Put token labels on the x or y axis of a heatmap with ``n`` cells; when they do not all
-    fit the axes (or exceed MAX_TICKS) every k-th is labelled. Long x labels are rotated; the font
-    shrinks gently as the count grows."""
+    """Put token labels on the x or y axis of a heatmap with ``n`` cells. The font shrinks as the
+    count grows, down to 5 pt where that makes every label fit; only when even that does not fit
+    the axes (or there are more than MAX_TICKS) is every k-th labelled. Long x labels are
+    rotated."""
     if tokens is None:
         return
-    size = max(5.0, min(9.0, 11.0 - n / 8))
     box = ax.get_position()  # the axes' share of the figure, before layout adjustments
     fig = ax.get_figure()
     assert isinstance(fig, Figure)  # attnlab's axes sit on a Figure (new_figure), no SubFigure
     width, height = fig.get_size_inches()
     room = (box.width * width if axis == "x" else box.height * height) * 72  # points
-    fits = max(2, int(room / (1.6 * size)))  # one label per ~1.6 font heights
+    # the font shrinks (to 5 pt at the least) before any label is left out
+    size = max(5.0, min(9.0, 11.0 - n / 8, room / (1.6 * n)))
+    fits = max(2, int(room / (1.6 * size) + 1e-9))  # one label per ~1.6 font heights
     step = max(1, math.ceil(n / min(MAX_TICKS, fits)))
     ticks = list(range(0, n, step))
     if axis == "x":
