@@ -25,6 +25,17 @@ def test_only_files_attnlab_wrote_unchanged_may_be_replaced(tmp_path):
     assert (tmp_path / "README.md").read_text() == "edited by hand"
 
 
+def test_a_file_rewritten_with_the_same_bytes_is_listed(tmp_path):
+    """An earlier report without a manifest (recognised as ours): a run that draws one of its
+    figures again, byte for byte, lists that figure too, not only the files that changed."""
+    (tmp_path / "report.json").write_text(json.dumps({"name": "order"}))
+    (tmp_path / "map.png").write_bytes(b"png")
+    with outputs(tmp_path, "a test", earlier_ours=_report_of("order")):
+        (tmp_path / "report.json").write_text(json.dumps({"name": "order", "run": 2}))
+        (tmp_path / "map.png").write_bytes(b"png")  # the same figure again
+    assert set(recorded(tmp_path)) == {"report.json", "map.png"}
+
+
 def test_a_file_target_hashes_only_its_own_name(tmp_path):
     (tmp_path / "notes.txt").write_text("mine")
     with outputs(tmp_path, "a plot", names={"pe.png"}):

@@ -66,13 +66,28 @@ def not_ours(root: Path, names: Collection[str] | None = None) -> list[str]:
     return [n for n, digest in files_in(root, names).items() if own.get(n) != digest]
 
 
-def record(root: Path, before: dict[str, str], names: Collection[str] | None = None) -> None:
+def stamps(root: Path, names: Collection[str]) -> dict[str, int]:
+    """Each file's modification time in ns (relative path -> st_mtime_ns)."""
+    return {n: (root / n).stat().st_mtime_ns for n in names}
+
+
+def record(
+    root: Path,
+    before: dict[str, str],
+    names: Collection[str] | None = None,
+    times: dict[str, int] | None = None,
+) -> None:
     """Add the files under ``root`` (of ``names``, if given) that are new or changed since
-    ``before`` to its manifest."""
+    ``before``, or rewritten since their modification times ``times`` (the same bytes again,
+    e.g. a figure of an earlier report drawn again), to its manifest."""
+
+    def written(name: str, digest: str) -> bool:
+        rewritten = times is not None and times.get(name) != (root / name).stat().st_mtime_ns
+        return before.get(name) != digest or rewritten
 
     after = files_in(root, names)
     own = {n: d for n, d in recorded(root).items() if (root / n).is_file()}
-    own.update({n: d for n, d in after.items() if before.get(n) != d})
+    own.update({n: d for n, d in after.items() if written(n, d)})
     if own:
         atomic_write_json(root / MANIFEST, {"written_by": "attnlab", "files": own})
 
@@ -102,8 +117,9 @@ def outputs(
             f"yours is replaced"
         )
     before = files_in(root, names)
+    times = stamps(root, before)
     yield
-    record(root, before, names)
+    record(root, before, names, times)
 
 
 def remove_earlier(root: Path, what: str) -> None:
