@@ -47,6 +47,7 @@ GPU = "gpu"  # in the threads slot of a timing's key: timed on the GPU (threads 
 CPU = torch.device("cpu")
 FUSED, LOOP, TF = "RNN LM, torch.nn.RNN (fused)", "RNN LM, attnlab (loop over t)", "Transformer LM"
 D_RNN = 208  # about the Transformer's parameter count
+WARMUP = 2  # untimed steps before the timed ones
 MODELS: dict[str, dict[str, Any]] = {
     FUSED: dict(d_model=D_RNN),
     LOOP: dict(kind="rnn_lm", d_model=D_RNN, n_layers=1),
@@ -90,7 +91,7 @@ def step_ms(
     name: str, t: int, batch: int, repeats: int, seed: int, device: torch.device = CPU
 ) -> float:
     """Best (minimum) wall time in ms of one forward + backward + AdamW step at length ``t``
-    on ``device``, after two warm-up steps."""
+    on ``device``, after WARMUP untimed steps."""
     torch.manual_seed(seed)
     model = make_model(name, t).to(device)
     model.train()
@@ -103,7 +104,7 @@ def step_ms(
         loss.backward()
         opt.step()
 
-    return best_ms(step, device, repeats, warmup=2)
+    return best_ms(step, device, repeats, warmup=WARMUP)
 
 
 def n_params(name: str) -> int:
@@ -174,6 +175,7 @@ def measure(
         "batches": list(batches),
         "threads": list(threads),
         "repeats": repeats,
+        "warmup": WARMUP,
         "rounds": rounds,
         "ms": ms,
         "params": {name: n_params(name) for name in MODELS},
@@ -359,7 +361,7 @@ def write_up(measured: dict, out_dir: Path, quick: bool) -> Report:
             + ".",
             f"One step = forward + backward + AdamW update on random tokens, B = "
             f"{' and '.join(map(str, m['batches']))}, T = {m['lengths']}, 1 and 2 intra-op "
-            f"threads; best of {m['repeats']} steps after 2 warm-up steps, measured in "
+            f"threads; best of {m['repeats']} steps after {m['warmup']} warm-up steps, measured in "
             f"{len(m['rounds'])} rounds (each a full sweep with its own seed, thread counts "
             "interleaved); tables give the mean over rounds with the min-max.",
             f"Machine: {m['logical_cores']} logical cores; load average when the run started: "
@@ -369,7 +371,7 @@ def write_up(measured: dict, out_dir: Path, quick: bool) -> Report:
             "random tokens to be timed, not to learn), so there is no competence gate.",
             (
                 f"GPU: {m['gpu']}: the same steps (models, B, T, rounds, best of "
-                f"{m['repeats']} after 2 warm-ups) timed there too, each between two "
+                f"{m['repeats']} after {m['warmup']} warm-ups) timed there too, each between two "
                 "torch.cuda.synchronize() calls; threads do not apply."
                 if m["gpu"]
                 else CPU_ONLY
