@@ -118,16 +118,39 @@ def test_report_refuses_a_verdict_while_an_arm_misses():
         _report("held", bad)
     verdict, reason = gate("held", "sinusoids win", bad)
     assert verdict == "inconclusive" and "sinusoidal" in reason and "sinusoids win" in reason
-    assert reason.startswith("no verdict: 1 arm(s) missed 1 competence criterion")
-    twice = bad + [Competence("sinusoidal", "loss", 0.1, [0.5, 0.4, 0.6], higher_is_better=False)]
-    assert gate("held", "x", twice)[1].startswith(
-        "no verdict: 1 arm(s) missed 2 competence criteria"
+    assert reason.startswith(
+        "no verdict: 1 arm(s) missed their gate (every criterion in the report) -- missed copy "
+        "accuracy on n <= 16: sinusoidal (0.143 (0.1-0.2); threshold 0.99)."
     )
+    twice = bad + [Competence("sinusoidal", "loss", 0.1, [0.5, 0.4, 0.6], higher_is_better=False)]
+    assert "1 arm(s) missed" in gate("held", "x", twice)[1]
+    assert "missed loss: sinusoidal (0.5 (0.4-0.6); threshold 0.1)" in gate("held", "x", twice)[1]
     report = _report(verdict, bad)
     text = report.to_markdown()
     assert "## Competence" in text and "| sinusoidal |" in text and "| no |" in text
     data = json.loads(report.to_json())
     assert data["competence"][0]["passed"] is False and data["competence"][0]["values"][0] == 0.13
+
+
+def test_a_missed_arm_is_reported_by_what_it_missed_only():
+    """An arm that met its threshold but did not converge is listed under the doubling alone:
+    its threshold, met, is not named among what it missed."""
+    not_converged = Competence(
+        "LM",
+        "loss below the bigram",
+        2.46,
+        [1.67, 1.68, 1.66],
+        higher_is_better=False,
+        doubling=Doubling(1000, [1.67, 1.68, 1.66], [1.56, 1.57, 1.55], 0.05, [0, 1, 2], "loss"),
+    )
+    verdict, reason = gate("held", "numbers", [not_converged])
+    assert verdict == "inconclusive"
+    assert reason == (
+        "no verdict: 1 arm(s) missed their gate (every criterion in the report) -- not converged "
+        "(loss moved more than 0.05 from 1000 to 2000 steps): LM (1.67 -> 1.56, 1.68 -> 1.57, "
+        "1.66 -> 1.55). The comparison would have read: numbers"
+    )
+    assert "bigram" not in reason
 
 
 def test_gate_keeps_the_verdict_when_all_arms_pass():

@@ -26,6 +26,7 @@ from attnlab.viz import (
     read_metrics,
     save_figure,
 )
+from attnlab.viz.attention import MAX_ROW_INCHES
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 TOK = CharTokenizer("abcdefghijklmnopqrstuvwxyz $")
@@ -88,6 +89,29 @@ def test_a_wide_grid_shrinks_its_labels_before_leaving_any_out():
     assert [t.get_text() for t in panels[0].get_yticklabels()] == tokens
     assert [t.get_text() for t in panels[-1].get_xticklabels()] == tokens
     assert all(t.get_fontsize() >= 5 for t in panels[0].get_yticklabels())
+
+
+def test_many_heads_wrap_onto_rows_and_every_column_is_labelled():
+    """Eight heads of a 14 x 20 cross-attention map would make one row ~40 in wide (shrunk to
+    22 in): they wrap onto rows of at most MAX_ROW_INCHES, with no empty panel, each row's first
+    panel labelled with the queries and each column's lowest panel with every key."""
+    w = torch.softmax(torch.randn(8, 14, 20), dim=-1)  # (H, T, S)
+    queries, keys = [f"q{i}" for i in range(14)], [f"word{i}" for i in range(20)]
+    fig = plot_attention(w, queries, keys)
+    panels = heatmaps(fig)
+    assert len(panels) == 8 and len(fig.axes) == 9  # the unused grid cell is removed
+    assert fig.get_size_inches()[0] <= MAX_ROW_INCHES + 2
+    rows = sorted({round(ax.get_position().y0, 3) for ax in panels}, reverse=True)
+    assert len(rows) == 3  # 3 + 3 + 2 panels
+    for ax in panels:
+        first_in_row = ax.get_position().x0 == min(a.get_position().x0 for a in panels)
+        if first_in_row:
+            assert [t.get_text() for t in ax.get_yticklabels()] == queries
+    for x0 in {ax.get_position().x0 for ax in panels}:
+        column = [ax for ax in panels if ax.get_position().x0 == x0]
+        lowest = min(column, key=lambda ax: ax.get_position().y0)
+        assert [t.get_text() for t in lowest.get_xticklabels() if t.get_visible()] == keys
+        assert lowest.xaxis.get_tick_params()["labelbottom"]
 
 
 def test_plot_errors_name_the_problem(tmp_path):

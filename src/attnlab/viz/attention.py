@@ -9,6 +9,7 @@ Shapes: L layers, H heads, T queries, S keys.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,6 +17,8 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from attnlab.viz.figure import as_array, check_tokens, heatmap_inches, label_axis, new_figure
+
+MAX_ROW_INCHES = 16.0  # a row of head panels wider than this wraps onto the next row
 
 
 def plot_attention(
@@ -27,7 +30,8 @@ def plot_attention(
     cmap: str = "viridis",
     first_layer: int = 1,
 ) -> Figure:
-    """A grid of heatmaps, one row per layer and one column per head, with one shared colorbar.
+    """A grid of heatmaps, one row per layer and one column per head (a layer's heads wrap onto
+    more rows when a row would be wider than MAX_ROW_INCHES), with one shared colorbar.
 
     weights: (T, S), (H, T, S) or (L, H, T, S), a tensor or an array. Token labels go on the left
     column (queries) and the bottom row (keys); the colour scale runs from 0 to the largest weight.
@@ -44,13 +48,20 @@ def plot_attention(
     queries = check_tokens(query_tokens, t, "query_tokens")
     keys = check_tokens(key_tokens, s, "key_tokens")
     panel_w, panel_h = heatmap_inches(t, s)
-    fig = new_figure(n_heads * panel_w + 1.6, n_layers * panel_h + 1.0)
-    axes = fig.subplots(n_layers, n_heads, squeeze=False, sharex=True, sharey=True)
+    # a layer's heads wrap onto several rows of at most `per_row` panels when one row would be
+    # wider than MAX_ROW_INCHES (new_figure would otherwise shrink every panel to fit)
+    per_row = max(1, min(n_heads, int(MAX_ROW_INCHES // panel_w)))
+    rows_per_layer = math.ceil(n_heads / per_row)
+    fig = new_figure(per_row * panel_w + 1.6, n_layers * rows_per_layer * panel_h + 1.0)
+    grid = fig.subplots(n_layers * rows_per_layer, per_row, squeeze=False, sharex=True, sharey=True)
     vmax = max(float(w.max()), 1e-12)
     image = None
+    panels = []  # (row, column, axes) of every layer and head
     for layer in range(n_layers):
         for head in range(n_heads):
-            ax = axes[layer, head]
+            row, col = layer * rows_per_layer + head // per_row, head % per_row
+            ax = grid[row, col]
+            panels.append((row, col, ax))
             image = ax.imshow(
                 w[layer, head],
                 cmap=cmap,
@@ -62,10 +73,15 @@ def plot_attention(
             if n_layers * n_heads > 1:
                 ax.set_title(f"layer {first_layer + layer}, head {head + 1}", fontsize=8)
             ax.tick_params(length=2, labelsize=7)
-    for layer in range(n_layers):
-        label_axis(axes[layer, 0], "y", queries, t)
-    for head in range(n_heads):
-        label_axis(axes[-1, head], "x", keys, s)
+    for row, col, ax in panels:
+        if col == 0:
+            label_axis(ax, "y", queries, t)
+        if row == max(r for r, c, _ in panels if c == col):  # the column's lowest panel
+            ax.tick_params(labelbottom=True)
+            label_axis(ax, "x", keys, s)
+    axes = [ax for _, _, ax in panels]
+    for ax in set(grid.flat) - set(axes):
+        ax.remove()  # a wrapped layer's last row: no panels past its last head
     assert image is not None  # L, H >= 1: every grid has a panel
     width = fig.get_size_inches()[0]  # keep the bar ~0.25 in wide however large the grid
     fig.colorbar(
@@ -74,7 +90,7 @@ def plot_attention(
         fraction=min(0.15, 1.0 / width),
         pad=0.01,
         aspect=30,
-        shrink=0.8 if n_layers > 1 else 1.0,
+        shrink=0.8 if grid.shape[0] > 1 else 1.0,
         label="attention weight",
     )
     fig.supxlabel("key position (attended to)", fontsize=9)

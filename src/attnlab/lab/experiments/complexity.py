@@ -42,7 +42,7 @@ from attnlab.lab.kit.charts import line_chart, save_chart, seeds_chart
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
 from attnlab.lab.kit.seeds import spread, spread_text, start_seeds
-from attnlab.lab.kit.timing import best_ms, device_name, find_gpu
+from attnlab.lab.kit.timing import CPU, best_ms, device_name, find_gpu
 from attnlab.lab.kit.verdict import gated_fields, verdict_of
 from attnlab.nn.attention import scaled_dot_product_attention
 
@@ -86,7 +86,7 @@ def crossover(ns: list[int], a: list[float], b: list[float]) -> float:
 
 COST = (
     "Full run: FLOP counts plus 3 rounds of best-of-5 forward timings, 2 widths x 8 lengths. "
-    "Under 1 min on 2 idle cores (the last report: 6 s); where a GPU is present the timings "
+    "Under 1 min on 2 idle cores; where a GPU is present the timings "
     "run there too (seconds more). Command: attnlab experiment complexity --seed 0"
 )
 CPU_ONLY = (
@@ -102,7 +102,6 @@ CLAIM = (
     "(Vaswani et al. 2017, Sec. 4 and Table 1: recurrent O(n d^2) per layer, O(n) "
     "sequential operations)."
 )
-CPU = torch.device("cpu")
 WARMUP = 1  # untimed calls before the timed ones
 NEAR = 4.0  # "near n = d": within this factor (the lab's; the paper gives none)
 THRESHOLDS = [

@@ -73,10 +73,9 @@ REFERENCE_LR = 3e-3  # the raw-sinusoid reference arm is not swept
 MAX_EXTRA = 2  # an edge choice extends an arm's grid by up to this many rates (x3 each)
 TOLERANCE = 0.01  # step doubling: the test accuracy may move by at most this much
 COST = (
-    "Full run: 2 compared arms x 2 tasks x 3 peak lrs x 3 seeds (+ 3 seeds per grid extension; "
-    "the last report chose 2 rates at an edge, so about 2 extensions), the reference arm on 3 "
-    "seeds, and a 2x-steps doubling of the first seed per compared arm and task. Estimated "
-    "25-35 min on 2 idle cores (the last report's 1144 s scaled by the added steps, x1.35-1.6). "
+    "Full run: 2 compared arms x 2 tasks x 3 peak lrs x 3 seeds (+ 3 seeds per grid extension, "
+    "of which there are usually about 2), the reference arm on 3 seeds, and a 2x-steps doubling "
+    "of the first seed per compared arm and task. Estimated 25-35 min on 2 idle cores. "
     "Command: attnlab experiment concat_positions --seed 0"
 )
 THRESHOLDS = [

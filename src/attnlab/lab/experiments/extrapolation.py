@@ -71,8 +71,8 @@ COST = (
     "Full run: 5 compared arms, each a 3-rate sweep on the first seed (+ up to 2 rates when a "
     "choice sits at a grid edge), 2 more seeds at the chosen rate and a 2x-steps doubling of "
     "the first seed; 2 reference arms on 3 seeds at one rate; 1500 steps of 64 per run. "
-    "Estimated 25-35 min on 2 idle cores (the last report's 895 s for 26 runs scaled to 41-51 "
-    "run-equivalents). Command: attnlab experiment extrapolation --seed 0"
+    "Estimated 25-35 min on 2 idle cores (41-51 run-equivalents of ~35 s each). Command: "
+    "attnlab experiment extrapolation --seed 0"
 )
 THRESHOLDS = [
     Threshold(

@@ -123,13 +123,11 @@ THRESHOLDS = [
     ),
 ]
 COST = (
-    "Full run: `PYTHONPATH=src python -m attnlab experiment heads` (generated sequences). The "
-    "committed report's wall time (~9 min on 2 cores, the 1-head arm's ladder ending at 16000 "
-    "steps on every seed) plus, per further rung, 3 fresh runs of the 1-head arm on 2 workers "
-    "(2 rounds): at ~6 ms per step on an idle core (a one-thread probe of 400 steps, scaled "
-    "from a loaded machine by its load), 32000 steps add ~6.5 min and 64000 (the cap) ~13 "
-    "min: estimated ~9 min when every seed converges at 16000 steps, ~28 min at the cap; a "
-    "cap of 128000 steps would need ~54 min, too close to the 60-minute budget."
+    "Full run: `attnlab experiment heads --seed 0` (generated sequences). ~9 min on 2 idle "
+    "cores when the 1-head arm's ladder ends at 16000 steps on every seed; each further rung "
+    "trains the 1-head arm again on 3 seeds over 2 workers (2 rounds) at ~6 ms per step on an "
+    "idle core, so 32000 steps add ~6.5 min and 64000 (the cap) ~13 min: ~28 min at the cap. "
+    "A cap of 128000 steps would need ~54 min, too close to the 60-minute budget."
 )
 
 

@@ -95,9 +95,8 @@ PLAIN = ("lstm", "lstm_forward")
 COST = (
     "Full run: 4 arms x 3 lengths, each a 3-rate sweep on the first seed (+ up to 2 rates when "
     "a choice sits at a grid edge), 2 more seeds at the chosen rate and a 2x-steps doubling on "
-    "the first seed, 1000 steps of 64 per run. Estimated 40-50 min on 2 idle cores (scaled "
-    "from the last report's per-run training times: 7 run-equivalents per arm and length where "
-    "it ran 3, lengths 8+16+32 where it ran 8+16+32+48, 1000 steps where it ran 1500). "
+    "the first seed, 1000 steps of 64 per run. Estimated 40-50 min on 2 idle cores (~7 "
+    "run-equivalents per arm and length). "
     "Command: attnlab experiment long_range --seed 0"
 )
 SETUP = [

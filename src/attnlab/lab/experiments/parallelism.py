@@ -37,14 +37,13 @@ from attnlab.lab.kit.fit import lm_loss
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import Report, Table, Threshold
 from attnlab.lab.kit.seeds import bands, resolved, seed_list, spread, spread_text
-from attnlab.lab.kit.timing import best_ms, device_name, find_gpu
+from attnlab.lab.kit.timing import CPU, best_ms, device_name, find_gpu
 from attnlab.lab.kit.verdict import gated_fields, verdict_of
 from attnlab.models import build_model
 from attnlab.runtime import load_average
 
 VOCAB = 64
 GPU = "gpu"  # in the threads slot of a timing's key: timed on the GPU (threads do not apply)
-CPU = torch.device("cpu")
 FUSED, LOOP, TF = "RNN LM, torch.nn.RNN (fused)", "RNN LM, attnlab (loop over t)", "Transformer LM"
 D_RNN = 208  # about the Transformer's parameter count
 WARMUP = 2  # untimed steps before the timed ones
@@ -113,7 +112,7 @@ def n_params(name: str) -> int:
 
 COST = (
     "Full run: 3 rounds of best-of-5 step timings, 3 models x 2 batch sizes x 5 lengths x 2 "
-    "thread counts. About 1 min on 2 idle cores (the last report: 47 s); where a GPU is present "
+    "thread counts. About 1 min on 2 idle cores; where a GPU is present "
     "the same sweep runs there too (well under a minute more). Command: attnlab experiment "
     "parallelism --seed 0"
 )

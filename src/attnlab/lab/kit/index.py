@@ -18,11 +18,9 @@ from pathlib import Path
 
 from attnlab.checkpoint.atomic import atomic_write_text
 from attnlab.lab.kit.report import DATA_FILE, format_cell
-from attnlab.lab.kit.seeds import spread_text
-from attnlab.lab.kit.verdict import VERDICT_MEANINGS, Competence, missed
+from attnlab.lab.kit.verdict import COMPARISON, VERDICT_MEANINGS, Competence, missed, missed_text
 
 INDEX_FILE = "README.md"
-COMPARISON = "The comparison would have read:"  # how verdict.gate introduces the numbers
 
 
 def read_reports(root: str | os.PathLike) -> list[dict]:
@@ -142,36 +140,14 @@ def wall_cell(report: dict) -> str:
 
 def why_cell(report: dict) -> str:
     """The report's one-sentence reason; for an inconclusive report whose arms missed their gate,
-    the missed criteria grouped by what was missed (one entry per arm, the report itself lists
-    every criterion in full), then what the comparison would have read."""
+    the shortfalls as verdict.missed_text groups them (a report made before that grouping listed
+    every criterion of a missed arm), then what the comparison would have read."""
     reason = str(report.get("verdict_reason", ""))
     criteria = [Competence.from_record(c) for c in report.get("competence") or []]
     failed = missed(criteria)
     if report.get("verdict") != "inconclusive" or not failed or COMPARISON not in reason:
         return reason
-    groups: dict[str, list[str]] = {}
-    for c in failed:
-        if not c.met:
-            measured = f"{c.arm} ({spread_text(c.values)}; threshold {c.threshold:g})"
-            groups.setdefault(f"missed {c.criterion}", []).append(measured)
-        if c.lr is not None and not c.lr.bracketed:
-            groups.setdefault("learning rate at its grid's edge", []).append(
-                f"{c.arm} ({c.lr.describe()})"
-            )
-        d = c.doubling
-        if d is not None and not d.converged:
-            key = (
-                f"not converged ({d.metric or 'metric'} moved more than {d.tolerance:g} "
-                f"from {d.steps} to {2 * d.steps} steps)"
-            )
-            moves = ", ".join(f"{a:.4g} -> {b:.4g}" for a, b in zip(d.at_steps, d.at_double))
-            groups.setdefault(key, []).append(f"{c.arm} ({moves})")
-    n_arms = len({c.arm for c in failed})
-    missed_text = "; ".join(f"{what}: {', '.join(arms)}" for what, arms in groups.items())
-    return (
-        f"no verdict: {n_arms} arm(s) missed their gate (every criterion in the report) -- "
-        f"{missed_text}. {reason[reason.index(COMPARISON) :]}"
-    )
+    return missed_text(failed, reason[reason.index(COMPARISON) + len(COMPARISON) :].strip())
 
 
 def arms_of(criteria: list[dict]) -> dict[str, bool]:

@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 import torch
 
+CPU = torch.device("cpu")
+
 
 def find_gpu() -> torch.device | None:
     """The first CUDA device, or None on a machine without one."""

@@ -35,6 +35,7 @@ from typing import Any
 
 from attnlab.lab.kit.seeds import MIN_SEEDS, spread_text
 
+COMPARISON = "The comparison would have read:"  # how an inconclusive reason keeps the numbers
 VERDICTS = ("held", "did not hold", "mixed", "no effect resolved", "inconclusive")
 VERDICT_MEANINGS = {
     "held": "every check of the claim held",
@@ -97,8 +98,12 @@ class Doubling:
             and all(math.isfinite(c) and c <= self.tolerance for c in changes)
         )
 
+    def pairs(self) -> list[tuple[float, float]]:
+        """(metric after ``steps``, after ``2 * steps``) per seed."""
+        return list(zip(self.at_steps, self.at_double))
+
     def describe(self) -> str:
-        pairs = ", ".join(f"{a:.4g} -> {b:.4g}" for a, b in zip(self.at_steps, self.at_double))
+        pairs = ", ".join(f"{a:.4g} -> {b:.4g}" for a, b in self.pairs())
         return (
             f"{self.metric or 'metric'} {self.steps} -> {2 * self.steps} steps: {pairs} "
             f"(tolerance {self.tolerance:g})"
@@ -151,20 +156,44 @@ class Competence:
         """Whether the full rule applies: a bracketed rate and a step doubling are both given."""
         return self.lr is not None and self.doubling is not None
 
-    def describe(self) -> str:
-        sign = ">=" if self.higher_is_better else "<="
-        measured = spread_text(self.values)
-        text = f"{self.arm}: {self.criterion} {sign} {self.threshold:g}, measured {measured}"
+    def shortfalls(self) -> list[tuple[str, str]]:
+        """What this criterion missed, each as (what was missed, the arm's numbers): its
+        threshold, the bracket of its learning rate, its step doubling; empty when it passed.
+        What passed is not listed (the report's competence table shows every criterion)."""
+        out = []
+        if not self.met:
+            numbers = f"{spread_text(self.values)}; threshold {self.threshold:g}"
+            out.append((f"missed {self.criterion}", numbers))
         if self.lr is not None and not self.lr.bracketed:
-            text += f"; {self.lr.describe()}"
-        if self.doubling is not None and not self.doubling.converged:
-            text += f"; not converged: {self.doubling.describe()}"
-        return text
+            out.append(("learning rate at its grid's edge", self.lr.describe()))
+        d = self.doubling
+        if d is not None and not d.converged:
+            moved = (
+                f"not converged ({d.metric or 'metric'} moved more than {d.tolerance:g} "
+                f"from {d.steps} to {2 * d.steps} steps)"
+            )
+            out.append((moved, ", ".join(f"{a:.4g} -> {b:.4g}" for a, b in d.pairs())))
+        return out
 
 
 def missed(competence: list[Competence]) -> list[Competence]:
     """The criteria of compared arms that were missed (threshold, bracket or doubling)."""
     return [c for c in competence if c.in_verdict and not c.passed]
+
+
+def missed_text(failed: list[Competence], comparison: str) -> str:
+    """An inconclusive verdict's reason: the arms' shortfalls grouped by what was missed (one
+    entry per arm and shortfall, only what failed), then what the comparison would have read."""
+    groups: dict[str, list[str]] = {}
+    for c in failed:
+        for what, numbers in c.shortfalls():
+            groups.setdefault(what, []).append(f"{c.arm} ({numbers})")
+    shortfalls = "; ".join(f"{what}: {', '.join(arms)}" for what, arms in groups.items())
+    n_arms = len({c.arm for c in failed})  # an arm may miss more than one criterion
+    return (
+        f"no verdict: {n_arms} arm(s) missed their gate (every criterion in the report) -- "
+        f"{shortfalls}. {COMPARISON} {comparison}"
+    )
 
 
 def ungated(arms: list[str], competence: list[Competence]) -> list[str]:
@@ -197,15 +226,7 @@ def gate(
     numbers; the arms are named and the comparison's numbers kept for the reader."""
     failed = missed(competence)
     if failed:
-        names = "; ".join(c.describe() for c in failed)
-        n_arms = len({c.arm for c in failed})  # an arm may miss more than one criterion
-        return (
-            "inconclusive",
-            f"no verdict: {n_arms} arm(s) missed {len(failed)} competence "
-            f"{'criterion' if len(failed) == 1 else 'criteria'} on their own training "
-            f"distribution ({names}). "
-            f"The comparison would have read: {reason}",
-        )
+        return "inconclusive", missed_text(failed, reason)
     gaps = ungated(arms, competence) if arms is not None else []
     if gaps:
         return (
