@@ -178,6 +178,8 @@ def test_index_counts_arms_not_criteria():
         "missed: c (2/3 pass); 2 of 3 compared arms not gated by a learning-rate sweep and "
         "step doubling: b, c"
     )
+    commas = [crit("LSTM, reversed", False), crit("LSTM, as written", True), crit("x", False)]
+    assert competence_cell(commas) == "missed: 'LSTM, reversed', x (1/3 pass)"
 
 
 def test_index_why_groups_an_inconclusive_reports_missed_gates():

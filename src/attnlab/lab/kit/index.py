@@ -159,6 +159,12 @@ def arms_of(criteria: list[dict]) -> dict[str, bool]:
     return arms
 
 
+def arm_list(arms: Sequence[str]) -> str:
+    """Arm names joined by commas, a name that holds a comma itself in quotes (e.g. 'plain LSTM,
+    source reversed, reversal T = 16'), so that the list reads as the arms it names."""
+    return ", ".join(f"'{arm}'" if "," in arm else arm for arm in arms)
+
+
 def competence_cell(competence: list[dict] | None, arms: list[str] | None = None) -> str:
     """How the compared arms fared ('all 3 compared arms pass', 'missed: a, b (1/3 pass)'),
     counting every compared arm the report names (``arms``), also those without a criterion or
@@ -179,18 +185,18 @@ def competence_cell(competence: list[dict] | None, arms: list[str] | None = None
     failed = [arm for arm, ok in compared.items() if not ok]
     if failed:
         passing = len(compared) - len(failed)
-        text = f"missed: {', '.join(failed)} ({passing}/{len(compared)} pass)"
+        text = f"missed: {arm_list(failed)} ({passing}/{len(compared)} pass)"
     else:
         text = f"all {len(compared)} compared arms pass"
     if no_gate:
         text += (
             f"; {len(no_gate)} of {len(compared)} compared arms not gated by a learning-rate "
-            f"sweep and step doubling: {', '.join(no_gate)}"
+            f"sweep and step doubling: {arm_list(no_gate)}"
         )
     references = arms_of([c for c in competence if not c.get("in_verdict", True)])
     ref_missed = [arm for arm, ok in references.items() if not ok]
     if ref_missed:
-        text += f"; reference arms that missed: {', '.join(ref_missed)}"
+        text += f"; reference arms that missed: {arm_list(ref_missed)}"
     return text
 
 
