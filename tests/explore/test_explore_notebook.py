@@ -123,6 +123,9 @@ def test_widget_paces_tokens_and_always_ends_with_a_message(monkeypatch):
     assert [e["type"] for e in events] == ["token"] * 3 + ["done"] and naps == [0.04] * 3
     bad = list(w.stream({"text": "abc", "pace_ms": "fast"}))
     assert bad == [{"type": "error", "error": "pace_ms must be a number, got 'fast'."}]
+    not_an_object = list(w.stream(["abc"]))  # type: ignore[arg-type]  # what a page might send
+    message = "The continuation's parameters must be a JSON object."
+    assert not_an_object == [{"type": "error", "error": message}]
 
     def broken(*args, **kwargs):
         raise RuntimeError("boom")

@@ -12,6 +12,7 @@ import torch
 
 from attnlab.config import ModelConfig
 from attnlab.data import ByteTokenizer, CharTokenizer
+from attnlab.data.tokenizers import DEFAULT_SPECIALS
 from attnlab.fast import accelerate
 from attnlab.generate import GenerationConfig, IncrementalDecoder, generate, stream
 from attnlab.models import LanguageModel, ModelOutput, build_model
@@ -238,6 +239,15 @@ def test_stream_yields_the_tokens_and_text_of_generate(lm):
     assert stop not in "".join(pieces)
     with pytest.raises(ValueError, match="cannot stream"):
         stream(lm, "hello", GREEDY.replace(num_beams=2), tokenizer=tok)
+
+
+def test_stream_warns_once_of_characters_the_tokenizer_does_not_know(lm):
+    tok = CharTokenizer("abcdefghijklmnopqrstuvwxyz0123456789 ", (*DEFAULT_SPECIALS, "<unk>"))
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        list(stream(lm, "héllo", GREEDY.replace(max_new_tokens=3), tokenizer=tok))
+    said = [str(w.message) for w in seen if "does not know" in str(w.message)]
+    assert len(said) == 1 and "'é'" in said[0]  # the prompt is encoded once, not twice
 
 
 def test_byte_tokens_stream_whole_characters_and_hold_back_stop_prefixes():

@@ -122,6 +122,12 @@ def test_fill_mask_from_a_bert_directory_on_the_command_line(tmp_path, capsys):
     assert "[MASK]" not in out
     code = main(["generate", "--checkpoint", str(tmp_path), "--prompt", "no mask here"])
     assert code != 0 and "[MASK]" in capsys.readouterr().err
+    # options of step-by-step decoding do not apply to one fill-in pass: refused, all named
+    unused = ["--weights", "int8", "--kv-cache", "bf16", "--beams", "3", "--temperature", "0"]
+    code = main(["generate", "--checkpoint", str(tmp_path), "--prompt", text, *unused])
+    err = capsys.readouterr().err
+    assert code != 0 and "masked language model" in err and "Traceback" not in err
+    assert all(f in err for f in ("--weights", "--kv-cache", "--beams", "--temperature"))
     code = main(
         [
             "plot",

@@ -150,7 +150,37 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_fast(p, also="; with --compile the compiled step is replayed without dynamo's guards")
     add_weights(p, purpose="faster decoding")
     add_kv_cache(p, purpose="decoding")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, default_of=p.get_default)
+
+
+# What a masked LM's one forward pass does not use: it fills every mask at once, greedily.
+NOT_FOR_MASKS = (
+    "source",
+    "source_file",
+    "max_new_tokens",
+    "temperature",
+    "top_p",
+    "repetition_penalty",
+    "beams",
+    "length_penalty",
+    "early_stopping",
+    "stop",
+    "num_samples",
+    "no_stream",
+    "no_cache",
+    "compile",
+    "weights",
+    "kv_cache",
+)
+
+
+def refuse_unused(args: argparse.Namespace, dests: tuple[str, ...], why: str) -> None:
+    """One error naming every flag the user set (away from its default) that ``why`` ignores."""
+    default_of = getattr(args, "default_of", lambda dest: None)
+    given = [d for d in dests if hasattr(args, d) and getattr(args, d) != default_of(d)]
+    if given:
+        flags = ", ".join("--" + d.replace("_", "-") for d in given)
+        raise UserError(f"{why}, so {flags} would be ignored: drop {flags}")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -215,6 +245,12 @@ def run(args: argparse.Namespace) -> int:
             _check_cache_dtype(model, args.kv_cache)
             _run_seq2seq(model, tok, args, config)
         elif ckpt.config.kind == "masked_lm":
+            refuse_unused(
+                args,
+                NOT_FOR_MASKS,
+                f"{ckpt.config.kind!r} is a masked language model: it fills every [MASK] of "
+                "--prompt in one pass (--top-k: candidates shown per mask)",
+            )
             _run_fill_mask(model, tok, args)
         else:
             raise UserError(

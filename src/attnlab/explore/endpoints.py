@@ -64,6 +64,8 @@ def dispatch(session: Session, endpoint: object, payload: Any) -> dict[str, Any]
 def stream_kwargs(params: dict[str, Any]) -> dict[str, Any]:
     """The continuation's keyword arguments from a stream request (``pace_ms`` is the front
     end's; other unknown fields are refused)."""
+    if not isinstance(params, dict):
+        raise ExploreError("The continuation's parameters must be a JSON object.")
     unknown = [k for k in params if k not in STREAM_FIELDS and k != "pace_ms"]
     if unknown:
         shown = ", ".join(repr(k[:40]) for k in unknown[:5])

@@ -28,6 +28,7 @@ from torch import Tensor, nn
 
 from attnlab import inspect
 from attnlab.nn.attention import scale_factor
+from attnlab.nn.grouped import repeat_kv
 from attnlab.nn.multihead import CrossAttention, MultiHeadBase, SelfAttention
 
 
@@ -196,15 +197,23 @@ def cached_steps(
     """Every quantity of one module's attention equation for all heads, from an attnlab.inspect
     cache of a batch of one: X (T, D), M (S, Dm), Q (H, T, Dk), K (H, S, Dk), V (H, S, Dv),
     scores and scaled (H, T, S), mask (T, S) bool, A (H, T, S), heads (H, T, Dv),
-    concat (T, H*Dv), out (T, Do), and the scale factor 1/sqrt(d_k)."""
+    concat (T, H*Dv), out (T, Do), and the scale factor 1/sqrt(d_k). With grouped-query
+    attention (H_kv < H key/value heads) K and V are given per query head: head h's are key/value
+    head h // G (``attnlab.nn.grouped.repeat_kv``, the expansion the attention itself makes)."""
     rotary = getattr(module, "rotates", False)
     get = {n: cache[f"{path}.{n}"][0] for n in STEP_NAMES}
     if rotary:  # the notes' Q and K of the dot product are the rotated ones
         get["Q"], get["K"] = cache[f"{path}.Q_rot"][0], cache[f"{path}.K_rot"][0]
+    get["K"], get["V"] = (per_query_head(get[n], module.n_heads) for n in ("K", "V"))
     t, s = get["A"].shape[-2:]
     mask = torch.broadcast_to(get["mask"], (get["mask"].size(0), t, s))[0]  # (T, S)
     factor = scale_factor(module.scale, get["Q"].size(-1))
     return {**get, "X": rec.x[0], "M": rec.memory[0], "mask": mask, "factor": torch.tensor(factor)}
+
+
+def per_query_head(kv: Tensor, n_heads: int) -> Tensor:
+    """(H_kv, S, D) keys or values of one input -> (H, S, D), query head h's at index h."""
+    return repeat_kv(kv[None], n_heads)[0]
 
 
 def matrix(t: Tensor) -> list:

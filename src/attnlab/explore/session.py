@@ -37,8 +37,14 @@ from attnlab.data.unknown import unknown_characters
 from attnlab.errors import ExploreError
 from attnlab.explore import fields, probes
 from attnlab.explore.predictions import Predictions
-from attnlab.explore.probes import matrix, pack, pack_scaled
-from attnlab.explore.walkthrough import bahdanau_steps, positions_view, walkthrough_steps
+from attnlab.explore.probes import matrix, pack, pack_scaled, per_query_head
+from attnlab.explore.walkthrough import (
+    bahdanau_steps,
+    module_bias,
+    positions_view,
+    scaled_equation,
+    walkthrough_steps,
+)
 from attnlab.models.base import Classifier, LanguageModel, Seq2SeqModel
 from attnlab.models.lstm_seq2seq import LSTMSeq2Seq
 from attnlab.models.masked_lm import MaskedLM
@@ -216,7 +222,12 @@ class Session(Predictions):
         return bool(text) and len(ids) <= limit and (unk is None or unk not in ids)
 
     # -- input ----------------------------------------------------------------------------
-    def _encode(self, text: Any, what: str, allow_empty: bool = False) -> list[int]:
+    def _encode(
+        self, text: Any, what: str, allow_empty: bool = False, first: int | None = None
+    ) -> list[int]:
+        """``text``'s token ids, with ``first`` put at position 0 unless the tokenizer already
+        put it there (the target's <bos>, a classifier's class token), checked against the
+        model's context with that token counted."""
         text = fields.text("source" if what == "source" else "text", text, default="")
         if not text and not allow_empty:
             raise ExploreError(f"The {what} is empty: type some text to see its attention.")
@@ -233,8 +244,12 @@ class Session(Predictions):
             problem = str(err)  # raised below, outside the handler: nothing of it is kept
         if problem is not None:
             raise ExploreError(f"The tokenizer cannot read the {what}: {problem[:300]}")
+        if not ids and not allow_empty:
+            raise ExploreError(f"The {what} has no tokens: type some text.")
+        if first is not None and ids[:1] != [first]:
+            ids = [first] + ids
         limit = getattr(self.model, "max_len", None)
-        n = len(ids) + (1 if what == "target" else 0)
+        n = len(ids)
         if limit is not None and n > limit:
             raise ExploreError(
                 f"The {what} is {n} tokens long but the model accepts at most {limit}; shorten it."
@@ -244,8 +259,6 @@ class Session(Predictions):
                 f"The {what} is {n} tokens long; the explorer draws at most {MAX_TOKENS}. "
                 "Shorten it."
             )
-        if not ids and not allow_empty:
-            raise ExploreError(f"The {what} has no tokens: type some text.")
         return ids
 
     def _inputs(self, text: Any, source: Any) -> dict[str, list[int]]:
@@ -256,19 +269,17 @@ class Session(Predictions):
             bos = getattr(self.tokenizer, "bos_id", None)
             if bos is None:
                 raise ExploreError("The tokenizer has no <bos> token to start the target with.")
-            target = [bos] + self._encode(text or "", "target", allow_empty=True)
+            target = self._encode(text or "", "target", allow_empty=True, first=bos)
             return {"source": self._encode(source, "source"), "target": target}
-        ids = self._encode(text, "input")
         # Classifiers read position 0 (cls pooling) or see the text after <bos> as in training
-        # (a decoder classifier reads its last token).
+        # (a decoder classifier reads its last token); BERT's tokenizer frames it with [CLS].
+        first = None
         if isinstance(self.model, Classifier) and getattr(self.model, "pooling", "") in (
             "cls",
             "last",
         ):
             first = self._class_token()
-            if ids[:1] != [first]:  # BERT's tokenizer already frames the text with [CLS]
-                ids = [first] + ids  # the class token sits at position 0
-        return {"target": ids}
+        return {"target": self._encode(text, "input", first=first)}
 
     def _class_token(self) -> int:
         """The token a "cls"-pooling classifier reads its class from: <bos> for attnlab's own
@@ -527,9 +538,11 @@ class Session(Predictions):
                 chosen, inputs, heads, ("Q", "K", "scores", "scaled", "A")
             )
         rotary = f"{path}.Q_rot" in cache
-        q = cache[f"{path}.Q_rot" if rotary else f"{path}.Q"][0, chosen.head, i]  # (Dk,)
-        k = cache[f"{path}.K_rot" if rotary else f"{path}.K"][0, chosen.head, j]  # (Dk,)
         h = chosen.head
+        q = cache[f"{path}.Q_rot" if rotary else f"{path}.Q"][0, h, i]  # (Dk,)
+        keys = cache[f"{path}.K_rot" if rotary else f"{path}.K"][0]  # (H_kv, S, Dk)
+        k = per_query_head(keys, module.n_heads)[h, j]  # (Dk,): head h's key/value head
+        factor = float(scale_factor(module.scale, q.size(-1)))
         return {
             "head": chosen.__dict__,
             "query": i,
@@ -543,7 +556,9 @@ class Session(Predictions):
             "score": matrix(cache[f"{path}.scores"][0, h, i, j]),
             "scaled": matrix(cache[f"{path}.scaled"][0, h, i, j]),
             "weight": matrix(cache[f"{path}.A"][0, h, i, j]),
-            "factor": float(scale_factor(module.scale, q.size(-1))),
+            "factor": factor,
+            # how scaled follows from the score: the walkthrough's equation, in numbers
+            "scaled_equation": scaled_equation(module, factor, q.size(-1), module_bias(module)),
         }
 
     def _chosen(self, site: Any, layer: Any, head: Any) -> Head:

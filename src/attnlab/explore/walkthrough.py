@@ -9,6 +9,7 @@ Shapes: T queries, S keys, D d_model, Dm memory width, H heads, Dk, Dv per head,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +39,40 @@ def _step(key, title, equation, note, values, rows, cols, **extra) -> dict[str, 
 
 def _dims(prefix: str, n: int) -> list[str]:
     return [f"{prefix}{i}" for i in range(n)]
+
+
+def scaled_equation(module: MultiHeadBase, factor: float, dk: int, bias: str = "") -> str:
+    """The scaled logits of eq. 9 as ``module`` computes them (``attnlab.nn.attention``'s
+    scaled_dot_product): Q K^T times the factor, plus a position bias, soft-capped to
+    c tanh(s / c) where the module caps its logits (Gemma 2)."""
+    why = f" (1/√{dk})" if abs(factor * math.sqrt(dk) - 1) < 1e-6 else ""  # float32 factors
+    logits = f"Q Kᵀ · {factor:.6g}{why}{bias}"
+    cap = getattr(module, "softcap", None)
+    return logits if cap is None else f"{cap:g} tanh(({logits}) / {cap:g})"
+
+
+def position_bias(inside: PositionDescription | None) -> tuple[str, str]:
+    """(the '+ bias' term of the scaled logits, its note) for a scheme that adds a bias to them
+    (ALiBi), from its own description; ('', '') for none."""
+    if inside is None:
+        return "", ""
+    return f" + bias ({inside.kind}: {inside.equation})", " " + inside.summary
+
+
+def module_bias(module: MultiHeadBase) -> str:
+    """The '+ bias' term of ``module``'s scaled logits ('' when its position scheme adds none)."""
+    scheme = getattr(module, "pos_enc", None)
+    if scheme is None or not scheme.biases:
+        return ""
+    return position_bias(scheme.describe(torch.arange(1)))[0]
+
+
+def group_note(module: MultiHeadBase, h: int) -> str:
+    """Which key/value head query head ``h`` reads under grouped-query attention ('' without)."""
+    kv = getattr(module, "n_kv_heads", module.n_heads)
+    if kv == module.n_heads:
+        return ""
+    return f", key/value head {h // (module.n_heads // kv)} of {kv}, shared (grouped-query)"
 
 
 def walkthrough_steps(
@@ -96,10 +131,8 @@ def walkthrough_steps(
     rot = ""
     if scheme is not None and inside is not None and scheme.rotates:
         rot = f" (then rotated, {inside.kind}: {inside.equation})"
-    bias, bias_note = "", ""
-    if scheme is not None and inside is not None and scheme.biases:
-        bias = f" + bias ({inside.kind}: {inside.equation})"
-        bias_note = " " + inside.summary
+    bias, bias_note = position_bias(inside if scheme is not None and scheme.biases else None)
+    shared, cap = group_note(module, h), getattr(module, "softcap", None)
     steps += [
         _step(
             "Q",
@@ -112,7 +145,7 @@ def walkthrough_steps(
         ),
         _step(
             "K",
-            f"Keys K = {src} W_K (head {h})",
+            f"Keys K = {src} W_K (head {h}{shared})",
             f"K = {src} W_K^{h} ∈ R^{{S×{dk}}}" + rot,
             "002: K = X W_K; 000 'Cross-Attention': k_j = K h^(x)_j."
             if cross
@@ -123,7 +156,7 @@ def walkthrough_steps(
         ),
         _step(
             "V",
-            f"Values V = {src} W_V (head {h})",
+            f"Values V = {src} W_V (head {h}{shared})",
             f"V = {src} W_V^{h} ∈ R^{{S×{dv}}}",
             "002: V = X W_V; 001: the value v_i = W_v x_i.",
             q["V"][h],
@@ -141,10 +174,18 @@ def walkthrough_steps(
         ),
         _step(
             "scaled",
-            "Scaled by 1/√d_k" + (", plus the position bias" if bias else ""),
-            f"scaled = Q Kᵀ · {float(q['factor']):.6g} (1/√{dk})" + bias,
+            "Scaled by 1/√d_k"
+            + (", plus the position bias" if bias else "")
+            + (", soft-capped" if cap is not None else ""),
+            "scaled = " + scaled_equation(module, float(q["factor"]), dk, bias),
             "004 eq. 9: a(Q K^T / sqrt(d_q)); 001 'scaling the dot product' "
-            "keeps the softmax out of its flat regions." + bias_note,
+            "keeps the softmax out of its flat regions."
+            + bias_note
+            + (
+                f" Soft-capping (Gemma 2): c tanh(s / c) keeps every logit in (-{cap:g}, {cap:g})."
+                if cap is not None
+                else ""
+            ),
             q["scaled"][h],
             rows,
             cols,

@@ -138,8 +138,9 @@ class ExplorerWidget(anywidget.AnyWidget):
         page gets them, ``pace_ms`` apart; ``cancel`` stops the generation."""
         cancel = cancel or threading.Event()
         try:
+            kwargs = stream_kwargs(params)  # checks params first: one clear message
             pace = fields.number("pace_ms", params.get("pace_ms", 0), 0.0, 2000.0) / 1000.0
-            for event in self.session.continuation(**stream_kwargs(params), cancel=cancel):
+            for event in self.session.continuation(**kwargs, cancel=cancel):
                 yield event
                 if event["type"] == "token" and pace:
                     time.sleep(pace)

@@ -43,12 +43,14 @@ def stream(
         )
     if text and tokenizer is None:
         raise ValueError("stream(text=True) needs a tokenizer to turn tokens into text")
-    if len(as_id_lists(prompt, tokenizer)) != 1:
-        raise ValueError("stream() takes one prompt or source; use generate() for a batch")
+    what = "source" if isinstance(model, Seq2SeqModel) else "prompt"
+    ids = as_id_lists(prompt, tokenizer, what)  # encoded once: one warning for unknown text
+    if len(ids) != 1:
+        raise ValueError(f"stream() takes one {what}; use generate() for a batch")
     if isinstance(model, LanguageModel):
-        prepared = prepare_lm(model, prompt, config, tokenizer)
+        prepared = prepare_lm(model, ids, config, tokenizer)
     elif isinstance(model, Seq2SeqModel):
-        prepared = prepare_seq2seq(model, prompt, config, tokenizer)
+        prepared = prepare_seq2seq(model, ids, config, tokenizer)
     else:
         raise TypeError(
             f"stream() needs a language model or a seq2seq model, got {type(model).__name__}, "

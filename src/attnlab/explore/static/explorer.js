@@ -689,7 +689,7 @@ export function mountExplorer(root, transport, initial = {}) {
         legend: `value (red +, blue −)${rot}`, describe: (r, c, v) => `${["q", "k", "q∘k"][r]}[${c}] = ${v}`,
       }),
       h("p", { class: "ax-eq", id: "ax-neuron-sum",
-        text: `Σ q∘k = q·k = ${fmt(d.score)} · ${fmt(d.factor)} (1/√d_k) = ${fmt(d.scaled)} → softmax over row ${d.query} → A = ${fmt(d.weight)}` }));
+        text: `Σ q∘k = q·k = ${fmt(d.score)}; scaled = ${d.scaled_equation} = ${fmt(d.scaled)} → softmax over row ${d.query} → A = ${fmt(d.weight)}` }));
   }
 
   async function drawHead() {
