@@ -82,6 +82,21 @@ def test_each_product_is_within_the_documented_bound_of_fp32(mode, n, k, rows, b
     assert ((got.double() - want).abs() <= bound * 1.0001 + 1e-6).all()
 
 
+@pytest.mark.parametrize("k", [1, 4, 12, 17, 20, 36])
+def test_int8_takes_any_input_width(k):
+    """The int8 kernel reads inputs in blocks of 8 (other widths crashed the process): codes and
+    inputs are padded with zero columns, and the product stays within the bound."""
+    torch.manual_seed(k)
+    linear = nn.Linear(k, 16)
+    layer = Int8Linear(linear)
+    x = torch.randn(3, k)
+    want = linear(x).double()
+    got = layer(x)
+    bound = error_bound(layer, x, linear.weight).double()
+    assert got.shape == (3, 16) and ((got.double() - want).abs() <= bound * 1.0001 + 1e-6).all()
+    assert layer.dequantize().shape == (16, k)
+
+
 def test_the_weights_rounding_is_half_a_step():
     """int8: |W - W_hat| <= s_n / 2; int4: <= a / 2 per group; bf16: <= 2^-8 |W|."""
     torch.manual_seed(0)

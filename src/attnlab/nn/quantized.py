@@ -33,6 +33,7 @@ Shapes: M rows (all leading dimensions of x flattened), K in_features, N out_fea
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
 import torch
@@ -42,6 +43,9 @@ from torch import Tensor, nn
 BF16_UNIT = 2.0**-8  # bfloat16's unit roundoff (8 significant bits), an upper bound per rounding
 INT4_GROUP_SIZES = (64, 32)  # tried in this order; the kernel takes 32, 64, 128 or 256
 INT4_N_BLOCK = 64  # the int4 CPU packing's block of output channels; rows are padded to it
+# torch._weight_int8pack_mm reads K in blocks of 8 (torch 2.13, CPU) and crashes the process on
+# any other width, so codes and inputs are padded with zero columns to a multiple of it
+INT8_K_BLOCK = 8
 
 
 def bf16_at_least(x: Tensor) -> Tensor:
@@ -150,7 +154,7 @@ class Int8Linear(WeightOnlyLinear):
     """int8 codes with one scale per output channel: W_hat_nk = s_n q_nk (module docstring)."""
 
     format = "int8"
-    codes: Tensor  # q (N, K) int8, a buffer
+    codes: Tensor  # q (N, K') int8, a buffer; K' = K rounded up to INT8_K_BLOCK (zero columns)
     scale: Tensor  # s (N,) bf16, a buffer
 
     def __init__(self, linear: nn.Linear):
@@ -158,14 +162,17 @@ class Int8Linear(WeightOnlyLinear):
         w = linear.weight.detach().float()  # (N, K)
         scale = bf16_at_least(w.abs().amax(dim=1).clamp(min=1e-12) / 127)  # (N,) s_n
         codes = torch.round(w / scale[:, None].float()).clamp(-127, 127).to(torch.int8)  # (N, K)
-        self.register_buffer("codes", codes)
+        self.k_pad = -self.in_features % INT8_K_BLOCK  # zero columns: they add 0 to x W^T
+        self.register_buffer("codes", F.pad(codes, (0, self.k_pad)))  # (N, K')
         self.register_buffer("scale", scale)  # bf16, the kernel's scale dtype
 
     def product(self, x: Tensor) -> Tensor:
-        return torch._weight_int8pack_mm(x.to(torch.bfloat16).contiguous(), self.codes, self.scale)
+        x = F.pad(x.to(torch.bfloat16), (0, self.k_pad)) if self.k_pad else x.to(torch.bfloat16)
+        return torch._weight_int8pack_mm(x.contiguous(), self.codes, self.scale)  # (M, N)
 
     def dequantize(self) -> Tensor:
-        return (self.codes.float() * self.scale.float()[:, None]).to(self.compute_dtype)
+        codes = self.codes[:, : self.in_features].float()  # (N, K)
+        return (codes * self.scale.float()[:, None]).to(self.compute_dtype)
 
 
 def int4_group_size(in_features: int) -> int | None:
@@ -218,16 +225,35 @@ class Int4Linear(WeightOnlyLinear):
         return w_hat.reshape(n, k).to(self.compute_dtype)
 
 
-def unpack_int4(packed: Tensor) -> Tensor:
+def unpack_int4(packed: Tensor, block: int | None = None) -> Tensor:
     """The codes (N, K) of ``torch._convert_weight_to_int4pack_for_cpu`` output (N, K/2).
 
-    For N a multiple of 64 the layout is blocks of 64 channels, each stored column by column
-    as 32 bytes: the low nibble of byte j holds channel j, the high nibble channel 32 + j.
+    For N a multiple of 64 the layout is blocks of B channels, each stored column by column as
+    B/2 bytes: the low nibble of byte j holds channel j, the high nibble channel B/2 + j. B is
+    the kernel's vector block, which depends on the CPU: 64 with AVX-512, 32 with AVX2
+    (:func:`int4_pack_block` finds it; ``block`` overrides).
     """
+    b = block or int4_pack_block()
     n, k = packed.size(0), packed.size(1) * 2
-    blocks = packed.view(n // INT4_N_BLOCK, k, INT4_N_BLOCK // 2)  # (N/64, K, 32)
-    codes = torch.cat([blocks & 15, blocks >> 4], dim=2)  # (N/64, K, 64)
+    blocks = packed.view(n // b, k, b // 2)  # (N/B, K, B/2)
+    codes = torch.cat([blocks & 15, blocks >> 4], dim=2)  # (N/B, K, B)
     return codes.transpose(1, 2).reshape(n, k).to(torch.int32)  # (N, K)
+
+
+@cache
+def int4_pack_block() -> int:
+    """The channel block B of this machine's int4 packing, found by packing known codes once
+    (PyTorch chooses it by CPU capability and documents neither)."""
+    n, k = INT4_N_BLOCK, 32
+    probe = (torch.arange(n)[:, None] * 7 + torch.arange(k)[None, :] * 3) % 16  # (N, K)
+    packed = torch._convert_weight_to_int4pack_for_cpu(probe.to(torch.int32).contiguous(), 1)
+    for b in (64, 32, 16):
+        if torch.equal(unpack_int4(packed, b), probe.to(torch.int32)):
+            return b
+    raise RuntimeError(  # a PyTorch whose layout this module does not know
+        f"unknown int4 packing layout in torch {torch.__version__}: attnlab.nn.quantized."
+        "unpack_int4 cannot read it back; use int8 weights"
+    )
 
 
 class BF16Linear(WeightOnlyLinear):
