@@ -106,15 +106,27 @@ def evaluate_checkpoint(
     corpus = run_dir / "data" / "corpus" / "meta.json"
     with tempfile.TemporaryDirectory(prefix="attnlab-eval-") as tmp:
         use_run_corpus = cfg.task == "lm" and data is None and corpus.is_file()
-        task_data = build_task_data(
-            cfg,
-            data_dir=run_dir / "data" if use_run_corpus else Path(tmp),
-            tokenizer=ckpt.tokenizer,
-            labels=ckpt.labels,
-            split=split,
-            eval_data=data,
-            prepare=not use_run_corpus,
-        )
+        try:
+            task_data = build_task_data(
+                cfg,
+                data_dir=run_dir / "data" if use_run_corpus else Path(tmp),
+                tokenizer=ckpt.tokenizer,
+                labels=ckpt.labels,
+                split=split,
+                eval_data=data,
+                prepare=not use_run_corpus,
+            )
+        except (ConfigValueError, DataError) as err:  # a split shorter than one window
+            if data is None or cfg.task != "lm" or "context_len" not in err.fields:
+                raise
+            # the training options it names (context_len, val_fraction) are not evaluate's
+            n = len(ckpt.tokenizer.encode(read_text(data)))
+            raise DataError(
+                f"{data!r} has {n} tokens, but one evaluation window of this model needs "
+                f"{cfg.context_len + 1} (its context of {cfg.context_len} and the next token); "
+                "give a longer text file",
+                fields=("data",),
+            ) from None
         task_data.check_fits(ckpt.config)
         bs = batch_size or cfg.batch_size
         result = evaluate(
