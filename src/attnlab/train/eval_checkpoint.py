@@ -117,10 +117,11 @@ def evaluate_checkpoint(
                 prepare=not use_run_corpus,
             )
         except (ConfigValueError, DataError) as err:  # a split shorter than one window
-            if data is None or cfg.task != "lm" or "context_len" not in err.fields:
+            tok = ckpt.tokenizer
+            if data is None or tok is None or cfg.task != "lm" or "context_len" not in err.fields:
                 raise
             # the training options it names (context_len, val_fraction) are not evaluate's
-            n = len(ckpt.tokenizer.encode(read_text(data)))
+            n = len(tok.encode(read_text(data)))
             raise DataError(
                 f"{data!r} has {n} tokens, but one evaluation window of this model needs "
                 f"{cfg.context_len + 1} (its context of {cfg.context_len} and the next token); "
