@@ -69,6 +69,7 @@ def test_every_query_head_reads_its_shared_key_value_head(sessions, name):
         np.testing.assert_allclose(value["V"], v, atol=1e-5)
         kv = h // (module.n_heads // module.n_kv_heads)
         assert f"key/value head {kv} of {module.n_kv_heads}" in steps["K"]["title"]
+        assert f"W_K^{kv} " in steps["K"]["equation"] and f"W_V^{kv} " in steps["V"]["equation"]
         np.testing.assert_allclose(value["scores"], q @ k.T, atol=1e-5)
         a = softmax_rows(value["scores"] / math.sqrt(module.d_head), value["mask"].astype(bool))
         np.testing.assert_allclose(value["A"], a, atol=1e-6)

@@ -67,12 +67,17 @@ def module_bias(module: MultiHeadBase) -> str:
     return position_bias(scheme.describe(torch.arange(1)))[0]
 
 
+def kv_head(module: MultiHeadBase, h: int) -> int:
+    """The key/value head g(h) = h // (H / H_kv) query head ``h`` reads (attnlab.nn.grouped)."""
+    return h // (module.n_heads // getattr(module, "n_kv_heads", module.n_heads))
+
+
 def group_note(module: MultiHeadBase, h: int) -> str:
     """Which key/value head query head ``h`` reads under grouped-query attention ('' without)."""
     kv = getattr(module, "n_kv_heads", module.n_heads)
     if kv == module.n_heads:
         return ""
-    return f", key/value head {h // (module.n_heads // kv)} of {kv}, shared (grouped-query)"
+    return f", key/value head {kv_head(module, h)} of {kv}, shared (grouped-query)"
 
 
 def walkthrough_steps(
@@ -133,6 +138,7 @@ def walkthrough_steps(
         rot = f" (then rotated, {inside.kind}: {inside.equation})"
     bias, bias_note = position_bias(inside if scheme is not None and scheme.biases else None)
     shared, cap = group_note(module, h), getattr(module, "softcap", None)
+    g = kv_head(module, h)  # h itself unless key/value heads are shared
     steps += [
         _step(
             "Q",
@@ -146,7 +152,7 @@ def walkthrough_steps(
         _step(
             "K",
             f"Keys K = {src} W_K (head {h}{shared})",
-            f"K = {src} W_K^{h} ∈ R^{{S×{dk}}}" + rot,
+            f"K = {src} W_K^{g} ∈ R^{{S×{dk}}}" + rot,
             "002: K = X W_K; 000 'Cross-Attention': k_j = K h^(x)_j."
             if cross
             else "002: K = X W_K; 001: the key k_i = W_k x_i.",
@@ -157,7 +163,7 @@ def walkthrough_steps(
         _step(
             "V",
             f"Values V = {src} W_V (head {h}{shared})",
-            f"V = {src} W_V^{h} ∈ R^{{S×{dv}}}",
+            f"V = {src} W_V^{g} ∈ R^{{S×{dv}}}",
             "002: V = X W_V; 001: the value v_i = W_v x_i.",
             q["V"][h],
             cols,
