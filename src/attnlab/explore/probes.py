@@ -216,6 +216,13 @@ def per_query_head(kv: Tensor, n_heads: int) -> Tensor:
     return repeat_kv(kv[None], n_heads)[0]
 
 
+def kv_head(module: MultiHeadBase, h: int) -> int:
+    """The key/value head query head ``h`` reads: :func:`per_query_head` applied to the head
+    indices, so the label comes from the same expansion the attention makes."""
+    heads = torch.arange(getattr(module, "n_kv_heads", module.n_heads))[:, None, None]
+    return int(per_query_head(heads, module.n_heads)[h])
+
+
 def matrix(t: Tensor) -> list:
     """A tensor as nested lists of floats rounded to 7 decimals (JSON-ready)."""
     return torch.round(t.detach().double().cpu(), decimals=7).tolist()

@@ -40,7 +40,7 @@ from attnlab.explore.predictions import Predictions
 from attnlab.explore.probes import matrix, pack, pack_scaled, per_query_head
 from attnlab.explore.walkthrough import (
     bahdanau_steps,
-    module_bias,
+    position_bias,
     positions_view,
     scaled_equation,
     walkthrough_steps,
@@ -543,6 +543,7 @@ class Session(Predictions):
         keys = cache[f"{path}.K_rot" if rotary else f"{path}.K"][0]  # (H_kv, S, Dk)
         k = per_query_head(keys, module.n_heads)[h, j]  # (Dk,): head h's key/value head
         factor = float(scale_factor(module.scale, q.size(-1)))
+        bias = position_bias(module)[0]  # ALiBi's term of the logits, '' for other schemes
         return {
             "head": chosen.__dict__,
             "query": i,
@@ -558,7 +559,7 @@ class Session(Predictions):
             "weight": matrix(cache[f"{path}.A"][0, h, i, j]),
             "factor": factor,
             # how scaled follows from the score: the walkthrough's equation, in numbers
-            "scaled_equation": scaled_equation(module, factor, q.size(-1), module_bias(module)),
+            "scaled_equation": scaled_equation(module, factor, q.size(-1), bias),
         }
 
     def _chosen(self, site: Any, layer: Any, head: Any) -> Head:

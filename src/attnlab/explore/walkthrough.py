@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from attnlab.explore.probes import matrix
+from attnlab.explore.probes import kv_head, matrix
 from attnlab.models.layers import Embeddings
 from attnlab.nn.multihead import CrossAttention, MultiHeadBase
 from attnlab.nn.positional import PositionDescription
@@ -51,25 +51,14 @@ def scaled_equation(module: MultiHeadBase, factor: float, dk: int, bias: str = "
     return logits if cap is None else f"{cap:g} tanh(({logits}) / {cap:g})"
 
 
-def position_bias(inside: PositionDescription | None) -> tuple[str, str]:
-    """(the '+ bias' term of the scaled logits, its note) for a scheme that adds a bias to them
-    (ALiBi), from its own description; ('', '') for none."""
-    if inside is None:
-        return "", ""
-    return f" + bias ({inside.kind}: {inside.equation})", " " + inside.summary
-
-
-def module_bias(module: MultiHeadBase) -> str:
-    """The '+ bias' term of ``module``'s scaled logits ('' when its position scheme adds none)."""
+def position_bias(module: MultiHeadBase) -> tuple[str, str]:
+    """(the '+ bias' term of ``module``'s scaled logits, its note) when its position scheme adds
+    a bias to them (ALiBi), from the scheme's own description; ('', '') otherwise."""
     scheme = getattr(module, "pos_enc", None)
     if scheme is None or not scheme.biases:
-        return ""
-    return position_bias(scheme.describe(torch.arange(1)))[0]
-
-
-def kv_head(module: MultiHeadBase, h: int) -> int:
-    """The key/value head g(h) = h // (H / H_kv) query head ``h`` reads (attnlab.nn.grouped)."""
-    return h // (module.n_heads // getattr(module, "n_kv_heads", module.n_heads))
+        return "", ""
+    inside = scheme.describe(torch.arange(1))  # its equation and summary, whatever the length
+    return f" + bias ({inside.kind}: {inside.equation})", " " + inside.summary
 
 
 def group_note(module: MultiHeadBase, h: int) -> str:
@@ -136,7 +125,7 @@ def walkthrough_steps(
     rot = ""
     if scheme is not None and inside is not None and scheme.rotates:
         rot = f" (then rotated, {inside.kind}: {inside.equation})"
-    bias, bias_note = position_bias(inside if scheme is not None and scheme.biases else None)
+    bias, bias_note = position_bias(module)
     shared, cap = group_note(module, h), getattr(module, "softcap", None)
     g = kv_head(module, h)  # h itself unless key/value heads are shared
     steps += [
