@@ -224,7 +224,7 @@ def _exportable_model(name: str, data) -> tuple:
 
 @pytest.mark.parametrize("name", FAMILIES)
 @given(data=st.data())
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_an_exportable_model_keeps_its_function_through_the_tensor_table(name, data):
     family, cfg, model = _exportable_model(name, data)
     tensors = export_mapped(model, family.table(cfg), family.name)  # covers every tensor

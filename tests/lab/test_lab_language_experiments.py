@@ -173,12 +173,13 @@ def test_translation_quick_report_and_resume(out, monkeypatch):
         ["loss.png", "val_bleu.png", "bleu_by_length.png", "cross_attention.png", "alignment.png"],
     )
     rows = report.table("test scores per model (mean (min-max) over seeds)").rows
-    assert [r["steps"] for r in rows] == [60] * 3  # every arm at the matched budget
-    assert report.metrics["steps"] == 60
+    quick_steps = translation.STEPS[True]
+    assert [r["steps"] for r in rows] == [quick_steps] * 3  # every arm at the matched budget
+    assert report.metrics["steps"] == quick_steps
     labels = [r.label for r in translation.recipes(True).values()]
     assert report.arms == labels and [c.arm for c in report.competence] == labels
     for c in report.competence:  # every arm, the plain LSTM too: a swept rate and a doubling
-        assert c.gated and len(c.lr.grid) >= 3 and c.doubling.steps == 60
+        assert c.gated and len(c.lr.grid) >= 3 and c.doubling.steps == quick_steps
         assert c.doubling.tolerance == translation.TOLERANCE and c.doubling.seeds == [0]
     assert report.thresholds and all(t.source for t in report.thresholds)
     if any(not c.passed for c in report.competence):
@@ -196,8 +197,8 @@ def test_translation_quick_report_and_resume(out, monkeypatch):
     assert [r["source length (words)"] for r in table.rows] == buckets
     work = out / "translation" / "work" / "seed0"
     sweep = report.table(
-        "learning-rate sweep (seed 0, 60 steps each): validation BLEU (greedy, 40 sentences) at "
-        "the last evaluation"
+        f"learning-rate sweep (seed 0, {quick_steps} steps each): validation BLEU (greedy, "
+        "40 sentences) at the last evaluation"
     ).rows
     for name, recipe in translation.recipes(True).items():
         points = [r for r in sweep if r["model"] == recipe.label]
@@ -206,16 +207,18 @@ def test_translation_quick_report_and_resume(out, monkeypatch):
             run_dir = work / translation.run_name(name, float(r["lr"]), True)
             assert (run_dir / "metrics.jsonl").is_file()
         chosen = float(next(r for r in rows if r["model"] == recipe.label)["lr"])
-        assert (work / translation.run_name(name, chosen, True, 120) / "metrics.jsonl").is_file()
+        assert (
+            work / translation.run_name(name, chosen, True, 2 * quick_steps) / "metrics.jsonl"
+        ).is_file()
     assert translation.run_name("lstm", 3e-3, True) == "lstm"  # the recipe's rate
     assert translation.run_name("lstm", 9e-3, True) == "lstm-lr0.009"
     assert translation.run_name("lstm", 3e-3, True, 120) == "lstm-steps120"
     assert translation.run_name("lstm", 1e-3, False, 5000) == "lstm-lr0.001-steps5000"
     recipe = translation.recipes(True)["lstm"]
     cfg = translation.train_config(True, 0, work / "data", **recipe.train)
-    assert cfg.steps == 60 and cfg.dtype == "fp32"
+    assert cfg.steps == quick_steps and cfg.dtype == "fp32"
     result = translation.train_one(recipe, cfg, work / "lstm")
-    assert result.start_step == result.step == 60  # finished: reloaded, nothing retrained
+    assert result.start_step == result.step == quick_steps  # finished: reloaded, nothing retrained
     # write_up renders the measured numbers again without training
     monkeypatch.setattr(translation, "train_one", None)
     again = translation.write_up(measured[0], out / "translation_again", quick=True)
@@ -224,7 +227,10 @@ def test_translation_quick_report_and_resume(out, monkeypatch):
     # a later piece on a fresh machine (the work directory gone) reloads every finished job
     # from the results kept beside the report and trains nothing
     kept = sorted(p.stem for p in (out / "translation" / translation.JOBS_DIR).glob("*.json"))
-    assert "seed0-transformer" in kept and "seed0-lstm-steps120" in kept
+    for name, recipe in translation.recipes(True).items():  # each arm's chosen run and doubling
+        chosen = float(next(r for r in rows if r["model"] == recipe.label)["lr"])
+        for steps in (None, 2 * quick_steps):
+            assert f"seed0-{translation.run_name(name, chosen, True, steps)}" in kept
     shutil.rmtree(out / "translation" / "work")
     fresh, _ = run_experiment("translation", quick=True, out_dir=out / "translation")
     assert fresh.verdict_reason == report.verdict_reason and fresh.per_seed == report.per_seed
@@ -236,7 +242,7 @@ def _check_seeds_and_curves(report):
     for name, num in report.per_seed.items():
         assert len(num["lc BLEU beam 5"]) == 1 and 0 <= num["lc BLEU beam 5"][0] <= 100
         steps, _ = report.metrics["val_bleu"][name][0]
-        assert steps == [20, 40, 60]  # the curve, every 20 steps
+        assert steps == [10, 20, 30]  # the curve, every 10 steps
 
 
 def test_translation_full_recipes_are_matched_and_recurrent_arms_fp32():

@@ -88,8 +88,8 @@ WORK_DIR = Path("runs") / "experiments" / "translation" / "matched"  # full run'
 REFERENCE_BLEU = {"transformer": 36.5, "bahdanau": 28.1, "lstm": 13.8}  # tutorials, lc tok.
 BEAMS = 5
 VAL_SENTENCES = 256  # the fixed validation subset of the learning curves (full size)
-STEPS = {True: 60, False: 2500}  # every arm, quick and full size
-EVAL_EVERY = {True: 20, False: 250}  # steps between validation-BLEU evaluations
+STEPS = {True: 30, False: 2500}  # every arm, quick and full size
+EVAL_EVERY = {True: 10, False: 250}  # steps between validation-BLEU evaluations
 TOLERANCE = 1.0  # step doubling: the last validation BLEU may move at most this much (seed 0)
 TARGET_BLEU = 35.0  # issue 7: the Transformer's lower-cased BLEU on test 2016
 LR_START = (1 / 3, 1.0, 3.0)  # each arm's recipe lr times these, then extended past an edge
@@ -179,7 +179,7 @@ def recipes(quick: bool) -> dict[str, Recipe]:
     """The three models, each trained for the same steps; the quick form shrinks widths and
     steps, never the architecture. The recurrent arms run in fp32 (see the module doc)."""
     d, ff = (64, 128) if quick else (256, 512)
-    steps, warmup = STEPS[quick], 30 if quick else 200
+    steps, warmup = STEPS[quick], 15 if quick else 200
     bf16 = "fp32" if quick or not cpu_has_native_bf16() else "bf16"
     return {
         "transformer": Recipe(
@@ -226,7 +226,7 @@ def recipes(quick: bool) -> dict[str, Recipe]:
 def train_config(quick: bool, seed: int, data: Path, **changes: Any) -> TrainConfig:
     """Shared optimisation settings: AdamW, warm-up + cosine, label smoothing 0.1, length buckets
     of 50 batches (full size), one thread (two runs go side by side), and a greedy validation
-    BLEU on the first VAL_SENTENCES validation pairs every 250 steps (20 in the quick form)."""
+    BLEU on the first VAL_SENTENCES validation pairs every 250 steps (10 in the quick form)."""
     return TrainConfig(
         task="seq2seq",
         data=str(data / "train.jsonl"),
