@@ -163,7 +163,7 @@ def context(quick: bool) -> int:
 
 
 def train_steps(quick: bool) -> int:
-    return 30 if quick else 800
+    return 20 if quick else 800
 
 
 def warmups(quick: bool) -> tuple[int, int]:

@@ -142,7 +142,7 @@ def depths(quick: bool) -> tuple[int, ...]:
 
 
 def steps(quick: bool) -> int:
-    return 30 if quick else 800
+    return 20 if quick else 800
 
 
 def train_job(job: tuple) -> dict:
