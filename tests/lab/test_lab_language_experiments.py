@@ -196,6 +196,10 @@ def test_translation_quick_report_and_resume(out, monkeypatch):
     )
     assert [r["source length (words)"] for r in table.rows] == buckets
     work = out / "translation" / "work" / "seed0"
+    chosen = {  # each arm's chosen rate, from the test-score table
+        name: float(next(r for r in rows if r["model"] == recipe.label)["lr"])
+        for name, recipe in translation.recipes(True).items()
+    }
     sweep = report.table(
         f"learning-rate sweep (seed 0, {quick_steps} steps each): validation BLEU (greedy, "
         "40 sentences) at the last evaluation"
@@ -206,10 +210,8 @@ def test_translation_quick_report_and_resume(out, monkeypatch):
         for r in points:  # each sweep point trained in its own directory
             run_dir = work / translation.run_name(name, float(r["lr"]), True)
             assert (run_dir / "metrics.jsonl").is_file()
-        chosen = float(next(r for r in rows if r["model"] == recipe.label)["lr"])
-        assert (
-            work / translation.run_name(name, chosen, True, 2 * quick_steps) / "metrics.jsonl"
-        ).is_file()
+        doubled = translation.run_name(name, chosen[name], True, 2 * quick_steps)
+        assert (work / doubled / "metrics.jsonl").is_file()
     assert translation.run_name("lstm", 3e-3, True) == "lstm"  # the recipe's rate
     assert translation.run_name("lstm", 9e-3, True) == "lstm-lr0.009"
     assert translation.run_name("lstm", 3e-3, True, 120) == "lstm-steps120"
@@ -227,10 +229,9 @@ def test_translation_quick_report_and_resume(out, monkeypatch):
     # a later piece on a fresh machine (the work directory gone) reloads every finished job
     # from the results kept beside the report and trains nothing
     kept = sorted(p.stem for p in (out / "translation" / translation.JOBS_DIR).glob("*.json"))
-    for name, recipe in translation.recipes(True).items():  # each arm's chosen run and doubling
-        chosen = float(next(r for r in rows if r["model"] == recipe.label)["lr"])
+    for name, lr in chosen.items():  # each arm's chosen run and its doubling
         for steps in (None, 2 * quick_steps):
-            assert f"seed0-{translation.run_name(name, chosen, True, steps)}" in kept
+            assert f"seed0-{translation.run_name(name, lr, True, steps)}" in kept
     shutil.rmtree(out / "translation" / "work")
     fresh, _ = run_experiment("translation", quick=True, out_dir=out / "translation")
     assert fresh.verdict_reason == report.verdict_reason and fresh.per_seed == report.per_seed
