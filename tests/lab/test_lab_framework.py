@@ -232,9 +232,10 @@ def test_cli_index_rewrites_the_index_and_needs_the_reports(capsys, tmp_path, mo
 def test_a_run_records_the_hash_of_the_code_it_ran(tmp_path):
     from attnlab.lab.kit.provenance import code_hash
 
-    report, _ = run_experiment("order", quick=True, out_dir=tmp_path, seed=0)
-    assert report.code_hash == code_hash("attnlab.lab.experiments.order").digest
-    assert "attnlab.lab.experiments.order" in report.code_modules
+    # complexity: the experiment whose quick form runs fastest (no training)
+    report, _ = run_experiment("complexity", quick=True, out_dir=tmp_path, seed=0)
+    assert report.code_hash == code_hash("attnlab.lab.experiments.complexity").digest
+    assert "attnlab.lab.experiments.complexity" in report.code_modules
     data = json.loads((tmp_path / "report.json").read_text(encoding="utf-8"))
     assert data["code_hash"] == report.code_hash
 

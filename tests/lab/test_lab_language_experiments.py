@@ -243,7 +243,8 @@ def _check_seeds_and_curves(report):
     for name, num in report.per_seed.items():
         assert len(num["lc BLEU beam 5"]) == 1 and 0 <= num["lc BLEU beam 5"][0] <= 100
         steps, _ = report.metrics["val_bleu"][name][0]
-        assert steps == [10, 20, 30]  # the curve, every 10 steps
+        every, last = translation.EVAL_EVERY[True], translation.STEPS[True]
+        assert steps == list(range(every, last + 1, every))  # the curve, every EVAL_EVERY steps
 
 
 def test_translation_full_recipes_are_matched_and_recurrent_arms_fp32():

@@ -137,7 +137,7 @@ def hf_gpt2_config(shape: LMShape, n_positions: int, attn: str = "sdpa") -> Any:
         bos_token_id=None,
         eos_token_id=None,
         pad_token_id=None,
-        attn_implementation=attn,  # type: ignore[call-arg]  # transformers 5 types omit its **kwargs
+        attn_implementation=attn,
     )
 
 

@@ -88,8 +88,9 @@ WORK_DIR = Path("runs") / "experiments" / "translation" / "matched"  # full run'
 REFERENCE_BLEU = {"transformer": 36.5, "bahdanau": 28.1, "lstm": 13.8}  # tutorials, lc tok.
 BEAMS = 5
 VAL_SENTENCES = 256  # the fixed validation subset of the learning curves (full size)
-STEPS = {True: 30, False: 2500}  # every arm, quick and full size
-EVAL_EVERY = {True: 10, False: 250}  # steps between validation-BLEU evaluations
+STEPS = {True: 16, False: 2500}  # every arm, quick and full size
+BATCH = {True: 16, False: 128}  # sentence pairs per step
+EVAL_EVERY = {True: 8, False: 250}  # steps between validation-BLEU evaluations
 TOLERANCE = 1.0  # step doubling: the last validation BLEU may move at most this much (seed 0)
 TARGET_BLEU = 35.0  # issue 7: the Transformer's lower-cased BLEU on test 2016
 LR_START = (1 / 3, 1.0, 3.0)  # each arm's recipe lr times these, then extended past an edge
@@ -179,7 +180,7 @@ def recipes(quick: bool) -> dict[str, Recipe]:
     """The three models, each trained for the same steps; the quick form shrinks widths and
     steps, never the architecture. The recurrent arms run in fp32 (see the module doc)."""
     d, ff = (64, 128) if quick else (256, 512)
-    steps, warmup = STEPS[quick], 15 if quick else 200
+    steps, warmup = STEPS[quick], 4 if quick else 200
     bf16 = "fp32" if quick or not cpu_has_native_bf16() else "bf16"
     return {
         "transformer": Recipe(
@@ -233,14 +234,14 @@ def train_config(quick: bool, seed: int, data: Path, **changes: Any) -> TrainCon
         val_data=str(data / "val.jsonl"),
         tokenizer="bpe",
         bpe_vocab_size=400 if quick else 8000,
-        batch_size=32 if quick else 128,
+        batch_size=BATCH[quick],
         length_buckets=0 if quick else 50,
         min_lr=changes["lr"] / 10,
         betas=(0.9, 0.98),
         weight_decay=0.01,
         label_smoothing=0.1,
         eval_every=EVAL_EVERY[quick],
-        eval_batches=VAL_SENTENCES // (32 if quick else 128),
+        eval_batches=VAL_SENTENCES // BATCH[quick],
         save_every=0 if quick else 250,
         keep_last=1,
         best_metric="val_bleu",
@@ -411,7 +412,7 @@ def prepare_data(
         train_pairs = list(dict.fromkeys(synthetic_pairs(400, rng)))
         seen = {s for s, _ in train_pairs}
         held = [p for p in dict.fromkeys(synthetic_pairs(400, rng)) if p[0] not in seen]
-        splits = {"train": train_pairs, "val": held[:40], "test": held[40:100]}
+        splits = {"train": train_pairs, "val": held[:40], "test": held[40:80]}
     else:
         folder = dataset(data, MULTI30K)
         if folder is None:
@@ -782,7 +783,7 @@ def cost_text(m: dict[str, Any]) -> str:
 
 def _setup(m: dict[str, Any], quick: bool) -> list[str]:
     runs, arms, seeds = m["runs"], recipes(quick), m["seeds"]
-    n_train, batch, step = m["splits"]["train"], 32 if quick else 128, runs.steps
+    n_train, batch, step = m["splits"]["train"], BATCH[quick], runs.steps
     n_val = min(VAL_SENTENCES, m["splits"]["val"])
     return [
         f"Data: {m['origin']}: {n_train:,} training, {m['splits']['val']:,} validation and "
