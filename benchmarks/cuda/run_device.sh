@@ -20,7 +20,7 @@ OUT=${OUT:-benchmarks/cuda/out}
 mkdir -p "$OUT"
 what=${1:-all}
 gpu_tests() {  # every gpu-marked test, within $1 seconds
-  timeout "$1" python -m pytest -m gpu -p no:xdist -q -rs --continue-on-collection-errors tests > "$OUT/pytest_gpu.txt" 2>&1
+  timeout "$1" python -m pytest -m gpu -n 0 -q -rs --continue-on-collection-errors tests > "$OUT/pytest_gpu.txt" 2>&1
   tail -4 "$OUT/pytest_gpu.txt"
 }
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/gpu.txt" 2>&1
@@ -38,7 +38,7 @@ if [ "$what" = all ] || [ "$what" = race ]; then
   tail -12 "$OUT/race.txt"
 fi
 if [ "$what" = overhead ]; then  # (race also breaks attnlab_same down)
-  timeout 200 python -m pytest -m gpu -p no:xdist -q tests/train/test_train_timing.py \
+  timeout 200 python -m pytest -m gpu -n 0 -q tests/train/test_train_timing.py \
     > "$OUT/pytest_overhead.txt" 2>&1
   tail -3 "$OUT/pytest_overhead.txt"
   python -X importtime -m attnlab train --help > /dev/null 2> "$OUT/importtime.txt"

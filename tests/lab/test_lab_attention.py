@@ -35,7 +35,7 @@ def test_counting_labels_count_the_a_symbols():
 
 
 def test_quick_attention_run(tmp_path):
-    """One quick run (xdist would repeat a module fixture per worker), every check."""
+    """One quick run, every check."""
     path = tmp_path / "attention"
     report, readme = run_experiment("attention", quick=True, out_dir=path)
     assert (path / "accuracy.png").is_file() and "Soft vs hard" in readme.read_text()

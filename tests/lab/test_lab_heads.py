@@ -81,7 +81,7 @@ def test_plateau_check_needs_a_flat_loss_a_flat_accuracy_and_to_be_off_the_saddl
 
 
 def test_quick_heads_run(tmp_path, monkeypatch):
-    """One quick run (xdist would repeat a module fixture per worker), every check."""
+    """One quick run, every check."""
     import attnlab.lab.experiments.heads as heads
 
     measured = heads.measure(quick=True, seed=0)

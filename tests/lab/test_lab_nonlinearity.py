@@ -27,7 +27,7 @@ def test_xor_task_labels():
 
 
 def test_quick_nonlinearity_run(tmp_path, monkeypatch):
-    """One quick run (xdist would repeat a module fixture per worker), every check."""
+    """One quick run, every check."""
     measured = []
     measure = nonlinearity.measure
     monkeypatch.setattr(

@@ -11,7 +11,7 @@ from lab_write_up import write_up_without_training
 
 
 def test_quick_norm_run(tmp_path, monkeypatch):
-    """One quick run (xdist would repeat a module fixture per worker), every check."""
+    """One quick run, every check."""
     measured = norm.measure(True, 0, None)
     report = norm.write_up(measured, tmp_path / "norm", True)
     _check_gradients_at_initialisation(report, measured)

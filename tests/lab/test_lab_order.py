@@ -28,7 +28,7 @@ def test_swap_exchanges_subject_and_object_only():
 
 
 def test_quick_order_run(tmp_path):
-    """One quick run (xdist would repeat a module fixture per worker), every check."""
+    """One quick run, every check."""
     report, path = run_experiment("order", quick=True, out_dir=tmp_path / "order")
     assert path.is_file() and (path.parent / "accuracy.png").is_file()
     _check_no_positions_is_permutation_equivariant_and_blind_to_order(report)

@@ -22,7 +22,7 @@ def test_helpers_on_known_cases():
 
 
 def test_quick_scaling_run(tmp_path, monkeypatch):
-    """One quick run (xdist would repeat a module fixture per worker), every check."""
+    """One quick run, every check."""
     report, _ = run_experiment("scaling", quick=True, out_dir=tmp_path / "scaling")
     _check_variance_grows_like_d_k_without_scaling_and_stays_near_one_with_it(report)
     _check_unscaled_softmax_saturates_and_its_gradient_vanishes(report)

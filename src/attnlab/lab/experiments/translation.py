@@ -227,7 +227,7 @@ def recipes(quick: bool) -> dict[str, Recipe]:
 def train_config(quick: bool, seed: int, data: Path, **changes: Any) -> TrainConfig:
     """Shared optimisation settings: AdamW, warm-up + cosine, label smoothing 0.1, length buckets
     of 50 batches (full size), one thread (two runs go side by side), and a greedy validation
-    BLEU on the first VAL_SENTENCES validation pairs every 250 steps (10 in the quick form)."""
+    BLEU on the first VAL_SENTENCES validation pairs every EVAL_EVERY steps."""
     return TrainConfig(
         task="seq2seq",
         data=str(data / "train.jsonl"),
