@@ -342,6 +342,7 @@ def test_leftovers_of_a_killed_save_are_ignored_and_cleaned(two_saves):
     (root / "step_00000004" / "config.json").write_text("{")
     (root / ".del-step_00000001-abc").mkdir()
     (root / ".latest.tmp-k1ll3d").write_text("step_0000")  # a pointer write killed mid-way
+    (root / ".write-probe-k1ll3d").touch()  # killed between ensure_writable_dir's create and unlink
     os.replace(root / "step_00000001", root / ".old-step_00000001")  # killed mid re-save
     assert_step2_intact(run, cfg, expected, x, cleaned=False)
     (root / "latest").write_text("step_00000009\n")  # a stale pointer: fall back to the newest

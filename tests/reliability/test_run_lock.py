@@ -66,6 +66,15 @@ def test_the_lock_is_held_in_process_and_released_after(tmp_path):
         pass
 
 
+def test_the_lock_holder_removes_the_write_probes_of_a_killed_run(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / ".write-probe-k1ll3d").touch()  # killed between ensure_writable_dir's create and unlink
+    (run / ".write-probe-dir").mkdir()  # not a probe (probes are files): left alone
+    with run_lock(run):
+        assert sorted(p.name for p in run.iterdir()) == [LOCK_FILE, ".write-probe-dir"]
+
+
 def test_a_stale_lock_of_a_dead_process_is_reported_and_taken_over(tmp_path, capsys):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()  # fmt: skip

@@ -4,8 +4,9 @@ The layout and the crash-safety argument are described in :mod:`attnlab.checkpoi
 writes the checkpoints. This module holds the names of the files and directories described there
 and the bookkeeping around complete checkpoints: placing a finished ``.tmp-*`` directory with one
 atomic rename, reading the ``latest`` and ``best`` pointers, listing complete ``step_*``
-directories, deleting all but the newest ``keep_last``, removing the ``.tmp-*``, ``.del-*`` and
-``.old-*`` leftovers of crashed saves, and resolving a path a user passes to its checkpoint.
+directories, deleting all but the newest ``keep_last``, removing the ``.tmp-*``, ``.del-*``,
+``.old-*`` and ``.write-probe-*`` leftovers of crashed saves, and resolving a path a user passes to
+its checkpoint.
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ MANIFEST, TRAIN_STATE = "manifest.json", "train_state"
 OPTIMIZER, STATE = f"{TRAIN_STATE}/optimizer.safetensors", f"{TRAIN_STATE}/state.json"
 LATEST, BEST = "latest", "best"
 _STEP_DIR = re.compile(r"^step_(\d{8,})$")
+# The name attnlab.checkpoint.atomic.ensure_writable_dir gives the empty file it creates and removes
+# at once to prove a directory writable; one that survives was left by a process killed in between.
+WRITE_PROBE = ".write-probe-"
 
 
 # Placing, pointers, retention, cleanup -------------------------------------------------------
@@ -206,6 +210,18 @@ def _cleanup(root: Path) -> None:
                 shutil.rmtree(p, ignore_errors=True)
             else:
                 os.replace(p, original)
+    remove_write_probes(root)
+
+
+def remove_write_probes(directory: Path) -> None:
+    """Remove the write probes a killed process left in ``directory`` (see ``WRITE_PROBE``).
+
+    Called only by the process that owns the directory (the run lock's holder, or a save into the
+    run's own ``checkpoints/``): a probe lives for one create-and-unlink, so any it finds is dead.
+    """
+    for p in directory.glob(WRITE_PROBE + "*"):
+        if p.is_file():
+            p.unlink(missing_ok=True)
 
 
 def _owner_alive(name: str) -> bool:

@@ -8,7 +8,8 @@ second process gets a :class:`RunLockedError` naming the holder's PID at once (i
 The lock file holds the holder's PID. The operating system drops a ``flock`` when its process
 dies, however it dies (``kill -9`` included), so a dead holder never blocks the next run; its file
 is left behind, though, and the next run reports it as stale (a previous run was killed) before
-taking the lock over. On a normal exit the file is removed.
+taking the lock over, and removes the write probes a killed run left in the directory. On a normal
+exit the file is removed.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from attnlab.checkpoint.atomic import ensure_writable_dir, storage_error
+from attnlab.checkpoint.rundir import remove_write_probes
 from attnlab.errors import UserError
 
 LOCK_FILE = ".attnlab-lock"
@@ -109,6 +111,8 @@ def run_lock(run_dir: str | os.PathLike, *, enabled: bool = True) -> Iterator[Pa
             os.pwrite(fd, f"{os.getpid()} {socket.gethostname()}\n".encode(), 0)
         except OSError as err:  # e.g. a full disk: named like every other write
             raise storage_error(err, path, "write the lock file") from None
+        with contextlib.suppress(OSError):
+            remove_write_probes(run_dir)  # a killed run's; ours are gone when the lock is held
         yield path
     finally:
         with contextlib.suppress(OSError):
