@@ -32,6 +32,7 @@ import torch
 from attnlab.generate.config import GenerationConfig, GenerationResult, Hypothesis, SpecialIds
 from attnlab.generate.sampling import check_finite_logits, process_logits, seen_tokens
 from attnlab.generate.steppers import Stepper
+from attnlab.generate.text import decode_after, row_contexts
 
 NEG_INF = float("-inf")
 
@@ -77,6 +78,7 @@ def beam_search(
 ) -> GenerationResult:
     """Run beam search over the rows of a fresh stepper (one row per input)."""
     k, n, b = config.num_beams, config.max_new_tokens, stepper.rows
+    contexts = row_contexts(tokenizer, stepper.history()) if tokenizer is not None else []
     stop = set(specials.stop)
     logits = check_finite_logits(stepper.start())  # (B, V)
     device = logits.device
@@ -142,18 +144,23 @@ def beam_search(
                         finished[item].add(gen[a * k + j].tolist(), float(scores[a, j]), "length")
             break
         logits = stepper.advance(nxt)
-    return _result(finished, prompts, tokenizer)
+    return _result(finished, prompts, tokenizer, contexts)
 
 
 def _result(
-    finished: list[_Finished], prompts: list[list[int]], tokenizer: Any | None
+    finished: list[_Finished],
+    prompts: list[list[int]],
+    tokenizer: Any | None,
+    contexts: list[list[int]],
 ) -> GenerationResult:
     # An input with no hypothesis at all (every candidate was a stop token ranked below K) gets
     # the empty output.
     empty = Hypothesis([], NEG_INF, "stop_token")
     best = [f.hyps[0] if f.hyps else empty for f in finished]
     tokens = [h.tokens for h in best]
-    texts = [tokenizer.decode(t) for t in tokens] if tokenizer is not None else None
+    texts = None
+    if tokenizer is not None:  # each decoded after its prompt's last tokens (text.context_of)
+        texts = [decode_after(tokenizer, c, t) for c, t in zip(contexts, tokens, strict=True)]
     return GenerationResult(
         tokens,
         texts,

@@ -34,7 +34,7 @@ from attnlab.generate.sampling import (
     seen_tokens,
 )
 from attnlab.generate.steppers import Stepper
-from attnlab.generate.text import TextRow
+from attnlab.generate.text import TextRow, decode_after, row_contexts
 
 
 @dataclass(frozen=True)
@@ -113,11 +113,15 @@ class DecodeLoop:
         self.seen: Tensor | None = None
         if config.repetition_penalty != 1.0:
             self.seen = seen_tokens(*stepper.history(), vocab_size)  # (R, V)
+        # per row: the tokens its text is decoded after (the prompt's last few)
+        self.contexts = row_contexts(tokenizer, stepper.history()) if tokenizer else []
         self.rows_text: list[TextRow] | None = None
         if config.stop_strings or text_rows:
             if tokenizer is None:
                 raise ValueError("stop strings and text streaming need a tokenizer to decode")
-            self.rows_text = [TextRow(tokenizer, config.stop_strings) for _ in range(rows)]
+            self.rows_text = [
+                TextRow(tokenizer, config.stop_strings, self.contexts[r]) for r in range(rows)
+            ]
         self.logits: list[Tensor] | None = [] if keep_logits else None
         self.steps = 0
         self.finished = False
@@ -203,7 +207,8 @@ class DecodeLoop:
         if self.rows_text is not None:
             texts = [row.text for row in self.rows_text]
         elif tokenizer is not None:
-            texts = [tokenizer.decode(t) for t in tokens]
+            contexts = self.contexts or [[] for _ in tokens]  # a tokenizer given only now
+            texts = [decode_after(tokenizer, c, t) for c, t in zip(contexts, tokens, strict=True)]
         return GenerationResult(
             tokens, texts, list(self.reasons), prompts, logits=self.logits, seed=self.seed
         )

@@ -6,6 +6,11 @@ short window of recent tokens and emits only text that is complete (not ending i
 replacement character of a partial byte sequence), so pieces joined give exactly
 ``tokenizer.decode(all tokens)``.
 
+A continuation is decoded in the context of what precedes it (the prompt's last
+:data:`CONTEXT_TOKENS` tokens, :func:`context_of`): a SentencePiece tokenizer (Llama 2, Gemma,
+Mistral) drops the leading space of the first token it decodes, so the continuation " the" of
+the prompt "the" decoded alone would read "the", and "the" + "the" would print "thethe".
+
 Stop strings are searched in the decoded text, only in the part that changed (a window as long as
 the longest stop string plus the new piece), so the cost per token does not grow with the length of
 the output. The output is cut right *before* the first stop string. For streaming, text that might
@@ -15,19 +20,44 @@ shows a stop string or any part of it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 _REPLACEMENT = "\ufffd"
+CONTEXT_TOKENS = 8  # prompt tokens a continuation is decoded after (a word's worth or more)
+
+
+def context_of(tokenizer: Any, before: Sequence[int]) -> list[int]:
+    """The last few tokens of ``before`` (a prompt), the context its continuation is decoded in;
+    [] when they end in the middle of a character (its bytes then belong to the continuation)."""
+    tail = [int(t) for t in before[-CONTEXT_TOKENS:]]
+    return [] if tokenizer.decode(tail).endswith(_REPLACEMENT) else tail
+
+
+def row_contexts(tokenizer: Any, history: tuple[Any, Any]) -> list[list[int]]:
+    """Each row's context (:func:`context_of`) from a stepper's ``history()`` before the first
+    step: the token ids (R, t) and their real-token mask (R, t) or None (left padding)."""
+    ids, mask = history
+    rows = ids.tolist() if mask is None else [r[m].tolist() for r, m in zip(ids, mask.bool())]
+    return [context_of(tokenizer, row) for row in rows]
+
+
+def decode_after(tokenizer: Any, context: Sequence[int], tokens: Sequence[int]) -> str:
+    """The text ``tokens`` add after ``context``: decode(context + tokens) less decode(context)."""
+    decoder = IncrementalDecoder(tokenizer, context)
+    return "".join(decoder.push(int(t)) for t in tokens) + decoder.flush()
 
 
 class IncrementalDecoder:
-    """Token ids in, complete text pieces out (the "prefix/read offset" scheme of HF TGI)."""
+    """Token ids in, complete text pieces out (the "prefix/read offset" scheme of HF TGI).
+    ``context``: tokens before the first one pushed (:func:`context_of`), decoded with it but
+    never emitted."""
 
-    def __init__(self, tokenizer: Any):
+    def __init__(self, tokenizer: Any, context: Sequence[int] = ()):
         self.tokenizer = tokenizer
-        self.ids: list[int] = []
+        self.ids: list[int] = [int(t) for t in context]
         self.prefix = 0  # start of the window re-decoded for context
-        self.read = 0  # tokens whose text has been emitted
+        self.read = len(self.ids)  # tokens whose text has been emitted (or is the context's)
 
     def push(self, token: int) -> str:
         """Add one token; return the new complete text (maybe '')."""
@@ -50,8 +80,8 @@ class IncrementalDecoder:
 class TextRow:
     """One row's decoded text, checked for stop strings as it grows."""
 
-    def __init__(self, tokenizer: Any, stop_strings: tuple[str, ...]):
-        self.decoder = IncrementalDecoder(tokenizer)
+    def __init__(self, tokenizer: Any, stop_strings: tuple[str, ...], context: Sequence[int] = ()):
+        self.decoder = IncrementalDecoder(tokenizer, context)
         self.stop_strings = stop_strings
         self.longest = max((len(s) for s in stop_strings), default=0)
         self.text = ""
