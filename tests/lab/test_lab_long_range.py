@@ -1,6 +1,6 @@
 """Experiment long_range (quick form): every arm, the plain LSTMs whose failure is the claim
-included, carries a bracketed learning-rate sweep and a step doubling; measure() trains and
-write_up() only renders."""
+included, carries a bracketed learning-rate sweep and a step doubling; measure() trains, keeping
+each run beside the report so that a later piece reloads it, and write_up() only renders."""
 
 from __future__ import annotations
 
@@ -9,12 +9,18 @@ import json
 import pytest
 
 from attnlab.lab.experiments import long_range
+from attnlab.lab.kit.resume import JOBS_DIR
 from attnlab.lab.kit.verdict import VERDICTS
 
 
 @pytest.fixture(scope="module")
-def measured():
-    return long_range.measure(True, 0)
+def out_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("long_range")
+
+
+@pytest.fixture(scope="module")
+def measured(out_dir):
+    return long_range.measure(True, 0, None, out_dir)
 
 
 def test_long_range_quick_report_gates_every_arm(measured, tmp_path):
@@ -53,6 +59,22 @@ def test_a_sweep_extends_past_an_edge_choice(measured):
             edge = r["lr"] in (grid[0], grid[-1])
             # an edge choice is left only when the extensions ran out
             assert not edge or len(grid) == 3 + long_range.MAX_EXTRA
+
+
+def test_a_later_piece_reloads_every_kept_run_and_trains_none(measured, out_dir, monkeypatch):
+    kept = sorted(p.name for p in (out_dir / JOBS_DIR).iterdir())
+    arm_runs = [r for by_length in measured["runs"].values() for r in by_length.values()]
+    sweeps = sum(len(r["sweep"]) for r in arm_runs)
+    arms = len(long_range.MODELS) * len(measured["lengths"])
+    seeds = len(measured["seeds"])
+    assert len(kept) == sweeps + arms * seeds  # the sweep's runs, the other seeds, the doubling
+    assert all(name.endswith("-quick.json") for name in kept)
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("a kept run must be reloaded, not trained again")
+
+    monkeypatch.setattr(long_range, "one_run", no_training)
+    assert long_range.measure(True, 0, None, out_dir) == measured
 
 
 def test_write_up_renders_without_training(measured, tmp_path, monkeypatch):

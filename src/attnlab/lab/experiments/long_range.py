@@ -11,6 +11,11 @@ Every arm at every length is gated alike (:func:`arm_job`): a bracketed learning
 (:mod:`attnlab.lab.kit.gating`) and a step doubling. The plain LSTMs, whose failure is the claim,
 get the same sweep and doubling as the attention arms.
 
+The full run takes hours on 2 cores, so it is made in pieces: each finished training run is kept
+beside the report (``OUT/.attnlab-jobs``, :class:`attnlab.lab.kit.resume.Finished`, stamped with
+the code hash), and a later piece reloads it instead of training it again; only the runs in
+progress when a piece is interrupted are lost.
+
 Exact match is computed by teacher forcing (:func:`attnlab.lab.kit.seq2seq.teacher_forced_hits`):
 the argmax at every target position equals the reference, which holds exactly when greedy
 decoding reproduces the reference (induction over positions), at the cost of one forward pass.
@@ -37,6 +42,7 @@ from attnlab.lab.kit.fit import FitConfig, fit
 from attnlab.lab.kit.gating import bracketed_sweep
 from attnlab.lab.kit.registry import experiment
 from attnlab.lab.kit.report import FigureRef, Report, Table, Threshold
+from attnlab.lab.kit.resume import JOBS_DIR, Finished
 from attnlab.lab.kit.seeds import resolved, run_jobs, seed_list, spread, spread_text
 from attnlab.lab.kit.seq2seq import masked_seq2seq_loss, pair_batch, teacher_forced_hits
 from attnlab.lab.kit.verdict import (
@@ -95,9 +101,11 @@ PLAIN = ("lstm", "lstm_forward")
 COST = (
     "Full run: 4 arms x 3 lengths, each a 3-rate sweep on the first seed (+ up to 2 rates when "
     "a choice sits at a grid edge), 2 more seeds at the chosen rate and a 2x-steps doubling on "
-    "the first seed, 1000 steps of 64 per run. Estimated 40-50 min on 2 idle cores (~7 "
-    "run-equivalents per arm and length). "
-    "Command: attnlab experiment long_range --seed 0"
+    "the first seed, 1000 steps of 64 per run (~7 run-equivalents per arm and length). "
+    "Estimated 2-4 hours on 2 idle cores (Bahdanau's decoder loops over target steps), so it is "
+    "made in pieces: each finished training run is kept in OUT/.attnlab-jobs and reloaded by "
+    "the next piece. Command, repeated until it writes the report: timeout -s INT -k 5m 85m "
+    "attnlab experiment long_range --seed 0"
 )
 SETUP = [
     "Sutskever's reversal trick puts the first target symbols next to the decoder; on reversal "
@@ -172,10 +180,10 @@ def task_data(length: int, quick: bool, seed: int) -> tuple[CharTokenizer, list,
 
 
 def one_run(
-    name: str, length: int, quick: bool, seed: int, lr: float, scale: int = 1
-) -> tuple[nn.Module, dict]:
+    name: str, length: int, quick: bool, seed: int, lr: float, scale: int = 1, maps: bool = False
+) -> dict:
     """Train one arm on one seed; its validation loss, test hits (per token, per position,
-    whole targets) and training seconds."""
+    whole targets), training seconds and, with ``maps``, its attention on :func:`example`."""
     tok, train, val, test = task_data(length, quick, seed)
     torch.manual_seed(seed)
     model = build_model(model_config(name, tok.vocab_size, length + 1, quick))
@@ -186,33 +194,46 @@ def one_run(
         val_loss = float(masked_seq2seq_loss(model, pair_batch(val, tok)))
     tokens, exact = teacher_forced_hits(model, pair_batch(test, tok))
     hits = tokens[:, :length].float()  # (N, T) without <eos>
-    return model, {
+    return {
         "val_loss": val_loss if not result.diverged else math.inf,
         "token": float(hits.mean()),
         "exact": float(exact.float().mean()),
         "per_position": hits.mean(0).tolist(),
         "seconds": result.seconds,
+        "maps": attention_of(name, model, length, seed) if maps else None,
     }
 
 
-def arm_job(job: tuple[str, int, bool, int, bool]) -> dict:
+def kept_run(kept: Finished, name: str, length: int, quick: bool, seed: int, lr: float,
+             scale: int = 1, maps: bool = False) -> dict:  # fmt: skip
+    """:func:`one_run`, kept in ``kept`` once it finishes and reloaded from there by a later
+    piece of the run (the same code only: :class:`~attnlab.lab.kit.resume.Finished`)."""
+    key = f"{name}-T{length}-seed{seed}-lr{lr:.6g}-x{scale}" + ("-quick" if quick else "")
+    if (result := kept.get(key)) is not None:
+        return result
+    return kept.put(key, one_run(name, length, quick, seed, lr, scale, maps))
+
+
+def arm_job(job: tuple[str, int, bool, int, bool, str]) -> dict:
     """One arm at one length, gated: the sweep on the first seed, the other seeds at the chosen
     rate, the doubling on the first seed; at the longest length the attention maps of the first
-    seed's model on one example."""
-    name, length, quick, seed, longest = job
+    seed's model on one example. Each run is kept in the job's folder as it finishes."""
+    name, length, quick, seed, longest, kept_dir = job
+    kept = Finished(Path(kept_dir), __name__)
     seeds = seed_list(seed, quick)
     family = model_config(name, 3, 8, quick).kind
+    maps = longest and name in ATTENTION
     sweep = bracketed_sweep(
-        lambda lr: one_run(name, length, quick, seeds[0], lr),
+        lambda lr: kept_run(kept, name, length, quick, seeds[0], lr, maps=maps),
         GRIDS[family],
-        lambda r: r[1]["val_loss"],
+        lambda r: r["val_loss"],
         chosen_on=f"validation loss at T = {length}, seed {seeds[0]}",
         max_extra=MAX_EXTRA,
     )
-    model, first = sweep.best
-    runs = [first] + [one_run(name, length, quick, s, sweep.chosen)[1] for s in seeds[1:]]
-    doubled = one_run(name, length, quick, seeds[0], sweep.chosen, scale=2)[1]
-    rest = sum(r[1]["seconds"] for r in sweep.runs.values()) - first["seconds"]
+    first = sweep.best
+    runs = [first] + [kept_run(kept, name, length, quick, s, sweep.chosen) for s in seeds[1:]]
+    doubled = kept_run(kept, name, length, quick, seeds[0], sweep.chosen, scale=2)
+    rest = sum(r["seconds"] for r in sweep.runs.values()) - first["seconds"]
     return {
         "lr": sweep.chosen,
         "sweep": dict(sorted(sweep.scores.items())),
@@ -222,7 +243,7 @@ def arm_job(job: tuple[str, int, bool, int, bool]) -> dict:
         "per_position": [r["per_position"] for r in runs],
         "doubled_token": doubled["token"],
         "seconds": rest + sum(r["seconds"] for r in runs) + doubled["seconds"],
-        "maps": attention_of(name, model, length, seed) if longest and name in ATTENTION else None,
+        "maps": first["maps"],
     }
 
 
@@ -244,21 +265,23 @@ def attention_of(name: str, model: nn.Module, length: int, seed: int) -> list:
     return weights.tolist()
 
 
-def job_cost(job: tuple[str, int, bool, int, bool]) -> float:
+def job_cost(job: tuple[str, int, bool, int, bool, str]) -> float:
     """Relative run time: Bahdanau's decoder loops over target steps; long inputs cost more."""
     name, length = job[0], job[1]
     return (3 if name == "bahdanau" else 1) * length
 
 
-def measure(quick: bool, seed: int, data: Path | None = None) -> dict:
+def measure(quick: bool, seed: int, data: Path | None, out_dir: Path) -> dict:
     """Every arm at every length, gated (:func:`arm_job`): ``runs[name][length]`` holds the
     chosen rate, its sweep, per-seed accuracies, the doubling and (longest T) attention maps.
-    ``data`` is unused: the task is generated."""
+    Each training run is kept in ``out_dir/.attnlab-jobs`` as it finishes (a later piece of an
+    interrupted run reloads it). ``data`` is unused: the task is generated."""
     torch.set_num_threads(1)
     lengths = QUICK_LENGTHS if quick else LENGTHS
-    jobs = [(n, t, quick, seed, t == lengths[-1]) for n in MODELS for t in lengths]
-    results = run_jobs(arm_job, jobs, 1 if quick else 2, cost=job_cost)
-    runs = {n: {t: results[(n, t, quick, seed, t == lengths[-1])] for t in lengths} for n in MODELS}
+    kept = str(out_dir / JOBS_DIR)
+    jobs = {(n, t): (n, t, quick, seed, t == lengths[-1], kept) for n in MODELS for t in lengths}
+    results = run_jobs(arm_job, list(jobs.values()), 1 if quick else 2, cost=job_cost)
+    runs = {n: {t: results[jobs[(n, t)]] for t in lengths} for n in MODELS}
     steps = fit_config("lstm", quick, 1.0).steps
     return {"lengths": list(lengths), "seeds": seed_list(seed, quick), "steps": steps, "runs": runs}
 
@@ -573,4 +596,4 @@ def run(quick: bool, out_dir: Path, seed: int, data: Path | None = None) -> Repo
     """A plain LSTM encoder-decoder must squeeze the whole input into one vector, so its
     accuracy falls as inputs grow; with attention (Bahdanau, Transformer) each output reads the
     source directly and long inputs stay solvable."""
-    return write_up(measure(quick, seed, data), out_dir, quick)
+    return write_up(measure(quick, seed, data, out_dir), out_dir, quick)

@@ -75,9 +75,9 @@ def render_index(reports: list[dict], pending: Sequence[tuple[str, str, str]] = 
         "hash of the code it ran (its experiment module and every attnlab module it uses, of the "
         "lab kit and the library, found through its imports; wording and typing aside). A report "
         "whose code changed since is marked **stale** below until it is rerun. A run that "
-        "checkpoints and resumes (`translation`) may be made in pieces, all under one code "
-        "hash; its wall time is the sum over the pieces. `--quick` runs the same code CI-sized "
-        "(one seed, never a verdict to rely on).",
+        "keeps its finished jobs (`translation`, `long_range`) may be made in pieces, all under "
+        "one code hash; its wall time is the sum over the pieces. `--quick` runs the same code "
+        "CI-sized (one seed, never a verdict to rely on).",
         "",
         tally(reports),
         "",
