@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from attnlab.cli.outputs import BOOKKEEPING, MANIFEST
+from attnlab.cli.outputs import files_in, not_ours, recorded
 from attnlab.lab.kit.index import INDEX_FILE, index_text, read_reports, staleness
 from attnlab.lab.kit.provenance import behaviour_tree, code_hash, reached_modules, uses
 from attnlab.lab.kit.registry import discover
@@ -323,16 +323,13 @@ def test_the_committed_index_marks_every_stale_report():
 
 @pytest.mark.parametrize("path", REPORTS, ids=lambda p: p.parent.name)
 def test_a_report_folder_holds_only_what_its_run_wrote(path):
-    """Every file beside a report is one its run wrote (its outputs manifest names it) or the
-    lab's own bookkeeping (``.attnlab-*``): no figure or note of an older run sits among today's."""
+    """Every file beside a report is one its run wrote, unchanged since (its outputs manifest
+    names it with its SHA-256), or the lab's own bookkeeping (``.attnlab-*``): no figure or note
+    of an older run sits among today's."""
     folder = path.parent
-    written = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))["files"]
-    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    own = {name for name in present if not name.startswith(BOOKKEEPING)}
-    assert own == set(written), (
-        f"{folder.name}: files no run wrote: {sorted(own - set(written))}; "
-        f"listed but missing: {sorted(set(written) - own)}"
-    )
+    assert not_ours(folder) == [], f"{folder.name}: files no run wrote (or edited since)"
+    missing = sorted(set(recorded(folder)) - set(files_in(folder)))
+    assert missing == [], f"{folder.name}: files its manifest lists are gone"
 
 
 def _current_reports() -> list[Path]:
