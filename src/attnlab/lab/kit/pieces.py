@@ -88,6 +88,6 @@ def describe(pieces: list[dict[str, Any]]) -> str:
     each = ", ".join(f"{p['started'][:16].replace('T', ' ')}: {p['seconds']:.0f} s" for p in pieces)
     return (
         f"Run made in {len(pieces)} pieces (each piece reloaded the runs the earlier ones had "
-        f"finished and trained the rest; one code hash): {total:.0f} s ({total / 3600:.1f} h) of wall time in all (start UTC: "
-        f"seconds; {each})."
+        f"finished and trained the rest; one code hash): {total:.0f} s ({total / 3600:.1f} h) "
+        f"of wall time in all (start UTC: seconds; {each})."
     )
