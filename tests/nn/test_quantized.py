@@ -27,6 +27,7 @@ from attnlab.nn.quantized import (
     Int8Linear,
     QuantizedWeight,
     error_bound,
+    int8_kernel_is_exact,
     unpack_int4,
 )
 
@@ -84,8 +85,9 @@ def test_each_product_is_within_the_documented_bound_of_fp32(mode, n, k, rows, b
 
 @pytest.mark.parametrize("k", [1, 4, 12, 17, 20, 36])
 def test_int8_takes_any_input_width(k):
-    """The int8 kernel reads inputs in blocks of 8 (other widths crashed the process): codes and
-    inputs are padded with zero columns, and the product stays within the bound."""
+    """The int8 kernel reads inputs in steps of 16 (AVX-512) or 8 (AVX2; other widths gave
+    garbage or crashed the process): codes and inputs are padded with zero columns, and the
+    product stays within the bound."""
     torch.manual_seed(k)
     linear = nn.Linear(k, 16)
     layer = Int8Linear(linear)
@@ -95,6 +97,38 @@ def test_int8_takes_any_input_width(k):
     bound = error_bound(layer, x, linear.weight).double()
     assert got.shape == (3, 16) and ((got.double() - want).abs() <= bound * 1.0001 + 1e-6).all()
     assert layer.dequantize().shape == (16, k)
+
+
+def test_a_kernel_with_a_wider_step_is_found_and_replaced(monkeypatch):
+    """A kernel that reads K in steps of 32 (ignoring the last 16 columns of a width of 48)
+    fails the probe, which warns; the layers then compute the product without it, within the
+    same bound, at any width."""
+    real = torch._weight_int8pack_mm
+
+    def wider_step(x, codes, scale):
+        k = x.size(1) // 32 * 32
+        return real(x[:, :k].contiguous(), codes[:, :k].contiguous(), scale)
+
+    int8_kernel_is_exact.cache_clear()
+    monkeypatch.setattr(torch, "_weight_int8pack_mm", wider_step)
+    try:
+        with pytest.warns(RuntimeWarning, match="wrong products on this CPU"):
+            assert not int8_kernel_is_exact()
+        for k in (1, 17, 48, 100):
+            torch.manual_seed(k)
+            linear = nn.Linear(k, 20)
+            layer = Int8Linear(linear)
+            assert not layer.use_kernel
+            x = torch.randn(2, 5, k)
+            want = linear(x).double()
+            bound = error_bound(layer, x, linear.weight).double()
+            assert ((layer(x).double() - want).abs() <= bound * 1.0001 + 1e-6).all()
+    finally:
+        int8_kernel_is_exact.cache_clear()
+    monkeypatch.undo()
+    # this machine's own kernel: the layers use it exactly when the probe passes (on the AVX2
+    # and AVX-512 hosts CI has run on, it does, padded to 16)
+    assert Int8Linear(nn.Linear(4, 4)).use_kernel == int8_kernel_is_exact()
 
 
 def test_the_weights_rounding_is_half_a_step():

@@ -33,6 +33,7 @@ Shapes: M rows (all leading dimensions of x flattened), K in_features, N out_fea
 
 from __future__ import annotations
 
+import warnings
 from functools import cache
 from typing import Any
 
@@ -43,9 +44,11 @@ from torch import Tensor, nn
 BF16_UNIT = 2.0**-8  # bfloat16's unit roundoff (8 significant bits), an upper bound per rounding
 INT4_GROUP_SIZES = (64, 32)  # tried in this order; the kernel takes 32, 64, 128 or 256
 INT4_N_BLOCK = 64  # the int4 CPU packing's block of output channels; rows are padded to it
-# torch._weight_int8pack_mm reads K in blocks of 8 (torch 2.13, CPU) and crashes the process on
-# any other width, so codes and inputs are padded with zero columns to a multiple of it
-INT8_K_BLOCK = 8
+# torch._weight_int8pack_mm reads K in vector steps (torch 2.13, CPU: 16 with AVX-512, 8 with AVX2
+# and NEON) and on other widths crashes the process (AVX2) or returns garbage (AVX-512), so codes
+# and inputs are padded with zero columns to a multiple of the largest step;
+# int8_kernel_is_exact checks the kernel once per process on this machine
+INT8_K_BLOCK = 16
 
 
 def bf16_at_least(x: Tensor) -> Tensor:
@@ -165,14 +168,46 @@ class Int8Linear(WeightOnlyLinear):
         self.k_pad = -self.in_features % INT8_K_BLOCK  # zero columns: they add 0 to x W^T
         self.register_buffer("codes", F.pad(codes, (0, self.k_pad)))  # (N, K')
         self.register_buffer("scale", scale)  # bf16, the kernel's scale dtype
+        self.use_kernel = int8_kernel_is_exact()  # checked once per process (CPU: supported_modes)
 
     def product(self, x: Tensor) -> Tensor:
         x = F.pad(x.to(torch.bfloat16), (0, self.k_pad)) if self.k_pad else x.to(torch.bfloat16)
-        return torch._weight_int8pack_mm(x.contiguous(), self.codes, self.scale)  # (M, N)
+        if self.use_kernel:
+            return torch._weight_int8pack_mm(x.contiguous(), self.codes, self.scale)  # (M, N)
+        # the kernel's arithmetic without it: s_n q_nk is exact in fp32 (8 by 7 significant
+        # bits), the sum runs in fp32 and is rounded to bf16 once, as the kernel does
+        w_hat = self.codes.float() * self.scale.float()[:, None]  # (N, K')
+        return F.linear(x.float(), w_hat).to(torch.bfloat16)  # (M, N)
 
     def dequantize(self) -> Tensor:
         codes = self.codes[:, : self.in_features].float()  # (N, K)
         return (codes * self.scale.float()[:, None]).to(self.compute_dtype)
+
+
+@cache
+def int8_kernel_is_exact() -> bool:
+    """Whether ``torch._weight_int8pack_mm`` on this CPU computes x (s q)^T exactly for a
+    problem whose every partial sum is a small integer (so exact in bf16), at a width that is a
+    multiple of INT8_K_BLOCK but of no larger power of two, and row and column counts that fill
+    no kernel block. PyTorch documents neither the kernel's vector step nor its CPU dispatch, so
+    a kernel this module does not know is found here, once, and the layers compute the product
+    without it (slower, same error bound) with a warning instead of wrong output."""
+    gen = torch.Generator().manual_seed(0)
+    m, n, k = 5, 20, 3 * INT8_K_BLOCK
+    x = torch.randint(-1, 2, (m, k), generator=gen)  # entries in {-1, 0, 1}
+    q = torch.randint(-2, 3, (n, k), generator=gen)  # |sum| <= 2k < 2^8: exact in bf16
+    scale = torch.ones(n, dtype=torch.bfloat16)
+    got = torch._weight_int8pack_mm(x.to(torch.bfloat16), q.to(torch.int8), scale)  # (M, N)
+    exact = torch.equal(got.float(), (x @ q.T).float())
+    if not exact:
+        warnings.warn(
+            f"torch._weight_int8pack_mm in torch {torch.__version__} gives wrong products on this "
+            "CPU; int8 layers compute x (s q)^T with an fp32 matmul instead (within the same "
+            "documented bound, slower)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return exact
 
 
 def int4_group_size(in_features: int) -> int | None:
