@@ -82,7 +82,9 @@ def probe(arm: str, dtype: str, steps: int, work: Path) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default=str(translation.DEFAULT_DATA))
+    ap.add_argument(
+        "--data", required=True, help="a folder holding multi30k/ (or the multi30k folder itself)"
+    )
     ap.add_argument("--steps", type=int, default=100)
     ap.add_argument(
         "--runs",

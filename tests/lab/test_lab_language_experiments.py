@@ -256,6 +256,24 @@ def test_translation_full_recipes_are_matched_and_recurrent_arms_fp32():
     assert cfg.save_every == cfg.eval_every and cfg.seed == 1
 
 
+@pytest.mark.parametrize("native_bf16", [False, True])
+def test_translation_runs_of_another_precision_never_mix(monkeypatch, tmp_path, native_bf16):
+    """The Transformer trains in bf16 only where the CPU has it natively: its runs (directory and
+    kept result) carry the precision in their name, so a piece on a CPU of the other kind trains
+    its own runs instead of resuming or reusing those of the other precision."""
+    monkeypatch.setattr(translation, "cpu_has_native_bf16", lambda: native_bf16)
+    tag = "-bf16" if native_bf16 else ""
+    assert translation.recipes(False)["transformer"].train["dtype"] == ("bf16" if tag else "fp32")
+    assert translation.run_name("transformer", 1e-3, False) == f"transformer{tag}"
+    assert translation.run_name("transformer", 3e-3, False, 5000) == (
+        f"transformer-lr0.003{tag}-steps5000"
+    )
+    assert translation.run_name("lstm", 3e-3, False) == "lstm"  # fp32 on every CPU
+    assert translation.run_name("transformer", 2e-3, True) == "transformer"  # quick: fp32
+    job = ("transformer", 1e-3, 2500, tmp_path, None, 1, False, tmp_path / "kept")
+    assert translation.run_dir_of(job) == tmp_path / "seed1" / f"transformer{tag}"
+
+
 def test_bleu_scores_of_identical_and_recased_text():
     refs = ["A dog runs in the park.", "Two men sit on a bench."]
     assert translation.bleu_scores(refs, refs) == pytest.approx(

@@ -17,7 +17,7 @@ rate scores -inf and is never chosen), and chosen on the last validation BLEU (g
 256 validation sentences, recorded every ``EVAL_EVERY`` steps: the learning curves); the other
 seeds train at that rate, and the first seed again with one schedule over twice the steps (step
 doubling: its last validation BLEU must lie within ``TOLERANCE`` of the matched run's). Runs live
-in ``ARM[-lrLR][-stepsN]`` (:func:`run_name`). The recurrent arms train in fp32, with no bf16
+in ``ARM[-lrLR][-bf16][-stepsN]`` (:func:`run_name`). The recurrent arms train in fp32, with no bf16
 autocast on their step-by-step decoders (:data:`PRECISION` says why, from the probe
 ``benchmarks/translation_dtype.py``); the Transformer keeps bf16 autocast where the CPU has it
 natively.
@@ -116,7 +116,9 @@ PRECISION = (
     "control beside the bf16 arms would cost as much as training them in fp32 (~32 min on both "
     "cores for 3 seeds), so the recurrent arms are fp32 and need no control. The Transformer "
     "keeps bf16 autocast where the CPU has it natively (its parallel matmuls were not in "
-    "question)."
+    "question) and trains in fp32 elsewhere, several times slower per step (the same probe on "
+    "an AVX2-only CPU: benchmarks/translation_dtype_avx2.md); a run's precision is part of its "
+    "name, so the pieces of one run made on CPUs of both kinds never mix the two."
 )
 CLAIM = (
     "The motivating task of the notes: translate a German sentence x_{1:T} into English "
@@ -441,9 +443,14 @@ def at_lr(recipe: Recipe, lr: float) -> Recipe:
 
 def run_name(name: str, lr: float, quick: bool, steps: int | None = None) -> str:
     """The run directory of one arm at one learning rate and budget: the arm's name at its
-    recipe's lr (the runs of the matched budget), ``ARM-lrLR`` at the sweep's other rates, and
-    ``-stepsN`` after either for a budget other than the matched ``STEPS``."""
-    base = name if lr == recipes(quick)[name].train["lr"] else f"{name}-lr{lr:g}"
+    recipe's lr (the runs of the matched budget), ``ARM-lrLR`` at the sweep's other rates,
+    ``-bf16`` after either for a run in bf16 autocast, and ``-stepsN`` for a budget other than the
+    matched ``STEPS``. The Transformer's precision depends on the machine (:func:`recipes`), so the
+    name keeps a piece on a CPU of the other kind from resuming, or reusing the kept result of, a
+    run trained in the other precision: every run of an arm in a report has one precision."""
+    recipe = recipes(quick)[name]
+    base = name if lr == recipe.train["lr"] else f"{name}-lr{lr:g}"
+    base = base if recipe.train["dtype"] == "fp32" else f"{base}-{recipe.train['dtype']}"
     return base if steps in (None, STEPS[quick]) else f"{base}-steps{steps}"
 
 
