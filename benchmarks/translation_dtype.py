@@ -93,6 +93,10 @@ def main() -> None:
     )
     ap.add_argument("--out", default=str(HERE / "translation_dtype"))
     args = ap.parse_args()
+    if args.steps < 20:
+        ap.error(
+            "--steps must be at least 20: a step's time is read between logged steps (every 10)"
+        )
     torch.set_num_threads(1)
     rows = []
     with tempfile.TemporaryDirectory(prefix="translation-dtype-") as tmp:
