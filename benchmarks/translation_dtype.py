@@ -34,12 +34,13 @@ from attnlab.train.build_data import build_task_data
 from attnlab.train.evaluate import evaluate
 
 HERE = Path(__file__).resolve().parent
+LOG_EVERY = 10  # steps between the records a step's time is read between
 
 
 def probe(arm: str, dtype: str, steps: int, work: Path) -> dict:
     recipe = translation.recipes(False)[arm]
     cfg = translation.train_config(False, 0, work / "data", **recipe.train)
-    cfg = replace(cfg, dtype=dtype, threads=1, eval_every=0, save_every=0, log_every=10)
+    cfg = replace(cfg, dtype=dtype, threads=1, eval_every=0, save_every=0, log_every=LOG_EVERY)
     marks: dict[int, tuple[float, float]] = {}  # step -> (CPU seconds, wall seconds)
 
     def on_event(name: str, record: dict) -> None:
@@ -93,9 +94,10 @@ def main() -> None:
     )
     ap.add_argument("--out", default=str(HERE / "translation_dtype"))
     args = ap.parse_args()
-    if args.steps < 20:
+    if args.steps < 2 * LOG_EVERY:
         ap.error(
-            "--steps must be at least 20: a step's time is read between logged steps (every 10)"
+            f"--steps must be at least {2 * LOG_EVERY}: a step's time is read between logged "
+            f"steps (every {LOG_EVERY})"
         )
     torch.set_num_threads(1)
     rows = []

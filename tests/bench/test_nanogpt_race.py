@@ -6,13 +6,13 @@ time-stamped as they arrive, the time to the target loss, attnlab's own training
 read from its summary line, and the report. The figures in benchmarks/cuda/ come from a GPU.
 """
 
-import importlib.util
 import json
 import subprocess
 import sys
-from pathlib import Path
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "nanogpt_race.py"
+from bench_scripts import BENCHMARKS, load_script
+
+SCRIPT = BENCHMARKS / "nanogpt_race.py"
 STUB = """\
 import sys, time
 steps = int([a for a in sys.argv if a.startswith("--max_iters=")][-1].split("=")[1])
@@ -22,15 +22,8 @@ for step, loss in ((0, 4.2), (steps // 2, 1.6), (steps, 1.44)):
 """
 
 
-def _race():
-    spec = importlib.util.spec_from_file_location("nanogpt_race", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_time_to_target_and_the_ratio_to_nanogpts_wall_time():
-    race = _race()
+    race = load_script("nanogpt_race")
     curve = [{"step": 0, "val_loss": 4.0, "seconds": 1.0},
              {"step": 250, "val_loss": 1.449, "seconds": 9.0},
              {"step": 500, "val_loss": 1.43, "seconds": 12.0}]  # fmt: skip
@@ -51,7 +44,7 @@ def test_time_to_target_and_the_ratio_to_nanogpts_wall_time():
 
 
 def test_the_phase_table_of_attnlab_runs_adds_the_exit():
-    race = _race()
+    race = load_script("nanogpt_race")
     tail = ["time: 10.0 s of training (8.0 ms per step after the first), 5.0 s of setup and "
             "evaluation (15.0 s since the command started)"]  # fmt: skip
     timing = {"phases": [{"name": "imports", "seconds": 2.0, "count": 1},

@@ -6,26 +6,18 @@ experiment and training API and that each row carries the figures its report pri
 """
 
 import dataclasses
-import importlib.util
 import math
 import subprocess
 import sys
-from pathlib import Path
 
 from attnlab.lab.experiments import translation
+from bench_scripts import BENCHMARKS, load_script
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "translation_dtype.py"
-
-
-def _probe_module():
-    spec = importlib.util.spec_from_file_location("translation_dtype", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = BENCHMARKS / "translation_dtype.py"
 
 
 def test_the_probe_measures_a_step_and_an_evaluation(monkeypatch, tmp_path):
-    probe = _probe_module()
+    probe = load_script("translation_dtype")
     quick_recipes, quick_config = translation.recipes, translation.train_config
     longer = {  # the quick models, with a schedule longer than the probe's 20 steps
         name: dataclasses.replace(r, train={**r.train, "steps": 40})
