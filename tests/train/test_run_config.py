@@ -58,11 +58,22 @@ def test_toml_round_trip(tmp_path):
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.text(min_size=1).filter(str.strip), st.floats(1e-12, 1.0), st.integers(1, 10**9))
+@given(
+    st.text(min_size=1).filter(lambda s: s.strip() and "\x00" not in s),
+    st.floats(1e-12, 1.0),
+    st.integers(1, 10**9),
+)
 def test_toml_values_round_trip(data, lr, seed):
     train = TrainConfig(data=data, lr=lr, min_lr=0.0, seed=seed)
     parsed = tomllib.loads(dump_toml(RunConfig(train=train)))
     assert TrainConfig.from_dict(parsed["train"]) == train
+
+
+@pytest.mark.parametrize("field", ["data", "val_data", "out", "init_from"])
+def test_a_path_with_a_nul_character_is_refused_by_name(field):
+    # Found by the round trip above: os.path.expanduser("~\x00") raised "embedded null byte".
+    with pytest.raises(ConfigError, match=rf"train\.{field}='~\\x00' contains a NUL character"):
+        TrainConfig(**{field: "~\x00"})
 
 
 def test_partial_file_uses_defaults_and_normalises_types(tmp_path):

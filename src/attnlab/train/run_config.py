@@ -130,6 +130,10 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_types(self)
+        for name in ("data", "val_data", "out", "init_from"):  # paths (init_from: or a hub id)
+            value = getattr(self, name)
+            if isinstance(value, str) and "\x00" in value:  # no file system takes one
+                _bad(name, value, "contains a NUL character ('\\x00'): remove it from the path")
         for name in ("data", "val_data", "out"):  # ~ and $VARS, also from a TOML file or --set
             value = getattr(self, name)
             if isinstance(value, str) and ("~" in value or "$" in value):
