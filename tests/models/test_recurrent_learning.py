@@ -1,6 +1,6 @@
 """Learning check of issue 3: on a generated reversal task of length 12 the Bahdanau model learns
 to reverse and to *align* (its attention sits on the mirrored source position), within a budget
-of CPU seconds; the plain Sutskever model is trained by the same code and learns something.
+of steps; the plain Sutskever model is trained by the same code and learns something.
 
 Why this configuration: with the source read reversed (x_{T:1}, 004's trick) by a unidirectional
 encoder, f_t knows x_t and the tokens after it but never x_{t-1}, so the mirrored position is the
@@ -14,7 +14,8 @@ The plain model gets its favourable order instead (source not reversed: the firs
 last token read) and a fixed 800 steps. Measured over init/data seeds 0-3 (lead's 2-core box, one
 thread): Bahdanau stops after 500-900 steps, 5-10 CPU s, test exact match 0.96-0.99, mirror weight
 0.89-0.97; the plain model's loss falls to 0.53-0.71 of its start, greedy token accuracy 0.19-0.25
-(chance 0.1), exact match 0.
+(chance 0.1), exact match 0. The budget is steps, not seconds (speed lives in benchmarks): on a
+2-core AVX2 host beside another busy process the same 800 Bahdanau steps took 56 CPU s.
 """
 
 from __future__ import annotations
@@ -30,8 +31,7 @@ from attnlab.models.build import build_model
 from attnlab.models.lstm_seq2seq import LSTMSeq2Seq
 
 PAD, BOS, N_SYMBOLS, LENGTH = 0, 1, 10, 12
-CPU_BUDGET_S = 60.0  # process CPU seconds on one thread; a typical run needs 6-12
-MAX_STEPS = 3000
+MAX_STEPS = 3000  # Bahdanau's budget; seeds 0-3 needed 500-900
 
 
 def reversal_pairs(gen: torch.Generator, n: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -69,12 +69,13 @@ def evaluate(model: LSTMSeq2Seq, src: Tensor, tgt: Tensor) -> tuple[float, float
 
 
 def train(model: LSTMSeq2Seq, *, max_steps: int, done=None, seed: int = 0) -> dict:
-    """Adam, batches of 64 fresh pairs, clip 1; stop early once ``done(model)`` (every 100)."""
+    """Adam, batches of 64 fresh pairs, clip 1; stop early once ``done(model)`` (every 100),
+    which ``met`` then says."""
     gen = torch.Generator().manual_seed(seed)
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
-    losses, start, step = [], time.process_time(), 0
+    losses, start, step, met = [], time.process_time(), 0, False
     model.train()
-    while step < max_steps and time.process_time() - start < CPU_BUDGET_S:
+    while step < max_steps and not met:
         src, tgt_in, tgt = reversal_pairs(gen, 64)
         loss = F.cross_entropy(model(src, tgt_in).logits.flatten(0, 1), tgt.flatten())
         opt.zero_grad()
@@ -83,9 +84,8 @@ def train(model: LSTMSeq2Seq, *, max_steps: int, done=None, seed: int = 0) -> di
         opt.step()
         losses.append(loss.item())
         step += 1
-        if done is not None and step % 100 == 0 and done(model):
-            break
-    return dict(losses=losses, steps=step, cpu=time.process_time() - start)
+        met = done is not None and step % 100 == 0 and done(model)
+    return dict(losses=losses, steps=step, met=met, cpu=time.process_time() - start)
 
 
 def _seq2seq(attention: str, reverse_source: bool) -> LSTMSeq2Seq:
@@ -117,7 +117,7 @@ def test_bahdanau_learns_to_reverse_and_align_and_beats_the_plain_model():
         bahdanau = _seq2seq("additive", reverse_source=True)
         run = train(bahdanau, max_steps=MAX_STEPS, done=good_enough)
         exact, mirror = evaluate(bahdanau, test_src, test_tgt)
-        assert run["cpu"] < CPU_BUDGET_S, f"budget exhausted after {run['steps']} steps"
+        assert run["met"], f"bars not met in {run['steps']} steps ({run['cpu']:.0f} CPU s)"
         assert exact >= 0.95, f"exact match {exact:.3f} after {run['steps']} steps"
         assert mirror > 0.8, f"mirror attention {mirror:.3f} after {run['steps']} steps"
 
