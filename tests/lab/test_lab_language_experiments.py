@@ -337,3 +337,15 @@ def test_translation_gate_never_chooses_a_diverged_rate(tmp_path, monkeypatch):
     runs.per["lstm"][0] = {"curves": {"val_bleu": ([], [])}, "diverged": "the loss became nan"}
     with pytest.raises(UserError, match="lstm diverged on seed 0 at its chosen learning rate"):
         translation.chosen_runs(runs)
+
+
+def test_translation_runs_say_where_they_are_at_each_validation(capsys):
+    on_event = translation.progress("seed0/transformer", 2500)
+    on_event("resumed", {"path": "x", "step": 500})
+    on_event("record", {"step": 510, "train_loss": 3.0, "elapsed_s": 1000.0})  # not a validation
+    on_event("record", {"step": 750, "val_bleu": 12.345, "elapsed_s": 3000.0})
+    assert capsys.readouterr().err.splitlines() == [
+        "translation: seed0/transformer: continues from its checkpoint at step 500/2500",
+        "translation: seed0/transformer: step 750/2500, validation BLEU (greedy) 12.3, 4.00 s/step"
+        " so far, ~1.9 h to go for this run",
+    ]

@@ -32,14 +32,15 @@ every (seed, arm) run checkpoints into ``runs/experiments/translation/matched/se
 interrupt it (Ctrl-C, or ``timeout -s INT -k 5m 85m attnlab experiment translation``, which signals
 the whole process group, and kills it 5 minutes later should the process pool hang on its way
 out after everything is saved), each running arm saves, and the same command later resumes every
-arm from its checkpoint, so the full run can be made in pieces across sessions -- by one code:
-the work directory is stamped with the code hash of the first piece and a later piece under
-changed code stops with an error (:mod:`attnlab.lab.kit.resume`). Every run of the matched budget
-is decoded on ``test_2016_flickr`` with greedy search and beam search (5 beams) as soon as it
-finishes (the sweep's runs too: which rate is chosen is known only later, and the checkpoints
-may not outlive the session) and scored with sacreBLEU; each finished run's numbers are kept in
-``OUT/.attnlab-jobs/`` (committed with each piece), so a piece on a fresh machine retrains only
-the runs that were still going (:func:`job_result`):
+arm from its checkpoint (each run prints a line on stderr at each validation, with its pace and
+the hours it has to go: :func:`progress`), so the full run can be made in pieces across
+sessions -- by one code: the work directory is stamped with the code hash of the first piece
+and a later piece under changed code stops with an error (:mod:`attnlab.lab.kit.resume`).
+Every run of the matched budget is decoded on ``test_2016_flickr`` with greedy search and beam
+search (5 beams) as soon as it finishes (the sweep's runs too: which rate is chosen is known only
+later, and the checkpoints may not outlive the session) and scored with sacreBLEU; each finished
+run's numbers are kept in ``OUT/.attnlab-jobs/`` (committed with each piece), so a piece on a
+fresh machine retrains only the runs that were still going (:func:`job_result`):
 
     BLEU      sacrebleu.corpus_bleu(hyps, [refs]): detokenised, cased, 13a tokenisation (standard)
     chrF      sacrebleu.corpus_chrf(hyps, [refs])  (character 6-grams, beta = 2)
@@ -61,6 +62,8 @@ import dataclasses
 import json
 import math
 import os
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -313,10 +316,39 @@ def write_jsonl(pairs: list[tuple[str, str]], path: Path) -> None:
 
 
 # Training, decoding, scoring -----------------------------------------------------------------
+def progress(run: str, steps: int) -> Callable[[str, dict[str, Any]], None]:
+    """``on_event`` for :func:`attnlab.train.train`: a line on stderr when ``run`` continues from
+    its checkpoint and at each validation, with the pace measured so far (the run's own wall time
+    over its steps, summed over pieces) and what it leaves to go at that pace. A full run takes
+    many hours in pieces, two runs side by side: each line names
+    its run, and a piece says where it is from its first validation on."""
+
+    def on_event(name: str, data: dict[str, Any]) -> None:
+        if name == "resumed":
+            line = f"continues from its checkpoint at step {data['step']}/{steps}"
+        elif name == "record" and "val_bleu" in data:
+            step, pace = data["step"], data["elapsed_s"] / max(data["step"], 1)
+            hours = (steps - step) * pace / 3600
+            line = (
+                f"step {step}/{steps}, validation BLEU (greedy) {data['val_bleu']:.1f}, "
+                f"{pace:.2f} s/step so far, ~{hours:.1f} h to go for this run"
+            )
+        else:
+            return
+        print(f"translation: {run}: {line}", file=sys.stderr, flush=True)
+
+    return on_event
+
+
 def train_one(recipe: Recipe, cfg: TrainConfig, run_dir: Path) -> Any:
-    """Train (or continue, or just reload) one model; an interrupt saves and stops the run."""
+    """Train (or continue, or just reload) one model, saying how it goes (:func:`progress`); an
+    interrupt saves and stops the run."""
     result = train(
-        RunConfig(ModelConfig(**recipe.model), cfg), run_dir=run_dir, resume=True, progress=False
+        RunConfig(ModelConfig(**recipe.model), cfg),
+        run_dir=run_dir,
+        resume=True,
+        progress=False,
+        on_event=progress(f"{run_dir.parent.name}/{run_dir.name}", cfg.steps),
     )
     if result.stopped_by is not None:
         raise UserError(
