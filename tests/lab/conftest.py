@@ -11,6 +11,7 @@ of its tuple.
 
 from __future__ import annotations
 
+import os
 import pickle
 from typing import Any
 
@@ -38,8 +39,12 @@ def _lab_jobs_in_process():
         patch.setenv("ATTNLAB_LAB_WORKERS", "1")
         pooled = seeds.run_plans
 
-        def run_plans(fn, plans, workers=2, cost=None):  # one worker asked: in-process anyway
-            return pooled(ThroughPickle(fn) if workers > 1 else fn, plans, workers, cost)
+        def run_plans(fn, plans, workers=2, cost=None):
+            # a pool the cap keeps in-process checks pickling; a real pool (the pool's own tests
+            # lift the cap) pickles the function itself, which a class from conftest cannot be
+            in_process = os.environ.get("ATTNLAB_LAB_WORKERS") == "1"
+            checked = ThroughPickle(fn) if workers > 1 and in_process else fn
+            return pooled(checked, plans, workers, cost)
 
         patch.setattr(seeds, "run_plans", run_plans)  # run_jobs and run_arms call it here
         patch.setattr(gating, "run_plans", run_plans)  # the gate imported it by name
