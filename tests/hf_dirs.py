@@ -50,7 +50,7 @@ def wordpiece_vocab(path: Path) -> None:
     (path / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
 
 
-# The small Llama-layout config.json the Llama, Mistral, Qwen2, Qwen3 and Gemma 3 tests build on.
+# The small Llama-layout config.json the Llama, Mistral, Qwen and Gemma tests build on.
 SMALL_LLAMA = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
                    num_attention_heads=4, max_position_embeddings=64, bos_token_id=1,
                    eos_token_id=2, pad_token_id=0)  # fmt: skip
@@ -149,10 +149,11 @@ def redraw(model: torch.nn.Module, *, norm_std: float = 0.0, bias_std: float = 0
 
 
 def gemma_lm(version: int, config: dict, seed: int = 0):
-    """transformers' Gemma 2 or Gemma 3 (``version``) causal LM of ``config`` (hf_causal_lm) with
+    """transformers' Gemma 1, 2 or 3 (``version``) causal LM of ``config`` (hf_causal_lm) with
     its biases drawn from N(0, 0.2) and its norm gains' w from N(0, 0.3): Gemma's (1 + w) gains
     initialise to w = 0, this makes every gain matter."""
-    family, config_family = ("Gemma2", "") if version == 2 else ("Gemma3", "Gemma3Text")
+    names = {1: ("Gemma", ""), 2: ("Gemma2", ""), 3: ("Gemma3", "Gemma3Text")}
+    family, config_family = names[version]
     hf = hf_causal_lm(family, config, seed, config_family)
     redraw(hf, norm_std=0.3, bias_std=0.2)
     return hf

@@ -52,6 +52,9 @@ NATURAL = {
         embed_scale=True,
         qk_norm=True,
     ),
+    "gemma": dict(
+        ROTARY, ffn="geglu", activation="gelu_tanh", embed_scale=True, tie_embeddings=True
+    ),
     "gemma2": dict(
         ROTARY,
         norm_placement="sandwich",
@@ -242,12 +245,14 @@ HF_CLASSES = {
     "Qwen3ForCausalLM": "logits",
     "Gemma3ForCausalLM": "logits",
     "Gemma2ForCausalLM": "logits",
+    "GemmaForCausalLM": "logits",
     "GPT2ForSequenceClassification": "logits",
     "LlamaForSequenceClassification": "logits",
     "MistralForSequenceClassification": "logits",
     "Qwen2ForSequenceClassification": "logits",
     "Qwen3ForSequenceClassification": "logits",
     "Gemma3TextForSequenceClassification": "logits",
+    "GemmaForSequenceClassification": "logits",
     "BertModel": "last_hidden_state",
     "BertForSequenceClassification": "logits",
     "BertForMaskedLM": "logits",
@@ -375,7 +380,7 @@ def test_the_refusal_names_every_field_and_the_family_that_holds_it():
     assert "n_kv_heads=2 (GPT-2 needs None): GPT-2 has no grouped KV heads" in message
     assert "attn_window=4 (GPT-2 needs None)" in message
     assert "positional='sinusoidal' (GPT-2 needs 'learned')" in message
-    assert "llama, qwen2, qwen3, gemma3, gemma2 can hold it" in message
+    assert "llama, qwen2, qwen3, gemma3, gemma2, gemma can hold it" in message
     assert "no Hugging Face family" in message
     fits_llama = ModelConfig(**LLAMA_SHAPED, n_kv_heads=2)
     with pytest.raises(ConfigError, match=r"n_kv_heads=2 .*, export to llama instead"):

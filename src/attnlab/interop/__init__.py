@@ -1,4 +1,4 @@
-"""Interoperability: Hugging Face models (GPT-2, Llama/Mistral/Qwen2/Qwen3, Gemma 2 and 3, BERT)
+"""Interoperability: Hugging Face models (GPT-2, Llama/Mistral/Qwen2/Qwen3, Gemma 1, 2 and 3, BERT)
 in and out, and plain safetensors export. Importing the package registers every family's table
 (``family.REGISTRY``), so an export error can name the family that would hold a setting."""
 

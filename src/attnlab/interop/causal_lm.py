@@ -4,7 +4,7 @@ copying a ``...ForCausalLM`` state dict into a :class:`DecoderLM` and back, or a
 ``...ForSequenceClassification`` one into a :class:`DecoderClassifier`.
 
 A :class:`CausalLM` names, as data, the families that share one file layout (Llama, Qwen2 and
-Qwen3 do; so do Gemma 2 and 3), the embedding tensor a tied output head equals, and the
+Qwen3 do; so do Gemma 1, 2 and 3), the embedding tensor a tied output head equals, and the
 family's config reader. The two heads are the same in every one of them (:func:`head_rows`):
 
     logits = LN_f(x_N) W_head,   W_head = E (tied) or lm_head.weight (untied)    language model

@@ -1,6 +1,7 @@
-"""Hugging Face Gemma 2 and Gemma 3 text decoders (``Gemma2ForCausalLM``, model_type "gemma2";
-``Gemma3ForCausalLM``, model_type "gemma3_text") <-> DecoderLM, and Gemma 3's classifier
-(``Gemma3TextForSequenceClassification``) <-> DecoderClassifier.
+"""Hugging Face Gemma 1, 2 and 3 text decoders (``GemmaForCausalLM``, model_type "gemma";
+``Gemma2ForCausalLM``, "gemma2"; ``Gemma3ForCausalLM``, "gemma3_text") <-> DecoderLM, and the
+classifiers of Gemma 1 and 3 (``GemmaForSequenceClassification``,
+``Gemma3TextForSequenceClassification``) <-> DecoderClassifier.
 
 A Gemma block is the sandwich block (``norm_placement="sandwich"``, ``attnlab.nn.sandwich``) with
 Llama's other parts and GeGLU:
@@ -16,7 +17,12 @@ with rotary positions and every RMSNorm computing ``x / rms(x) * (1 + w)``: the 
 attnlab the gain g = 1 + w (a table ``offset``; 1 + w is the same float either way). Attention
 logits are scaled by 1/sqrt(``query_pre_attn_scalar``), which must equal ``head_dim`` here.
 
-Gemma 2 (Team Gemma 2024) adds logit soft-capping, cap(s) = c tanh(s / c): on the attention
+Gemma 1 (Team Gemma 2024a) is the plain pre-norm block with the same parts: x' = x +
+W^O GQA(RMSNorm_in(x)), x'' = x' + W2 (gelu_tanh(W_g u) * W1 u), u = RMSNorm_post(x')
+(``input_layernorm``, ``post_attention_layernorm``: our ``self_attn_norm``, ``ffn_norm``), no
+query/key norms, optional biases on q, k, v and W^O (``attention_bias``); its released configs
+say ``hidden_act="gelu"``, which transformers reads as the tanh approximation, and so does attnlab.
+Gemma 2 (Team Gemma 2024b) adds logit soft-capping, cap(s) = c tanh(s / c): on the attention
 logits before the mask (``attn_logit_softcapping`` = our ``attn_logit_softcap``, 50 in the
 released models) and on the output logits (``final_logit_softcapping`` = ``final_logit_softcap``,
 30); and alternates sliding-window and full layers (``layer_types``: layer i slides when i is
@@ -62,7 +68,8 @@ from attnlab.interop.weights_map import Mapped, config_dict, problems_message
 MODEL_TYPE = "gemma3_text"
 ARCHITECTURE = "Gemma3ForCausalLM"
 GEMMA2_TYPE, GEMMA2_ARCHITECTURE = "gemma2", "Gemma2ForCausalLM"
-MODEL_TYPES = (MODEL_TYPE, GEMMA2_TYPE)
+GEMMA1_TYPE, GEMMA1_NAME = "gemma", "Gemma"  # GemmaForCausalLM, GemmaForSequenceClassification
+MODEL_TYPES = (MODEL_TYPE, GEMMA2_TYPE, GEMMA1_TYPE)
 CLASSIFIER = "Gemma3Text" + CLASSIFIER_SUFFIX
 _ACT_IN = {"gelu_pytorch_tanh": "gelu_tanh", "gelu_new": "gelu_tanh", "gelu": "gelu"}
 _ACT_OUT = {"gelu_tanh": "gelu_pytorch_tanh", "gelu": "gelu"}
@@ -265,6 +272,90 @@ GEMMA2 = register(
 )
 
 
+# Gemma 1 ------------------------------------------------------------------------------------
+
+# transformers' names for the tanh-approximated GELU
+_TANH_GELU = ("gelu_pytorch_tanh", "gelu_new")
+SUPPORTED_1 = (
+    "Gemma 1 decoders with GeGLU (hidden_act gelu_pytorch_tanh, or the releases' gelu, read as "
+    "it), rotary scaling none/linear/llama3, causal attention, and " + HEADS
+)
+
+
+def _gemma1_layer(cfg: ModelConfig, h: str, b: str) -> list[Mapped]:
+    """A Gemma 1 layer's tensors besides q/k/v: W^O, the GeGLU and the two pre-norm RMSNorms,
+    each gain stored as g - 1."""
+    pairs = [("self_attn.o_proj.weight", "self_attn.out_proj.weight")]
+    if cfg.attention_bias:  # one switch for q, k, v and W^O
+        pairs.append(("self_attn.o_proj.bias", "self_attn.out_proj.bias"))
+    pairs += [(f"mlp.{p}_proj.weight", f"ffn.{p}.weight") for p in ("gate", "up", "down")]
+    norms = (("input_layernorm", "self_attn_norm"), ("post_attention_layernorm", "ffn_norm"))
+    table = [Mapped.one(h + hf, b + ours) for hf, ours in pairs]
+    return table + [Mapped.one(f"{h}{hf}.weight", f"{b}{o}.weight", offset=1.0) for hf, o in norms]
+
+
+def gemma1_table(cfg: ModelConfig) -> list[Mapped]:
+    """Hugging Face name(s) -> attnlab name for every tensor of a Gemma 1 model of ``cfg``."""
+    return decoder_table(cfg, _gemma1_layer, offset=1.0)
+
+
+GEMMA1_KEYS = (
+    Key("model_type", (), lambda c: GEMMA1_TYPE, default=None),
+    architecture_key(
+        lambda c: GEMMA1_NAME + "ForCausalLM", lambda c: GEMMA1_NAME + CLASSIFIER_SUFFIX
+    ),
+    *SHAPE_KEYS,
+    Key("hidden_act", (), lambda c: "gelu_pytorch_tanh", default=None),
+    Key("rope_parameters", ROPE_FIELDS, rope_parameters, read_rope, default=None),
+    Key("rope_theta", (), lambda c: c.rope_base, default=None),  # transformers < 5 reads these
+    Key("rope_scaling", (), rope_scaling, default=None),
+    Key("use_bidirectional_attention", (), lambda c: False, default=None),
+    Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _attention_bias, default=False),
+    tie_key(default=True),
+    *CLASSIFIER_KEYS,
+)
+# A Gemma 1 block: pre-norm, GeGLU with tanh GELU, sqrt(D)-scaled embeddings, (1 + w) gains.
+GEMMA1_FIXED = {
+    **ROTARY_RMSNORM,
+    "norm_placement": "pre",
+    "ffn": "geglu",
+    "activation": "gelu_tanh",
+    "final_norm": True,
+    "embed_scale": True,
+    "qk_norm": False,
+}
+
+GEMMA1 = register(
+    Family(
+        name="Gemma 1",
+        export_name="gemma",
+        keys=GEMMA1_KEYS,
+        fixed=GEMMA1_FIXED,
+        table=gemma1_table,
+        kinds=DECODER_KINDS,
+    )
+)
+
+
+def _gemma1_config(data: dict[str, Any]) -> ModelConfig:
+    problems = []
+    # transformers 4 ran ``hidden_activation`` when set (its "gelu" the exact GELU), else the
+    # tanh GELU whatever hidden_act said; transformers 5 runs ``hidden_act``, reading the
+    # releases' legacy "gelu" as the tanh GELU. Only where both agree on the tanh GELU is it read.
+    for key, legacy in (("hidden_activation", ()), ("hidden_act", ("gelu",))):
+        if data.get(key) not in (None, *_TANH_GELU, *legacy):
+            problems.append(f"{key}={data[key]!r} (attnlab's Gemma 1 gates with the tanh GELU)")
+    if data.get("use_bidirectional_attention"):
+        problems.append("use_bidirectional_attention=true (attnlab's Gemma is causal)")
+    rope_type = read_rope(None, data)[1]
+    if rope_type not in ("none", "linear", "llama3"):
+        problems.append(f"rope scaling {rope_type!r} (attnlab has default, linear and llama3)")
+    problems += classifier_problems(data)
+    if problems:
+        raise ConfigError(problems_message("Gemma 1", problems, SUPPORTED_1))
+    return GEMMA1.read(data)
+
+
 def _common_problems(data: dict[str, Any], rope: dict[str, Any]) -> list[str]:
     """What Gemma 2 and 3 configs may hold and attnlab may not: the activation (normalised into
     ``data["hidden_activation"]``), the query scale, bidirectional attention, rotary scaling."""
@@ -287,14 +378,14 @@ def _common_problems(data: dict[str, Any], rope: dict[str, Any]) -> list[str]:
 
 
 def gemma_config_to_model_config(hf_config: Any) -> ModelConfig:
-    """A Gemma3TextConfig or Gemma2Config (or config.json's dict) -> the equivalent ModelConfig.
-    Raises ConfigError listing every setting that has no attnlab equivalent."""
-    data = config_dict(hf_config, "Gemma3TextConfig or Gemma2Config")
+    """A Gemma3TextConfig, Gemma2Config or GemmaConfig (or config.json's dict) -> the equivalent
+    ModelConfig. Raises ConfigError listing every setting that has no attnlab equivalent."""
+    data = config_dict(hf_config, "Gemma3TextConfig, Gemma2Config or GemmaConfig")
     model_type = data.get("model_type", MODEL_TYPE)
     if model_type not in MODEL_TYPES:
         raise ConfigError(f"model_type={model_type!r} is not one of {list(MODEL_TYPES)}")
-    read = _gemma2_config if model_type == GEMMA2_TYPE else _gemma3_config
-    return read(data)
+    readers = {GEMMA2_TYPE: _gemma2_config, GEMMA1_TYPE: _gemma1_config}
+    return readers.get(model_type, _gemma3_config)(data)
 
 
 def _gemma2_config(data: dict[str, Any]) -> ModelConfig:
@@ -323,9 +414,9 @@ def _gemma3_config(data: dict[str, Any]) -> ModelConfig:
     return GEMMA3.read(data)
 
 
-# The file around the tables: the head tied to embed_tokens, one reader for both model types.
+# The file around the tables: the head tied to embed_tokens, one reader for the three types.
 GEMMA_LM = CausalLM(
-    families=(GEMMA3, GEMMA2),
+    families=(GEMMA3, GEMMA2, GEMMA1),
     embedding="model.embed_tokens.weight",
     convert=gemma_config_to_model_config,
     loader="GEMMA_LM.load",

@@ -5,8 +5,9 @@ One entry point per direction, dispatching on ``config.json``'s ``model_type``:
     gpt2               -> decoder_lm   (attnlab.interop.gpt2)
     llama, mistral,    -> decoder_lm   (attnlab.interop.llama: RMSNorm, rotary, GQA, SwiGLU;
     qwen2, qwen3                        Qwen2's q/k/v biases, Qwen3's query/key norms)
-    gemma2,            -> decoder_lm   (attnlab.interop.gemma: sandwich norms, GeGLU; Gemma 2's
-    gemma3_text                         soft-caps and alternating windows, Gemma 3's QK-norm)
+    gemma, gemma2,     -> decoder_lm   (attnlab.interop.gemma: GeGLU, (1 + w) gains; Gemma 1's
+    gemma3_text                         pre-norm block, Gemma 2's sandwich norms, soft-caps and
+                                        alternating windows, Gemma 3's QK-norm)
                           (each decoder's ...ForSequenceClassification -> decoder_classifier)
     bert               -> encoder / classifier / masked_lm by ``architectures``
                                        (attnlab.interop.bert)
@@ -90,7 +91,7 @@ def model_config_from_hf(data: dict[str, Any]) -> ModelConfig:
         return bert.bert_config_to_model_config(data)
     raise ConfigError(
         f"model_type={model_type!r} is not supported; attnlab imports {list(MODEL_TYPES)} "
-        "(GPT-2, the Llama family incl. Mistral, Qwen2 and Qwen3, Gemma 2 and 3, and BERT)"
+        "(GPT-2, the Llama family incl. Mistral, Qwen2 and Qwen3, Gemma 1, 2 and 3, and BERT)"
     )
 
 
