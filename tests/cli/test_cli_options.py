@@ -106,11 +106,27 @@ def test_progress_lines_outside_a_terminal(capsys):
     bar = ProgressLines(total=40, initial=0, lines=4)
     with bar:
         for step in range(40):
+            bar.set_postfix(loss=f"{1 / (step + 1):.3f}")  # the loop sets it, then updates
             bar.update(1)
-            bar.set_postfix(loss=f"{1 / (step + 1):.3f}")
     lines = capsys.readouterr().err.splitlines()
     assert [line.split()[1] for line in lines] == ["10/40", "20/40", "30/40", "40/40"]
-    assert "loss 0.053" in lines[1] and "eta" in lines[0] and "eta" not in lines[-1]
+    assert "loss 0.050" in lines[1] and "eta" in lines[0] and "eta" not in lines[-1]
+    assert not any("(at step" in line for line in lines)  # every line's loss is its own step's
+
+
+def test_progress_lines_fall_on_logged_steps_and_name_an_older_loss(capsys):
+    """60 steps logged every 10: a line every 3 steps would repeat one loss three times, so the
+    lines fall on the logged steps; the last one, between logs, says where its loss is from."""
+    bar = ProgressLines(total=65, initial=0, log_every=10)
+    with bar:
+        for step in range(1, 66):
+            if step % 10 == 0:
+                bar.set_postfix(loss=f"{1 / step:.4f}")
+            bar.update(1)
+    lines = capsys.readouterr().err.splitlines()
+    assert [line.split()[1] for line in lines] == [f"{s}/65" for s in (10, 20, 30, 40, 50, 60, 65)]
+    assert "loss 0.0500" in lines[1] and "(at step" not in lines[1]
+    assert "loss 0.0167  (at step 60)" in lines[-1]
 
 
 def test_weights_and_biases_offline(tmp_path, monkeypatch):

@@ -378,9 +378,8 @@ class _Run:
     def go(self, progress: bool, stop_at: int | None) -> TrainResult:
         """Run steps up to ``train.steps`` (or ``stop_at``), then finish."""
         cfg, info, result = self.parts.cfg, self.parts.info, self.result
-        bar = make_progress_bar(
-            cfg.steps, result.start_step, progress and cfg.progress and info.is_main
-        )
+        enabled = progress and cfg.progress and info.is_main
+        bar = make_progress_bar(cfg.steps, result.start_step, enabled, cfg.log_every)
         try:
             self.steps(bar, stop_at)
         except BaseException:
@@ -399,7 +398,6 @@ class _Run:
                 stats = train_step(self.parts, step, stop.requested)  # ends reading the loss
                 self.time_step(step, time.perf_counter() - began)
                 done = self.account(step + 1, stats)
-                bar.update(1)
                 final = done == cfg.steps
                 metrics = self.evaluate(done) if self.wants_eval(done) else {}
                 if metrics or done % cfg.log_every == 0:
@@ -407,6 +405,7 @@ class _Run:
                         record = self.write_log(done, stats, metrics)
                     loss, rate = record["train_loss"], record["tokens_per_s"]
                     bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{rate:.0f}", refresh=False)
+                bar.update(1)  # after the postfix: the bar shows this step's logged loss
                 if metrics and self.plotter is not None and self.log is not None:
                     self.plotter.request(self.log.records)  # drawn while the steps go on
                 stopping, paused = stats.stop_votes > 0, done == end and not final

@@ -374,11 +374,12 @@ class TensorBoard:
         self.writer.close()
 
 
-def progress_bar(total: int, initial: int, enabled: bool) -> Any:
+def progress_bar(total: int, initial: int, enabled: bool, log_every: int = 1) -> Any:
     """A tqdm bar on stderr showing the step, loss, tokens/s and ETA in a terminal; elsewhere (a
-    log file, a batch job) :class:`ProgressLines`."""
+    log file, a batch job) :class:`ProgressLines`, a line on each of about 20 logged steps. The
+    loss shown is the one logged (every ``log_every`` steps), set before the step's update."""
     if enabled and not sys.stderr.isatty():
-        return ProgressLines(total, initial)
+        return ProgressLines(total, initial, log_every=log_every)
     show = enabled and sys.stderr.isatty()
     size = shutil.get_terminal_size((100, 24))  # some ptys report 0 x 0, which hides the bar
     return tqdm(
@@ -395,16 +396,30 @@ def progress_bar(total: int, initial: int, enabled: bool) -> Any:
 
 class ProgressLines:
     """The progress bar's facts as a plain line on stderr, for logs: about 20 lines per run
-    (every ``total // 20`` steps, at least one a minute) and one at the end::
+    (every ``total // 20`` steps rounded up to a multiple of ``log_every``, so that each falls on
+    a step whose loss was just logged; at least one a minute) and one at the end::
 
         step 500/2000 (25%)  loss 1.234  tok_s 51234  elapsed 1m05s  eta 3m15s
+
+    A line between logged steps (the minute's, or the last) names the step its loss is from:
+    ``loss 1.234  tok_s 51234  (at step 490)``. The caller sets the postfix of a step before
+    calling ``update`` for it.
     """
 
-    def __init__(self, total: int, initial: int, lines: int = 20, every_s: float = 60.0):
-        self.total, self.step, self.every = total, initial, max(1, total // lines)
+    def __init__(
+        self,
+        total: int,
+        initial: int,
+        lines: int = 20,
+        every_s: float = 60.0,
+        log_every: int = 1,
+    ):
+        every = max(1, total // lines)
+        self.total, self.step, self.every = total, initial, -(-every // log_every) * log_every
         self.every_s, self.initial = every_s, initial
         self.started = self.shown_at = time.perf_counter()
         self.postfix: dict[str, Any] = {}
+        self.fresh, self.postfix_at = False, initial  # set since the last update; its step
 
     def __enter__(self) -> ProgressLines:
         return self
@@ -413,10 +428,12 @@ class ProgressLines:
         return None
 
     def set_postfix(self, refresh: bool = False, **values: Any) -> None:
-        self.postfix = values
+        self.postfix, self.fresh = values, True
 
     def update(self, n: int = 1) -> None:
         self.step += n
+        if self.fresh:
+            self.postfix_at, self.fresh = self.step, False
         now = time.perf_counter()
         due = self.step % self.every == 0 or now - self.shown_at >= self.every_s
         if due or self.step == self.total:
@@ -427,6 +444,8 @@ class ProgressLines:
         done = self.step - self.initial
         parts = [f"step {self.step}/{self.total} ({100 * self.step / max(self.total, 1):.0f}%)"]
         parts += [f"{k} {v}" for k, v in self.postfix.items()]
+        if self.postfix and self.postfix_at != self.step:
+            parts.append(f"(at step {self.postfix_at})")
         parts.append(f"elapsed {_duration(elapsed)}")
         if done > 0 and self.step < self.total:
             parts.append(f"eta {_duration(elapsed / done * (self.total - self.step))}")
