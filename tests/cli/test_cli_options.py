@@ -69,6 +69,22 @@ def test_help_never_points_at_repository_files():
     assert "https://github.com/attnlab/attnlab/blob/main/docs/fast.md" in text
 
 
+def test_every_command_that_loads_a_model_names_every_model_type_the_importers_read():
+    """The lists come from the importers and the family registry: a family added there shows
+    in --help without anyone editing a help string."""
+    from attnlab.interop.family import REGISTRY
+    from attnlab.interop.pretrained import MODEL_TYPES
+
+    parser = build_parser()
+    subcommands = next(a for a in parser._actions if getattr(a, "choices", None)).choices
+    for name in ("generate", "evaluate", "export", "explore"):
+        text = " ".join(subcommands[name].format_help().split())
+        assert f"model_type {', '.join(MODEL_TYPES)}" in text, name
+    export = " ".join(subcommands["export"].format_help().split())
+    assert all(family.name in export for family in REGISTRY.values())
+    assert "(default: hf)" in export
+
+
 def test_paths_expand_home_and_variables(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("RUNS", str(tmp_path / "runs"))

@@ -287,7 +287,32 @@ def test_export_cli_from_a_training_checkpoint(tmp_path, capsys):
     )
     sinus = ours_gpt2(vocab_size=tok.vocab_size, positional="sinusoidal")
     save_checkpoint(tmp_path / "sin", model=sinus, config=sinus.cfg, tokenizer=tok, step=1)
-    assert main(["export", "--checkpoint", str(tmp_path / "sin"), "--out", str(out)]) == 2
+    fresh = tmp_path / "hf_sin"
+    for fmt in ("hf", "hf-gpt2"):  # no family holds sinusoids: refused, nothing written
+        assert main(["export", "--checkpoint", str(tmp_path / "sin"), "--out", str(fresh),
+                     "--format", fmt]) == 2  # fmt: skip
+        err = " ".join(capsys.readouterr().err.split())  # the CLI wraps messages at 100 columns
+        assert "positional='sinusoidal' (GPT-2 needs 'learned')" in err and not fresh.exists()
     assert main(["export", "--checkpoint", str(tmp_path / "missing"), "--out", str(out)]) == 2
-    err = " ".join(capsys.readouterr().err.split())  # the CLI wraps messages at 100 columns
-    assert "positional='sinusoidal' (GPT-2 needs 'learned')" in err and "missing" in err
+    assert "missing" in capsys.readouterr().err
+
+
+def test_the_export_command_writes_the_models_own_family_by_default(tmp_path, capsys):
+    """Without --format, a run exports to the Hugging Face family that holds it (a Llama here,
+    which hf-gpt2 would refuse)."""
+    from attnlab.checkpoint import save_checkpoint
+    from attnlab.data import CharTokenizer
+
+    tok = CharTokenizer("abcdefgh ")
+    cfg = ModelConfig(vocab_size=tok.vocab_size, d_model=16, n_heads=2, n_layers=1, max_len=16,
+                      positional="rotary", norm="rmsnorm", ffn="swiglu", activation="silu",
+                      bias=False, n_kv_heads=1)  # fmt: skip
+    model = build_model(cfg).eval()
+    save_checkpoint(tmp_path / "run", model=model, config=cfg, tokenizer=tok, step=1)
+    out = tmp_path / "hf"
+    assert main(["export", "--checkpoint", str(tmp_path / "run"), "--out", str(out)]) == 0
+    assert "as hf to" in capsys.readouterr().out
+    hf = transformers.AutoModelForCausalLM.from_pretrained(out).eval()
+    assert type(hf).__name__ == "LlamaForCausalLM"
+    ids = torch.tensor([tok.encode("a bad egg")])
+    torch.testing.assert_close(logits(hf, ids), logits(model, ids), atol=1e-5, rtol=1e-5)

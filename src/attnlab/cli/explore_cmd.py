@@ -1,7 +1,7 @@
 """``attnlab explore``: the attention explorer, a local web page over a model.
 
     attnlab explore runs/dates                 # a run directory or checkpoint
-    attnlab explore gpt2/ --port 8001          # a local Hugging Face directory (GPT-2, Llama, BERT)
+    attnlab explore gpt2/ --port 8001          # a local Hugging Face directory
 
 The page works offline (everything it needs ships in the package) and the server listens on
 127.0.0.1 unless ``--host`` says otherwise. See docs/explorer.md.
@@ -13,7 +13,13 @@ import argparse
 import os
 import sys
 
-from attnlab.cli.options import add_device, add_kv_cache, add_revision, add_weights
+from attnlab.cli.options import (
+    CHECKPOINT_HELP,
+    add_device,
+    add_kv_cache,
+    add_revision,
+    add_weights,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -28,9 +34,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "path",
         metavar="PATH",
-        help="run directory or checkpoint written by `attnlab train`, a Hugging Face model "
-        "directory (GPT-2, Llama family, BERT), or a hub id such as gpt2 (fetched into the "
-        "Hugging Face cache; HF_HUB_OFFLINE=1 reads only the cache)",
+        help=CHECKPOINT_HELP,
     )
     add_revision(p)
     p.add_argument(

@@ -1,6 +1,6 @@
 """``attnlab export``: write a trained run as a Hugging Face directory or a safetensors file.
 
-attnlab export --checkpoint runs/x --format hf --out hf-export/      (GPT-2, Llama or BERT)
+attnlab export --checkpoint runs/x --out hf-export/                  (the model's own HF family)
 attnlab export --checkpoint runs/x --format hf-gpt2 --out gpt2-export/
 attnlab export --checkpoint runs/x --format safetensors --out model.safetensors
 """
@@ -11,7 +11,7 @@ import argparse
 from pathlib import Path
 
 from attnlab.cli import load_checkpoint_lazily
-from attnlab.cli.options import add_checkpoint, add_device
+from attnlab.cli.options import HF_FAMILIES, add_checkpoint, add_device
 from attnlab.cli.outputs import outputs, remove_earlier
 from attnlab.errors import ConfigError
 from attnlab.interop.export import FORMATS, check_export_target, export_as
@@ -20,27 +20,28 @@ from attnlab.interop.export import FORMATS, check_export_target, export_as
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "export",
-        help="export a trained model as a Hugging Face GPT-2 directory or a safetensors file",
-        description="Export a trained model. hf-gpt2 (decoder-only LMs with learned positions) "
-        "writes config.json + model.safetensors that transformers.GPT2LMHeadModel."
-        "from_pretrained loads; safetensors writes one file with attnlab names, config and "
-        "tokenizer.",
+        help="export a trained model as a Hugging Face directory or a safetensors file",
+        description="Export a trained model. hf (the default) writes the Hugging Face directory "
+        "(config.json, model.safetensors, the tokenizer) of the family that holds the model "
+        "exactly, which transformers' from_pretrained loads with equal outputs; hf-gpt2 insists "
+        "on GPT-2; safetensors writes one file with attnlab names, config and tokenizer. A model "
+        "a family cannot hold exactly is refused, naming every setting that does not fit.",
     )
     add_checkpoint(p)
     add_device(p, default="cpu")
     p.add_argument(
         "--format",
         choices=FORMATS,
-        default="hf-gpt2",
-        help="hf: a Hugging Face directory in the model's family (Llama for rotary RMSNorm "
-        "SwiGLU decoders, GPT-2 for learned positions, BERT for encoders); hf-gpt2: GPT-2 "
-        "only; safetensors: one .safetensors file (default: %(default)s)",
+        default="hf",
+        help=f"hf: a Hugging Face directory in the family that holds the model exactly (one of "
+        f"{HF_FAMILIES}); hf-gpt2: GPT-2 only; safetensors: one .safetensors file (default: "
+        "%(default)s)",
     )
     p.add_argument(
         "--out",
         required=True,
         metavar="PATH",
-        help="output directory (hf-gpt2) or .safetensors file (safetensors)",
+        help="output directory (hf, hf-gpt2) or .safetensors file (safetensors)",
     )
     p.add_argument(
         "--force",

@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_checkpoint(
         p,
-        also=" (GPT-2, Llama family; BERT fills [MASK] tokens)",
+        also=" (a BERT fills its [MASK] tokens)",
     )
     add_device(p, default="cpu")
     src = p.add_mutually_exclusive_group()

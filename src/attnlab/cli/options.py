@@ -10,6 +10,8 @@ import math
 from typing import Any
 
 from attnlab.generate.weights import WEIGHT_MODES
+from attnlab.interop.family import REGISTRY
+from attnlab.interop.pretrained import MODEL_TYPES
 from attnlab.nn.cache import CACHE_DTYPES
 
 # Where --help sends a reader for more: the documentation online (a pip install has no docs/).
@@ -38,9 +40,12 @@ def count(text: str) -> int:
     return value
 
 
+# What loads and what exports, in the words of the importers and the family registry.
+HF_MODELS = f"model_type {', '.join(MODEL_TYPES)}"
+HF_FAMILIES = ", ".join(f.name for f in REGISTRY.values())
 CHECKPOINT_HELP = (
     "run directory (its latest checkpoint) or a step_* checkpoint written by `attnlab train`, "
-    "a Hugging Face model directory, or a Hugging Face hub id such as gpt2 or "
+    f"a Hugging Face model directory ({HF_MODELS}), or a Hugging Face hub id such as gpt2 or "
     "HuggingFaceTB/SmolLM2-135M (fetched into the Hugging Face cache; HF_HUB_OFFLINE=1 reads "
     "only the cache)"
 )
