@@ -40,16 +40,23 @@ def _check_gated(report, measured, extra=(), extra_steps=0):
     assert checks and all(r["outcome"] in (la.HELD, la.NOT_HELD, la.UNRESOLVED) for r in checks)
 
 
+def _quick(module, tmp_path):
+    """(measured, report) of ``module``'s quick form, seed 0, written to ``tmp_path``."""
+    measured = module.measure(True, 0, None)
+    return measured, module.write_up(measured, tmp_path, True)
+
+
 def _rerenders(module, measured, report, tmp_path, monkeypatch):
-    """write_up renders the same report from the measured numbers alone, training nothing."""
+    """Every figure is written, and write_up renders the same report from the measured numbers
+    alone, training nothing."""
+    assert all((tmp_path / f.file).is_file() for f in report.figures)
     monkeypatch.setattr(la, "train_job", no_training)
     again = module.write_up(copy.deepcopy(measured), tmp_path / "again", True)
     assert again.verdict_reason == report.verdict_reason and again.tables == report.tables
 
 
 def test_qkv_quick_report(tmp_path, monkeypatch):
-    measured = qkv.measure(True, 0, None)
-    report = qkv.write_up(measured, tmp_path, True)
+    measured, report = _quick(qkv, tmp_path)
     copy_arms = [f"copy task: {f}" for f in qkv.FORMS]
     _check_gated(report, measured, copy_arms, measured["copy_steps"])
     params = report.metrics["params"]
@@ -65,31 +72,26 @@ def test_qkv_quick_report(tmp_path, monkeypatch):
     assert {f.file for f in report.figures} == files
     copy = report.per_seed["copy_accuracy"]
     assert all(0.0 <= a <= 1.0 for accs in copy.values() for a in accs)
-    assert all((tmp_path / f.file).is_file() for f in report.figures)
     _rerenders(qkv, measured, report, tmp_path, monkeypatch)
 
 
 def test_ffn_width_quick_report(tmp_path, monkeypatch):
-    measured = ffn_width.measure(True, 0, None)
-    report = ffn_width.write_up(measured, tmp_path, True)
+    measured, report = _quick(ffn_width, tmp_path)
     _check_gated(report, measured)
     assert report.arms == ["no FFN", "d_ff = 1 d_model", "d_ff = 2 d_model", "d_ff = 4 d_model"]
     params = list(report.metrics["params"].values())
     assert params == sorted(params) and len(set(params)) == 4
     # no FFN drops W1, b1, W2, b2 and the sublayer's norm (g, b) of each of the 2 layers
     assert params[1] - params[0] == 2 * (2 * D * D + D + D + 2 * D)
-    assert all((tmp_path / f.file).is_file() for f in report.figures)
     _rerenders(ffn_width, measured, report, tmp_path, monkeypatch)
 
 
 def test_layernorm_quick_report(tmp_path, monkeypatch):
-    measured = layernorm.measure(True, 0, None)
-    report = layernorm.write_up(measured, tmp_path, True)
+    measured, report = _quick(layernorm, tmp_path)
     _check_gated(report, measured)
     assert len(report.metrics["checks"]) == 2 * len(measured["depths"])  # loss and speed each
     rows = {r["arm"]: r["parameters"] for r in report.tables[0].rows}
     for d in measured["depths"]:  # two norms per block and the final one, a gain and a bias each
         n = f"{d} layer{'s' if d > 1 else ''}"
         assert rows[f"LayerNorm, {n}"] - rows[f"no norm, {n}"] == (2 * d + 1) * 2 * D
-    assert all((tmp_path / f.file).is_file() for f in report.figures)
     _rerenders(layernorm, measured, report, tmp_path, monkeypatch)

@@ -96,6 +96,13 @@ def _measured(k_prev, k_other, copy=0.95, double=0.02):
         def loss(frac, repeat=repeat, gain=gain):
             return repeat + frac * gain
 
+        def ablated(heads, hit, other, first=first, loss=loss):
+            """An ablation's record: ``heads`` off (loss at ``hit`` of the gain), the others
+            off instead (at ``other``)."""
+            rest = [h for h in range(4) if h not in heads]
+            return {"heads": heads, "others": rest, "loss": loss(hit), "first": first,
+                    "other loss": loss(other)}  # fmt: skip
+
         runs.append(
             {
                 "first": first,
@@ -103,20 +110,8 @@ def _measured(k_prev, k_other, copy=0.95, double=0.02):
                 "valid": 0.05,
                 "induction": [[0.0] * 4, [0.9, 0.8, 0.1, 0.05]],
                 "previous": [[0.6, 0.1, 0.5, 0.1], [0.0] * 4],
-                "ablate induction": {
-                    "heads": [0, 1],
-                    "others": [2, 3],
-                    "loss": loss(0.9),
-                    "first": first,
-                    "other loss": loss(0.1),
-                },
-                "ablate previous": {
-                    "heads": [0, 2],
-                    "others": [1, 3],
-                    "loss": loss(0.7),
-                    "first": first,
-                    "other loss": loss(0.6),
-                },
+                "ablate induction": ablated([0, 1], 0.9, 0.1),
+                "ablate previous": ablated([0, 2], 0.7, 0.6),
                 "single and cumulative": ([[0.1] * 4, [0.2] * 4], [1.0, 3.0, 3.5, 3.9]),
                 "copy": copy,
                 "copy ablated": 0.02,
