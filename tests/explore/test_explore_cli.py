@@ -167,6 +167,18 @@ def test_the_command_serves_until_interrupted(run_dir):
     assert proc.returncode in (0, 130)
 
 
+@pytest.mark.parametrize("port", ["99999", "-1", "http"])
+def test_a_port_that_is_not_one_is_refused_before_the_model_loads(port, capsys, monkeypatch):
+    import attnlab.cli.explore_cmd as explore_cmd
+
+    monkeypatch.setattr(explore_cmd, "run", lambda args: pytest.fail("the command ran"))
+    with pytest.raises(SystemExit) as stop:
+        main(["explore", "no-such-model", "--port", port])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--port" in err and "port" in err.split("--port")[-1]
+    assert "Traceback" not in err and "ValueError" not in err
+
+
 def test_bad_devices_and_a_busy_port_are_one_message_each(run_dir, capsys):
     import socket
 

@@ -19,6 +19,7 @@ from attnlab.cli.options import (
     add_kv_cache,
     add_revision,
     add_weights,
+    port_number,
 )
 
 
@@ -44,7 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "loopback; 0.0.0.0 serves every interface: anyone who can reach it can use the model)",
     )
     p.add_argument(
-        "--port", type=int, default=8000, help="port to listen on (default: %(default)s)"
+        "--port",
+        type=port_number,
+        default=8000,
+        help="port to listen on (default: %(default)s; 0: any free port)",
     )
     add_device(p, default="cpu")
     add_weights(p, purpose="faster continuations")
@@ -70,8 +74,6 @@ def run(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"attnlab explore: {loaded.name} at {url}  (Ctrl-C to stop)", flush=True)
 
-    if not 0 <= args.port < 65536:
-        raise ValueError(f"--port must be between 0 and 65535, got {args.port}")
     serve(session, args.host, args.port, on_ready=ready)
     print("attnlab explore: stopped", file=sys.stderr)
     return 0

@@ -29,6 +29,19 @@ def positive_number(text: str) -> float:
     return value
 
 
+def port_number(text: str) -> int:
+    """An argparse ``type``: a TCP port, 0 (any free one) to 65535, checked before any load."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(
+            f"must be between 0 and 65535 (0: any free port), got {text!r}"
+        )
+    return value
+
+
 def count(text: str) -> int:
     """An argparse ``type``: a whole number >= 0 (how many examples to print, ...)."""
     try:
