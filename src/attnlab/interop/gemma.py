@@ -54,14 +54,16 @@ from attnlab.interop.causal_lm import (
 )
 from attnlab.interop.family import Family, Key, register, tie_key
 from attnlab.interop.llama import (
-    DECODER_KINDS,
     ROPE_FIELDS,
+    ROPE_KEYS,
+    ROPE_TYPES,
     ROTARY_RMSNORM,
     SHAPE_KEYS,
+    decoder_family,
     decoder_table,
     read_rope,
     rope_parameters,
-    rope_scaling,
+    rope_type,
 )
 from attnlab.interop.weights_map import Mapped, config_dict, problems_message
 
@@ -135,6 +137,12 @@ def _attention_bias(value: Any, data: dict[str, Any]) -> bool | None:
     return bool(value) or None
 
 
+# The keys every Gemma config ends with: causal attention, one bias switch, a tied head.
+CAUSAL_BIAS_TIED = (
+    Key("use_bidirectional_attention", (), lambda c: False, default=None),
+    Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _attention_bias, default=False),
+    tie_key(default=True),
+)
 # config.json <-> ModelConfig, both directions (attnlab.interop.family).
 KEYS = (
     Key("model_type", (), lambda c: MODEL_TYPE, default=None),
@@ -147,9 +155,7 @@ KEYS = (
     Key("query_pre_attn_scalar", (), lambda c: c.head_dim, default=None),
     Key("attn_logit_softcapping", (), lambda c: None, default=None),
     Key("final_logit_softcapping", (), lambda c: None, default=None),
-    Key("use_bidirectional_attention", (), lambda c: False, default=None),
-    Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _attention_bias, default=False),
-    tie_key(default=True),
+    *CAUSAL_BIAS_TIED,
     *CLASSIFIER_KEYS,
 )
 # A Gemma 3 block: sandwich RMSNorms, rotary, GeGLU, query/key norms, sqrt(D)-scaled embeddings.
@@ -191,16 +197,7 @@ def gemma_table(cfg: ModelConfig) -> list[Mapped]:
     return decoder_table(cfg, _gemma_layer, offset=1.0)
 
 
-GEMMA3 = register(
-    Family(
-        name="Gemma 3",
-        export_name="gemma3",
-        keys=KEYS,
-        fixed=FIXED,
-        table=gemma_table,
-        kinds=DECODER_KINDS,
-    )
-)
+GEMMA3 = decoder_family("Gemma 3", "gemma3", KEYS, FIXED, gemma_table)
 
 
 # Gemma 2 -----------------------------------------------------------------------------------
@@ -244,9 +241,7 @@ GEMMA2_KEYS = (
     Key("architectures", (), lambda c: [GEMMA2_ARCHITECTURE], default=None),
     *SHAPE_KEYS,
     Key("hidden_activation", "activation", _hidden_activation, _activation, default=None),
-    Key("rope_parameters", ROPE_FIELDS, rope_parameters, read_rope, default=None),
-    Key("rope_theta", (), lambda c: c.rope_base, default=None),  # transformers < 5 reads these
-    Key("rope_scaling", (), rope_scaling, default=None),
+    *ROPE_KEYS,
     Key("layer_types", ("attn_window", "full_attn_every"), _gemma2_layer_types,
         _read_layer_windows, default=None),
     Key("sliding_window", (), lambda c: c.attn_window or 4096, default=None),
@@ -254,9 +249,7 @@ GEMMA2_KEYS = (
     # transformers' defaults are the released models' caps: a config.json without them has them
     Key("attn_logit_softcapping", "attn_logit_softcap", read=_cap, default=50.0),
     Key("final_logit_softcapping", "final_logit_softcap", read=_cap, default=30.0),
-    Key("use_bidirectional_attention", (), lambda c: False, default=None),
-    Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _attention_bias, default=False),
-    tie_key(default=True),
+    *CAUSAL_BIAS_TIED,
 )  # fmt: skip
 # A Gemma 2 block: Gemma 3's without the query/key norms.
 GEMMA2_FIXED = {**FIXED, "qk_norm": False}
@@ -306,12 +299,8 @@ GEMMA1_KEYS = (
     ),
     *SHAPE_KEYS,
     Key("hidden_act", (), lambda c: "gelu_pytorch_tanh", default=None),
-    Key("rope_parameters", ROPE_FIELDS, rope_parameters, read_rope, default=None),
-    Key("rope_theta", (), lambda c: c.rope_base, default=None),  # transformers < 5 reads these
-    Key("rope_scaling", (), rope_scaling, default=None),
-    Key("use_bidirectional_attention", (), lambda c: False, default=None),
-    Key("attention_bias", "attn_bias", lambda c: c.attention_bias, _attention_bias, default=False),
-    tie_key(default=True),
+    *ROPE_KEYS,
+    *CAUSAL_BIAS_TIED,
     *CLASSIFIER_KEYS,
 )
 # A Gemma 1 block: pre-norm, GeGLU with tanh GELU, sqrt(D)-scaled embeddings, (1 + w) gains.
@@ -325,16 +314,7 @@ GEMMA1_FIXED = {
     "qk_norm": False,
 }
 
-GEMMA1 = register(
-    Family(
-        name="Gemma 1",
-        export_name="gemma",
-        keys=GEMMA1_KEYS,
-        fixed=GEMMA1_FIXED,
-        table=gemma1_table,
-        kinds=DECODER_KINDS,
-    )
-)
+GEMMA1 = decoder_family("Gemma 1", "gemma", GEMMA1_KEYS, GEMMA1_FIXED, gemma1_table)
 
 
 def _gemma1_config(data: dict[str, Any]) -> ModelConfig:
@@ -345,25 +325,26 @@ def _gemma1_config(data: dict[str, Any]) -> ModelConfig:
     for key, legacy in (("hidden_activation", ()), ("hidden_act", ("gelu",))):
         if data.get(key) not in (None, *_TANH_GELU, *legacy):
             problems.append(f"{key}={data[key]!r} (attnlab's Gemma 1 gates with the tanh GELU)")
-    if data.get("use_bidirectional_attention"):
-        problems.append("use_bidirectional_attention=true (attnlab's Gemma is causal)")
-    rope_type = read_rope(None, data)[1]
-    if rope_type not in ("none", "linear", "llama3"):
-        problems.append(f"rope scaling {rope_type!r} (attnlab has default, linear and llama3)")
-    problems += classifier_problems(data)
+    problems += _common_problems(data, data)
     if problems:
         raise ConfigError(problems_message("Gemma 1", problems, SUPPORTED_1))
     return GEMMA1.read(data)
 
 
-def _common_problems(data: dict[str, Any], rope: dict[str, Any]) -> list[str]:
-    """What Gemma 2 and 3 configs may hold and attnlab may not: the activation (normalised into
-    ``data["hidden_activation"]``), the query scale, bidirectional attention, rotary scaling."""
-    problems = []
+def _activation_problems(data: dict[str, Any]) -> list[str]:
+    """Gemma 2's and 3's activation, normalised into ``data["hidden_activation"]``."""
     act = data.get("hidden_activation") or data.get("hidden_act") or "gelu_pytorch_tanh"
-    if act not in _ACT_IN:
-        problems.append(f"hidden_activation={act!r} (attnlab's GeGLU gates with {sorted(_ACT_IN)})")
     data["hidden_activation"] = act
+    if act not in _ACT_IN:
+        return [f"hidden_activation={act!r} (attnlab's GeGLU gates with {sorted(_ACT_IN)})"]
+    return []
+
+
+def _common_problems(data: dict[str, Any], rope: dict[str, Any]) -> list[str]:
+    """What every Gemma config may hold and attnlab may not: the query scale, bidirectional
+    attention, a classifier's labels, rotary scaling (``rope``: the keys of the layers' rotary
+    settings)."""
+    problems = []
     head_dim = data.get("head_dim") or data["hidden_size"] // data["num_attention_heads"]
     scalar = data.get("query_pre_attn_scalar", head_dim)
     if scalar != head_dim:
@@ -371,9 +352,8 @@ def _common_problems(data: dict[str, Any], rope: dict[str, Any]) -> list[str]:
     if data.get("use_bidirectional_attention"):
         problems.append("use_bidirectional_attention=true (attnlab's Gemma is causal)")
     problems += classifier_problems(data)
-    rope_type = (rope.get("rope_parameters") or rope.get("rope_scaling") or {}).get("rope_type")
-    if rope_type not in (None, "default", "linear", "llama3"):
-        problems.append(f"rope scaling {rope_type!r} (attnlab has default, linear and llama3)")
+    if rope_type(rope) not in ROPE_TYPES:
+        problems.append(f"rope scaling {rope_type(rope)!r} (attnlab has {', '.join(ROPE_TYPES)})")
     return problems
 
 
@@ -389,8 +369,7 @@ def gemma_config_to_model_config(hf_config: Any) -> ModelConfig:
 
 
 def _gemma2_config(data: dict[str, Any]) -> ModelConfig:
-    rope = {k: data.get(k) for k in ("rope_parameters", "rope_scaling")}
-    problems = _common_problems(data, rope)
+    problems = _activation_problems(data) + _common_problems(data, data)
     types = _gemma2_types(data)
     if _every_kth_full(types) == -1:
         problems.append(
@@ -402,7 +381,7 @@ def _gemma2_config(data: dict[str, Any]) -> ModelConfig:
 
 
 def _gemma3_config(data: dict[str, Any]) -> ModelConfig:
-    problems = _common_problems(data, _rope_of_layers(data))
+    problems = _activation_problems(data) + _common_problems(data, _rope_of_layers(data))
     kinds = set(data.get("layer_types") or [FULL])
     if len(kinds) > 1:
         problems.append(f"mixed layer_types {sorted(kinds)} (one kind only)")

@@ -81,6 +81,15 @@ def _rope(data: dict[str, Any]) -> tuple[float, dict[str, Any]]:
     return float(theta), scaling
 
 
+def rope_type(data: dict[str, Any]) -> str:
+    """The rotary scaling a config.json asks for ("default", "linear", "llama3", "yarn", ...),
+    from any transformers version's keys."""
+    return str(_rope(data)[1]["rope_type"])
+
+
+ROPE_TYPES = ("default", "linear", "llama3")  # the rotary scalings attnlab reads
+
+
 def read_rope(_: Any, data: dict[str, Any]) -> tuple:
     """The six rope_* ModelConfig fields of a config.json (any transformers version's keys)."""
     theta, scaling = _rope(data)
@@ -155,12 +164,16 @@ SHAPE_KEYS = (
     PAD_ID,
     Key("use_cache", (), lambda c: True, default=None),
 )
-DECODER_KEYS = (
-    *SHAPE_KEYS,
-    Key("hidden_act", (), lambda c: "silu", default=None),
+# The rotary keys of one rotary base for all layers, in transformers 5's and 4's spellings.
+ROPE_KEYS = (
     Key("rope_parameters", ROPE_FIELDS, rope_parameters, read_rope, default=None),
     Key("rope_theta", (), lambda c: c.rope_base, default=None),  # transformers < 5 reads these
     Key("rope_scaling", (), rope_scaling, default=None),
+)
+DECODER_KEYS = (
+    *SHAPE_KEYS,
+    Key("hidden_act", (), lambda c: "silu", default=None),
+    *ROPE_KEYS,
     tie_key(default=False),
     *CLASSIFIER_KEYS,
 )
@@ -179,6 +192,19 @@ KEYS = (
 # What Llama-layout decoders (Llama's and Gemma's) pin: rotary positions, RMSNorm, no biases.
 ROTARY_RMSNORM = dict(positional="rotary", norm="rmsnorm", bias=False, attention="softmax")
 DECODER_KINDS = ("decoder_lm", "decoder_classifier")  # ...ForCausalLM, ...ForSequenceClassif.
+
+
+def decoder_family(
+    name: str,
+    export_name: str,
+    keys: tuple[Key, ...],
+    fixed: dict[str, Any],
+    table: Callable[[ModelConfig], list[Mapped]],
+) -> Family:
+    """Register the Family of a decoder with both heads (a language model and a classifier)."""
+    return register(Family(name, export_name, keys, fixed, table, kinds=DECODER_KINDS))
+
+
 # A Llama block: pre-norm, SwiGLU, a final norm.
 FIXED = {
     **ROTARY_RMSNORM,
@@ -234,16 +260,13 @@ def llama_config_to_model_config(hf_config: Any) -> ModelConfig:
             f"{list(MODEL_TYPES)}"
         )
     data["model_type"] = model_type
-    _, scaling = _rope(data)
     problems = []
     if data.get("hidden_act", "silu") != "silu":
         problems.append(f"hidden_act={data['hidden_act']!r} (attnlab's SwiGLU gates with silu)")
     if data.get("pretraining_tp", 1) != 1:
         problems.append(f"pretraining_tp={data['pretraining_tp']} (only 1)")
-    if scaling["rope_type"] not in ("default", "linear", "llama3"):
-        problems.append(
-            f"rope scaling {scaling['rope_type']!r} (attnlab has default, linear and llama3)"
-        )
+    if rope_type(data) not in ROPE_TYPES:
+        problems.append(f"rope scaling {rope_type(data)!r} (attnlab has {', '.join(ROPE_TYPES)})")
     if data.get("layer_types") and len(set(data["layer_types"])) > 1:
         problems.append(f"mixed layer_types {sorted(set(data['layer_types']))} (one kind only)")
     problems += classifier_problems(data)
@@ -305,36 +328,10 @@ def llama_table(cfg: ModelConfig) -> list[Mapped]:
     return decoder_table(cfg, _llama_layer)
 
 
-LLAMA = register(
-    Family(
-        name="Llama",
-        export_name="llama",
-        keys=KEYS,
-        fixed=FIXED,
-        table=llama_table,
-        kinds=DECODER_KINDS,
-    )
-)
-QWEN2 = register(
-    Family(
-        name="Qwen2",
-        export_name="qwen2",
-        keys=_qwen_keys("qwen2", "Qwen2"),
-        fixed={**FIXED, "attn_bias": True, "attn_out_bias": False},  # biased q, k, v; plain W^O
-        table=llama_table,
-        kinds=DECODER_KINDS,
-    )
-)
-QWEN3 = register(
-    Family(
-        name="Qwen3",
-        export_name="qwen3",
-        keys=QWEN3_KEYS,
-        fixed={**FIXED, "qk_norm": True},
-        table=llama_table,
-        kinds=DECODER_KINDS,
-    )
-)
+LLAMA = decoder_family("Llama", "llama", KEYS, FIXED, llama_table)
+QWEN2_FIXED = {**FIXED, "attn_bias": True, "attn_out_bias": False}  # biased q, k, v; plain W^O
+QWEN2 = decoder_family("Qwen2", "qwen2", _qwen_keys("qwen2", "Qwen2"), QWEN2_FIXED, llama_table)
+QWEN3 = decoder_family("Qwen3", "qwen3", QWEN3_KEYS, {**FIXED, "qk_norm": True}, llama_table)
 FAMILY_OF = {"llama": LLAMA, "mistral": LLAMA, "qwen2": QWEN2, "qwen3": QWEN3}
 # The file around the tables: the head tied to embed_tokens, one reader for the four model types.
 LLAMA_LM = CausalLM(
