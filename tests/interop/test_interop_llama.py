@@ -184,6 +184,10 @@ def test_evaluate_and_plot_a_llama_directory_from_the_command_line(tmp_path, cap
             n += 32
     loss = next(v for k, v in got.items() if k.endswith("loss"))
     assert loss == pytest.approx(nll / n, rel=1e-4)
+    assert main(["evaluate", "--checkpoint", str(tmp_path / "m"), "--text",
+                 str(tmp_path / "t.txt")]) == 0  # fmt: skip
+    head = capsys.readouterr().out.splitlines()[0]  # no training step of its own to name
+    assert head.endswith("(a Hugging Face model)") and "step" not in head
     assert main(["plot", "attention", "--checkpoint", str(tmp_path / "m"), "--input",
                  "the lazy dog", "--out", str(tmp_path / "plots")]) == 0  # fmt: skip
     assert (tmp_path / "plots" / "self_attention.png").is_file()

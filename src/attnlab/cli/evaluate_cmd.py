@@ -7,6 +7,7 @@ import json
 
 from attnlab.cli.options import add_checkpoint, add_device, count
 from attnlab.errors import ConfigError
+from attnlab.interop.pretrained import is_hf_model_dir
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -66,7 +67,9 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"checkpoint": str(found.checkpoint), "step": found.step, **metrics}))
         return 0
-    print(f"checkpoint {found.checkpoint} (step {found.step})")
+    # a Hugging Face directory has no training step of its own (its Checkpoint says 0)
+    where = "a Hugging Face model" if is_hf_model_dir(found.checkpoint) else f"step {found.step}"
+    print(f"checkpoint {found.checkpoint} ({where})")
     print(found.summary)
     for p in found.result.predictions[: args.examples]:
         mark = "ok " if p.correct else "BAD"
