@@ -1,5 +1,5 @@
 """What ``attnlab explore PATH`` can open: a run directory, a checkpoint, a local Hugging Face
-directory (GPT-2, Llama family, BERT; ``attnlab.interop.pretrained``).
+directory (any model_type ``attnlab.interop.pretrained.MODEL_TYPES`` lists).
 
 Only safe formats are read: attnlab checkpoints (safetensors + JSON, checked against their
 manifest) and Hugging Face directories with ``model.safetensors`` (or safetensors shards) and a
@@ -123,7 +123,7 @@ def _is_hf_config(path: Path) -> bool:
 
 
 def _load_hf(root: Path, options: LoadOptions) -> Loaded:
-    """A local Hugging Face directory (GPT-2, Llama family, BERT) through attnlab.interop."""
+    """A local Hugging Face directory (``attnlab.interop.pretrained.MODEL_TYPES``)."""
     if not any((root / n).is_file() for n in ("model.safetensors", "model.safetensors.index.json")):
         raise CheckpointError(
             f"{str(root)!r} has no model.safetensors; the explorer never loads pickle files "

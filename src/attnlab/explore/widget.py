@@ -157,8 +157,8 @@ def explore(
     """The explorer widget over ``model`` (any attnlab model) and its tokenizer, showing ``text``
     (and ``source`` for a sequence-to-sequence model); ``head`` = "site:layer:head" opens it.
 
-    ``model`` may also be a path (a run directory, checkpoint or local GPT-2 directory, as for
-    ``attnlab explore``), whose own tokenizer is then used, or a ready Session.
+    ``model`` may also be a path (a run directory, checkpoint or local Hugging Face directory, as
+    for ``attnlab explore``), whose own tokenizer is then used, or a ready Session.
     """
     if isinstance(model, (str, os.PathLike)):
         loaded = load(model)
