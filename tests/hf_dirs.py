@@ -56,6 +56,18 @@ SMALL_LLAMA = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidd
                    eos_token_id=2, pad_token_id=0)  # fmt: skip
 
 
+def token_ids(t: int, seed: int, b: int = 2) -> torch.Tensor:
+    """(b, t) ids in [3, 97): SMALL_LLAMA's vocabulary without its pad, bos and eos ids."""
+    return torch.randint(3, 97, (b, t), generator=torch.Generator().manual_seed(seed))
+
+
+def padded_batch(vocab: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(ids, mask): three rows of lengths 9, 4, 6, right-padded with ``pad``; no real pad ids."""
+    ids = torch.randint(pad + 1, vocab, (3, 9), generator=torch.Generator().manual_seed(3))
+    mask = torch.arange(9)[None, :] < torch.tensor([9, 4, 6])[:, None]  # (B, T)
+    return ids.masked_fill(~mask, pad), mask
+
+
 def greedy_pair(hf, ours, prompts: torch.Tensor, n: int) -> tuple[list, list]:
     """(transformers' greedy continuations, attnlab's): ``n`` new tokens after each row of
     ``prompts`` (B, T), no stop token, from ``hf.generate`` and from attnlab's ``generate``."""

@@ -16,7 +16,7 @@ import torch
 from attnlab.errors import ConfigError
 from attnlab.interop.pretrained import from_hf_model, load_pretrained, save_pretrained
 from attnlab.models import DecoderClassifier, DecoderLM
-from hf_dirs import SMALL_LLAMA
+from hf_dirs import SMALL_LLAMA, padded_batch
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -36,13 +36,6 @@ def llama(**kw):
     config = transformers.LlamaConfig(**{**SMALL_LLAMA, "num_key_value_heads": 2, **kw})
     torch.manual_seed(0)
     return transformers.LlamaForSequenceClassification(config).eval()
-
-
-def padded_batch(vocab: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """(ids, mask): three rows of lengths 9, 4, 6, right-padded with ``pad``; no real pad ids."""
-    ids = torch.randint(pad + 1, vocab, (3, 9), generator=torch.Generator().manual_seed(3))
-    mask = torch.arange(9)[None, :] < torch.tensor([9, 4, 6])[:, None]  # (B, T)
-    return ids.masked_fill(~mask, pad), mask
 
 
 @pytest.mark.parametrize("make", [gpt2, llama], ids=["gpt2", "llama"])

@@ -16,7 +16,14 @@ from attnlab.errors import ConfigError
 from attnlab.interop.gemma import gemma_config_to_model_config
 from attnlab.interop.pretrained import from_hf_model, load_pretrained
 from attnlab.models import DecoderClassifier
-from hf_dirs import SMALL_LLAMA, assert_export_round_trip, assert_logits_and_greedy_equal, gemma_lm
+from hf_dirs import (
+    SMALL_LLAMA,
+    assert_export_round_trip,
+    assert_logits_and_greedy_equal,
+    gemma_lm,
+    padded_batch,
+    token_ids,
+)
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -37,10 +44,6 @@ def hf_gemma1(case: str, seed: int = 0):
     return gemma_lm(1, {**BASE, **CASES[case]}, seed)
 
 
-def _ids(t: int, seed: int, b: int = 2) -> torch.Tensor:
-    return torch.randint(3, 97, (b, t), generator=torch.Generator().manual_seed(seed))
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_and_greedy_continuations_equal_transformers(case):
     hf = hf_gemma1(case)
@@ -53,12 +56,14 @@ def test_logits_and_greedy_continuations_equal_transformers(case):
     assert cfg.rope_base == hf.config.rope_parameters["rope_theta"]
     assert cfg.tie_embeddings == hf.config.tie_word_embeddings
     assert cfg.attention_bias == hf.config.attention_bias
-    assert_logits_and_greedy_equal(hf, ours, _ids(20, 1), **TOL)
+    assert_logits_and_greedy_equal(hf, ours, token_ids(20, 1), **TOL)
 
 
 @pytest.mark.parametrize("case", list(CASES))
 def test_export_round_trip_loads_in_transformers_with_equal_logits(case, tmp_path):
-    again = assert_export_round_trip(hf_gemma1(case), tmp_path / "out", _ids(15, 4, b=1), **TOL)
+    again = assert_export_round_trip(
+        hf_gemma1(case), tmp_path / "out", token_ids(15, 4, b=1), **TOL
+    )
     assert type(again).__name__ == "GemmaForCausalLM"
 
 
@@ -68,9 +73,7 @@ def test_the_classifier_reads_a_padded_batch_as_transformers_does(tmp_path):
     hf = transformers.GemmaForSequenceClassification(config).eval()
     ours = from_hf_model(hf)
     assert isinstance(ours, DecoderClassifier) and ours.cfg.n_classes == 3
-    ids = _ids(9, 3, b=3)
-    mask = torch.arange(9)[None, :] < torch.tensor([9, 4, 6])[:, None]  # (B, T)
-    ids = ids.masked_fill(~mask, config.pad_token_id)
+    ids, mask = padded_batch(config.vocab_size, config.pad_token_id)
     with torch.no_grad():
         want = hf(ids, attention_mask=mask.long()).logits  # (3, 3)
         torch.testing.assert_close(ours(ids, key_padding_mask=mask).logits, want, **TOL)

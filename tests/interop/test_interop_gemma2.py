@@ -16,7 +16,13 @@ from attnlab.interop.family import REGISTRY, check_exportable
 from attnlab.interop.gemma import gemma_config_to_model_config
 from attnlab.interop.pretrained import from_hf_model, load_pretrained
 from attnlab.models import build_model
-from hf_dirs import SMALL_LLAMA, assert_export_round_trip, assert_logits_and_greedy_equal, gemma_lm
+from hf_dirs import (
+    SMALL_LLAMA,
+    assert_export_round_trip,
+    assert_logits_and_greedy_equal,
+    gemma_lm,
+    token_ids,
+)
 
 transformers = pytest.importorskip("transformers")
 transformers.logging.set_verbosity_error()
@@ -51,10 +57,6 @@ def hf_gemma2(case: str, seed: int = 0):
 GEMMA2_BLOCK = ("sandwich", "geglu", True, False)  # norm placement, ffn, embed scale, q/k norm
 
 
-def _ids(t: int, seed: int, b: int = 2) -> torch.Tensor:
-    return torch.randint(3, 97, (b, t), generator=torch.Generator().manual_seed(seed))
-
-
 @pytest.mark.parametrize("case", list(CASES))
 def test_logits_and_greedy_continuations_equal_transformers(case):
     hf = hf_gemma2(case)
@@ -66,7 +68,7 @@ def test_logits_and_greedy_continuations_equal_transformers(case):
     assert cfg.rope_base == hf.config.rope_parameters["rope_theta"]
     windows = [cfg.layer_window(i) for i in range(cfg.n_layers)]
     assert windows == [WINDOW if t == "sliding_attention" else None for t in hf.config.layer_types]
-    ids = _ids(24, 1)  # longer than the window: sliding and full layers differ
+    ids = token_ids(24, 1)  # longer than the window: sliding and full layers differ
     logits = assert_logits_and_greedy_equal(hf, ours, ids, **TOL)  # 22 tokens: past the window
     with torch.no_grad():
         if case == "alternating_gqa_capped":  # (caps of 50 and 30 barely bend these logits)
@@ -87,7 +89,7 @@ def _same_weights(model, cfg):
 def test_export_round_trip_loads_in_transformers_with_equal_logits(case, tmp_path):
     hf = hf_gemma2(case)
     assert hf.config.model_type == "gemma2"
-    again = assert_export_round_trip(hf, tmp_path / "out", _ids(15, 4, b=1), **TOL)
+    again = assert_export_round_trip(hf, tmp_path / "out", token_ids(15, 4, b=1), **TOL)
     assert again.config.layer_types == hf.config.layer_types
 
 
@@ -138,6 +140,6 @@ def test_load_by_hub_id_from_an_offline_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     found = load_pretrained("tiny-org/tiny-gemma2")
     assert found.model_type == "gemma2" and found.config.full_attn_every == 2
-    ids = _ids(12, 7)
+    ids = token_ids(12, 7)
     with torch.no_grad():
         torch.testing.assert_close(found.model(ids).logits, hf(ids).logits, **TOL)
