@@ -320,8 +320,8 @@ def progress(run: str, steps: int) -> Callable[[str, dict[str, Any]], None]:
     """``on_event`` for :func:`attnlab.train.train`: a line on stderr when ``run`` continues from
     its checkpoint and at each validation, with the pace measured so far (the run's own wall time
     over its steps, summed over pieces) and what it leaves to go at that pace. A full run takes
-    many hours in pieces, two runs side by side: each line names
-    its run, and a piece says where it is from its first validation on."""
+    many hours in pieces, two runs side by side: each line names its run, and a piece says where
+    it is from its first validation on."""
 
     def on_event(name: str, data: dict[str, Any]) -> None:
         if name == "resumed":
