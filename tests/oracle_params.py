@@ -8,6 +8,10 @@ import torch
 from attnlab import reference as ref
 from attnlab.config import ModelConfig
 
+# How close a module must come to the NumPy oracle: in float64 (the math itself) and in float32.
+TOL64 = {"rtol": 1e-10, "atol": 1e-10}
+TOL32 = {"rtol": 1e-5, "atol": 1e-5}
+
 
 def to_np(t: torch.Tensor) -> np.ndarray:
     return t.detach().numpy()

@@ -18,8 +18,8 @@ from attnlab.fast import accelerate, is_fast
 from attnlab.fast.packing import GROUP_ROWS
 from attnlab.models import build_model
 from attnlab.nn.hooks import HookPoint
+from oracle_params import TOL64
 
-TOL64 = {"rtol": 1e-10, "atol": 1e-10}
 NN = Path(__file__).resolve().parents[2] / "src" / "attnlab" / "nn"
 
 

@@ -20,8 +20,6 @@ from attnlab.fast.packing import (
     unpack,
 )
 
-TOL64 = {"rtol": 1e-10, "atol": 1e-10}
-
 
 def _right_padded(lengths: torch.Tensor, t: int | None = None) -> torch.Tensor:
     t = int(lengths.max()) if t is None else t

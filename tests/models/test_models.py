@@ -21,10 +21,8 @@ from attnlab.models import (
     TransformerEncoderDecoder,
     build_model,
 )
-from oracle_params import block_params, to_np
+from oracle_params import TOL32, TOL64, block_params, to_np
 
-TOL64 = {"rtol": 1e-10, "atol": 1e-10}
-TOL32 = {"rtol": 1e-5, "atol": 1e-5}
 POSITIONS = ["learned", "sinusoidal", "concat", "rotary", "none"]
 V, D, H, B, T, S = 13, 8, 2, 2, 5, 6
 

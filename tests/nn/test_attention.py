@@ -22,9 +22,8 @@ from attnlab.nn import (
     soft_cap,
 )
 from attnlab.nn.masks import causal_mask, combine_masks, padding_mask
+from oracle_params import TOL32, TOL64
 
-TOL64 = {"rtol": 1e-10, "atol": 1e-10}
-TOL32 = {"rtol": 1e-5, "atol": 1e-5}
 B, H, T, S, DK, DV = 2, 2, 3, 5, 4, 3
 
 

@@ -19,10 +19,8 @@ from attnlab.config import ModelConfig
 from attnlab.models import TransformerEncoderDecoder
 from attnlab.models.layers import make_causal_block, make_decoder_block, make_encoder_block
 from attnlab.nn.masks import causal_mask
-from oracle_params import block_params, to_np
+from oracle_params import TOL32, TOL64, block_params, to_np
 
-TOL64 = {"rtol": 1e-10, "atol": 1e-10}
-TOL32 = {"rtol": 1e-5, "atol": 1e-5}
 B, T, S, D, H, F = 2, 4, 5, 8, 2, 16
 
 

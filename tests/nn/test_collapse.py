@@ -16,8 +16,8 @@ import torch
 
 from attnlab import reference as ref
 from attnlab.nn import FeedForward, SelfAttention
+from oracle_params import TOL64
 
-TOL64 = {"rtol": 1e-10, "atol": 1e-10}
 T, D = 6, 4
 
 

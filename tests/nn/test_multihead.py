@@ -22,9 +22,8 @@ from attnlab.nn import (
     scaled_dot_product_attention,
 )
 from attnlab.nn.masks import causal_mask
+from oracle_params import TOL32, TOL64
 
-TOL64 = {"rtol": 1e-10, "atol": 1e-10}
-TOL32 = {"rtol": 1e-5, "atol": 1e-5}
 B, T, S, D, H = 2, 4, 6, 8, 2
 
 

@@ -16,9 +16,7 @@ from attnlab.config import ModelConfig
 from attnlab.models.layers import make_encoder_block
 from attnlab.nn import FeedForward, LayerNorm, RMSNorm
 from attnlab.nn.norms import make_norm
-
-TOL64 = {"rtol": 1e-10, "atol": 1e-10}
-TOL32 = {"rtol": 1e-5, "atol": 1e-5}
+from oracle_params import TOL32, TOL64
 
 
 def _np(t: torch.Tensor) -> np.ndarray:

@@ -28,8 +28,8 @@ from attnlab.nn.positional import (
     default_positions,
     make_positions,
 )
+from oracle_params import TOL64
 
-TOL64 = {"rtol": 1e-10, "atol": 1e-10}
 TOL32 = {"rtol": 1e-6, "atol": 1e-6}
 
 
