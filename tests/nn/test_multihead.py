@@ -22,18 +22,14 @@ from attnlab.nn import (
     scaled_dot_product_attention,
 )
 from attnlab.nn.masks import causal_mask
-from oracle_params import TOL32, TOL64
+from oracle_params import TOL32, TOL64, to_np
 
 B, T, S, D, H = 2, 4, 6, 8, 2
 
 
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().numpy()
-
-
 def _heads(w: torch.Tensor, n_heads: int) -> list[np.ndarray]:
     """A fused nn.Linear weight (H*d, d_in) or bias (H*d,) -> per-head row-vector blocks."""
-    return ref.split_heads_weights(_np(w.T if w.dim() == 2 else w), n_heads)
+    return ref.split_heads_weights(to_np(w.T if w.dim() == 2 else w), n_heads)
 
 
 def _ref_kwargs(attn, q_w, q_b, k_w, k_b, v_w, v_b) -> dict:
@@ -42,9 +38,9 @@ def _ref_kwargs(attn, q_w, q_b, k_w, k_b, v_w, v_b) -> dict:
     if q_b is not None:
         kw.update(bq=_heads(q_b, h), bk=_heads(k_b, h), bv=_heads(v_b, h))
     if attn.out_proj is not None:
-        kw["Wo"] = _np(attn.out_proj.weight.T)
+        kw["Wo"] = to_np(attn.out_proj.weight.T)
         if attn.out_proj.bias is not None:
-            kw["bo"] = _np(attn.out_proj.bias)
+            kw["bo"] = to_np(attn.out_proj.bias)
     return kw
 
 
@@ -90,10 +86,10 @@ def test_self_attention_matches_reference(opts, masking):
     kw = _self_kwargs(attn)
     for b in range(B):
         out, weights = ref.multi_head_attention(
-            _np(x[b]), None, **kw, mask=None if mask is None else _np(mask[b, 0])
+            to_np(x[b]), None, **kw, mask=None if mask is None else to_np(mask[b, 0])
         )
-        np.testing.assert_allclose(_np(got.out[b]), out, **TOL64)
-        np.testing.assert_allclose(_np(got.weights[b]), weights, **TOL64)
+        np.testing.assert_allclose(to_np(got.out[b]), out, **TOL64)
+        np.testing.assert_allclose(to_np(got.weights[b]), weights, **TOL64)
 
 
 @pytest.mark.parametrize("opts", [{}, {"d_memory": 5, "d_head": 3, "d_v": 2, "d_out": 6}])
@@ -105,9 +101,11 @@ def test_cross_attention_matches_reference(opts):
     got = attn(x, memory, real[:, None, None, :], need_weights=True)
     kw = _cross_kwargs(attn)
     for b in range(B):
-        out, weights = ref.multi_head_attention(_np(x[b]), _np(memory[b]), **kw, mask=_np(real[b]))
-        np.testing.assert_allclose(_np(got.out[b]), out, **TOL64)
-        np.testing.assert_allclose(_np(got.weights[b]), weights, **TOL64)
+        out, weights = ref.multi_head_attention(
+            to_np(x[b]), to_np(memory[b]), **kw, mask=to_np(real[b])
+        )
+        np.testing.assert_allclose(to_np(got.out[b]), out, **TOL64)
+        np.testing.assert_allclose(to_np(got.weights[b]), weights, **TOL64)
 
 
 def test_qk_norm_matches_reference_composed_per_head():
@@ -118,13 +116,13 @@ def test_qk_norm_matches_reference_composed_per_head():
         attn.k_norm.weight.uniform_(0.5, 1.5)
     x = torch.randn(1, T, D, dtype=torch.float64)
     kw = _self_kwargs(attn)
-    xs, heads = _np(x[0]), []
+    xs, heads = to_np(x[0]), []
     for l in range(H):
-        q = ref.rms_norm(xs @ kw["Wq"][l] + kw["bq"][l], _np(attn.q_norm.weight), attn.q_norm.eps)
-        k = ref.rms_norm(xs @ kw["Wk"][l] + kw["bk"][l], _np(attn.k_norm.weight), attn.k_norm.eps)
+        q = ref.rms_norm(xs @ kw["Wq"][l] + kw["bq"][l], to_np(attn.q_norm.weight), attn.q_norm.eps)
+        k = ref.rms_norm(xs @ kw["Wk"][l] + kw["bk"][l], to_np(attn.k_norm.weight), attn.k_norm.eps)
         heads.append(ref.attention(q, k, xs @ kw["Wv"][l] + kw["bv"][l]).out)
     expected = np.concatenate(heads, axis=-1) @ kw["Wo"] + kw["bo"]
-    np.testing.assert_allclose(_np(attn(x).out[0]), expected, **TOL64)
+    np.testing.assert_allclose(to_np(attn(x).out[0]), expected, **TOL64)
 
 
 def test_rotary_self_attention_matches_reference_composed_per_head():
@@ -134,14 +132,14 @@ def test_rotary_self_attention_matches_reference_composed_per_head():
     x = torch.randn(1, T, D, dtype=torch.float64)
     positions = torch.tensor([0, 2, 5, 11])
     kw = _self_kwargs(attn)
-    xs, pos, heads = _np(x[0]), positions.numpy(), []
+    xs, pos, heads = to_np(x[0]), positions.numpy(), []
     for l in range(H):
         q = ref.rotary(xs @ kw["Wq"][l] + kw["bq"][l], pos)
         k = ref.rotary(xs @ kw["Wk"][l] + kw["bk"][l], pos)
         heads.append(ref.attention(q, k, xs @ kw["Wv"][l] + kw["bv"][l], ref.causal_mask(T)).out)
     expected = np.concatenate(heads, axis=-1) @ kw["Wo"] + kw["bo"]
     got = attn(x, causal=True, positions=positions).out[0]
-    np.testing.assert_allclose(_np(got), expected, **TOL64)
+    np.testing.assert_allclose(to_np(got), expected, **TOL64)
 
 
 # --------------------------------------------------------------------------- nn.MultiheadAttention
@@ -232,14 +230,14 @@ def test_concat_only_variant_is_the_concatenation_of_heads():
     got = attn(x).out[0]
     heads = [
         ref.attention(
-            _np(x[0]) @ kw["Wq"][l] + kw["bq"][l],
-            _np(x[0]) @ kw["Wk"][l] + kw["bk"][l],
-            _np(x[0]) @ kw["Wv"][l] + kw["bv"][l],
+            to_np(x[0]) @ kw["Wq"][l] + kw["bq"][l],
+            to_np(x[0]) @ kw["Wk"][l] + kw["bk"][l],
+            to_np(x[0]) @ kw["Wv"][l] + kw["bv"][l],
         ).out
         for l in range(H)
     ]
     for l in range(H):
-        np.testing.assert_allclose(_np(got[:, 3 * l : 3 * (l + 1)]), heads[l], **TOL64)
+        np.testing.assert_allclose(to_np(got[:, 3 * l : 3 * (l + 1)]), heads[l], **TOL64)
 
 
 def test_one_head_is_single_head_attention():

@@ -16,11 +16,7 @@ from attnlab.config import ModelConfig
 from attnlab.models.layers import make_encoder_block
 from attnlab.nn import FeedForward, LayerNorm, RMSNorm
 from attnlab.nn.norms import make_norm
-from oracle_params import TOL32, TOL64
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().numpy()
+from oracle_params import TOL32, TOL64, to_np
 
 
 def _randomise(module: nn.Module) -> nn.Module:
@@ -38,17 +34,17 @@ def _randomise(module: nn.Module) -> nn.Module:
 def test_layer_norm_matches_reference_float64(eps):
     norm = _randomise(LayerNorm(6, eps=eps)).double()
     a = torch.randn(2, 3, 6, dtype=torch.float64) * 3 + 1
-    expected = ref.layer_norm(_np(a), _np(norm.weight), _np(norm.bias), eps=eps)
-    np.testing.assert_allclose(_np(norm(a)), expected, **TOL64)
+    expected = ref.layer_norm(to_np(a), to_np(norm.weight), to_np(norm.bias), eps=eps)
+    np.testing.assert_allclose(to_np(norm(a)), expected, **TOL64)
 
 
 def test_layer_norm_with_unit_gain_is_004_eq17():
     """eq. 17: (a - mu) / sigma with no gain, bias or epsilon; mean 0, variance 1 per row."""
     a = torch.randn(4, 7, dtype=torch.float64)
     out = LayerNorm(7, eps=0.0).double()(a)
-    np.testing.assert_allclose(_np(out), ref.layer_norm(_np(a)), **TOL64)
-    np.testing.assert_allclose(_np(out.mean(-1)), np.zeros(4), **TOL64)
-    np.testing.assert_allclose(_np(out.var(-1, unbiased=False)), np.ones(4), **TOL64)
+    np.testing.assert_allclose(to_np(out), ref.layer_norm(to_np(a)), **TOL64)
+    np.testing.assert_allclose(to_np(out.mean(-1)), np.zeros(4), **TOL64)
+    np.testing.assert_allclose(to_np(out.var(-1, unbiased=False)), np.ones(4), **TOL64)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -75,8 +71,8 @@ def test_rms_norm_matches_reference_float64(affine):
     if affine:
         _randomise(norm)
     a = torch.randn(2, 3, 6, dtype=torch.float64) * 2
-    gain = _np(norm.weight) if affine else None
-    np.testing.assert_allclose(_np(norm(a)), ref.rms_norm(_np(a), gain, eps=1e-5), **TOL64)
+    gain = to_np(norm.weight) if affine else None
+    np.testing.assert_allclose(to_np(norm(a)), ref.rms_norm(to_np(a), gain, eps=1e-5), **TOL64)
 
 
 def test_rms_norm_equals_torch_rms_norm():
@@ -104,20 +100,20 @@ def test_feed_forward_matches_reference_float64(activation, bias):
     """000: h_FF = W2 a(W1 h + b1) + b2, per position (row-vector form: a(h W1 + b1) W2 + b2)."""
     ffn = FeedForward(5, 9, activation=activation, bias=bias).double()
     h = torch.randn(2, 3, 5, dtype=torch.float64)
-    b1 = _np(ffn.up.bias) if bias else None
-    b2 = _np(ffn.down.bias) if bias else None
+    b1 = to_np(ffn.up.bias) if bias else None
+    b2 = to_np(ffn.down.bias) if bias else None
     expected = ref.feed_forward(
-        _np(h), _np(ffn.up.weight.T), b1, _np(ffn.down.weight.T), b2, activation
+        to_np(h), to_np(ffn.up.weight.T), b1, to_np(ffn.down.weight.T), b2, activation
     )
-    np.testing.assert_allclose(_np(ffn(h)), expected, **TOL64)
+    np.testing.assert_allclose(to_np(ffn(h)), expected, **TOL64)
 
 
 def test_relu_squared_feed_forward_is_the_squared_relu():
     ffn = FeedForward(4, 6, activation="relu2").double()
     h = torch.randn(3, 4, dtype=torch.float64)
-    hidden = np.maximum(_np(h) @ _np(ffn.up.weight.T) + _np(ffn.up.bias), 0.0) ** 2
-    expected = hidden @ _np(ffn.down.weight.T) + _np(ffn.down.bias)
-    np.testing.assert_allclose(_np(ffn(h)), expected, **TOL64)
+    hidden = np.maximum(to_np(h) @ to_np(ffn.up.weight.T) + to_np(ffn.up.bias), 0.0) ** 2
+    expected = hidden @ to_np(ffn.down.weight.T) + to_np(ffn.down.bias)
+    np.testing.assert_allclose(to_np(ffn(h)), expected, **TOL64)
 
 
 def test_feed_forward_acts_on_each_position_independently():

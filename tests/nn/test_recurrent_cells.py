@@ -18,10 +18,7 @@ from attnlab.nn.recurrent import (
     attention_step,
     make_score,
 )
-
-
-def _np(t: torch.Tensor) -> np.ndarray:
-    return t.detach().numpy()
+from oracle_params import to_np
 
 
 @pytest.mark.parametrize("activation", ["tanh", "relu"])
@@ -30,9 +27,9 @@ def test_rnn_cell_matches_numpy_reference_in_float64(activation):
     x, h = torch.randn(3, 5, dtype=torch.float64), torch.randn(3, 4, dtype=torch.float64)
     # Column form h_t = sigma(W h + U x + b) equals the oracle's row form h W^T + x U^T + b.
     expected = ref.rnn_cell(
-        _np(h), _np(x), _np(cell.W).T, _np(cell.U).T, _np(cell.b), activation=activation
+        to_np(h), to_np(x), to_np(cell.W).T, to_np(cell.U).T, to_np(cell.b), activation=activation
     )
-    np.testing.assert_allclose(_np(cell(x, h)), expected, rtol=0, atol=1e-10)
+    np.testing.assert_allclose(to_np(cell(x, h)), expected, rtol=0, atol=1e-10)
 
 
 def test_rnn_cell_matches_torch_rnn_cell():
@@ -98,15 +95,15 @@ def test_attention_step_matches_numpy_loop_of_eq_6_to_8(name):
         kwargs = {}
         if name == "additive":  # oracle row form: h W + f U with W (Q, A), U (F, A)
             kwargs = dict(
-                W=_np(score.W.weight).T, U=_np(score.U.weight).T, v=_np(score.v.weight)[0]
+                W=to_np(score.W.weight).T, U=to_np(score.U.weight).T, v=to_np(score.v.weight)[0]
             )
         elif name == "general":  # h^T W f with W (Q, F)
-            kwargs = dict(W=_np(score.W.weight))
+            kwargs = dict(W=to_np(score.W.weight))
         expected_context, expected_weights = ref.additive_attention_step(
-            _np(query[row]), _np(features[row]), mask=_np(mask[row]), score=name, **kwargs
+            to_np(query[row]), to_np(features[row]), mask=to_np(mask[row]), score=name, **kwargs
         )
-        np.testing.assert_allclose(_np(weights[row]), expected_weights, rtol=0, atol=1e-10)
-        np.testing.assert_allclose(_np(context[row]), expected_context, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(to_np(weights[row]), expected_weights, rtol=0, atol=1e-10)
+        np.testing.assert_allclose(to_np(context[row]), expected_context, rtol=0, atol=1e-10)
     assert torch.all(weights[1, 3:] == 0)  # padding gets exactly zero weight
 
 
